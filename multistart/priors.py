@@ -1,0 +1,324 @@
+"""Priors, spaces, and the bijections between physical and unconstrained coordinates.
+
+The optimiser never sees physical values. Each prior maps an unconstrained real ``u`` to a
+physical value inside its support (a scaled logistic for a bounded prior, an affine map for a
+normal one), so no start can step out of its bounds and die there. Unconstrained coordinates are
+order one for every prior, which is what makes one default learning rate sensible for all of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from scipy import special
+
+__all__ = ["Prior", "Uniform", "LogUniform", "Normal", "Space"]
+
+# Unit-cube values are kept this far from 0 and 1 before a logit, so a start on a bound maps to
+# a large but finite unconstrained value.
+_UNIT_EPS = 1e-12
+
+
+def _as_param(value, name: str, cls: str) -> np.ndarray:
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"{cls}: {name} must be a real number or array; got {value!r}") from e
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{cls}: {name} must be finite; got {value!r}")
+    return arr
+
+
+def _broadcast(cls: str, shape, **params) -> tuple[tuple[int, ...], dict[str, np.ndarray]]:
+    try:
+        target = np.broadcast_shapes(*(p.shape for p in params.values()))
+        if shape is not None:
+            shape = (int(shape),) if np.isscalar(shape) else tuple(int(s) for s in shape)
+            target = np.broadcast_shapes(target, shape)
+            if target != shape:
+                raise ValueError
+    except ValueError:
+        shapes = {k: v.shape for k, v in params.items()}
+        raise ValueError(
+            f"{cls}: parameter shapes {shapes} do not broadcast to shape={shape}"
+        ) from None
+    return target, {k: np.broadcast_to(v, target) for k, v in params.items()}
+
+
+class Prior:
+    """A prior over one (scalar or array-shaped) parameter.
+
+    Subclasses define the unit-cube map (``from_unit``, for start generation), the bijection to
+    and from unconstrained coordinates, and the log-density in physical coordinates.
+    """
+
+    shape: tuple[int, ...]
+    lower_bound: np.ndarray
+    upper_bound: np.ndarray
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    def from_unit(self, q: np.ndarray) -> np.ndarray:
+        """Physical values at unit-cube coordinates ``q`` (NumPy, float64)."""
+        raise NotImplementedError
+
+    def to_unit(self, x: np.ndarray) -> np.ndarray:
+        """Unit-cube coordinates of physical values ``x`` (NumPy, float64)."""
+        raise NotImplementedError
+
+    def forward(self, u):
+        """Unconstrained to physical (JAX, differentiable)."""
+        raise NotImplementedError
+
+    def inverse(self, x: np.ndarray) -> np.ndarray:
+        """Physical to unconstrained (NumPy, float64)."""
+        raise NotImplementedError
+
+    def log_prob(self, x):
+        """Log-density at physical ``x``, summed over the parameter's elements (JAX)."""
+        raise NotImplementedError
+
+    def contains(self, x: np.ndarray) -> np.ndarray:
+        """Elementwise: is ``x`` inside the support?"""
+        x = np.asarray(x, dtype=np.float64)
+        return np.isfinite(x) & (x >= self.lower_bound) & (x <= self.upper_bound)
+
+
+@dataclass(frozen=True, eq=False, init=False)
+class Uniform(Prior):
+    """Uniform on ``[lower, upper]``; stepped in logit coordinates of the unit interval.
+
+    >>> Uniform(0.0, 10.0).shape
+    ()
+    >>> Uniform(0.0, 1.0, shape=(3,)).shape
+    (3,)
+    """
+
+    lower: np.ndarray
+    upper: np.ndarray
+    shape: tuple[int, ...]
+
+    def __init__(self, lower, upper, shape=None):
+        cls = type(self).__name__
+        lo, hi = _as_param(lower, "lower", cls), _as_param(upper, "upper", cls)
+        target, p = _broadcast(cls, shape, lower=lo, upper=hi)
+        if np.any(p["lower"] >= p["upper"]):
+            raise ValueError(f"{cls}: lower must be < upper; got lower={lower!r}, upper={upper!r}")
+        self._check_extra(p)
+        object.__setattr__(self, "lower", p["lower"])
+        object.__setattr__(self, "upper", p["upper"])
+        object.__setattr__(self, "shape", target)
+
+    def _check_extra(self, p):
+        pass
+
+    def __repr__(self):
+        return f"{type(self).__name__}({_fmt(self.lower)}, {_fmt(self.upper)}, shape={self.shape})"
+
+    @property
+    def lower_bound(self):
+        return self.lower
+
+    @property
+    def upper_bound(self):
+        return self.upper
+
+    # Bounded priors are linear in some coordinate z(x) (x itself, or log x); the unit cube and
+    # the logit bijection are both defined in z.
+    def _z(self, x, xp=np):
+        return x
+
+    def _z_inv(self, z, xp=np):
+        return z
+
+    def from_unit(self, q):
+        zl, zh = self._z(self.lower), self._z(self.upper)
+        return np.clip(self._z_inv(zl + np.asarray(q) * (zh - zl)), self.lower, self.upper)
+
+    def to_unit(self, x):
+        zl, zh = self._z(self.lower), self._z(self.upper)
+        return (self._z(np.asarray(x, dtype=np.float64)) - zl) / (zh - zl)
+
+    def forward(self, u):
+        dtype = jnp.result_type(u)
+        lo, hi = jnp.asarray(self.lower, dtype), jnp.asarray(self.upper, dtype)
+        zl, zh = self._z(lo, jnp), self._z(hi, jnp)
+        x = self._z_inv(zl + (zh - zl) * jax.nn.sigmoid(u), jnp)
+        # Rounding can land a hair outside [lower, upper]; the objective must never see that.
+        return jnp.clip(x, lo, hi)
+
+    def inverse(self, x):
+        q = np.clip(self.to_unit(x), _UNIT_EPS, 1.0 - _UNIT_EPS)
+        return special.logit(q)
+
+    def log_prob(self, x):
+        dtype = jnp.result_type(x)
+        width = np.log(self._z(self.upper) - self._z(self.lower))
+        return -jnp.sum(jnp.broadcast_to(jnp.asarray(width, dtype), jnp.shape(x)))
+
+
+@dataclass(frozen=True, eq=False, init=False)
+class LogUniform(Uniform):
+    """Log-uniform on ``[lower, upper]`` with ``0 < lower < upper`` (uniform in ``log x``)."""
+
+    def _check_extra(self, p):
+        if np.any(p["lower"] <= 0):
+            raise ValueError(f"LogUniform: lower must be > 0; got {p['lower'].min()!r}")
+
+    def _z(self, x, xp=np):
+        return xp.log(x)
+
+    def _z_inv(self, z, xp=np):
+        return xp.exp(z)
+
+    def log_prob(self, x):
+        dtype = jnp.result_type(x)
+        width = jnp.asarray(np.log(np.log(self.upper) - np.log(self.lower)), dtype)
+        return -jnp.sum(jnp.log(x) + width)
+
+
+@dataclass(frozen=True, eq=False, init=False)
+class Normal(Prior):
+    """Normal with ``mean`` and ``sigma``; stepped in standardised coordinates ``(x-mean)/sigma``.
+
+    Unbounded: starts are drawn from its central quantiles, and steps can go anywhere.
+    """
+
+    mean: np.ndarray
+    sigma: np.ndarray
+    shape: tuple[int, ...]
+
+    def __init__(self, mean, sigma, shape=None):
+        m, s = _as_param(mean, "mean", "Normal"), _as_param(sigma, "sigma", "Normal")
+        target, p = _broadcast("Normal", shape, mean=m, sigma=s)
+        if np.any(p["sigma"] <= 0):
+            raise ValueError(f"Normal: sigma must be > 0; got {sigma!r}")
+        object.__setattr__(self, "mean", p["mean"])
+        object.__setattr__(self, "sigma", p["sigma"])
+        object.__setattr__(self, "shape", target)
+
+    def __repr__(self):
+        return f"Normal({_fmt(self.mean)}, {_fmt(self.sigma)}, shape={self.shape})"
+
+    @property
+    def lower_bound(self):
+        return np.full(self.shape, -np.inf)
+
+    @property
+    def upper_bound(self):
+        return np.full(self.shape, np.inf)
+
+    def from_unit(self, q):
+        return self.mean + self.sigma * special.ndtri(np.asarray(q, dtype=np.float64))
+
+    def to_unit(self, x):
+        return special.ndtr((np.asarray(x, dtype=np.float64) - self.mean) / self.sigma)
+
+    def forward(self, u):
+        dtype = jnp.result_type(u)
+        return jnp.asarray(self.mean, dtype) + jnp.asarray(self.sigma, dtype) * u
+
+    def inverse(self, x):
+        return (np.asarray(x, dtype=np.float64) - self.mean) / self.sigma
+
+    def log_prob(self, x):
+        dtype = jnp.result_type(x)
+        m, s = jnp.asarray(self.mean, dtype), jnp.asarray(self.sigma, dtype)
+        z = (x - m) / s
+        return jnp.sum(-0.5 * z**2 - jnp.log(s) - 0.5 * np.log(2 * np.pi))
+
+
+def _fmt(a: np.ndarray) -> str:
+    return repr(float(a.flat[0])) if a.size and np.all(a == a.flat[0]) else np.array2string(a)
+
+
+def _is_prior(x) -> bool:
+    return isinstance(x, Prior)
+
+
+class Space:
+    """A (nested) dict of priors, flattened once; maps whole parameter pytrees.
+
+    Parameters are the same pytree as the space with arrays in place of priors. ``paths`` name
+    the leaves as dotted strings (``"band_g.sigma"``), which is how errors and tables name them.
+    """
+
+    def __init__(self, space: Any, *, argname: str = "space"):
+        if isinstance(space, Space):
+            space = space.tree
+        if not isinstance(space, dict):
+            raise TypeError(
+                f"{argname} must be a dict (possibly nested) of priors such as "
+                f"multistart.Uniform; got {type(space).__name__}"
+            )
+        flat, treedef = jax.tree_util.tree_flatten_with_path(
+            space, is_leaf=lambda x: not isinstance(x, dict)
+        )
+        if not flat:
+            raise ValueError(f"{argname} is empty: give at least one parameter with a prior")
+        paths, priors = [], []
+        for path, leaf in flat:
+            name = ".".join(str(getattr(k, "key", k)) for k in path)
+            if not isinstance(leaf, Prior):
+                raise TypeError(
+                    f"{argname}[{name!r}] must be a prior (Uniform, LogUniform, Normal); "
+                    f"got {type(leaf).__name__} {leaf!r}"
+                )
+            paths.append(name)
+            priors.append(leaf)
+        self.tree = space
+        self.treedef = treedef
+        self.paths: list[str] = paths
+        self.priors: list[Prior] = priors
+
+    @property
+    def n_dims(self) -> int:
+        """Total number of scalar parameters."""
+        return sum(p.size for p in self.priors)
+
+    def unflatten(self, leaves):
+        return jax.tree_util.tree_unflatten(self.treedef, list(leaves))
+
+    def leaves(self, params) -> list:
+        """Leaves of a params pytree in space order, checking its structure."""
+        leaves, treedef = jax.tree_util.tree_flatten(params)
+        if treedef != self.treedef:
+            raise ValueError(
+                f"params structure {treedef} does not match the space's {self.treedef}"
+            )
+        return leaves
+
+    def example(self, dtype, batch: tuple[int, ...] = ()):
+        """``jax.ShapeDtypeStruct`` params, optionally with leading batch axes."""
+        return self.unflatten(jax.ShapeDtypeStruct(batch + p.shape, dtype) for p in self.priors)
+
+    def to_physical(self, u):
+        """Unconstrained pytree to physical pytree (JAX, differentiable, one start)."""
+        return self.unflatten(
+            p.forward(x) for p, x in zip(self.priors, self.leaves(u), strict=True)
+        )
+
+    def to_unconstrained(self, x, dtype=np.float64):
+        """Physical pytree (any leading batch axes) to unconstrained (NumPy)."""
+        return self.unflatten(
+            np.asarray(p.inverse(np.asarray(v)), dtype=dtype)
+            for p, v in zip(self.priors, self.leaves(x), strict=True)
+        )
+
+    def from_unit(self, q_leaves):
+        """Physical pytree from per-leaf unit-cube arrays (NumPy)."""
+        return self.unflatten(p.from_unit(q) for p, q in zip(self.priors, q_leaves, strict=True))
+
+    def log_prob(self, x):
+        """Sum of the priors' log-densities at physical ``x`` (one start, JAX)."""
+        return sum(p.log_prob(v) for p, v in zip(self.priors, self.leaves(x), strict=True))
+
+    def __repr__(self):
+        inner = ", ".join(f"{n}: {p!r}" for n, p in zip(self.paths, self.priors, strict=True))
+        return f"Space({inner})"

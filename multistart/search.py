@@ -1,0 +1,390 @@
+"""MultiStartGradient and the named rules: configuration, and the step loop that runs them."""
+
+from __future__ import annotations
+
+import logging
+import math
+import numbers
+import time
+import warnings
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from . import log
+from .convergence import Convergence
+from .monitor import CompileCounter
+from .problem import Problem, as_problem, check_objective
+from .result import Result
+from .starts import check_band, uniform_band_starts
+from .status import Status
+from .step import PopState, init_population, make_chunk_step, make_start_step
+from .sweep import device_chunks, sweep_step
+
+__all__ = [
+    "MultiStartGradient",
+    "MultiStartAdam",
+    "MultiStartProdigy",
+    "MultiStartADABelief",
+    "MultiStartLion",
+    "resolve_batch_size",
+]
+
+_CHUNK_STEP_NAME = "multistart_chunk_step"
+DEFAULT_CONVERGENCE = Convergence()
+_BATCH_SIZE_HELP = "batch_size must be a positive int or None (one vmap over all starts)"
+
+
+def _check_int(value, name: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}; got {value!r}")
+    return int(value)
+
+
+def _check_batch_size(batch_size):
+    if batch_size is None:
+        return None
+    if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral):
+        raise ValueError(f"{_BATCH_SIZE_HELP}; got {batch_size!r}")
+    if batch_size < 1:
+        raise ValueError(f"{_BATCH_SIZE_HELP}; got {batch_size!r}")
+    return int(batch_size)
+
+
+def resolve_batch_size(batch_size, n_starts: int) -> int:
+    """The vmap width of the chunk step: ``None`` is every start at once; wider is clamped."""
+    batch_size = _check_batch_size(batch_size)
+    return n_starts if batch_size is None else min(batch_size, n_starts)
+
+
+class MultiStartGradient:
+    """Many optax local searches of one objective, compiled once and swept in chunks.
+
+    Each start steps in unconstrained coordinates with its own optimiser state. One
+    ``jit(vmap(step))`` is compiled for ``batch_size`` starts and a Python loop sweeps the
+    chunks each step; starts that converged or died leave the sweep, and the survivors are
+    repacked into full chunks (still one compile).
+
+    Args:
+      optimizer: any ``optax.GradientTransformation``. Rules whose ``update`` takes ``value``,
+        ``grad`` or ``value_fn`` (``optax.lbfgs``) receive them.
+      n_starts: number of local searches.
+      batch_size: starts per compiled call: ``None`` (all at once) or a positive int. On a
+        laptop CPU a narrow width (1-8) is often fastest; on a GPU, wide.
+      n_steps: maximum steps per start.
+      seed: seeds start generation; the same seed gives a bit-identical result.
+      convergence: a :class:`multistart.Convergence` rule, or ``None`` to always run
+        ``n_steps``.
+      max_nonfinite: a start ends as ``nonfinite`` after this many consecutive non-finite
+        evaluations (each one rolls it back to its last finite point with half the step).
+      start_band: starts are drawn uniformly in this band of each prior's quantiles.
+      log_every: a progress line every this many steps (0: none).
+      sync_every: the host reads which starts ended every this many steps, to drop them from
+        the sweep. Results do not depend on it (ended starts are frozen on the device).
+      max_history: at most this many rows of best-so-far history are kept (evenly strided).
+
+    Example:
+      >>> import jax.numpy as jnp, multistart as ms
+      >>> space = {"x": ms.Uniform(-5.0, 5.0, shape=(2,))}
+      >>> search = ms.MultiStartAdam(n_starts=8, batch_size=4, n_steps=200, seed=0)
+      >>> result = search.fit(lambda p: jnp.sum((p["x"] - 1.0) ** 2), space)  # doctest: +SKIP
+      >>> result.best_params["x"]  # doctest: +SKIP
+      Array([1., 1.], dtype=float32)
+    """
+
+    rule = "gradient"
+
+    def __init__(
+        self,
+        optimizer: optax.GradientTransformation,
+        *,
+        n_starts: int = 32,
+        batch_size: int | None = None,
+        n_steps: int = 1000,
+        seed: int = 0,
+        convergence: Convergence | None = DEFAULT_CONVERGENCE,
+        max_nonfinite: int = 8,
+        start_band: tuple[float, float] = (0.15, 0.85),
+        log_every: int = 100,
+        sync_every: int = 1,
+        max_history: int = 10_000,
+    ):
+        if not (hasattr(optimizer, "init") and hasattr(optimizer, "update")):
+            raise TypeError(
+                "optimizer must be an optax.GradientTransformation (with init and update); "
+                f"got {type(optimizer).__name__}"
+            )
+        if convergence is not None and not isinstance(convergence, Convergence):
+            raise TypeError(
+                f"convergence must be a multistart.Convergence or None; got {convergence!r}"
+            )
+        self.optimizer = optimizer
+        self.n_starts = _check_int(n_starts, "n_starts", 1)
+        self.batch_size = _check_batch_size(batch_size)
+        self.n_steps = _check_int(n_steps, "n_steps", 1)
+        self.seed = _check_int(seed, "seed", 0)
+        self.convergence = convergence
+        self.max_nonfinite = _check_int(max_nonfinite, "max_nonfinite", 1)
+        self.start_band = check_band(start_band)
+        self.log_every = _check_int(log_every, "log_every", 0)
+        self.sync_every = _check_int(sync_every, "sync_every", 1)
+        self.max_history = _check_int(max_history, "max_history", 1)
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(n_starts={self.n_starts}, batch_size={self.batch_size}, "
+            f"n_steps={self.n_steps}, seed={self.seed})"
+        )
+
+    def config(self) -> dict[str, Any]:
+        """The configuration as plain values (recorded in the Result)."""
+        conv = self.convergence
+        return {
+            "search": type(self).__name__,
+            "rule": self.rule,
+            "n_starts": self.n_starts,
+            "batch_size": self.batch_size,
+            "n_steps": self.n_steps,
+            "seed": self.seed,
+            "convergence": None if conv is None else vars(conv).copy(),
+            "max_nonfinite": self.max_nonfinite,
+            "start_band": list(self.start_band),
+            "hyperparameters": dict(getattr(self, "hyperparameters", {})),
+        }
+
+    # -- the run ---------------------------------------------------------------------------
+
+    def fit(self, objective, space=None) -> Result:
+        """Minimise ``objective(params) -> scalar`` over ``space``, or fit a model.
+
+        Args:
+          objective: a callable of the physical params pytree returning a real scalar, or a
+            :class:`multistart.FactorGraphModel` (then ``space`` is omitted).
+          space: a (nested) dict of priors.
+
+        Returns:
+          A :class:`multistart.Result`.
+
+        Raises:
+          TypeError / ValueError: bad arguments, or an objective that does not return a real
+            scalar; raised after one trace and before any compile.
+        """
+        log.configure()
+        problem = as_problem(objective, space)
+        dtype = jnp.zeros(()).dtype
+        check_objective(problem, dtype, repr(self))
+        rng = np.random.default_rng(self.seed)
+        x0 = uniform_band_starts(problem.space, self.n_starts, rng, self.start_band)
+        return self._run(problem, x0, dtype)
+
+    def _run(self, problem: Problem, x0, dtype) -> Result:
+        t_start = time.perf_counter()
+        space, n = problem.space, self.n_starts
+        width = resolve_batch_size(self.batch_size, n)
+        stride = math.ceil(self.n_steps / self.max_history)
+        window = 1 if self.convergence is None else self.convergence.window
+        u0 = jax.tree_util.tree_map(jnp.asarray, space.to_unconstrained(x0, dtype=dtype))
+        data = jax.device_put(problem.data)
+        log.logger.info(
+            "fitting %s: %d starts x %d parameters, %s, batch_size %d (%d chunks)",
+            problem.name,
+            n,
+            space.n_dims,
+            type(self).__name__,
+            width,
+            math.ceil(n / width),
+        )
+
+        def fom_u(u, d):
+            return problem.fom(space.to_physical(u), d)
+
+        start_step = make_start_step(fom_u, self.optimizer, self.convergence, self.max_nonfinite)
+        chunk_step = make_chunk_step(start_step)
+        chunk_step.__name__ = chunk_step.__qualname__ = _CHUNK_STEP_NAME
+        n_rows = math.ceil(self.n_steps / stride)
+
+        with CompileCounter() as compiles:
+            pop = jax.jit(lambda u: init_population(self.optimizer, u, n_rows, window))(u0)
+            chunks = device_chunks(np.arange(n), width, n)
+            t_compile = time.perf_counter()
+            compiled = (
+                jax.jit(chunk_step, donate_argnums=0)
+                .lower(pop, *chunks[0], np.int32(0), data)
+                .compile()
+            )
+            compile_s = time.perf_counter() - t_compile
+            log.logger.info("compiled the chunk step (width %d) in %.2f s", width, compile_s)
+            pop, loop_stats = self._loop(compiled, pop, chunks, data, n, width, stride, t_start)
+            result = self._finish(problem, pop, u0, loop_stats, stride)
+        wall_s = time.perf_counter() - t_start
+        result.stats.update(
+            n_compiles=compiles.count(_CHUNK_STEP_NAME),
+            n_compiles_total=compiles.total,
+            compile_s=compile_s,
+            wall_s=wall_s,
+            batch_size=width,
+            history_stride=stride,
+        )
+        self._log_end(result)
+        return result
+
+    def _loop(self, compiled, pop: PopState, chunks, data, n, width, stride, t_start):
+        """Step every running start until all ended or ``n_steps``; sync every few steps."""
+        active = np.arange(n)
+        n_calls, t_first, t_log, evals_since_log = 0, None, time.perf_counter(), 0
+        steps_run = 0
+        for t in range(self.n_steps):
+            pop = sweep_step(compiled, pop, chunks, t // stride, data)
+            n_calls += len(chunks)
+            evals_since_log += active.size
+            steps_run = t + 1
+            last = steps_run == self.n_steps
+            logging_now = self.log_every and (steps_run % self.log_every == 0 or last)
+            if t == 0 or last or logging_now or steps_run % self.sync_every == 0:
+                status = np.asarray(pop.starts.status)
+                if t == 0:
+                    t_first = time.perf_counter() - t_start
+                running = np.flatnonzero(status == Status.RUNNING.code)
+                if logging_now and log.logger.isEnabledFor(logging.INFO):
+                    now = time.perf_counter()
+                    best = np.asarray(pop.starts.best_fom).min()
+                    conv = int(np.sum(status == Status.CONVERGED.code))
+                    rate = evals_since_log / max(now - t_log, 1e-12)
+                    log.logger.info(
+                        log.progress_line(
+                            steps_run, self.n_steps, best, running.size, conv, n, rate
+                        )
+                    )
+                    t_log, evals_since_log = now, 0
+                if running.size == 0:
+                    break
+                if running.size != active.size:
+                    active = running
+                    chunks = device_chunks(active, width, n)
+        jax.block_until_ready(pop)
+        loop_s = time.perf_counter() - t_start
+        stats = {
+            "n_steps_run": steps_run,
+            "n_chunk_calls": n_calls,
+            "first_step_s": t_first,
+            "loop_s": loop_s,
+        }
+        return pop, stats
+
+    def _finish(self, problem: Problem, pop: PopState, u0, loop_stats, stride) -> Result:
+        space = problem.space
+        to_physical = jax.jit(jax.vmap(space.to_physical))
+        best_params = jax.device_get(to_physical(pop.starts.best_u))
+        start_params = jax.device_get(to_physical(u0))
+        s = jax.device_get(pop.starts)
+        codes = np.asarray(s.status).astype(np.int64)
+        codes[codes == Status.RUNNING.code] = Status.MAX_STEPS.code
+        status = np.array([Status.from_code(c) for c in codes], dtype=object)
+        foms = np.asarray(s.best_fom, dtype=np.float64)
+        # The history ends when the last start did; the host may have noticed a little later.
+        n_steps_run = int(np.max(s.n_steps))
+        rows = math.ceil(n_steps_run / stride)
+        history = _forward_fill(np.asarray(pop.history)[:rows].astype(np.float64))
+        history_steps = np.minimum((np.arange(rows) + 1) * stride, n_steps_run)
+        finite = np.isfinite(foms)
+        if finite.any():
+            best_index = int(np.argmin(np.where(finite, foms, np.inf)))
+            best = jax.tree_util.tree_map(lambda a: np.asarray(a)[best_index], best_params)
+            best_fom = float(foms[best_index])
+        else:
+            best_index, best_fom = -1, float("inf")
+            best = jax.tree_util.tree_map(
+                lambda a: np.full(np.shape(a)[1:], np.nan, np.asarray(a).dtype), best_params
+            )
+            warnings.warn(
+                f"every one of the {self.n_starts} starts was non-finite (nan or inf) for "
+                f"{problem.name!r}: no fit was found; check the objective and the space",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+        stats = dict(loop_stats)
+        stats["n_evals"] = int(np.sum(s.n_steps))
+        return Result(
+            best_params=best,
+            best_fom=best_fom,
+            best_index=best_index,
+            foms=foms,
+            params=best_params,
+            start_params=start_params,
+            status=status,
+            n_steps=np.asarray(s.n_steps, dtype=np.int64),
+            best_step=np.asarray(s.best_step, dtype=np.int64),
+            history=history,
+            history_steps=history_steps,
+            stats=stats,
+            paths=list(space.paths),
+            config=self.config(),
+        )
+
+    def _log_end(self, result: Result) -> None:
+        st = result.stats
+        counts = ", ".join(f"{k} {v}" for k, v in result.status_counts().items())
+        log.logger.info(
+            "done in %.2f s (compile %.2f s, %d chunk-step compile%s): best %.6g; %s",
+            st["wall_s"],
+            st["compile_s"],
+            st["n_compiles"],
+            "" if st["n_compiles"] == 1 else "s",
+            result.best_fom,
+            counts,
+        )
+
+
+def _forward_fill(history: np.ndarray) -> np.ndarray:
+    """Carry each start's last recorded best forward over rows where it no longer stepped."""
+    out = history.copy()
+    for i in range(1, out.shape[0]):
+        gap = np.isnan(out[i])
+        out[i, gap] = out[i - 1, gap]
+    return out
+
+
+class MultiStartAdam(MultiStartGradient):
+    """Multi-start Adam (``optax.adam``). Unconstrained coordinates are order one, so a
+    learning rate of a few hundredths suits most problems."""
+
+    rule = "adam"
+
+    def __init__(self, *, learning_rate: float = 0.05, b1=0.9, b2=0.999, eps=1e-8, **kwargs):
+        super().__init__(optax.adam(learning_rate, b1=b1, b2=b2, eps=eps), **kwargs)
+        self.hyperparameters = {"learning_rate": learning_rate, "b1": b1, "b2": b2, "eps": eps}
+
+
+class MultiStartProdigy(MultiStartGradient):
+    """Multi-start Prodigy (``optax.contrib.prodigy``): learning-rate free Adam. Each start
+    estimates its own step size ``d`` (per-start optimiser state)."""
+
+    rule = "prodigy"
+
+    def __init__(self, *, learning_rate: float = 1.0, betas=(0.9, 0.999), **kwargs):
+        super().__init__(optax.contrib.prodigy(learning_rate, betas=betas), **kwargs)
+        self.hyperparameters = {"learning_rate": learning_rate, "betas": list(betas)}
+
+
+class MultiStartADABelief(MultiStartGradient):
+    """Multi-start AdaBelief (``optax.adabelief``)."""
+
+    rule = "adabelief"
+
+    def __init__(self, *, learning_rate: float = 0.05, b1=0.9, b2=0.999, **kwargs):
+        super().__init__(optax.adabelief(learning_rate, b1=b1, b2=b2), **kwargs)
+        self.hyperparameters = {"learning_rate": learning_rate, "b1": b1, "b2": b2}
+
+
+class MultiStartLion(MultiStartGradient):
+    """Multi-start Lion (``optax.lion``): sign updates, so each step moves every unconstrained
+    coordinate by about ``learning_rate``."""
+
+    rule = "lion"
+
+    def __init__(self, *, learning_rate: float = 0.01, b1=0.9, b2=0.99, **kwargs):
+        super().__init__(optax.lion(learning_rate, b1=b1, b2=b2), **kwargs)
+        self.hyperparameters = {"learning_rate": learning_rate, "b1": b1, "b2": b2}

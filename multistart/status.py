@@ -1,0 +1,46 @@
+"""Per-start status: an enumeration whose values read well in a table, with a message each."""
+
+from __future__ import annotations
+
+import enum
+
+__all__ = ["Status"]
+
+
+class Status(str, enum.Enum):
+    """How a start ended. ``str(status)`` is its value; ``status.message`` explains it.
+
+    On the device a status is its ``code`` (a small int); the host turns codes back into members.
+    """
+
+    RUNNING = "running"
+    CONVERGED = "converged"
+    MAX_STEPS = "max_steps"
+    NONFINITE = "nonfinite"
+    INTERRUPTED = "interrupted"
+
+    @property
+    def code(self) -> int:
+        return _CODES[self]
+
+    @property
+    def message(self) -> str:
+        return _MESSAGES[self]
+
+    @classmethod
+    def from_code(cls, code: int) -> Status:
+        return _MEMBERS[int(code)]
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_MEMBERS = list(Status)
+_CODES = {s: i for i, s in enumerate(_MEMBERS)}
+_MESSAGES = {
+    Status.RUNNING: "Still running: the search stopped before this start ended.",
+    Status.CONVERGED: "Converged: the best figure of merit stopped improving within tolerance.",
+    Status.MAX_STEPS: "Reached n_steps before converging.",
+    Status.NONFINITE: "Non-finite (nan or inf) objective or gradient; the start was stopped.",
+    Status.INTERRUPTED: "The search was interrupted before this start ended.",
+}

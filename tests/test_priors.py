@@ -1,0 +1,92 @@
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import multistart as ms
+from multistart.priors import Space
+
+
+@pytest.mark.parametrize(
+    "prior",
+    [
+        ms.Uniform(-3.0, 5.0),
+        ms.Uniform([0.0, 1.0, 2.0], 10.0),
+        ms.LogUniform(0.01, 100.0, shape=(2, 2)),
+        ms.Normal(1.0, 3.0, shape=4),
+    ],
+)
+def test_bijection_round_trip_and_support(prior, x64):
+    rng = np.random.default_rng(0)
+    q = rng.uniform(0.01, 0.99, size=(50, *prior.shape))
+    x = prior.from_unit(q)
+    assert x.shape == (50, *prior.shape)
+    assert np.all(prior.contains(x))
+    np.testing.assert_allclose(prior.to_unit(x), q, rtol=1e-9, atol=1e-12)
+    u = prior.inverse(x)
+    np.testing.assert_allclose(np.asarray(prior.forward(jnp.asarray(u))), x, rtol=1e-9)
+
+
+@pytest.mark.parametrize("prior", [ms.Uniform(2.0, 3.0), ms.LogUniform(1e-3, 1e3)])
+def test_bounded_forward_never_leaves_the_box(prior):
+    u = jnp.array([-1e6, -80.0, -30.0, 0.0, 30.0, 80.0, 1e6], jnp.float32)
+    x = np.asarray(prior.forward(u))
+    assert np.all(np.isfinite(x))
+    assert np.all((x >= prior.lower) & (x <= prior.upper))
+
+
+def test_log_prob_matches_scipy(x64):
+    from scipy import stats
+
+    n = ms.Normal(1.0, 2.0, shape=(3,))
+    x = jnp.array([0.0, 1.0, 4.0])
+    np.testing.assert_allclose(float(n.log_prob(x)), stats.norm(1.0, 2.0).logpdf(x).sum())
+    u = ms.Uniform(0.0, 4.0)
+    np.testing.assert_allclose(float(u.log_prob(jnp.array(1.0))), -np.log(4.0))
+    lu = ms.LogUniform(1.0, 100.0)
+    expected = stats.loguniform(1.0, 100.0).logpdf(5.0)
+    np.testing.assert_allclose(float(lu.log_prob(jnp.array(5.0))), expected)
+
+
+@pytest.mark.parametrize(
+    "make, match",
+    [
+        (lambda: ms.Uniform(1.0, 1.0), "lower must be < upper"),
+        (lambda: ms.Uniform(2.0, 1.0), "lower must be < upper"),
+        (lambda: ms.Uniform(0.0, np.inf), "upper must be finite"),
+        (lambda: ms.Uniform(np.nan, 1.0), "lower must be finite"),
+        (lambda: ms.LogUniform(0.0, 1.0), "lower must be > 0"),
+        (lambda: ms.Normal(0.0, 0.0), "sigma must be > 0"),
+        (lambda: ms.Uniform([0.0, 0.0], [1.0, 1.0, 1.0]), "do not broadcast"),
+        (
+            lambda: ms.Uniform(0.0, 1.0, shape=(2,)).__class__(0.0, [1.0, 2.0], shape=(3,)),
+            "broadcast",
+        ),
+    ],
+)
+def test_bad_priors(make, match):
+    with pytest.raises(ValueError, match=match):
+        make()
+
+
+def test_space_flattening_names_and_errors():
+    space = Space({"b": {"s": ms.Uniform(0, 1)}, "a": ms.Normal(0, 1, shape=(2,))})
+    assert space.paths == ["a", "b.s"]
+    assert space.n_dims == 3
+    with pytest.raises(ValueError, match="space is empty"):
+        Space({})
+    with pytest.raises(TypeError, match="space must be a dict"):
+        Space([ms.Uniform(0, 1)])
+    with pytest.raises(TypeError, match=r"space\['b.s'\] must be a prior"):
+        Space({"b": {"s": 3.0}})
+
+
+def test_space_maps_whole_pytrees(x64):
+    space = Space({"a": ms.Uniform(0.0, 2.0), "b": {"c": ms.LogUniform(1.0, 10.0, shape=(3,))}})
+    x = {"a": np.array([0.5, 1.5]), "b": {"c": np.array([[2.0, 3.0, 4.0], [5.0, 6.0, 7.0]])}}
+    u = space.to_unconstrained(x)
+    back = jax.vmap(space.to_physical)(jax.tree_util.tree_map(jnp.asarray, u))
+    for got, want in zip(
+        jax.tree_util.tree_leaves(back), jax.tree_util.tree_leaves(x), strict=True
+    ):
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-12)

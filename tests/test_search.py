@@ -1,0 +1,442 @@
+import logging
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from conftest import (
+    MULTIMODAL_SPACE,
+    PARABOLA_MIN,
+    PARABOLA_SPACE,
+    ROSENBROCK_SPACE,
+    multimodal,
+    parabola,
+    rosenbrock,
+)
+
+import multistart as ms
+from multistart.priors import Space
+from multistart.problem import as_problem
+
+RULES = [ms.MultiStartAdam, ms.MultiStartProdigy, ms.MultiStartADABelief, ms.MultiStartLion]
+
+
+def leaves_equal(a, b) -> bool:
+    la, lb = jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)
+    return len(la) == len(lb) and all(np.array_equal(x, y) for x, y in zip(la, lb, strict=True))
+
+
+def results_identical(a: ms.Result, b: ms.Result) -> bool:
+    return (
+        np.array_equal(a.foms, b.foms)
+        and leaves_equal(a.params, b.params)
+        and np.array_equal(a.history, b.history, equal_nan=True)
+        and np.array_equal(a.n_steps, b.n_steps)
+        and np.array_equal(a.best_step, b.best_step)
+        and list(a.status) == list(b.status)
+    )
+
+
+# -- finding minima --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("rule", RULES)
+def test_every_rule_finds_the_parabola_minimum(rule):
+    result = rule(n_starts=6, batch_size=4, n_steps=400, seed=1).fit(parabola, PARABOLA_SPACE)
+    np.testing.assert_allclose(result.best_params["x"], PARABOLA_MIN["x"], atol=2e-2)
+    np.testing.assert_allclose(result.best_params["y"], PARABOLA_MIN["y"], atol=2e-2)
+    assert result.best_fom < 1e-3
+    assert result.stats["n_compiles"] == 1
+
+
+@pytest.mark.parametrize("rule", RULES)
+def test_every_rule_finds_the_global_multimodal_minimum(rule, x64):
+    result = rule(n_starts=12, batch_size=5, n_steps=300, seed=0).fit(multimodal, MULTIMODAL_SPACE)
+    # global minimum of sin(3n) + 0.1 n^2 is near n = -0.51, value about -0.974
+    assert abs(float(result.best_params["n"]) + 0.51) < 0.05
+    assert abs(np.log(float(result.best_params["s"])) - 0.3) < 0.05
+    assert result.best_fom < -0.95
+    # several starts end in other local minima: the record keeps them all
+    assert np.ptp(result.foms) > 0.1
+
+
+def test_adam_on_rosenbrock_float64(x64):
+    result = ms.MultiStartAdam(n_starts=8, batch_size=3, n_steps=1500, seed=0).fit(
+        rosenbrock, ROSENBROCK_SPACE
+    )
+    np.testing.assert_allclose(result.best_params["x"], [1.0, 1.0], atol=1e-2)
+
+
+def test_lbfgs_rule_with_line_search_fits_without_a_second_code_path(x64):
+    search = ms.MultiStartGradient(optax.lbfgs(), n_starts=5, batch_size=2, n_steps=60, seed=0)
+    result = search.fit(rosenbrock, ROSENBROCK_SPACE)
+    np.testing.assert_allclose(result.best_params["x"], [1.0, 1.0], atol=1e-5)
+    assert result.stats["n_compiles"] == 1
+
+
+def test_value_is_passed_to_rules_that_take_it():
+    seen = []
+
+    def scale_by_value():
+        def init(params):
+            return optax.EmptyState()
+
+        def update(updates, state, params=None, *, value):
+            seen.append(value)
+            return jax.tree_util.tree_map(lambda g: -0.1 * g, updates), state
+
+        return optax.GradientTransformationExtraArgs(init, update)
+
+    search = ms.MultiStartGradient(scale_by_value(), n_starts=2, n_steps=3, convergence=None)
+    search.fit(parabola, PARABOLA_SPACE)
+    assert seen and seen[0].shape == ()  # traced once, per start, as a scalar
+
+
+# -- per-start independence and parity with plain optax -----------------------------------------
+
+
+def _plain_optax_loop(optimizer, space, objective, x0, n_steps):
+    """The reference: one start, a plain optax loop in the same unconstrained coordinates."""
+    sp = Space(space)
+    u = jax.tree_util.tree_map(lambda a: jnp.asarray(a[0]), sp.to_unconstrained(x0))
+    f = jax.jit(jax.value_and_grad(lambda u: objective(sp.to_physical(u))))
+    state = optimizer.init(u)
+    foms = []
+    for _ in range(n_steps):
+        value, grad = f(u)
+        updates, state = optimizer.update(grad, state, u)
+        u = optax.apply_updates(u, updates)
+        foms.append(float(value))
+    return np.array(foms)
+
+
+def _run_from(search, objective, space, x0):
+    problem = as_problem(objective, space)
+    return search._run(problem, x0, jnp.zeros(()).dtype)
+
+
+@pytest.mark.parametrize(
+    "search_cls, optimizer",
+    [
+        (ms.MultiStartAdam, optax.adam(0.05, b1=0.9, b2=0.999, eps=1e-8)),
+        (ms.MultiStartProdigy, optax.contrib.prodigy(1.0, betas=(0.9, 0.999))),
+    ],
+)
+def test_one_start_equals_a_plain_optax_loop(search_cls, optimizer, x64):
+    x0 = {"x": np.array([[-2.0, 3.0]]), "y": np.array([1.7])}
+    search = search_cls(n_starts=1, n_steps=40, convergence=None)
+    result = _run_from(search, parabola, PARABOLA_SPACE, x0)
+    reference = _plain_optax_loop(optimizer, PARABOLA_SPACE, parabola, x0, 40)
+    np.testing.assert_allclose(result.history[:, 0], np.minimum.accumulate(reference), rtol=1e-12)
+
+
+def test_prodigy_step_size_estimate_is_per_start(x64):
+    """Two starts on very differently scaled objectives behave exactly as each would alone.
+
+    Prodigy's ``d`` is a statistic over the whole parameter tree: if it were shared by the
+    stack of starts, each start's trajectory would depend on the other's.
+    """
+
+    def scaled(p):
+        return p["w"] * jnp.sum((p["x"] - 1.0) ** 2)
+
+    space = {"w": ms.LogUniform(1e-3, 1e3), "x": ms.Uniform(-4.0, 4.0, shape=(2,))}
+    xa = {"w": np.array([1e-3 * 1.5]), "x": np.array([[-3.0, 2.0]])}
+    xb = {"w": np.array([900.0]), "x": np.array([[3.0, -1.0]])}
+    both = {k: np.concatenate([xa[k], xb[k]]) for k in xa}
+    search = lambda n: ms.MultiStartProdigy(n_starts=n, n_steps=60, convergence=None)  # noqa: E731
+    together = _run_from(search(2), scaled, space, both)
+    alone_a = _run_from(search(1), scaled, space, xa)
+    alone_b = _run_from(search(1), scaled, space, xb)
+    np.testing.assert_allclose(together.history[:, 0], alone_a.history[:, 0], rtol=1e-12)
+    np.testing.assert_allclose(together.history[:, 1], alone_b.history[:, 0], rtol=1e-12)
+
+
+# -- one compile, chunking, determinism --------------------------------------------------------
+
+
+@pytest.mark.parametrize("rule", RULES)
+def test_batch_widths_give_bit_identical_results(rule, x64):
+    """``None``, 4 and a ragged 5 (chunks 5, 5, 2) agree bit for bit in float64 on CPU."""
+
+    def objective(p):
+        return rosenbrock(p) + multimodal(p)
+
+    space = {**ROSENBROCK_SPACE, **MULTIMODAL_SPACE}
+    runs = {
+        bs: rule(n_starts=12, batch_size=bs, n_steps=150, seed=3).fit(objective, space)
+        for bs in (None, 4, 5)
+    }
+    assert results_identical(runs[None], runs[4])
+    assert results_identical(runs[None], runs[5])
+
+
+def test_same_seed_same_result_other_seed_other_starts():
+    run = lambda seed: ms.MultiStartAdam(n_starts=5, n_steps=50, seed=seed).fit(  # noqa: E731
+        multimodal, MULTIMODAL_SPACE
+    )
+    a, b, c = run(7), run(7), run(8)
+    assert results_identical(a, b)
+    assert not np.array_equal(a.start_params["n"], c.start_params["n"])
+
+
+@pytest.mark.parametrize("n_starts, batch_size", [(7, 3), (10, 4), (3, 8), (9, 1), (6, None)])
+def test_exactly_one_chunk_step_compile_however_ragged(n_starts, batch_size):
+    result = ms.MultiStartAdam(n_starts=n_starts, batch_size=batch_size, n_steps=120, seed=0).fit(
+        parabola, PARABOLA_SPACE
+    )
+    assert result.stats["n_compiles"] == 1
+    # the chunk step, the population's init and the final parameter map: nothing per chunk
+    assert result.stats["n_compiles_total"] <= 3
+    assert result.stats["batch_size"] == min(batch_size or n_starts, n_starts)
+
+
+def test_compiles_do_not_grow_with_the_number_of_chunks():
+    totals = {
+        bs: ms.MultiStartAdam(n_starts=12, batch_size=bs, n_steps=30, seed=0)
+        .fit(parabola, PARABOLA_SPACE)
+        .stats["n_compiles_total"]
+        for bs in (1, 5, 12)
+    }
+    assert len(set(totals.values())) == 1, totals
+
+
+def test_converged_starts_leave_the_sweep():
+    search = ms.MultiStartAdam(
+        n_starts=10,
+        batch_size=2,
+        n_steps=2000,
+        seed=0,
+        convergence=ms.Convergence(window=20, rtol=0.0, atol=1e-9),
+    )
+    result = search.fit(parabola, PARABOLA_SPACE)
+    assert all(s is ms.Status.CONVERGED for s in result.status)
+    assert result.n_steps.max() < 2000
+    assert result.stats["n_evals"] == result.n_steps.sum()
+    # repacking: chunk calls track the running starts, not n_starts every step
+    steps_run = result.stats["n_steps_run"]
+    assert steps_run == result.n_steps.max() == result.history.shape[0]
+    assert result.stats["n_chunk_calls"] < steps_run * 5
+    running = [(result.n_steps > t).sum() for t in range(steps_run)]
+    assert result.stats["n_chunk_calls"] <= sum(-(-r // 2) for r in running) + 5
+
+
+def test_results_do_not_depend_on_when_the_host_syncs(x64):
+    base = dict(n_starts=9, batch_size=4, n_steps=300, seed=2)
+    a = ms.MultiStartAdam(sync_every=1, **base).fit(multimodal, MULTIMODAL_SPACE)
+    b = ms.MultiStartAdam(sync_every=1000, **base).fit(multimodal, MULTIMODAL_SPACE)
+    assert results_identical(a, b)
+    assert b.stats["n_chunk_calls"] >= a.stats["n_chunk_calls"]
+
+
+# -- the record ------------------------------------------------------------------------------
+
+
+def test_result_record_shapes_and_history():
+    result = ms.MultiStartAdam(n_starts=6, batch_size=4, n_steps=80, seed=0).fit(
+        parabola, PARABOLA_SPACE
+    )
+    assert result.foms.shape == (6,)
+    assert result.params["x"].shape == (6, 2) and result.params["y"].shape == (6,)
+    assert result.start_params["x"].shape == (6, 2)
+    assert result.status.shape == (6,) and all(isinstance(s, ms.Status) for s in result.status)
+    assert result.history.shape == (80, 6)
+    assert np.all(np.diff(result.history, axis=0) <= 0)  # best-so-far never rises
+    np.testing.assert_array_equal(result.history[-1], result.foms)
+    np.testing.assert_array_equal(result.best_history, result.history.min(axis=1))
+    assert result.best_fom == result.foms.min() == result.foms[result.best_index]
+    assert np.all(result.best_step < result.n_steps)
+    for key in ("n_compiles", "n_compiles_total", "compile_s", "wall_s", "n_evals", "first_step_s"):
+        assert key in result.stats
+    assert str(ms.Status.CONVERGED) == "converged" and "Converged" in ms.Status.CONVERGED.message
+
+
+def test_history_is_strided_when_long():
+    result = ms.MultiStartAdam(
+        n_starts=2, n_steps=100, max_history=30, convergence=None, seed=0
+    ).fit(parabola, PARABOLA_SPACE)
+    assert result.history.shape == (25, 2)  # stride 4
+    assert result.history_steps[-1] == 100
+    np.testing.assert_array_equal(result.history[-1], result.foms)
+
+
+def test_the_objective_only_sees_values_inside_the_bounds():
+    lower = 1.0
+
+    def pushes_below_lower(p):
+        x = p["x"]
+        outside = jnp.any(x < lower) | jnp.any(x > 2.0)
+        return jnp.where(outside, jnp.nan, jnp.sum(x))
+
+    result = ms.MultiStartAdam(n_starts=4, n_steps=600, seed=0, learning_rate=0.5).fit(
+        pushes_below_lower, {"x": ms.Uniform(lower, 2.0, shape=(3,))}
+    )
+    assert all(s is not ms.Status.NONFINITE for s in result.status)
+    np.testing.assert_allclose(result.best_params["x"], lower, atol=1e-3)
+
+
+# -- non-finite starts -----------------------------------------------------------------------
+
+
+def test_a_nan_region_kills_only_the_starts_that_begin_there():
+    def nan_right(p):
+        return jnp.where(p["x"] > 1.0, jnp.nan, (p["x"] + 1.0) ** 2)
+
+    x0 = {"x": np.array([-3.0, 2.0, -0.5, 3.0, 0.2])}
+    search = ms.MultiStartAdam(n_starts=5, batch_size=2, n_steps=300, seed=0)
+    result = _run_from(search, nan_right, {"x": ms.Uniform(-4.0, 4.0)}, x0)
+    dead = np.array([s is ms.Status.NONFINITE for s in result.status])
+    assert dead.tolist() == [False, True, False, True, False]
+    assert np.all(np.isinf(result.foms[dead])) and np.all(result.n_steps[dead] == 1)
+    assert np.all(np.abs(result.params["x"][~dead] + 1.0) < 1e-2)
+    assert result.best_index in (0, 2, 4)
+
+
+def test_a_step_into_a_nan_region_is_rolled_back_and_retried_smaller(x64):
+    # the minimum sits on the edge of a region where the objective is nan
+    def edge(p):
+        return jnp.where(p["x"] < 0.0, jnp.nan, (p["x"] - 0.01) ** 2)
+
+    search = ms.MultiStartAdam(
+        n_starts=3, n_steps=400, seed=0, learning_rate=0.3, start_band=(0.3, 0.9)
+    )
+    result = search.fit(edge, {"x": ms.Uniform(-1.0, 3.0)})
+    assert all(s is not ms.Status.NONFINITE for s in result.status)
+    np.testing.assert_allclose(result.best_params["x"], 0.01, atol=1e-3)
+    assert np.all(np.isfinite(result.foms))
+
+
+def test_inf_gradient_with_finite_value_at_the_start_ends_it_at_once():
+    def kink(p):
+        return jnp.sqrt(jnp.abs(p["x"]))  # d/dx at 0 is inf
+
+    x0 = {"x": np.array([0.0, 0.5])}
+    search = ms.MultiStartAdam(n_starts=2, n_steps=50, seed=0)
+    result = _run_from(search, kink, {"x": ms.Uniform(-1.0, 1.0)}, x0)
+    assert result.status[0] is ms.Status.NONFINITE and result.n_steps[0] == 1
+    assert result.status[1] is not ms.Status.NONFINITE
+
+
+def test_a_start_bouncing_off_a_nan_wall_ends_after_max_nonfinite_tries(x64):
+    def wall(p):
+        return jnp.where(p["x"] > 0.2, jnp.nan, -p["x"])  # pushes right, into the wall
+
+    x0 = {"x": np.array([0.2 - 1e-7])}
+    search = ms.MultiStartAdam(n_starts=1, n_steps=50, max_nonfinite=3, seed=0)
+    result = _run_from(search, wall, {"x": ms.Uniform(-1.0, 1.0)}, x0)
+    assert result.status[0] is ms.Status.NONFINITE
+    # ok, fail (rolled back, half step), ok again from the same point, fail, ok, fail: ended
+    assert result.n_steps[0] == 6
+    np.testing.assert_allclose(result.best_params["x"], 0.2 - 1e-7, rtol=1e-9)
+
+
+def test_every_start_nonfinite_gives_a_result_and_a_warning():
+    search = ms.MultiStartAdam(n_starts=4, batch_size=3, n_steps=20, seed=0)
+    with pytest.warns(RuntimeWarning, match="every one of the 4 starts was non-finite"):
+        result = search.fit(lambda p: jnp.log(-(p["x"] ** 2) - 1.0), {"x": ms.Uniform(0.0, 1.0)})
+    assert all(s is ms.Status.NONFINITE for s in result.status)
+    assert result.best_index == -1 and result.best_fom == np.inf
+    assert np.isnan(result.best_params["x"])
+
+
+# -- bad input: clear errors before any compile ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"n_starts": 0}, "n_starts must be an int >= 1"),
+        ({"n_starts": 2.0}, "n_starts must be an int >= 1"),
+        ({"n_steps": 0}, "n_steps must be an int >= 1"),
+        ({"batch_size": 0}, "batch_size must be a positive int"),
+        ({"batch_size": -3}, "batch_size must be a positive int"),
+        ({"batch_size": 2.5}, "batch_size must be a positive int"),
+        ({"batch_size": True}, "batch_size must be a positive int"),
+        ({"batch_size": "fast"}, "batch_size must be a positive int"),
+        ({"seed": -1}, "seed must be an int >= 0"),
+        ({"max_nonfinite": 0}, "max_nonfinite"),
+        ({"start_band": (0.9, 0.1)}, "start_band"),
+    ],
+)
+def test_bad_search_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        ms.MultiStartAdam(**kwargs)
+
+
+def test_bad_optimizer_and_convergence():
+    with pytest.raises(TypeError, match="optimizer must be an optax"):
+        ms.MultiStartGradient("adam")
+    with pytest.raises(TypeError, match="convergence must be"):
+        ms.MultiStartAdam(convergence={"window": 3})
+
+
+class _NoCompile:
+    """Fails the test if anything is compiled inside the block."""
+
+    def __enter__(self):
+        from multistart.monitor import CompileCounter
+
+        self.counter = CompileCounter().__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.counter.__exit__(*exc)
+        assert self.counter.total == 0, dict(self.counter.counts)
+
+
+@pytest.mark.parametrize(
+    "objective, space, error, match",
+    [
+        (
+            lambda p: p["x"] * jnp.ones(3),
+            {"x": ms.Uniform(0, 1)},
+            TypeError,
+            r"scalar; got shape \(3,\)",
+        ),
+        (lambda p: jnp.int32(1), {"x": ms.Uniform(0, 1)}, TypeError, "floating-point scalar"),
+        (lambda p: (p["x"], p["x"]), {"x": ms.Uniform(0, 1)}, TypeError, "single scalar"),
+        (parabola, {}, ValueError, "space is empty"),
+        (parabola, None, TypeError, "space is required"),
+        (parabola, {"x": (0.0, 1.0)}, TypeError, r"space\['x'\] must be a prior"),
+        ("not callable", {"x": ms.Uniform(0, 1)}, TypeError, "objective must be a callable"),
+    ],
+)
+def test_bad_objectives_fail_before_any_compile(objective, space, error, match):
+    search = ms.MultiStartAdam(n_starts=2, n_steps=5)
+    with _NoCompile(), pytest.raises(error, match=match):
+        search.fit(objective, space)
+
+
+def test_an_objective_raising_while_traced_keeps_its_exception_with_context():
+    def broken(p):
+        raise KeyError("amplitude")
+
+    with _NoCompile(), pytest.raises(KeyError, match="amplitude") as info:
+        ms.MultiStartAdam(n_starts=2, n_steps=5).fit(broken, {"x": ms.Uniform(0, 1)})
+    assert any("raised while tracing 'broken'" in n for n in info.value.__notes__)
+    assert any("MultiStartAdam(n_starts=2" in n for n in info.value.__notes__)
+
+
+# -- logging -------------------------------------------------------------------------------------
+
+
+def test_progress_lines_every_log_every_steps(monkeypatch, caplog):
+    monkeypatch.setenv("MULTISTART_LOG_LEVEL", "INFO")
+    with caplog.at_level(logging.INFO, logger="multistart"):
+        ms.MultiStartAdam(n_starts=3, n_steps=30, log_every=10, convergence=None).fit(
+            parabola, PARABOLA_SPACE
+        )
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("step ")]
+    assert [line.split()[1] for line in lines] == ["10/30", "20/30", "30/30"]
+    assert all("best" in line and "alive 3/3" in line and "evals/s" in line for line in lines)
+
+
+def test_log_level_from_the_environment(monkeypatch, caplog):
+    monkeypatch.setenv("MULTISTART_LOG_LEVEL", "WARNING")
+    with caplog.at_level(logging.DEBUG, logger="multistart"):
+        ms.MultiStartAdam(n_starts=2, n_steps=10, log_every=5).fit(parabola, PARABOLA_SPACE)
+    assert not [r for r in caplog.records if r.levelno < logging.WARNING]
+    monkeypatch.setenv("MULTISTART_LOG_LEVEL", "chatty")
+    with pytest.raises(ValueError, match="MULTISTART_LOG_LEVEL"):
+        ms.MultiStartAdam(n_starts=2, n_steps=10).fit(parabola, PARABOLA_SPACE)
