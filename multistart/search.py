@@ -22,7 +22,7 @@ from .result import Result
 from .starts import check_band, uniform_band_starts
 from .status import Status
 from .step import PopState, init_population, make_chunk_step, make_start_step
-from .sweep import device_chunks, sweep_step
+from .sweep import ChunkSweep
 
 __all__ = [
     "MultiStartGradient",
@@ -208,16 +208,10 @@ class MultiStartGradient:
 
         with CompileCounter() as compiles:
             pop = jax.jit(lambda u: init_population(self.optimizer, u, n_rows, window))(u0)
-            chunks = device_chunks(np.arange(n), width, n)
-            t_compile = time.perf_counter()
-            compiled = (
-                jax.jit(chunk_step, donate_argnums=0)
-                .lower(pop, *chunks[0], np.int32(0), data)
-                .compile()
-            )
-            compile_s = time.perf_counter() - t_compile
+            sweep = ChunkSweep(chunk_step, width=width, n_total=n, data=data)
+            compile_s = sweep.compile(pop)
             log.logger.info("compiled the chunk step (width %d) in %.2f s", width, compile_s)
-            pop, loop_stats = self._loop(compiled, pop, chunks, data, n, width, stride, t_start)
+            pop, loop_stats = self._loop(sweep, pop, stride, t_start)
             result = self._finish(problem, pop, u0, loop_stats, stride)
         wall_s = time.perf_counter() - t_start
         result.stats.update(
@@ -231,46 +225,43 @@ class MultiStartGradient:
         self._log_end(result)
         return result
 
-    def _loop(self, compiled, pop: PopState, chunks, data, n, width, stride, t_start):
+    def _loop(self, sweep: ChunkSweep, pop: PopState, stride: int, t_start: float):
         """Step every running start until all ended or ``n_steps``; sync every few steps."""
-        active = np.arange(n)
+        n = sweep.n_total
         n_calls, t_first, t_log, evals_since_log = 0, None, time.perf_counter(), 0
         steps_run = 0
         for t in range(self.n_steps):
-            pop = sweep_step(compiled, pop, chunks, t // stride, data)
-            n_calls += len(chunks)
-            evals_since_log += active.size
+            pop = sweep.step(pop, t // stride)
+            n_calls += len(sweep.chunks)
+            evals_since_log += sweep.rows.size
             steps_run = t + 1
             last = steps_run == self.n_steps
             logging_now = self.log_every and (steps_run % self.log_every == 0 or last)
-            if t == 0 or last or logging_now or steps_run % self.sync_every == 0:
-                status = np.asarray(pop.starts.status)
-                if t == 0:
-                    t_first = time.perf_counter() - t_start
-                running = np.flatnonzero(status == Status.RUNNING.code)
-                if logging_now and log.logger.isEnabledFor(logging.INFO):
-                    now = time.perf_counter()
-                    best = np.asarray(pop.starts.best_fom).min()
-                    conv = int(np.sum(status == Status.CONVERGED.code))
-                    rate = evals_since_log / max(now - t_log, 1e-12)
-                    log.logger.info(
-                        log.progress_line(
-                            steps_run, self.n_steps, best, running.size, conv, n, rate
-                        )
-                    )
-                    t_log, evals_since_log = now, 0
-                if running.size == 0:
-                    break
-                if running.size != active.size:
-                    active = running
-                    chunks = device_chunks(active, width, n)
+            if not (t == 0 or last or logging_now or steps_run % self.sync_every == 0):
+                continue
+            status = np.asarray(pop.starts.status)
+            if t == 0:
+                t_first = time.perf_counter() - t_start
+            running = np.flatnonzero(status == Status.RUNNING.code)
+            if logging_now and log.logger.isEnabledFor(logging.INFO):
+                now = time.perf_counter()
+                best = np.asarray(pop.starts.best_fom).min()
+                conv = int(np.sum(status == Status.CONVERGED.code))
+                rate = evals_since_log / max(now - t_log, 1e-12)
+                log.logger.info(
+                    log.progress_line(steps_run, self.n_steps, best, running.size, conv, n, rate)
+                )
+                t_log, evals_since_log = now, 0
+            if running.size == 0:
+                break
+            if running.size != sweep.rows.size:
+                sweep.set_rows(running)
         jax.block_until_ready(pop)
-        loop_s = time.perf_counter() - t_start
         stats = {
             "n_steps_run": steps_run,
             "n_chunk_calls": n_calls,
             "first_step_s": t_first,
-            "loop_s": loop_s,
+            "loop_s": time.perf_counter() - t_start,
         }
         return pop, stats
 

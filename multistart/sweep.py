@@ -9,12 +9,14 @@ time of one ``vmap``.
 
 from __future__ import annotations
 
+import time
+
 import jax
 import numpy as np
 
 from .chunking import chunk_indices
 
-__all__ = ["device_chunks", "sweep_step"]
+__all__ = ["ChunkSweep", "device_chunks"]
 
 
 def device_chunks(rows: np.ndarray, batch_size: int, n_total: int) -> list[tuple]:
@@ -24,13 +26,40 @@ def device_chunks(rows: np.ndarray, batch_size: int, n_total: int) -> list[tuple
     ]
 
 
-def sweep_step(chunk_step, pop, chunks, row, data):
-    """One step of every start in ``chunks``: one call of the compiled chunk step per chunk.
+class ChunkSweep:
+    """One compiled chunk step and the chunks of the rows it currently sweeps.
 
-    No host synchronisation happens here: the calls are queued on the device and the state
-    stays there. ``row`` is the history row this step writes.
+    ``chunk_step(pop, gather, scatter, row, data) -> pop`` updates the rows named by
+    ``gather``/``scatter`` (``batch_size`` each) of the population state ``pop``, whose buffers
+    are donated so the update happens in place. :meth:`step` calls it once per chunk, with no
+    host synchronisation.
     """
-    row = np.int32(row)
-    for gather, scatter in chunks:
-        pop = chunk_step(pop, gather, scatter, row, data)
-    return pop
+
+    def __init__(self, chunk_step, *, width: int, n_total: int, data):
+        self._jit = jax.jit(chunk_step, donate_argnums=0)
+        self.width = width
+        self.n_total = n_total
+        self.data = data
+        self.compiled = None
+        self.compile_s = 0.0
+        self.set_rows(np.arange(n_total))
+
+    def set_rows(self, rows: np.ndarray) -> None:
+        """Sweep only ``rows`` from now on (repacked into full chunks)."""
+        self.rows = np.asarray(rows)
+        self.chunks = device_chunks(self.rows, self.width, self.n_total)
+
+    def compile(self, pop) -> float:
+        """Lower and compile the chunk step for ``pop``'s shapes; returns the seconds taken."""
+        gather, scatter = device_chunks(np.arange(1), self.width, self.n_total)[0]
+        t0 = time.perf_counter()
+        self.compiled = self._jit.lower(pop, gather, scatter, np.int32(0), self.data).compile()
+        self.compile_s = time.perf_counter() - t0
+        return self.compile_s
+
+    def step(self, pop, row: int):
+        """One step of every swept row; ``row`` is the history row the step writes."""
+        row = np.int32(row)
+        for gather, scatter in self.chunks:
+            pop = self.compiled(pop, gather, scatter, row, self.data)
+        return pop
