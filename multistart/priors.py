@@ -311,6 +311,67 @@ class Space:
             for p, v in zip(self.priors, self.leaves(x), strict=True)
         )
 
+    # -- the flat representation the engine steps in ----------------------------------------
+    #
+    # One start's unconstrained parameters are one vector of n_dims values (the leaves raveled
+    # in order). The built-in priors then map the whole vector at once, elementwise with
+    # per-element constants, so the compiled step has a handful of kernels, not one per leaf.
+
+    def ravel(self, tree, batch_ndim: int = 1) -> np.ndarray:
+        """NumPy: a params pytree with ``batch_ndim`` leading axes to ``(*batch, n_dims)``."""
+        leaves = [np.asarray(v) for v in self.leaves(tree)]
+        batch = leaves[0].shape[:batch_ndim]
+        return np.concatenate([v.reshape(*batch, -1) for v in leaves], axis=-1)
+
+    def unravel(self, vec):
+        """JAX: one start's ``(n_dims,)`` vector to the params pytree."""
+        out, i = [], 0
+        for p in self.priors:
+            out.append(jnp.reshape(vec[i : i + p.size], p.shape))
+            i += p.size
+        return self.unflatten(out)
+
+    def _tables(self):
+        if not hasattr(self, "_tables_cache"):
+            kinds = {Uniform: 0, LogUniform: 1, Normal: 2}
+            if any(type(p) not in kinds for p in self.priors):
+                self._tables_cache = None
+            else:
+                kind, a, b = [], [], []
+                for p in self.priors:
+                    k = kinds[type(p)]
+                    kind.append(np.full(p.size, k))
+                    if k == 2:
+                        a.append(p.mean.ravel()), b.append(p.sigma.ravel())
+                    else:
+                        a.append(p.lower.ravel()), b.append(p.upper.ravel())
+                self._tables_cache = tuple(np.concatenate(t) for t in (kind, a, b))
+        return self._tables_cache
+
+    def forward_flat(self, u):
+        """JAX: one start's unconstrained vector to its physical vector (same layout)."""
+        tables = self._tables()
+        if tables is None:  # a user-defined prior: map leaf by leaf
+            leaves = jax.tree_util.tree_leaves(self.to_physical(self.unravel(u)))
+            return jnp.concatenate([jnp.ravel(v) for v in leaves])
+        kind, a, b = tables
+        dtype = jnp.result_type(u)
+        is_log, is_normal = kind == 1, kind == 2
+        lo = np.where(is_normal, 0.0, a)
+        hi = np.where(is_normal, 1.0, b)
+        zl = jnp.asarray(np.where(is_log, np.log(np.where(is_log, lo, 1.0)), lo), dtype)
+        zh = jnp.asarray(np.where(is_log, np.log(np.where(is_log, hi, 1.0)), hi), dtype)
+        z = zl + (zh - zl) * jax.nn.sigmoid(u)
+        # exp only where the prior is log-uniform: exp of a large linear bound would be inf,
+        # and inf in the branch where() discards still turns the gradient into nan.
+        if is_log.any():
+            z = jnp.where(is_log, jnp.exp(jnp.where(is_log, z, 0.0)), z)
+        bounded = jnp.clip(z, jnp.asarray(lo, dtype), jnp.asarray(hi, dtype))
+        if not is_normal.any():
+            return bounded
+        normal = jnp.asarray(a, dtype) + jnp.asarray(b, dtype) * u
+        return jnp.where(is_normal, normal, bounded)
+
     def from_unit(self, q_leaves):
         """Physical pytree from per-leaf unit-cube arrays (NumPy)."""
         return self.unflatten(p.from_unit(q) for p, q in zip(self.priors, q_leaves, strict=True))

@@ -85,6 +85,12 @@ class MultiStartGradient:
       sync_every: the host reads which starts ended every this many steps, to drop them from
         the sweep. Results do not depend on it (ended starts are frozen on the device).
       max_history: at most this many rows of best-so-far history are kept (evenly strided).
+      flat: step each start's parameters as one flat vector (the default: fewer, larger
+        kernels, so faster steps and compiles). optax then sees one vector per start, which
+        changes nothing for elementwise rules (Adam, Lion, ...) or whole-vector ones
+        (Prodigy, L-BFGS); use ``flat=False`` for a rule keyed to the parameter tree's
+        structure (``optax.multi_transform``, ``optax.masked``), which then receives the
+        unconstrained params as the space's pytree.
 
     Example:
       >>> import jax.numpy as jnp, multistart as ms
@@ -111,6 +117,7 @@ class MultiStartGradient:
         log_every: int = 100,
         sync_every: int = 1,
         max_history: int = 10_000,
+        flat: bool = True,
     ):
         if not (hasattr(optimizer, "init") and hasattr(optimizer, "update")):
             raise TypeError(
@@ -132,6 +139,9 @@ class MultiStartGradient:
         self.log_every = _check_int(log_every, "log_every", 0)
         self.sync_every = _check_int(sync_every, "sync_every", 1)
         self.max_history = _check_int(max_history, "max_history", 1)
+        if not isinstance(flat, bool):
+            raise ValueError(f"flat must be True or False; got {flat!r}")
+        self.flat = flat
 
     def __repr__(self) -> str:
         return (
@@ -152,6 +162,7 @@ class MultiStartGradient:
             "convergence": None if conv is None else vars(conv).copy(),
             "max_nonfinite": self.max_nonfinite,
             "start_band": list(self.start_band),
+            "flat": self.flat,
             "hyperparameters": dict(getattr(self, "hyperparameters", {})),
         }
 
@@ -186,7 +197,16 @@ class MultiStartGradient:
         width = resolve_batch_size(self.batch_size, n)
         stride = math.ceil(self.n_steps / self.max_history)
         window = 1 if self.convergence is None else self.convergence.window
-        u0 = jax.tree_util.tree_map(jnp.asarray, space.to_unconstrained(x0, dtype=dtype))
+        u_tree = space.to_unconstrained(x0, dtype=dtype)
+        if self.flat:
+            u0 = jnp.asarray(space.ravel(u_tree), dtype)
+
+            def to_physical(u):
+                return space.unravel(space.forward_flat(u))
+
+        else:
+            u0 = jax.tree_util.tree_map(jnp.asarray, u_tree)
+            to_physical = space.to_physical
         data = jax.device_put(problem.data)
         log.logger.info(
             "fitting %s: %d starts x %d parameters, %s, batch_size %d (%d chunks)",
@@ -199,7 +219,7 @@ class MultiStartGradient:
         )
 
         def fom_u(u, d):
-            return problem.fom(space.to_physical(u), d)
+            return problem.fom(to_physical(u), d)
 
         start_step = make_start_step(fom_u, self.optimizer, self.convergence, self.max_nonfinite)
         chunk_step = make_chunk_step(start_step)
@@ -212,7 +232,7 @@ class MultiStartGradient:
             compile_s = sweep.compile(pop)
             log.logger.info("compiled the chunk step (width %d) in %.2f s", width, compile_s)
             pop, loop_stats = self._loop(sweep, pop, stride, t_start)
-            result = self._finish(problem, pop, u0, loop_stats, stride)
+            result = self._finish(problem, pop, u0, to_physical, loop_stats, stride)
         wall_s = time.perf_counter() - t_start
         result.stats.update(
             n_compiles=compiles.count(_CHUNK_STEP_NAME),
@@ -265,9 +285,9 @@ class MultiStartGradient:
         }
         return pop, stats
 
-    def _finish(self, problem: Problem, pop: PopState, u0, loop_stats, stride) -> Result:
+    def _finish(self, problem, pop: PopState, u0, to_physical, loop_stats, stride) -> Result:
         space = problem.space
-        to_physical = jax.jit(jax.vmap(space.to_physical))
+        to_physical = jax.jit(jax.vmap(to_physical))
         best_params = jax.device_get(to_physical(pop.starts.best_u))
         start_params = jax.device_get(to_physical(u0))
         s = jax.device_get(pop.starts)

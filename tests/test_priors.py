@@ -90,3 +90,29 @@ def test_space_maps_whole_pytrees(x64):
         jax.tree_util.tree_leaves(back), jax.tree_util.tree_leaves(x), strict=True
     ):
         np.testing.assert_allclose(np.asarray(got), want, rtol=1e-12)
+
+
+def test_flat_map_equals_the_per_leaf_map_and_keeps_gradients_finite(x64):
+    space = Space(
+        {
+            "wide": ms.Uniform(0.0, 1e4, shape=(2,)),  # exp of these bounds would overflow
+            "log": ms.LogUniform(1e-3, 1e3),
+            "n": ms.Normal([0.0, 5.0], 2.0),
+            "m": {"u": ms.Uniform(-1.0, 1.0, shape=(2, 2))},
+        }
+    )
+    rng = np.random.default_rng(0)
+    u = jnp.asarray(rng.normal(size=space.n_dims) * 3)
+    flat = space.forward_flat(u)
+    per_leaf = space.to_physical(space.unravel(u))
+    for got, want in zip(
+        jax.tree_util.tree_leaves(space.unravel(flat)),
+        jax.tree_util.tree_leaves(per_leaf),
+        strict=True,
+    ):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-12)
+    grad = jax.grad(lambda v: jnp.sum(space.forward_flat(v)))(u)
+    assert np.all(np.isfinite(np.asarray(grad)))
+    x = {k: v for k, v in per_leaf.items()}
+    back = space.ravel(space.to_unconstrained(x), batch_ndim=0)
+    np.testing.assert_allclose(back, np.asarray(u), rtol=1e-9)

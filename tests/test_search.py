@@ -307,15 +307,25 @@ def test_a_step_into_a_nan_region_is_rolled_back_and_retried_smaller(x64):
     assert np.all(np.isfinite(result.foms))
 
 
-def test_inf_gradient_with_finite_value_at_the_start_ends_it_at_once():
+def test_inf_gradient_with_a_finite_value_keeps_the_value_and_ends_the_start():
     def kink(p):
         return jnp.sqrt(jnp.abs(p["x"]))  # d/dx at 0 is inf
 
     x0 = {"x": np.array([0.0, 0.5])}
-    search = ms.MultiStartAdam(n_starts=2, n_steps=50, seed=0)
+    search = ms.MultiStartAdam(n_starts=2, n_steps=50, max_nonfinite=3, seed=0)
     result = _run_from(search, kink, {"x": ms.Uniform(-1.0, 1.0)}, x0)
-    assert result.status[0] is ms.Status.NONFINITE and result.n_steps[0] == 1
+    assert result.status[0] is ms.Status.NONFINITE
+    assert result.n_steps[0] == 4  # the first evaluation, then three failed retries
+    assert result.foms[0] == 0.0 and result.best_step[0] == 0  # its finite value is kept
     assert result.status[1] is not ms.Status.NONFINITE
+
+
+def test_a_start_never_finite_ends_at_once():
+    x0 = {"x": np.array([0.3])}
+    search = ms.MultiStartAdam(n_starts=1, n_steps=50, seed=0)
+    with pytest.warns(RuntimeWarning, match="non-finite"):
+        result = _run_from(search, lambda p: jnp.nan * p["x"], {"x": ms.Uniform(-1.0, 1.0)}, x0)
+    assert result.status[0] is ms.Status.NONFINITE and result.n_steps[0] == 1
 
 
 def test_a_start_bouncing_off_a_nan_wall_ends_after_max_nonfinite_tries(x64):
@@ -440,3 +450,25 @@ def test_log_level_from_the_environment(monkeypatch, caplog):
     monkeypatch.setenv("MULTISTART_LOG_LEVEL", "chatty")
     with pytest.raises(ValueError, match="MULTISTART_LOG_LEVEL"):
         ms.MultiStartAdam(n_starts=2, n_steps=10).fit(parabola, PARABOLA_SPACE)
+
+
+def test_tree_mode_serves_rules_keyed_to_the_parameter_tree():
+    """flat=False hands optax the space's pytree, so label-based rules work."""
+    optimizer = optax.multi_transform(
+        {"move": optax.adam(0.05), "frozen": optax.set_to_zero()}, {"x": "move", "y": "frozen"}
+    )
+    search = ms.MultiStartGradient(optimizer, n_starts=3, n_steps=300, seed=0, flat=False)
+    result = search.fit(parabola, PARABOLA_SPACE)
+    np.testing.assert_allclose(result.params["x"], 1.5, atol=1e-2)
+    np.testing.assert_array_equal(result.params["y"], result.start_params["y"])
+
+
+def test_flat_and_tree_modes_agree(x64):
+    runs = [
+        ms.MultiStartAdam(n_starts=4, n_steps=100, seed=0, flat=flat).fit(
+            multimodal, MULTIMODAL_SPACE
+        )
+        for flat in (True, False)
+    ]
+    np.testing.assert_allclose(runs[0].foms, runs[1].foms, rtol=1e-10)
+    np.testing.assert_allclose(runs[0].params["n"], runs[1].params["n"], rtol=1e-10)
