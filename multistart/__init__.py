@@ -11,6 +11,7 @@ from .priors import LogUniform as LogUniform
 from .priors import Normal as Normal
 from .priors import Prior as Prior
 from .priors import Uniform as Uniform
+from .result import Minimum as Minimum
 from .result import Result as Result
 from .search import MultiStartADABelief as MultiStartADABelief
 from .search import MultiStartAdam as MultiStartAdam
@@ -24,6 +25,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Convergence",
     "LogUniform",
+    "Minimum",
     "MultiStartADABelief",
     "MultiStartAdam",
     "MultiStartGradient",

@@ -9,9 +9,29 @@ from typing import Any
 import jax
 import numpy as np
 
+from .minima import cluster_minima
 from .status import Status
 
-__all__ = ["Result"]
+__all__ = ["Result", "Minimum"]
+
+
+@dataclass(frozen=True)
+class Minimum:
+    """One distinct local minimum reached by one or more starts.
+
+    Attributes:
+      fom: the best figure of merit among its starts.
+      params: the physical parameters of that best start.
+      starts: indices of the starts that reached it, best first.
+    """
+
+    fom: float
+    params: Any
+    starts: tuple[int, ...]
+
+    @property
+    def n_starts(self) -> int:
+        return len(self.starts)
 
 
 @dataclass
@@ -69,6 +89,35 @@ class Result:
         """Start indices from best to worst figure of merit (non-finite last)."""
         f = np.where(np.isfinite(self.foms), self.foms, np.inf)
         return np.argsort(f, kind="stable")
+
+    def distinct_minima(
+        self, xtol: float = 1e-6, ftol: float = 1e-6, *, include_nonfinite: bool = False
+    ) -> list[Minimum]:
+        """Group the ended starts into distinct local minima, best first.
+
+        Two starts share a minimum when their figures of merit agree within ``ftol`` and every
+        parameter within ``xtol`` (relative above magnitude 1, absolute below), as in MATLAB's
+        MultiStart. Starts stopped as ``nonfinite`` are left out unless ``include_nonfinite``
+        (their best finite point, if any, then takes part); starts with no finite figure of
+        merit never do.
+
+        Returns:
+          A list of :class:`Minimum` (fom, params, starts), sorted by figure of merit.
+        """
+        leaves = jax.tree_util.tree_leaves(self.params)
+        x = np.concatenate([np.asarray(v).reshape(self.n_starts, -1) for v in leaves], axis=1)
+        f = np.asarray(self.foms, dtype=np.float64).copy()
+        if not include_nonfinite:
+            f[np.array([s is Status.NONFINITE for s in self.status], dtype=bool)] = np.inf
+        labels = cluster_minima(x, f, xtol=xtol, ftol=ftol)
+        minima = []
+        for label in range(labels.max(initial=-1) + 1):
+            members = np.flatnonzero(labels == label)
+            members = members[np.argsort(f[members], kind="stable")]
+            head = int(members[0])
+            params = jax.tree_util.tree_map(lambda a, h=head: np.asarray(a)[h], self.params)
+            minima.append(Minimum(float(f[head]), params, tuple(int(m) for m in members)))
+        return minima
 
     def start(self, i: int) -> dict:
         """One start's record as a dict."""

@@ -1,0 +1,51 @@
+"""Grouping ended starts into distinct local minima (NumPy only).
+
+Two starts reached the same minimum when, as MATLAB's MultiStart defines it, both their
+figures of merit and their parameters agree within tolerances::
+
+    |f_i - f_j| <= ftol * max(1, |f_j|)   and   |x_i - x_j| <= xtol * max(1, |x_j|) elementwise
+
+Starts are taken from best to worst; each joins the first existing minimum it matches (compared
+with that minimum's best start) or founds a new one. The grouping is therefore deterministic.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["cluster_minima"]
+
+
+def cluster_minima(x: np.ndarray, f: np.ndarray, *, xtol: float, ftol: float) -> np.ndarray:
+    """Label each row of ``x`` (``(n, d)``) with the index of its minimum.
+
+    Args:
+      x: one row of parameters per start.
+      f: ``(n,)`` figures of merit; non-finite rows get label ``-1``.
+      xtol, ftol: tolerances (``>= 0``), relative above magnitude 1 and absolute below.
+
+    Returns:
+      ``(n,)`` integer labels; minimum 0 is the best, 1 the next best, and so on.
+
+    >>> cluster_minima(np.array([[0.0], [1e-9], [5.0]]), np.array([1.0, 1.0, 2.0]),
+    ...                xtol=1e-6, ftol=1e-6).tolist()
+    [0, 0, 1]
+    """
+    x = np.asarray(x, dtype=np.float64).reshape(len(f), -1)
+    f = np.asarray(f, dtype=np.float64)
+    for name, tol in (("xtol", xtol), ("ftol", ftol)):
+        if not (isinstance(tol, (int, float)) and not isinstance(tol, bool) and tol >= 0):
+            raise ValueError(f"{name} must be a number >= 0; got {tol!r}")
+    labels = np.full(f.shape, -1, dtype=np.int64)
+    heads: list[int] = []  # the best start of each minimum
+    finite = np.isfinite(f) & np.all(np.isfinite(x), axis=1)
+    for i in np.flatnonzero(finite)[np.argsort(f[finite], kind="stable")]:
+        for label, h in enumerate(heads):
+            same_f = abs(f[i] - f[h]) <= ftol * max(1.0, abs(f[h]))
+            if same_f and np.all(np.abs(x[i] - x[h]) <= xtol * np.maximum(1.0, np.abs(x[h]))):
+                labels[i] = label
+                break
+        else:
+            labels[i] = len(heads)
+            heads.append(i)
+    return labels
