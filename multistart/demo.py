@@ -399,16 +399,26 @@ def _plot_history(ax, result: Result, truth_fom: float | None) -> None:
     steps, hist = result.history_steps, result.history
     order = result.ranked()[::-1]  # worst first, so the best curves are drawn on top
     cmap = mpl.colormaps["viridis"]
+
+    def curve(i):  # a start's curve ends where the start did (history is forward-filled)
+        keep = steps <= max(result.n_steps[i], 1)
+        return steps[keep], hist[keep, i]
+
     for rank, i in enumerate(order):
-        ax.plot(steps, hist[:, i], color=cmap(rank / max(len(order) - 1, 1)), lw=0.7, alpha=0.6)
+        colour = cmap(rank / max(len(order) - 1, 1))
+        ax.plot(*curve(i), color=colour, lw=0.7, alpha=0.6)
     if result.best_index >= 0:
-        ax.plot(steps, hist[:, result.best_index], color="crimson", lw=1.6, label="best start")
+        ax.plot(*curve(result.best_index), color="crimson", lw=1.6, label="best start")
     if truth_fom is not None:
         ax.axhline(truth_fom, color="k", ls="--", lw=1, label="at the true parameters")
     finite = hist[np.isfinite(hist)]
     if finite.size and finite.min() > 0:
         ax.set_yscale("log")
+    ax.set_xscale("log")
     ax.set_xlabel("step")
     ax.set_ylabel("best figure of merit so far")
-    ax.set_title(f"every start's figure of merit ({result.n_starts} starts; colour: final rank)")
+    ax.set_title(
+        f"every start's figure of merit, until it ended ({result.n_starts} starts; "
+        "colour: final rank, yellow best)"
+    )
     ax.legend(loc="upper right", fontsize=8)
