@@ -260,19 +260,21 @@ def run(
 
 @contextlib.contextmanager
 def _log_level(level: str | None):
-    """Run with ``MULTISTART_LOG_LEVEL`` set to ``level`` (a search reads it when it starts)."""
+    """Run with ``MULTISTART_LOG_LEVEL`` set to ``level`` (a search reads it when it starts);
+    the variable and the logger's level are restored afterwards."""
     if level is None:
         yield
         return
-    old = os.environ.get("MULTISTART_LOG_LEVEL")
+    old_env, old_level = os.environ.get("MULTISTART_LOG_LEVEL"), log.logger.level
     os.environ["MULTISTART_LOG_LEVEL"] = level
     try:
         yield
     finally:
-        if old is None:
+        if old_env is None:
             del os.environ["MULTISTART_LOG_LEVEL"]
         else:
-            os.environ["MULTISTART_LOG_LEVEL"] = old
+            os.environ["MULTISTART_LOG_LEVEL"] = old_env
+        log.logger.setLevel(old_level)
 
 
 def _describe_bands() -> str:

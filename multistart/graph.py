@@ -191,6 +191,8 @@ class FactorGraphModel:
         self.shared = Space(space, argname="space") if space else None
         self.pad_to_common_shape = _check_flag(pad_to_common_shape, "pad_to_common_shape")
         self.vmap_factors = _check_flag(vmap_factors, "vmap_factors")
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"name must be a non-empty str; got {name!r}")
         self.name = name
         self.space = Space(self._graph_space_tree(), argname="the graph's parameters")
         self._by_name = dict(zip(self.names, self.factors, strict=True))

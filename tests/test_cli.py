@@ -1,3 +1,4 @@
+import logging
 import os
 import subprocess
 import sys
@@ -11,9 +12,19 @@ import multistart as ms
 from multistart import cli, demo
 
 
-def test_demo_quick_writes_its_outputs(tmp_path, capsys):
+def test_demo_quick_writes_its_outputs(tmp_path, capsys, monkeypatch, caplog):
+    monkeypatch.delenv("MULTISTART_LOG_LEVEL")
+    logger = logging.getLogger("multistart")
+    before = logger.level
     out = tmp_path / "out"
-    assert cli.main(["demo", "--quick", "--quiet", "--out", str(out), "--n-starts", "6"]) == 0
+    try:
+        logger.setLevel(logging.INFO)
+        assert cli.main(["demo", "--quick", "--quiet", "--out", str(out), "--n-starts", "6"]) == 0
+        assert not [r for r in caplog.records if r.name == "multistart"]  # --quiet: no lines,
+        assert logger.level == logging.INFO  # and the quiet level does not outlive the run
+        assert "MULTISTART_LOG_LEVEL" not in os.environ
+    finally:
+        logger.setLevel(before)
     printed = capsys.readouterr().out
     assert sorted(p.name for p in out.iterdir()) == ["demo.png", "result.npz", "starts.csv"]
     result = ms.Result.load(out / "result.npz")
