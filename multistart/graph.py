@@ -488,8 +488,10 @@ def _build_groups(factors, names, pad: bool, stack: bool):
         datas = [factors[i].data for i in idx]
         if pad and len(idx) > 1:
             datas = _pad_group(datas)
-        stacked = stack and len(idx) > 1
         f0 = factors[idx[0]]
+        # vmap needs an axis to map: data leaves or own parameters
+        mappable = bool(jax.tree_util.tree_leaves(datas[0])) or f0.space is not None
+        stacked = stack and len(idx) > 1 and mappable
         groups.append(
             _Group(
                 fn=f0.log_likelihood,

@@ -154,6 +154,24 @@ def test_every_rule_fits_a_graph_of_heterogeneous_factors(rule):
     assert set(result.best_params) == {"amp", "slope", "short", "mid"}
 
 
+def test_factors_without_data_share_a_log_likelihood(x64):
+    def pull(p, d):  # a constraint term: no data, only the factor's own parameter
+        return -0.5 * (p["z"] - p["slope"]) ** 2
+
+    factors = [ms.Factor(pull, {}, space={"z": ms.Normal(0, 1)}, name=n) for n in "ab"]
+
+    def const(p, d):
+        return -(p["slope"] ** 2)
+
+    factors += [ms.Factor(const, (), name=n) for n in "cd"]  # nothing to map over: not stacked
+    graph = ms.FactorGraphModel(factors, space=SHARED)
+    assert repr(graph).endswith("groups: stacked ['a', 'b'], ['c', 'd'])")
+    p = {"slope": 0.5, "a": {"z": 1.5}, "b": {"z": -0.5}}
+    expected = -0.5 * (1.0 + 1.0) - 2 * 0.25
+    assert sum(graph.log_likelihoods(p).values()) == pytest.approx(expected)
+    assert graph.fom(p) == pytest.approx(-2 * (expected + graph.log_prior(p)))
+
+
 def test_graph_data_is_an_argument_not_a_constant():
     """Different data of the same shapes lower to the same program text."""
 
