@@ -179,8 +179,8 @@ def demo_graph(
 
 # -- the run behind `multistart demo` -----------------------------------------------------------
 
-#: Search settings: the full demo (about a minute on a 2-core laptop, compile included) and
-#: ``--quick`` (a few seconds, for CI).
+#: Search settings: the full demo (about 30 s on a 2-core laptop, compile included) and
+#: ``--quick`` (under 10 s, most of it compiling, for CI).
 FULL = {"n_starts": 256, "batch_size": 8, "n_steps": 2000}
 QUICK = {"n_starts": 8, "batch_size": 4, "n_steps": 300}
 OPTIONAL = ("matplotlib", "pandas")
@@ -217,8 +217,16 @@ def run(
 
     Writes into ``out``: ``result.npz`` (:meth:`Result.save`), ``starts.csv`` (one row per
     start, :meth:`Result.to_dataframe`) and ``demo.png`` (each band's data, model and
-    residual, and every start's figure-of-merit curve). Unset search settings come from
-    :data:`FULL`, or :data:`QUICK` with ``quick``.
+    residual, and every start's figure-of-merit curve).
+
+    Args:
+      out: the output folder (created if missing).
+      n_starts, batch_size, n_steps: the search's size; unset ones come from :data:`FULL`, or
+        from :data:`QUICK` with ``quick``.
+      seed: the start seed (the data never change).
+      quick: CI-sized defaults.
+      quiet: no progress lines (the report is still printed).
+      stream: where the report goes (default ``sys.stdout``).
 
     Raises:
       ImportError: matplotlib or pandas is missing (checked before any work).
@@ -237,13 +245,13 @@ def run(
             settings[key] = value
     search = MultiStartProdigy(seed=seed, log_every=max(settings["n_steps"] // 10, 1), **settings)
     out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)  # before the fit: a bad folder fails at once
     with _log_level("WARNING" if quiet else None):
         log.configure()
         log.logger.info("generating %d bands: %s", len(BANDS), _describe_bands())
         graph = demo_graph()
         result = search.fit(graph)
         truth_fom = graph.fom(TRUTH)
-        out.mkdir(parents=True, exist_ok=True)
         files = {
             "result": out / "result.npz",
             "csv": out / "starts.csv",
