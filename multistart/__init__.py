@@ -6,6 +6,9 @@ result is the best fit with every start's record.
 
 from .chunking import chunk_slices as chunk_slices
 from .convergence import Convergence as Convergence
+from .graph import Factor as Factor
+from .graph import FactorGraphModel as FactorGraphModel
+from .graph import FactorView as FactorView
 from .log import set_level as set_log_level
 from .priors import LogUniform as LogUniform
 from .priors import Normal as Normal
@@ -24,6 +27,9 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Convergence",
+    "Factor",
+    "FactorGraphModel",
+    "FactorView",
     "LogUniform",
     "Minimum",
     "MultiStartADABelief",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +34,11 @@ class Minimum:
     @property
     def n_starts(self) -> int:
         return len(self.starts)
+
+_FORMAT, _VERSION = "multistart.Result", 1
+_RECORD_COLUMNS = ("index", "fom", "status", "n_steps", "best_step")
+_START_PREFIX = "start:"
+_PLOTS_HINT = "pip install 'multistart[plots]'"
 
 
 @dataclass
@@ -130,6 +137,126 @@ class Result:
             "params": jax.tree_util.tree_map(lambda a: np.asarray(a)[i], self.params),
         }
 
+    # -- results as data --------------------------------------------------------------------
+
+    def to_dataframe(self):
+        """One row per start, as a ``pandas.DataFrame``.
+
+        Columns: ``index``, ``fom``, ``status`` (the :class:`multistart.Status` value, e.g.
+        ``"converged"``), ``n_steps``, ``best_step``, then each parameter at the start's best
+        by dotted name (an array parameter expands to ``name[i]`` or ``name[i,j]`` columns),
+        then where each start began, as ``start:<column>``.
+
+        pandas is an optional dependency (the ``plots`` extra): a search on a cluster node
+        needs only NumPy, and ``save``/``load`` keep every record without it.
+
+        Raises:
+          ImportError: pandas is not installed.
+          ValueError: a parameter's column name collides with a record column.
+        """
+        try:
+            import pandas as pd
+        except ImportError as e:
+            raise ImportError(
+                f"Result.to_dataframe() needs pandas; install it with {_PLOTS_HINT}"
+            ) from e
+        columns: dict[str, np.ndarray] = {
+            "index": np.arange(self.n_starts),
+            "fom": np.asarray(self.foms),
+            "status": np.array([str(s) for s in self.status], dtype=object),
+            "n_steps": np.asarray(self.n_steps),
+            "best_step": np.asarray(self.best_step),
+        }
+        params = _expand_columns(self.paths, jax.tree_util.tree_leaves(self.params))
+        for name in params:
+            if name in columns:
+                raise ValueError(
+                    f"parameter column {name!r} collides with the record column {name!r}; "
+                    "rename the parameter to tabulate this result"
+                )
+        columns.update(params)
+        starts = _expand_columns(self.paths, jax.tree_util.tree_leaves(self.start_params))
+        columns.update({_START_PREFIX + k: v for k, v in starts.items()})
+        return pd.DataFrame(columns)
+
+    def save(self, path) -> None:
+        """Write every field to one ``.npz`` file at ``path`` (exactly that path).
+
+        Arrays (figures of merit, statuses, steps, history, every start's parameters) are NumPy
+        arrays in the archive; the rest (``best_fom``, ``best_index``, ``stats``, ``paths``,
+        ``config``, the parameter tree) is JSON in its ``__meta__`` entry. Nothing is
+        pickled. ``stats`` and ``config`` must hold JSON values (NumPy scalars and arrays are
+        converted; tuples come back as lists); dict keys in the parameter tree must be
+        ``str`` or ``int``.
+        """
+        leaves = {
+            kind: jax.tree_util.tree_leaves(getattr(self, kind))
+            for kind in ("params", "start_params", "best_params")
+        }
+        meta = {
+            "format": _FORMAT,
+            "version": _VERSION,
+            "best_fom": float(self.best_fom),
+            "best_index": int(self.best_index),
+            "stats": self.stats,
+            "paths": list(self.paths),
+            "config": self.config,
+            "tree": _encode_tree(self.params),
+            "n_leaves": len(leaves["params"]),
+        }
+        text = json.dumps(meta, default=_json_default, allow_nan=True)
+        arrays = {
+            "__meta__": np.frombuffer(text.encode("utf-8"), dtype=np.uint8),
+            "foms": np.asarray(self.foms),
+            "status": np.array([str(s) for s in self.status], dtype=str),
+            "n_steps": np.asarray(self.n_steps),
+            "best_step": np.asarray(self.best_step),
+            "history": np.asarray(self.history),
+            "history_steps": np.asarray(self.history_steps),
+        }
+        for kind, kind_leaves in leaves.items():
+            for i, leaf in enumerate(kind_leaves):
+                arrays[f"{kind}/{i}"] = np.asarray(leaf)
+        with open(os.fspath(path), "wb") as f:
+            np.savez_compressed(f, **arrays)
+
+    @classmethod
+    def load(cls, path) -> Result:
+        """Read a Result written by :meth:`save` (no pickle is ever loaded)."""
+        with np.load(os.fspath(path), allow_pickle=False) as z:
+            if "__meta__" not in z.files:
+                raise ValueError(f"{os.fspath(path)!r} is not a saved multistart Result")
+            meta = json.loads(z["__meta__"].tobytes().decode("utf-8"))
+            if meta.get("format") != _FORMAT or meta.get("version") != _VERSION:
+                raise ValueError(
+                    f"{os.fspath(path)!r}: unknown format {meta.get('format')!r} version "
+                    f"{meta.get('version')!r}; this multistart reads {_FORMAT} {_VERSION}"
+                )
+            n = meta["n_leaves"]
+
+            def tree(kind, scalars=False):
+                leaves = [z[f"{kind}/{i}"] for i in range(n)]
+                if scalars:  # best_params leaves are per-start values: 0-d back to scalars
+                    leaves = [a[()] if a.ndim == 0 else a for a in leaves]
+                return _decode_tree(meta["tree"], leaves)
+
+            return cls(
+                best_params=tree("best_params", scalars=True),
+                best_fom=float(meta["best_fom"]),
+                best_index=int(meta["best_index"]),
+                foms=z["foms"],
+                params=tree("params"),
+                start_params=tree("start_params"),
+                status=np.array([Status(s) for s in z["status"]], dtype=object),
+                n_steps=z["n_steps"],
+                best_step=z["best_step"],
+                history=z["history"],
+                history_steps=z["history_steps"],
+                stats=meta["stats"],
+                paths=meta["paths"],
+                config=meta["config"],
+            )
+
     def __repr__(self) -> str:
         counts = ", ".join(f"{k}={v}" for k, v in self.status_counts().items())
         return (
@@ -137,3 +264,45 @@ class Result:
             f"n_starts={self.n_starts}, status: {counts}, "
             f"n_compiles={self.stats.get('n_compiles')}, wall_s={self.stats.get('wall_s', 0):.3g})"
         )
+
+
+def _expand_columns(paths: list[str], leaves: list) -> dict[str, np.ndarray]:
+    """``{column: (n_starts,) values}``; an array parameter gives one column per element."""
+    out: dict[str, np.ndarray] = {}
+    for name, leaf in zip(paths, leaves, strict=True):
+        a = np.asarray(leaf)
+        if a.ndim == 1:
+            out[name] = a
+            continue
+        for idx in np.ndindex(a.shape[1:]):
+            out[f"{name}[{','.join(str(i) for i in idx)}]"] = a[(slice(None), *idx)]
+    return out
+
+
+def _json_default(x):
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    raise TypeError(f"Result.save: {type(x).__name__} {x!r} is not JSON-serialisable")
+
+
+def _encode_tree(tree, counter=None):
+    """A params pytree (nested dicts of arrays) as JSON: dicts as key/value pairs, leaves as
+    their index in ``jax.tree_util`` order (which sorts dict keys, as this does)."""
+    counter = [0] if counter is None else counter
+    if isinstance(tree, dict):
+        items = []
+        for key in sorted(tree):
+            if not isinstance(key, (str, int)) or isinstance(key, bool):
+                raise TypeError(f"Result.save: parameter keys must be str or int; got {key!r}")
+            items.append([key, _encode_tree(tree[key], counter)])
+        return {"dict": items}
+    counter[0] += 1
+    return {"leaf": counter[0] - 1}
+
+
+def _decode_tree(code, leaves):
+    if "dict" in code:
+        return {key: _decode_tree(sub, leaves) for key, sub in code["dict"]}
+    return leaves[code["leaf"]]

@@ -1,0 +1,77 @@
+import numpy as np
+import pytest
+
+import multistart as ms
+from multistart import demo
+
+
+def test_bands_are_deterministic_and_cover_one_field():
+    a, b = demo.make_bands(), demo.make_bands()
+    assert list(a) == ["g", "r", "i"]
+    for name, band in zip(a, demo.BANDS, strict=True):
+        assert a[name]["image"].shape == (band.n_pix, band.n_pix)
+        np.testing.assert_array_equal(a[name]["image"], b[name]["image"])
+        x = a[name]["x"]
+        step = x[1] - x[0]
+        assert x[0] - step / 2 == pytest.approx(-demo.FIELD / 2)
+        assert x[-1] + step / 2 == pytest.approx(demo.FIELD / 2)
+    assert [a[n]["image"].shape for n in a] == [(24, 24), (32, 32), (48, 48)]
+    other = demo.make_bands(seed=1)
+    assert not np.array_equal(other["g"]["image"], a["g"]["image"])
+
+
+def test_noise_level_matches_the_band(x64):
+    data = demo.make_bands()
+    for band in demo.BANDS:
+        d = data[band.name]
+        clean = demo.render(demo.band_params(demo.TRUTH, band.name), d, xp=np)
+        resid = (d["image"] - clean) / band.noise
+        assert abs(resid.std() - 1.0) < 0.1 and abs(resid.mean()) < 0.1
+
+
+def test_render_in_jax_equals_numpy_and_conserves_flux(x64):
+    d = demo.make_bands()["i"]
+    p = demo.band_params(demo.TRUTH, "i")
+    np.testing.assert_allclose(np.asarray(demo.render(p, d)), demo.render(p, d, xp=np), rtol=1e-12)
+    # on a field wide enough to hold the whole source, pixels sum to the total flux
+    wide = dict(d, x=np.linspace(-15, 15, 241), y=np.linspace(-15, 15, 241))
+    wide["pixel_area"] = (30 / 240) ** 2
+    total = demo.render(p, wide, xp=np).sum()
+    assert total == pytest.approx(p["flux"].sum(), rel=1e-3)
+
+
+def test_demo_fom_is_chi2_minus_two_log_prior_by_hand(x64):
+    graph = demo.demo_graph()
+    data = demo.make_bands()
+    chi2 = 0.0
+    for name, d in data.items():
+        model = demo.render(demo.band_params(demo.TRUTH, name), d, xp=np)
+        chi2 += np.sum(((d["image"] - model) * d["inv_sigma"]) ** 2)
+    log_prior = graph.log_prior(demo.TRUTH)
+    assert graph.fom(demo.TRUTH) == pytest.approx(chi2 - 2 * log_prior, rel=1e-12)
+
+
+def test_padded_stacked_demo_graph_matches_the_plain_one(x64):
+    padded = demo.demo_graph()
+    plain = demo.demo_graph(pad_to_common_shape=False, vmap_factors=False)
+    rng = np.random.default_rng(3)
+    space = plain.space
+    for _ in range(3):
+        q = [rng.uniform(0.1, 0.9, size=p.shape) for p in space.priors]
+        p = space.from_unit(q)
+        assert padded.fom(p) == pytest.approx(plain.fom(p), rel=1e-12)
+    assert padded.check_padding(demo.TRUTH) < 1e-6
+
+
+def test_laplace_sigmas_match_a_known_quadratic(x64):
+    """fom = ((a - 1) / 0.5)^2 + ((b + 2) / 3)^2 (a Normal-free graph): sigmas 0.5 and 3."""
+
+    def loglike(p, d):
+        return -0.5 * (((p["a"] - 1.0) / d[0]) ** 2 + ((p["b"] + 2.0) / d[1]) ** 2)
+
+    graph = ms.FactorGraphModel(
+        [ms.Factor(loglike, np.array([0.5, 3.0]))],
+        space={"a": ms.Uniform(-10, 10), "b": ms.Uniform(-20, 20)},
+    )
+    sigmas = demo.laplace_sigmas(graph, {"a": np.float64(1.0), "b": np.float64(-2.0)})
+    np.testing.assert_allclose(sigmas, [0.5, 3.0], rtol=1e-9)

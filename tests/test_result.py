@@ -1,0 +1,142 @@
+import dataclasses
+import math
+import sys
+
+import jax
+import numpy as np
+import pytest
+from conftest import PARABOLA_SPACE, parabola
+
+import multistart as ms
+
+
+def handmade_result() -> ms.Result:
+    """Every field set, with nested params, a 2-d parameter, every Status and NaN/inf values."""
+    n = 5
+    rng = np.random.default_rng(0)
+
+    def params():
+        return {
+            "a": rng.normal(size=n).astype(np.float32),
+            "band": {"flux": rng.normal(size=(n, 2)), "psf": rng.normal(size=(n, 2, 3))},
+            "layers": {
+                0: {"x": np.array([np.nan, np.inf, -np.inf, 1.0, 2.0])},
+                1: {"x": np.arange(n, dtype=np.int32)},
+            },
+        }
+
+    p = params()
+    best = jax.tree_util.tree_map(lambda a: a[1], p)
+    return ms.Result(
+        best_params=best,
+        best_fom=-3.5,
+        best_index=1,
+        foms=np.array([np.nan, -3.5, np.inf, 2.0, -np.inf]),
+        params=p,
+        start_params=params(),
+        status=np.array(list(ms.Status), dtype=object),
+        n_steps=np.array([1, 20, 3, 40, 5], dtype=np.int64),
+        best_step=np.array([-1, 19, 0, 12, 4], dtype=np.int64),
+        history=np.array([[np.nan, 1.0, np.inf, 4.0, 0.5], [np.nan, -3.5, np.inf, 2.0, -np.inf]]),
+        history_steps=np.array([10, 20]),
+        stats={"n_compiles": 1, "compile_s": 0.25, "first_step_s": None, "odd": float("nan")},
+        paths=["a", "band.flux", "band.psf", "layers.0.x", "layers.1.x"],
+        config={"search": "MultiStartAdam", "convergence": {"window": 50}, "band": [0.1, 0.9]},
+    )
+
+
+def assert_same(a, b):
+    if isinstance(a, dict):
+        assert isinstance(b, dict) and list(a) == list(b), (a, b)
+        for k in a:
+            assert_same(a[k], b[k])
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b)
+        for x, y in zip(a, b, strict=True):
+            assert_same(x, y)
+    elif isinstance(a, (np.ndarray, np.generic)) and not isinstance(a, np.str_):
+        assert np.asarray(b).dtype == np.asarray(a).dtype and np.shape(a) == np.shape(b)
+        if a.dtype == object:
+            assert list(a) == list(b)
+        else:
+            np.testing.assert_array_equal(a, b)
+    elif isinstance(a, float) and math.isnan(a):
+        assert isinstance(b, float) and math.isnan(b)
+    else:
+        assert type(a) is type(b) and a == b, (a, b)
+
+
+def test_save_load_round_trips_every_field(tmp_path):
+    result = handmade_result()
+    path = tmp_path / "fit.npz"
+    result.save(path)
+    loaded = ms.Result.load(path)
+    fields = [f.name for f in dataclasses.fields(ms.Result)]
+    for name in fields:
+        assert_same(getattr(result, name), getattr(loaded, name))
+    assert all(isinstance(s, ms.Status) for s in loaded.status)
+    assert list(loaded.status) == list(ms.Status)
+    assert list(loaded.params["layers"]) == [0, 1]  # int keys stay ints
+    assert loaded.params["layers"][1]["x"].dtype == np.int32
+    assert loaded.params["a"].dtype == np.float32
+
+
+def test_save_load_round_trips_a_real_search(tmp_path):
+    result = ms.MultiStartAdam(n_starts=5, batch_size=2, n_steps=40, seed=0).fit(
+        parabola, PARABOLA_SPACE
+    )
+    result.save(tmp_path / "r.npz")
+    loaded = ms.Result.load(tmp_path / "r.npz")
+    for f in dataclasses.fields(ms.Result):
+        assert_same(getattr(result, f.name), getattr(loaded, f.name))
+    assert repr(loaded) == repr(result)
+
+
+def test_save_writes_exactly_the_path_given(tmp_path):
+    handmade_result().save(tmp_path / "fit.result")
+    assert [p.name for p in tmp_path.iterdir()] == ["fit.result"]
+    assert ms.Result.load(tmp_path / "fit.result").best_index == 1
+
+
+def test_load_rejects_other_files(tmp_path):
+    np.savez(tmp_path / "other.npz", x=np.ones(3))
+    with pytest.raises(ValueError, match="is not a saved multistart Result"):
+        ms.Result.load(tmp_path / "other.npz")
+
+
+def test_save_refuses_values_json_cannot_hold(tmp_path):
+    result = handmade_result()
+    result.stats["callback"] = print
+    with pytest.raises(TypeError, match="not JSON-serialisable"):
+        result.save(tmp_path / "r.npz")
+
+
+def test_to_dataframe_columns_and_values():
+    result = handmade_result()
+    df = result.to_dataframe()
+    params = ["a", "band.flux[0]", "band.flux[1]"]
+    params += [f"band.psf[{i},{j}]" for i in range(2) for j in range(3)]
+    params += ["layers.0.x", "layers.1.x"]
+    expected = ["index", "fom", "status", "n_steps", "best_step", *params]
+    expected += [f"start:{c}" for c in params]
+    assert list(df.columns) == expected
+    assert len(df) == result.n_starts
+    assert df["status"].tolist() == [s.value for s in ms.Status]
+    np.testing.assert_array_equal(df["fom"], result.foms)
+    np.testing.assert_array_equal(df["band.flux[1]"], result.params["band"]["flux"][:, 1])
+    np.testing.assert_array_equal(df["band.psf[1,2]"], result.params["band"]["psf"][:, 1, 2])
+    np.testing.assert_array_equal(df["start:a"], result.start_params["a"])
+    np.testing.assert_array_equal(df["best_step"], result.best_step)
+
+
+def test_to_dataframe_of_a_search_and_a_colliding_name():
+    space = {"fom": ms.Uniform(0.0, 1.0)}
+    result = ms.MultiStartAdam(n_starts=2, n_steps=5).fit(lambda p: p["fom"] ** 2, space)
+    with pytest.raises(ValueError, match="parameter column 'fom' collides"):
+        result.to_dataframe()
+
+
+def test_to_dataframe_without_pandas_says_how_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pandas", None)  # import pandas now raises ImportError
+    with pytest.raises(ImportError, match=r"multistart\[plots\]"):
+        handmade_result().to_dataframe()
