@@ -1,0 +1,100 @@
+import errno
+import glob
+import os
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+pytest.importorskip("orbax.checkpoint")
+
+from multistart.checkpoint import (  # noqa: E402
+    Checkpointer,
+    CheckpointError,
+    CheckpointMismatch,
+)
+
+FP = {"model": "m1", "config": "c1"}
+
+
+def _state(k):
+    return {
+        "u": jnp.full((4, 3), float(k)),
+        "status": jnp.arange(4, dtype=jnp.int8),
+        "h": jnp.full((5, 4), jnp.nan).at[0].set(k),
+    }
+
+
+def test_round_trip_keeps_the_last_two(tmp_path):
+    ck = Checkpointer(tmp_path / "ck")
+    for step in (5, 10, 15):
+        ck.save(step, _state(step), {"fingerprint": FP, "step": step, "rng": [1, 2, 3]})
+    assert ck.steps() == [10, 15]
+    step, state, meta = ck.restore_latest(_state(0), FP)
+    assert step == 15 and meta["step"] == 15 and meta["rng"] == [1, 2, 3]
+    for key, want in _state(15).items():
+        got = np.asarray(state[key])
+        assert got.dtype == np.asarray(want).dtype
+        np.testing.assert_array_equal(got, np.asarray(want))
+
+
+def test_empty_folder_restores_nothing(tmp_path):
+    assert Checkpointer(tmp_path).restore_latest(_state(0), FP) is None
+
+
+@pytest.mark.parametrize("what", ["model", "config"])
+def test_another_model_or_configuration_is_refused(tmp_path, what):
+    ck = Checkpointer(tmp_path)
+    ck.save(3, _state(3), {"fingerprint": FP})
+    other = dict(FP, **{what: "other"})
+    with pytest.raises(CheckpointMismatch, match=f"another {what}"):
+        ck.restore_latest(_state(0), other)
+
+
+def _damage(step_dir, part):
+    files = [f for f in glob.glob(f"{step_dir}/{part}/**", recursive=True) if os.path.isfile(f)]
+    assert files
+    for f in files:
+        with open(f, "r+b") as fh:
+            fh.truncate(max(0, os.path.getsize(f) // 3))
+
+
+@pytest.mark.parametrize("part", ["state", "meta"])
+def test_a_damaged_checkpoint_falls_back_to_the_previous(tmp_path, part):
+    ck = Checkpointer(tmp_path)
+    ck.save(5, _state(5), {"fingerprint": FP, "step": 5})
+    ck.save(10, _state(10), {"fingerprint": FP, "step": 10})
+    _damage(tmp_path / "10", part)
+    step, state, meta = Checkpointer(tmp_path).restore_latest(_state(0), FP)
+    assert step == 5 and meta["step"] == 5
+    np.testing.assert_array_equal(np.asarray(state["u"]), 5.0)
+
+
+def test_all_damaged_is_an_error_not_a_fresh_start(tmp_path):
+    ck = Checkpointer(tmp_path)
+    ck.save(5, _state(5), {"fingerprint": FP})
+    _damage(tmp_path / "5", "meta")
+    with pytest.raises(CheckpointError, match="none of the checkpoints"):
+        Checkpointer(tmp_path).restore_latest(_state(0), FP)
+
+
+def test_a_folder_that_cannot_be_created(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    with pytest.raises(CheckpointError, match="cannot be created"):
+        Checkpointer(blocker / "ck")
+
+
+def test_a_full_disk_is_a_clear_error_and_keeps_the_previous(tmp_path, monkeypatch):
+    ck = Checkpointer(tmp_path)
+    ck.save(5, _state(5), {"fingerprint": FP})
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(ck._manager, "save", full)
+    with pytest.raises(CheckpointError, match="No space left"):
+        ck.save(10, _state(10), {"fingerprint": FP})
+    monkeypatch.undo()
+    step, state, _ = Checkpointer(tmp_path).restore_latest(_state(0), FP)
+    assert step == 5
