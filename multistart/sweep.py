@@ -14,9 +14,21 @@ import time
 import jax
 import numpy as np
 
+from . import log
 from .chunking import chunk_indices
 
-__all__ = ["ChunkSweep", "device_chunks"]
+__all__ = ["ChunkSweep", "device_chunks", "lower_and_compile"]
+
+
+def lower_and_compile(jitted, what: str, *args):
+    """``jitted.lower(*args).compile()``, with a heartbeat in the log while it runs.
+
+    Returns ``(compiled, seconds)``.
+    """
+    t0 = time.perf_counter()
+    with log.compile_heartbeat(what):
+        compiled = jitted.lower(*args).compile()
+    return compiled, time.perf_counter() - t0
 
 
 def device_chunks(rows: np.ndarray, batch_size: int, n_total: int) -> list[tuple]:
@@ -52,9 +64,9 @@ class ChunkSweep:
     def compile(self, pop) -> float:
         """Lower and compile the chunk step for ``pop``'s shapes; returns the seconds taken."""
         gather, scatter = device_chunks(np.arange(1), self.width, self.n_total)[0]
-        t0 = time.perf_counter()
-        self.compiled = self._jit.lower(pop, gather, scatter, np.int32(0), self.data).compile()
-        self.compile_s = time.perf_counter() - t0
+        self.compiled, self.compile_s = lower_and_compile(
+            self._jit, "the chunk step", pop, gather, scatter, np.int32(0), self.data
+        )
         return self.compile_s
 
     def step(self, pop, row: int):
