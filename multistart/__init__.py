@@ -4,6 +4,8 @@ Many optax local searches of one model run at once, compiled once and swept in c
 result is the best fit with every start's record.
 """
 
+from .cache import cache_dir as cache_dir
+from .cache import configure_compilation_cache as configure_compilation_cache
 from .chunking import chunk_slices as chunk_slices
 from .convergence import Convergence as Convergence
 from .log import set_level as set_log_level
@@ -34,6 +36,8 @@ __all__ = [
     "Result",
     "Status",
     "Uniform",
+    "cache_dir",
     "chunk_slices",
+    "configure_compilation_cache",
     "set_log_level",
 ]

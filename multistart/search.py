@@ -15,6 +15,7 @@ import numpy as np
 import optax
 
 from . import log
+from .cache import configure_compilation_cache
 from .convergence import Convergence
 from .monitor import CompileCounter
 from .problem import Problem, as_problem, check_objective
@@ -187,12 +188,14 @@ class MultiStartGradient:
         problem = as_problem(objective, space)
         dtype = jnp.zeros(()).dtype
         check_objective(problem, dtype, repr(self))
+        configure_compilation_cache()
         rng = np.random.default_rng(self.seed)
         x0 = uniform_band_starts(problem.space, self.n_starts, rng, self.start_band)
         return self._run(problem, x0, dtype)
 
     def _run(self, problem: Problem, x0, dtype) -> Result:
         t_start = time.perf_counter()
+        configure_compilation_cache()
         space, n = problem.space, self.n_starts
         width = resolve_batch_size(self.batch_size, n)
         stride = math.ceil(self.n_steps / self.max_history)
@@ -237,6 +240,7 @@ class MultiStartGradient:
         result.stats.update(
             n_compiles=compiles.count(_CHUNK_STEP_NAME),
             n_compiles_total=compiles.total,
+            n_cache_hits=sum(compiles.cache_hits.values()),
             compile_s=compile_s,
             wall_s=wall_s,
             batch_size=width,

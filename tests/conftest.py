@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
-import jax
-import jax.numpy as jnp
-import pytest
+import os
 
-import multistart as ms
+# The suite never reads or writes a persistent compilation cache in its own process (the user's
+# or ours): results and compile counts must not depend on what earlier runs left on disk. The
+# cache itself is tested in subprocesses with their own folders (test_cache.py). Set before
+# JAX is imported, which reads JAX_COMPILATION_CACHE_DIR once.
+os.environ["MULTISTART_CACHE_DIR"] = ""
+os.environ.pop("JAX_COMPILATION_CACHE_DIR", None)
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import pytest  # noqa: E402
+
+import multistart as ms  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
