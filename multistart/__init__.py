@@ -19,6 +19,8 @@ from .search import MultiStartAdam as MultiStartAdam
 from .search import MultiStartGradient as MultiStartGradient
 from .search import MultiStartLion as MultiStartLion
 from .search import MultiStartProdigy as MultiStartProdigy
+from .starts import STRATEGIES as START_STRATEGIES
+from .starts import NoFiniteStartsError as NoFiniteStartsError
 from .status import Status as Status
 
 __version__ = "0.1.0"
@@ -31,9 +33,11 @@ __all__ = [
     "MultiStartGradient",
     "MultiStartLion",
     "MultiStartProdigy",
+    "NoFiniteStartsError",
     "Normal",
     "Prior",
     "Result",
+    "START_STRATEGIES",
     "Status",
     "Uniform",
     "cache_dir",

@@ -107,7 +107,7 @@ def _entries(folder: Path, name: str) -> list[str]:
 
 
 @pytest.mark.subprocess
-def test_a_second_process_loads_the_chunk_step_from_the_cache(tmp_path):
+def test_a_second_process_loads_the_chunk_step_and_the_filter_from_the_cache(tmp_path):
     ours = tmp_path / "ms"
     first = _run("disabled-first", MULTISTART_CACHE_DIR=str(ours))
     assert first["source"] == "multistart" and first["jax_dir"] == str(ours / "jax")
@@ -115,11 +115,13 @@ def test_a_second_process_loads_the_chunk_step_from_the_cache(tmp_path):
     assert first["hits"] == [] and first["n_cache_hits"] == 0
     # written although JAX had first compiled with the cache disabled
     assert _entries(ours / "jax", "multistart_chunk_step")
+    assert _entries(ours / "jax", "multistart_filter_chunk")
 
     second = _run("plain", MULTISTART_CACHE_DIR=str(ours))
     # JAX's own log and monitoring events: both programs came from the cache
     assert "jit_multistart_chunk_step" in second["hits"]
-    assert second["hit_events"] >= 1 and second["n_cache_hits"] >= 1
+    assert "jit_multistart_filter_chunk" in second["hits"]
+    assert second["hit_events"] >= 2 and second["n_cache_hits"] >= 2
 
 
 @pytest.mark.subprocess

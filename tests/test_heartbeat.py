@@ -67,6 +67,7 @@ def test_slow_compiles_of_a_fit_get_heartbeats(beats, monkeypatch):
     )
     assert result.stats["n_compiles"] == 1
     assert any(line.startswith("still compiling the chunk step (") for line in beats.lines)
+    assert any(line.startswith("still compiling the broad-start filter (") for line in beats.lines)
 
 
 def test_heartbeat_interval_from_the_environment(monkeypatch):
