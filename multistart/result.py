@@ -34,6 +34,15 @@ class Result:
         ``compile_s``, ``wall_s``, ``n_evals``, ``batch_size``, ... .
       paths: dotted parameter names, in the order of the space's leaves.
       config: the search's configuration, for the record.
+      resurrections: ``(n_starts,)`` how many times each slot's start was replaced
+        (``resurrect``); all zeros without resurrection.
+      incarnations: with resurrection, one record (a dict: ``slot``, ``incarnation``, ``fom``,
+        ``params``, ``start_params``, ``status``, ``n_steps``, ``best_step``, ``started_at``,
+        ``replaced_at``) for every start that ever ran in a slot that was resurrected, the final
+        one included (``replaced_at`` is ``None``). The per-slot arrays above show each slot's
+        best incarnation (lowest finite figure of merit; the latest on ties or when none was
+        finite), and ``history`` is the slot's best over its incarnations so far, so a replaced
+        start's best point is never lost.
     """
 
     best_params: Any
@@ -50,6 +59,12 @@ class Result:
     stats: dict = field(default_factory=dict)
     paths: list = field(default_factory=list)
     config: dict = field(default_factory=dict)
+    resurrections: np.ndarray | None = None
+    incarnations: list = field(default_factory=list)
+
+    def __post_init__(self):
+        if self.resurrections is None:
+            self.resurrections = np.zeros(np.shape(self.foms)[0], dtype=np.int64)
 
     @property
     def n_starts(self) -> int:
@@ -78,6 +93,7 @@ class Result:
             "status": self.status[i],
             "n_steps": int(self.n_steps[i]),
             "best_step": int(self.best_step[i]),
+            "resurrections": int(self.resurrections[i]),
             "params": jax.tree_util.tree_map(lambda a: np.asarray(a)[i], self.params),
         }
 

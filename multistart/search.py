@@ -20,6 +20,7 @@ from .convergence import Convergence
 from .monitor import CompileCounter
 from .problem import Problem, as_problem, check_objective
 from .result import Result
+from .resurrect import REPLACE_NAME, Resurrector
 from .starts import (
     StartPlan,
     check_band,
@@ -100,6 +101,11 @@ class MultiStartGradient:
       filter_batch_size: candidates per compiled filter call (default 64, at most
         ``n_candidates``). Fixed rather than tied to ``batch_size``, so the chosen starts, and
         the result, do not depend on ``batch_size``.
+      resurrect: ``0`` (default) is off. ``k >= 1``: a start with ``k`` non-finite evaluations
+        without improving (``k <= max_nonfinite``) ends and, at the next host sync, its slot
+        gets a new start from the filter's unused finite candidates (best first) or, with no
+        filter, a fresh draw. ``result.resurrections`` counts them per slot and
+        ``result.incarnations`` keeps every replaced start's record.
       log_every: a progress line every this many steps (0: none).
       sync_every: the host reads which starts ended every this many steps, to drop them from
         the sweep. Results do not depend on it (ended starts are frozen on the device).
@@ -136,6 +142,7 @@ class MultiStartGradient:
         start_strategy: str = "band",
         n_candidates: int | None = None,
         filter_batch_size: int | None = None,
+        resurrect: int = 0,
         log_every: int = 100,
         sync_every: int = 1,
         max_history: int = 10_000,
@@ -169,6 +176,12 @@ class MultiStartGradient:
             "filter_batch_size",
             1,
         )
+        self.resurrect = _check_int(resurrect, "resurrect", 0)
+        if self.resurrect > self.max_nonfinite:
+            raise ValueError(
+                f"resurrect must be <= max_nonfinite ({self.max_nonfinite}): a start ends, and "
+                f"is replaced, after that many non-finite evaluations; got {resurrect}"
+            )
         self.log_every = _check_int(log_every, "log_every", 0)
         self.sync_every = _check_int(sync_every, "sync_every", 1)
         self.max_history = _check_int(max_history, "max_history", 1)
@@ -198,6 +211,8 @@ class MultiStartGradient:
             "start_strategy": self.start_strategy,
             "n_candidates": self.n_candidates,
             "filter_batch_size": self.filter_batch_size if self.n_candidates else None,
+            "resurrect": self.resurrect,
+            "sync_every": self.sync_every,
             "flat": self.flat,
             "hyperparameters": dict(getattr(self, "hyperparameters", {})),
         }
@@ -285,12 +300,25 @@ class MultiStartGradient:
         def fom_u(u, d):
             return problem.fom(to_physical(u), d)
 
-        start_step = make_start_step(fom_u, self.optimizer, self.convergence, self.max_nonfinite)
+        # With resurrection a start gives up (and is replaced) after `resurrect` failures.
+        give_up = self.resurrect or self.max_nonfinite
+        start_step = make_start_step(fom_u, self.optimizer, self.convergence, give_up)
         chunk_step = make_chunk_step(start_step)
         chunk_step.__name__ = chunk_step.__qualname__ = _CHUNK_STEP_NAME
         n_rows = math.ceil(self.n_steps / stride)
         started = np.ones(n, bool) if plan is None else plan.started
         status0 = np.where(started, Status.RUNNING.code, Status.UNSTARTED.code).astype(np.int8)
+        resurrector = None
+        if self.resurrect and plan is not None and plan.reserve is not None:
+            resurrector = Resurrector(
+                plan.reserve,
+                optimizer=self.optimizer,
+                window=window,
+                width=width,
+                n_total=n,
+                to_u=self._to_unconstrained(space, dtype),
+                u0=u0,
+            )
 
         with CompileCounter() as compiles:
             pop = jax.jit(
@@ -301,8 +329,8 @@ class MultiStartGradient:
             log.logger.info("compiled the chunk step (width %d) in %.2f s", width, compile_s)
             if not started.all():
                 sweep.set_rows(np.flatnonzero(started))
-            pop, loop_stats = self._loop(sweep, pop, stride, t_start)
-            result = self._finish(problem, pop, u0, to_physical, loop_stats, stride)
+            pop, loop_stats = self._loop(sweep, pop, stride, t_start, resurrector)
+            result = self._finish(problem, pop, u0, to_physical, loop_stats, stride, resurrector)
         wall_s = time.perf_counter() - t_start
         pre = {} if plan is None else plan.stats
         result.stats.update(pre)
@@ -315,10 +343,28 @@ class MultiStartGradient:
             batch_size=width,
             history_stride=stride,
         )
+        if resurrector is not None:
+            result.stats.update(
+                n_resurrections=resurrector.n_resurrections,
+                n_replace_compiles=compiles.count(REPLACE_NAME),
+            )
         self._log_end(result)
         return result
 
-    def _loop(self, sweep: ChunkSweep, pop: PopState, stride: int, t_start: float):
+    def _to_unconstrained(self, space, dtype):
+        """Physical starts (leading axis) to unconstrained NumPy in the population's layout."""
+        if self.flat:
+            return lambda x: space.ravel(space.to_unconstrained(x, dtype=np.dtype(dtype)))
+        return lambda x: space.to_unconstrained(x, dtype=np.dtype(dtype))
+
+    def _loop(
+        self,
+        sweep: ChunkSweep,
+        pop: PopState,
+        stride: int,
+        t_start: float,
+        resurrector: Resurrector | None = None,
+    ):
         """Step every running start until all ended or ``n_steps``; sync every few steps."""
         n = sweep.n_total
         n_calls, t_first, t_log, evals_since_log = 0, None, time.perf_counter(), 0
@@ -335,6 +381,8 @@ class MultiStartGradient:
             status = np.asarray(pop.starts.status)
             if t == 0:
                 t_first = time.perf_counter() - t_start
+            if resurrector is not None and not last:
+                pop, status = resurrector(pop, status, steps_run)
             running = np.flatnonzero(status == Status.RUNNING.code)
             if logging_now and log.logger.isEnabledFor(logging.INFO):
                 now = time.perf_counter()
@@ -358,7 +406,9 @@ class MultiStartGradient:
         }
         return pop, stats
 
-    def _finish(self, problem, pop: PopState, u0, to_physical, loop_stats, stride) -> Result:
+    def _finish(
+        self, problem, pop: PopState, u0, to_physical, loop_stats, stride, resurrector=None
+    ) -> Result:
         space = problem.space
         to_physical = jax.jit(jax.vmap(to_physical))
         writable = lambda tree: jax.tree_util.tree_map(np.array, jax.device_get(tree))  # noqa: E731
@@ -366,7 +416,10 @@ class MultiStartGradient:
         codes = np.asarray(s.status).astype(np.int64)
         codes[codes == Status.RUNNING.code] = Status.MAX_STEPS.code
         # The history ends when the last start did; the host may have noticed a little later.
+        # (With resurrection a slot's incarnations take turns: its last one began later.)
         n_steps_run = int(np.max(s.n_steps))
+        if resurrector is not None:
+            n_steps_run = int(np.max(resurrector.started_at + np.asarray(s.n_steps)))
         rows = math.ceil(n_steps_run / stride)
         rec = {
             "foms": np.asarray(s.best_fom, dtype=np.float64).copy(),
@@ -378,6 +431,7 @@ class MultiStartGradient:
             "history": _forward_fill(np.asarray(pop.history)[:rows].astype(np.float64)),
         }
         history_steps = np.minimum((np.arange(rows) + 1) * stride, n_steps_run)
+        merged = {} if resurrector is None else resurrector.merge(rec, to_physical)
         foms, best_params, status = rec["foms"], rec["params"], rec["status"]
         finite = np.isfinite(foms)
         if finite.any():
@@ -396,7 +450,7 @@ class MultiStartGradient:
                 stacklevel=4,
             )
         stats = dict(loop_stats)
-        stats["n_evals"] = int(np.sum(s.n_steps))
+        stats["n_evals"] = int(np.sum(s.n_steps)) + merged.get("n_evals_replaced", 0)
         return Result(
             best_params=best,
             best_fom=best_fom,
@@ -412,6 +466,8 @@ class MultiStartGradient:
             stats=stats,
             paths=list(space.paths),
             config=self.config(),
+            resurrections=merged.get("resurrections"),
+            incarnations=merged.get("incarnations", []),
         )
 
     def _log_end(self, result: Result) -> None:

@@ -12,7 +12,7 @@ prior (default 0.15-0.85), then mapped to physical values:
 The broad-start filter (TikTak's and MATLAB GlobalSearch's first stage) draws many candidates,
 evaluates only their figure of merit with one compiled, chunked ``vmap``
 (:class:`multistart.sweep.ValueSweep`), drops the non-finite ones and keeps the best; the
-finite candidates it did not keep are not used.
+finite candidates it did not keep are the reserve that resurrection draws from.
 """
 
 from __future__ import annotations
@@ -287,18 +287,54 @@ def describe_region(space: Space, strategy: str, band, max_params: int = 8) -> s
     return f"{strategy!r} draws in the quantile band ({lo:g}, {hi:g}): " + "; ".join(parts)
 
 
+class CandidateReserve:
+    """The filter's finite candidates that were not chosen, best first (resurrection's source)."""
+
+    def __init__(self, x, foms: np.ndarray):
+        self.x = x
+        self.foms = np.asarray(foms)
+        self.taken = 0
+        self.kind = "the filter's reserve"
+
+    @property
+    def remaining(self) -> int:
+        return len(self.foms) - self.taken
+
+    def take(self, m: int):
+        """Up to ``m`` candidates (physical params, leading axis), or ``None`` if none is left."""
+        k = min(m, self.remaining)
+        if k == 0:
+            return None
+        rows = slice(self.taken, self.taken + k)
+        self.taken += k
+        return jax.tree_util.tree_map(lambda a: a[rows], self.x)
+
+
+class StreamReserve:
+    """Fresh draws of the start strategy (resurrection's source when no filter ran)."""
+
+    def __init__(self, stream: StartStream):
+        self.stream = stream
+        self.kind = f"fresh {stream.strategy!r} draws"
+
+    def take(self, m: int):
+        return self.stream.draw(m) if m else None
+
+
 @dataclass
 class StartPlan:
-    """The starts a search begins from.
+    """The starts a search begins from, and what it can replace dead starts with.
 
     Attributes:
       x0: physical params with a leading ``n_starts`` axis (NaN rows for slots never started).
       started: ``(n_starts,)`` which slots have a start.
+      reserve: a source of replacement starts (``take(m)``), or ``None``.
       stats: figures for the Result (filter counts and times).
     """
 
     x0: Any
     started: np.ndarray
+    reserve: Any = None
     stats: dict = field(default_factory=dict)
 
 
@@ -356,7 +392,7 @@ def plan_starts(
     if free == 0 or n_candidates == 0:
         drawn = stream.draw(free) if free else None
         x0 = user if drawn is None else _concat(user, drawn)
-        return StartPlan(x0, started, stats)
+        return StartPlan(x0, started, StreamReserve(stream), stats)
 
     t0 = time.perf_counter()
     cand = stream.draw(n_candidates)
@@ -409,4 +445,5 @@ def plan_starts(
             sweep.compile_s,
         )
     stats["n_unstarted"] = int(np.sum(~started))
-    return StartPlan(_concat(user, picked), started, stats)
+    reserve = CandidateReserve(_take(cand, rest), foms[rest])
+    return StartPlan(_concat(user, picked), started, reserve, stats)

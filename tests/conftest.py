@@ -76,7 +76,7 @@ def tree_equal(a, b) -> bool:
 
 
 def same_result(a: ms.Result, b: ms.Result) -> bool:
-    """Bit-identical per-start records and history."""
+    """Bit-identical per-start records, history and resurrection records."""
     return (
         np.array_equal(a.foms, b.foms)
         and tree_equal(a.params, b.params)
@@ -85,4 +85,12 @@ def same_result(a: ms.Result, b: ms.Result) -> bool:
         and np.array_equal(a.n_steps, b.n_steps)
         and np.array_equal(a.best_step, b.best_step)
         and list(a.status) == list(b.status)
+        and np.array_equal(a.resurrections, b.resurrections)
+        and len(a.incarnations) == len(b.incarnations)
+        and all(
+            tree_equal(x["params"], y["params"])
+            and {k: v for k, v in x.items() if "params" not in k}
+            == {k: v for k, v in y.items() if "params" not in k}
+            for x, y in zip(a.incarnations, b.incarnations, strict=True)
+        )
     )

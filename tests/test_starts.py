@@ -316,6 +316,8 @@ def test_no_finite_candidate_raises_naming_the_region_before_the_step_compiles()
         ({"n_candidates": True}, "n_candidates must be"),
         ({"n_candidates": 0, "filter_batch_size": 8}, "filter_batch_size has no effect"),
         ({"filter_batch_size": 0}, "filter_batch_size must be an int >= 1"),
+        ({"resurrect": -1}, "resurrect must be an int >= 0"),
+        ({"resurrect": 9, "max_nonfinite": 8}, r"resurrect must be <= max_nonfinite \(8\)"),
     ],
 )
 def test_bad_start_arguments(kwargs, match):
@@ -324,6 +326,6 @@ def test_bad_start_arguments(kwargs, match):
 
 
 def test_config_records_the_start_options():
-    config = ms.MultiStartAdam(n_starts=4, start_strategy="lhs").config()
+    config = ms.MultiStartAdam(n_starts=4, start_strategy="lhs", resurrect=2).config()
     assert config["start_strategy"] == "lhs" and config["n_candidates"] == 40
-    assert config["filter_batch_size"] == 64
+    assert config["filter_batch_size"] == 64 and config["resurrect"] == 2
