@@ -75,6 +75,8 @@ jax.monitoring.register_event_listener(lambda event, **kw: events.append(event))
 
 import multistart as ms
 
+dir_after_import = jax.config.jax_compilation_cache_dir  # configured at the first fit only
+
 def bowl(p):
     return jnp.sum((p["x"] - 1.0) ** 2)
 
@@ -82,6 +84,7 @@ result = ms.MultiStartAdam(n_starts=4, batch_size=3, n_steps=4, seed=0, log_ever
     bowl, {"x": ms.Uniform(-3.0, 3.0, shape=(2,))}
 )
 print(json.dumps({
+    "dir_after_import": dir_after_import,
     "hits": hits,
     "hit_events": events.count("/jax/compilation_cache/cache_hits"),
     "n_cache_hits": result.stats["n_cache_hits"],
@@ -110,6 +113,7 @@ def _entries(folder: Path, name: str) -> list[str]:
 def test_a_second_process_loads_the_chunk_step_and_the_filter_from_the_cache(tmp_path):
     ours = tmp_path / "ms"
     first = _run("disabled-first", MULTISTART_CACHE_DIR=str(ours))
+    assert first["dir_after_import"] is None  # importing multistart configures nothing
     assert first["source"] == "multistart" and first["jax_dir"] == str(ours / "jax")
     assert first["min_compile_time"] == 0.0
     assert first["hits"] == [] and first["n_cache_hits"] == 0
