@@ -4,6 +4,8 @@ Many optax local searches of one model run at once, compiled once and swept in c
 result is the best fit with every start's record.
 """
 
+from .cache import cache_dir as cache_dir
+from .cache import configure_compilation_cache as configure_compilation_cache
 from .chunking import chunk_slices as chunk_slices
 from .convergence import Convergence as Convergence
 from .graph import Factor as Factor
@@ -21,6 +23,8 @@ from .search import MultiStartAdam as MultiStartAdam
 from .search import MultiStartGradient as MultiStartGradient
 from .search import MultiStartLion as MultiStartLion
 from .search import MultiStartProdigy as MultiStartProdigy
+from .starts import STRATEGIES as START_STRATEGIES
+from .starts import NoFiniteStartsError as NoFiniteStartsError
 from .status import Status as Status
 
 __version__ = "0.1.0"
@@ -37,11 +41,15 @@ __all__ = [
     "MultiStartGradient",
     "MultiStartLion",
     "MultiStartProdigy",
+    "NoFiniteStartsError",
     "Normal",
     "Prior",
     "Result",
+    "START_STRATEGIES",
     "Status",
     "Uniform",
+    "cache_dir",
     "chunk_slices",
+    "configure_compilation_cache",
     "set_log_level",
 ]

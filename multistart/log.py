@@ -1,22 +1,38 @@
 """The ``multistart`` logger and its progress lines.
 
 Level: ``MULTISTART_LOG_LEVEL`` (a logging level name or number; default ``INFO``), read when a
-search starts, so it can be changed between runs. If neither the ``multistart`` logger nor the
-root logger has a handler, one stderr handler is attached to the ``multistart`` logger, so a
-plain script shows progress without any logging set-up; an application's own configuration is
-left alone.
+search starts, so it can be changed between runs. During a long compile a heartbeat line
+("still compiling the chunk step (30 s)") is logged every ``MULTISTART_COMPILE_HEARTBEAT_S``
+seconds (default 30; 0 turns it off), so a cluster job's log never looks dead.
+
+If neither the ``multistart`` logger nor the root logger has a handler, one stderr handler is
+attached to the ``multistart`` logger, so a plain script shows progress without any logging
+set-up; an application's own configuration is left alone.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import math
 import os
 import sys
+import threading
+import time
 
-__all__ = ["logger", "configure", "set_level", "progress_line"]
+__all__ = [
+    "logger",
+    "configure",
+    "set_level",
+    "progress_line",
+    "compile_heartbeat",
+    "heartbeat_interval",
+]
 
 logger = logging.getLogger("multistart")
 _ENV = "MULTISTART_LOG_LEVEL"
+_HEARTBEAT_ENV = "MULTISTART_COMPILE_HEARTBEAT_S"
+_HEARTBEAT_DEFAULT_S = 30.0
 _own_handler: logging.Handler | None = None
 
 
@@ -63,3 +79,48 @@ def progress_line(
         f"step {step}/{n_steps}  best {best:.6g}  alive {alive}/{n}  "
         f"converged {converged}/{n}  {evals_per_s:.3g} evals/s"
     )
+
+
+def heartbeat_interval() -> float:
+    """Seconds between "still compiling" lines: ``MULTISTART_COMPILE_HEARTBEAT_S`` (0: none)."""
+    text = os.environ.get(_HEARTBEAT_ENV, "").strip()
+    if not text:
+        return _HEARTBEAT_DEFAULT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (value >= 0 and math.isfinite(value)):
+        raise ValueError(
+            f"{_HEARTBEAT_ENV} must be a number of seconds >= 0 (0 turns the heartbeat off); "
+            f"got {text!r}"
+        )
+    return value
+
+
+@contextlib.contextmanager
+def compile_heartbeat(what: str):
+    """Log ``still compiling <what> (N s)`` every few seconds while the block runs.
+
+    A compile is one blocking call that can take minutes to hours on a large model; a daemon
+    thread waits on an event with a timeout and logs a line each time it times out, so the
+    block itself is untouched and the thread ends as soon as the block does.
+    """
+    interval = heartbeat_interval()
+    if interval == 0:
+        yield
+        return
+    done = threading.Event()
+    t0 = time.perf_counter()
+
+    def beat():
+        while not done.wait(interval):
+            logger.info("still compiling %s (%.0f s)", what, time.perf_counter() - t0)
+
+    thread = threading.Thread(target=beat, name=f"multistart-heartbeat-{what}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()

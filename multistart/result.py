@@ -62,6 +62,15 @@ class Result:
         ``compile_s``, ``wall_s``, ``n_evals``, ``batch_size``, ... .
       paths: dotted parameter names, in the order of the space's leaves.
       config: the search's configuration, for the record.
+      resurrections: ``(n_starts,)`` how many times each slot's start was replaced
+        (``resurrect``); all zeros without resurrection.
+      incarnations: with resurrection, one record (a dict: ``slot``, ``incarnation``, ``fom``,
+        ``params``, ``start_params``, ``status``, ``n_steps``, ``best_step``, ``started_at``,
+        ``replaced_at``) for every start that ever ran in a slot that was resurrected, the final
+        one included (``replaced_at`` is ``None``). The per-slot arrays above show each slot's
+        best incarnation (lowest finite figure of merit; the latest on ties or when none was
+        finite), and ``history`` is the slot's best over its incarnations so far, so a replaced
+        start's best point is never lost.
     """
 
     best_params: Any
@@ -78,6 +87,12 @@ class Result:
     stats: dict = field(default_factory=dict)
     paths: list = field(default_factory=list)
     config: dict = field(default_factory=dict)
+    resurrections: np.ndarray | None = None
+    incarnations: list = field(default_factory=list)
+
+    def __post_init__(self):
+        if self.resurrections is None:
+            self.resurrections = np.zeros(np.shape(self.foms)[0], dtype=np.int64)
 
     @property
     def n_starts(self) -> int:
@@ -135,6 +150,7 @@ class Result:
             "status": self.status[i],
             "n_steps": int(self.n_steps[i]),
             "best_step": int(self.best_step[i]),
+            "resurrections": int(self.resurrections[i]),
             "params": jax.tree_util.tree_map(lambda a: np.asarray(a)[i], self.params),
         }
 
@@ -204,6 +220,11 @@ class Result:
             "config": self.config,
             "tree": _encode_tree(self.params),
             "n_leaves": len(leaves["params"]),
+            "incarnations": [
+                {k: (str(v) if k == "status" else v) for k, v in r.items() if "params" not in k}
+                for r in self.incarnations
+            ],
+            "incarnation_keys": list(self.incarnations[0]) if self.incarnations else [],
         }
         text = json.dumps(meta, default=_json_default, allow_nan=True)
         arrays = {
@@ -218,6 +239,11 @@ class Result:
         for kind, kind_leaves in leaves.items():
             for i, leaf in enumerate(kind_leaves):
                 arrays[f"{kind}/{i}"] = np.asarray(leaf)
+        arrays["resurrections"] = np.asarray(self.resurrections)
+        for kind in ("params", "start_params"):
+            per_record = [jax.tree_util.tree_leaves(r[kind]) for r in self.incarnations]
+            for i, column in enumerate(zip(*per_record, strict=True)):
+                arrays[f"incarnations/{kind}/{i}"] = np.stack([np.asarray(v) for v in column])
         with open(os.fspath(path), "wb") as f:
             np.savez_compressed(f, **arrays)
 
@@ -241,6 +267,14 @@ class Result:
                     leaves = [a[()] if a.ndim == 0 else a for a in leaves]
                 return _decode_tree(meta["tree"], leaves)
 
+            incarnations = []
+            for j, r in enumerate(meta.get("incarnations", [])):
+                values = dict(r, status=Status(r["status"]))
+                for kind in ("params", "start_params"):
+                    leaves = [z[f"incarnations/{kind}/{i}"][j] for i in range(n)]
+                    leaves = [a[()] if a.ndim == 0 else a for a in leaves]
+                    values[kind] = _decode_tree(meta["tree"], leaves)
+                incarnations.append({k: values[k] for k in meta["incarnation_keys"]})
             return cls(
                 best_params=tree("best_params", scalars=True),
                 best_fom=float(meta["best_fom"]),
@@ -256,6 +290,8 @@ class Result:
                 stats=meta["stats"],
                 paths=meta["paths"],
                 config=meta["config"],
+                resurrections=z["resurrections"],
+                incarnations=incarnations,
             )
 
     def __repr__(self) -> str:

@@ -15,14 +15,23 @@ import numpy as np
 import optax
 
 from . import log
+from .cache import configure_compilation_cache
 from .convergence import Convergence
 from .monitor import CompileCounter
 from .problem import Problem, as_problem, check_objective
 from .result import Result
-from .starts import check_band, uniform_band_starts
+from .resurrect import REPLACE_NAME, Resurrector
+from .starts import (
+    StartPlan,
+    check_band,
+    check_strategy,
+    check_strategy_space,
+    plan_starts,
+    user_starts,
+)
 from .status import Status
 from .step import PopState, init_population, make_chunk_step, make_start_step
-from .sweep import ChunkSweep
+from .sweep import FILTER_NAME, ChunkSweep
 
 __all__ = [
     "MultiStartGradient",
@@ -35,6 +44,8 @@ __all__ = [
 
 _CHUNK_STEP_NAME = "multistart_chunk_step"
 DEFAULT_CONVERGENCE = Convergence()
+CANDIDATES_PER_START = 10
+DEFAULT_FILTER_BATCH_SIZE = 64
 _BATCH_SIZE_HELP = "batch_size must be a positive int or None (one vmap over all starts)"
 
 
@@ -80,7 +91,21 @@ class MultiStartGradient:
         ``n_steps``.
       max_nonfinite: a start ends as ``nonfinite`` after this many consecutive non-finite
         evaluations (each one rolls it back to its last finite point with half the step).
-      start_band: starts are drawn uniformly in this band of each prior's quantiles.
+      start_band: starts are drawn in this band of each prior's quantiles.
+      start_strategy: how starts cover the band: ``"band"`` (independent uniform draws),
+        ``"sobol"`` (scrambled Sobol' sequence) or ``"lhs"`` (Latin hypercube).
+      n_candidates: the broad-start filter: this many candidates are drawn and only their
+        figure of merit is evaluated (batched, one compile); the best finite ones become the
+        starts. ``None`` (default) is ``10 * n_starts``; ``0`` turns the filter off (the first
+        ``n_starts`` draws are the starts).
+      filter_batch_size: candidates per compiled filter call (default 64, at most
+        ``n_candidates``). Fixed rather than tied to ``batch_size``, so the chosen starts, and
+        the result, do not depend on ``batch_size``.
+      resurrect: ``0`` (default) is off. ``k >= 1``: a start with ``k`` non-finite evaluations
+        without improving (``k <= max_nonfinite``) ends and, at the next host sync, its slot
+        gets a new start from the filter's unused finite candidates (best first) or, with no
+        filter, a fresh draw. ``result.resurrections`` counts them per slot and
+        ``result.incarnations`` keeps every replaced start's record.
       log_every: a progress line every this many steps (0: none).
       sync_every: the host reads which starts ended every this many steps, to drop them from
         the sweep. Results do not depend on it (ended starts are frozen on the device).
@@ -114,6 +139,10 @@ class MultiStartGradient:
         convergence: Convergence | None = DEFAULT_CONVERGENCE,
         max_nonfinite: int = 8,
         start_band: tuple[float, float] = (0.15, 0.85),
+        start_strategy: str = "band",
+        n_candidates: int | None = None,
+        filter_batch_size: int | None = None,
+        resurrect: int = 0,
         log_every: int = 100,
         sync_every: int = 1,
         max_history: int = 10_000,
@@ -136,6 +165,23 @@ class MultiStartGradient:
         self.convergence = convergence
         self.max_nonfinite = _check_int(max_nonfinite, "max_nonfinite", 1)
         self.start_band = check_band(start_band)
+        self.start_strategy = check_strategy(start_strategy)
+        self.n_candidates = _check_candidates(n_candidates, self.n_starts)
+        if filter_batch_size is not None and self.n_candidates == 0:
+            raise ValueError(
+                "filter_batch_size has no effect with n_candidates=0 (no filter); drop one"
+            )
+        self.filter_batch_size = _check_int(
+            DEFAULT_FILTER_BATCH_SIZE if filter_batch_size is None else filter_batch_size,
+            "filter_batch_size",
+            1,
+        )
+        self.resurrect = _check_int(resurrect, "resurrect", 0)
+        if self.resurrect > self.max_nonfinite:
+            raise ValueError(
+                f"resurrect must be <= max_nonfinite ({self.max_nonfinite}): a start ends, and "
+                f"is replaced, after that many non-finite evaluations; got {resurrect}"
+            )
         self.log_every = _check_int(log_every, "log_every", 0)
         self.sync_every = _check_int(sync_every, "sync_every", 1)
         self.max_history = _check_int(max_history, "max_history", 1)
@@ -162,37 +208,70 @@ class MultiStartGradient:
             "convergence": None if conv is None else vars(conv).copy(),
             "max_nonfinite": self.max_nonfinite,
             "start_band": list(self.start_band),
+            "start_strategy": self.start_strategy,
+            "n_candidates": self.n_candidates,
+            "filter_batch_size": self.filter_batch_size if self.n_candidates else None,
+            "resurrect": self.resurrect,
+            "sync_every": self.sync_every,
             "flat": self.flat,
             "hyperparameters": dict(getattr(self, "hyperparameters", {})),
         }
 
     # -- the run ---------------------------------------------------------------------------
 
-    def fit(self, objective, space=None) -> Result:
+    def fit(self, objective, space=None, *, starts=None) -> Result:
         """Minimise ``objective(params) -> scalar`` over ``space``, or fit a model.
 
         Args:
           objective: a callable of the physical params pytree returning a real scalar, or a
             :class:`multistart.FactorGraphModel` (then ``space`` is omitted).
           space: a (nested) dict of priors.
+          starts: your own starts, used as given in the first slots: a params pytree whose
+            leaves have a leading axis of ``k <= n_starts`` starts, or a list of ``k`` params
+            dicts. The other ``n_starts - k`` slots are drawn (and filtered) as usual.
 
         Returns:
           A :class:`multistart.Result`.
 
         Raises:
-          TypeError / ValueError: bad arguments, or an objective that does not return a real
+          TypeError / ValueError: bad arguments (a user start outside its prior's bounds is
+            named by index and parameter), or an objective that does not return a real
             scalar; raised after one trace and before any compile.
+          multistart.NoFiniteStartsError: the filter found no candidate with a finite figure
+            of merit (and no user start was given); the message names the region tried.
         """
+        t_start = time.perf_counter()
         log.configure()
         problem = as_problem(objective, space)
-        dtype = jnp.zeros(()).dtype
+        check_strategy_space(self.start_strategy, problem.space)
+        user = None if starts is None else user_starts(problem.space, starts, self.n_starts)
+        dtype = jax.dtypes.canonicalize_dtype(jnp.float64)  # float32 unless x64 is on
         check_objective(problem, dtype, repr(self))
-        rng = np.random.default_rng(self.seed)
-        x0 = uniform_band_starts(problem.space, self.n_starts, rng, self.start_band)
-        return self._run(problem, x0, dtype)
+        configure_compilation_cache()
+        with CompileCounter() as compiles:
+            plan = plan_starts(
+                problem,
+                dtype,
+                n_starts=self.n_starts,
+                strategy=self.start_strategy,
+                band=self.start_band,
+                n_candidates=self.n_candidates,
+                filter_width=self.filter_batch_size,
+                seed=self.seed,
+                user=user,
+            )
+        plan.stats.update(
+            n_filter_compiles=compiles.count(FILTER_NAME),
+            n_cache_hits=sum(compiles.cache_hits.values()),
+            n_compiles_total=compiles.total,
+        )
+        return self._run(problem, plan.x0, dtype, plan=plan, t_start=t_start)
 
-    def _run(self, problem: Problem, x0, dtype) -> Result:
-        t_start = time.perf_counter()
+    def _run(
+        self, problem: Problem, x0, dtype, *, plan: StartPlan | None = None, t_start=None
+    ) -> Result:
+        t_start = time.perf_counter() if t_start is None else t_start
+        configure_compilation_cache()
         space, n = problem.space, self.n_starts
         width = resolve_batch_size(self.batch_size, n)
         stride = math.ceil(self.n_steps / self.max_history)
@@ -221,31 +300,71 @@ class MultiStartGradient:
         def fom_u(u, d):
             return problem.fom(to_physical(u), d)
 
-        start_step = make_start_step(fom_u, self.optimizer, self.convergence, self.max_nonfinite)
+        # With resurrection a start gives up (and is replaced) after `resurrect` failures.
+        give_up = self.resurrect or self.max_nonfinite
+        start_step = make_start_step(fom_u, self.optimizer, self.convergence, give_up)
         chunk_step = make_chunk_step(start_step)
         chunk_step.__name__ = chunk_step.__qualname__ = _CHUNK_STEP_NAME
         n_rows = math.ceil(self.n_steps / stride)
+        started = np.ones(n, bool) if plan is None else plan.started
+        status0 = np.where(started, Status.RUNNING.code, Status.UNSTARTED.code).astype(np.int8)
+        resurrector = None
+        if self.resurrect and plan is not None and plan.reserve is not None:
+            resurrector = Resurrector(
+                plan.reserve,
+                optimizer=self.optimizer,
+                window=window,
+                width=width,
+                n_total=n,
+                to_u=self._to_unconstrained(space, dtype),
+                u0=u0,
+            )
 
         with CompileCounter() as compiles:
-            pop = jax.jit(lambda u: init_population(self.optimizer, u, n_rows, window))(u0)
+            pop = jax.jit(
+                lambda u, st: init_population(self.optimizer, u, n_rows, window, status=st)
+            )(u0, status0)
             sweep = ChunkSweep(chunk_step, width=width, n_total=n, data=data)
             compile_s = sweep.compile(pop)
             log.logger.info("compiled the chunk step (width %d) in %.2f s", width, compile_s)
-            pop, loop_stats = self._loop(sweep, pop, stride, t_start)
-            result = self._finish(problem, pop, u0, to_physical, loop_stats, stride)
+            if not started.all():
+                sweep.set_rows(np.flatnonzero(started))
+            pop, loop_stats = self._loop(sweep, pop, stride, t_start, resurrector)
+            result = self._finish(problem, pop, u0, to_physical, loop_stats, stride, resurrector)
         wall_s = time.perf_counter() - t_start
+        pre = {} if plan is None else plan.stats
+        result.stats.update(pre)
         result.stats.update(
             n_compiles=compiles.count(_CHUNK_STEP_NAME),
-            n_compiles_total=compiles.total,
+            n_compiles_total=compiles.total + pre.get("n_compiles_total", 0),
+            n_cache_hits=sum(compiles.cache_hits.values()) + pre.get("n_cache_hits", 0),
             compile_s=compile_s,
             wall_s=wall_s,
             batch_size=width,
             history_stride=stride,
         )
+        if resurrector is not None:
+            result.stats.update(
+                n_resurrections=resurrector.n_resurrections,
+                n_replace_compiles=compiles.count(REPLACE_NAME),
+            )
         self._log_end(result)
         return result
 
-    def _loop(self, sweep: ChunkSweep, pop: PopState, stride: int, t_start: float):
+    def _to_unconstrained(self, space, dtype):
+        """Physical starts (leading axis) to unconstrained NumPy in the population's layout."""
+        if self.flat:
+            return lambda x: space.ravel(space.to_unconstrained(x, dtype=np.dtype(dtype)))
+        return lambda x: space.to_unconstrained(x, dtype=np.dtype(dtype))
+
+    def _loop(
+        self,
+        sweep: ChunkSweep,
+        pop: PopState,
+        stride: int,
+        t_start: float,
+        resurrector: Resurrector | None = None,
+    ):
         """Step every running start until all ended or ``n_steps``; sync every few steps."""
         n = sweep.n_total
         n_calls, t_first, t_log, evals_since_log = 0, None, time.perf_counter(), 0
@@ -262,6 +381,8 @@ class MultiStartGradient:
             status = np.asarray(pop.starts.status)
             if t == 0:
                 t_first = time.perf_counter() - t_start
+            if resurrector is not None and not last:
+                pop, status = resurrector(pop, status, steps_run)
             running = np.flatnonzero(status == Status.RUNNING.code)
             if logging_now and log.logger.isEnabledFor(logging.INFO):
                 now = time.perf_counter()
@@ -285,21 +406,33 @@ class MultiStartGradient:
         }
         return pop, stats
 
-    def _finish(self, problem, pop: PopState, u0, to_physical, loop_stats, stride) -> Result:
+    def _finish(
+        self, problem, pop: PopState, u0, to_physical, loop_stats, stride, resurrector=None
+    ) -> Result:
         space = problem.space
         to_physical = jax.jit(jax.vmap(to_physical))
-        best_params = jax.device_get(to_physical(pop.starts.best_u))
-        start_params = jax.device_get(to_physical(u0))
+        writable = lambda tree: jax.tree_util.tree_map(np.array, jax.device_get(tree))  # noqa: E731
         s = jax.device_get(pop.starts)
         codes = np.asarray(s.status).astype(np.int64)
         codes[codes == Status.RUNNING.code] = Status.MAX_STEPS.code
-        status = np.array([Status.from_code(c) for c in codes], dtype=object)
-        foms = np.asarray(s.best_fom, dtype=np.float64)
         # The history ends when the last start did; the host may have noticed a little later.
+        # (With resurrection a slot's incarnations take turns: its last one began later.)
         n_steps_run = int(np.max(s.n_steps))
+        if resurrector is not None:
+            n_steps_run = int(np.max(resurrector.started_at + np.asarray(s.n_steps)))
         rows = math.ceil(n_steps_run / stride)
-        history = _forward_fill(np.asarray(pop.history)[:rows].astype(np.float64))
+        rec = {
+            "foms": np.asarray(s.best_fom, dtype=np.float64).copy(),
+            "params": writable(to_physical(pop.starts.best_u)),
+            "start_params": writable(to_physical(u0)),
+            "status": np.array([Status.from_code(c) for c in codes], dtype=object),
+            "n_steps": np.asarray(s.n_steps, dtype=np.int64).copy(),
+            "best_step": np.asarray(s.best_step, dtype=np.int64).copy(),
+            "history": _forward_fill(np.asarray(pop.history)[:rows].astype(np.float64)),
+        }
         history_steps = np.minimum((np.arange(rows) + 1) * stride, n_steps_run)
+        merged = {} if resurrector is None else resurrector.merge(rec, to_physical)
+        foms, best_params, status = rec["foms"], rec["params"], rec["status"]
         finite = np.isfinite(foms)
         if finite.any():
             best_index = int(np.argmin(np.where(finite, foms, np.inf)))
@@ -317,22 +450,24 @@ class MultiStartGradient:
                 stacklevel=4,
             )
         stats = dict(loop_stats)
-        stats["n_evals"] = int(np.sum(s.n_steps))
+        stats["n_evals"] = int(np.sum(s.n_steps)) + merged.get("n_evals_replaced", 0)
         return Result(
             best_params=best,
             best_fom=best_fom,
             best_index=best_index,
             foms=foms,
             params=best_params,
-            start_params=start_params,
+            start_params=rec["start_params"],
             status=status,
-            n_steps=np.asarray(s.n_steps, dtype=np.int64),
-            best_step=np.asarray(s.best_step, dtype=np.int64),
-            history=history,
+            n_steps=rec["n_steps"],
+            best_step=rec["best_step"],
+            history=rec["history"],
             history_steps=history_steps,
             stats=stats,
             paths=list(space.paths),
             config=self.config(),
+            resurrections=merged.get("resurrections"),
+            incarnations=merged.get("incarnations", []),
         )
 
     def _log_end(self, result: Result) -> None:
@@ -347,6 +482,21 @@ class MultiStartGradient:
             result.best_fom,
             counts,
         )
+
+
+def _check_candidates(n_candidates, n_starts: int) -> int:
+    if n_candidates is None:
+        return CANDIDATES_PER_START * n_starts
+    if (
+        isinstance(n_candidates, bool)
+        or not isinstance(n_candidates, numbers.Integral)
+        or (n_candidates != 0 and n_candidates < n_starts)
+    ):
+        raise ValueError(
+            f"n_candidates must be None ({CANDIDATES_PER_START} x n_starts), 0 (no filter) or "
+            f"an int >= n_starts ({n_starts}); got {n_candidates!r}"
+        )
+    return int(n_candidates)
 
 
 def _forward_fill(history: np.ndarray) -> np.ndarray:

@@ -1,12 +1,56 @@
-"""Start generation: where each local search begins, in physical coordinates (NumPy)."""
+"""Where the local searches begin: start strategies, user starts and the broad-start filter.
+
+Starts are drawn in the unit cube of the priors' quantiles, inside a central ``band`` of each
+prior (default 0.15-0.85), then mapped to physical values:
+
+- ``"band"``: independent uniform draws.
+- ``"sobol"``: a scrambled Sobol' sequence (``scipy.stats.qmc.Sobol``): low discrepancy; each
+  coordinate of a power-of-two prefix has exactly one point per equal slice of the band.
+- ``"lhs"``: a Latin hypercube (``scipy.stats.qmc.LatinHypercube``): each coordinate of every
+  draw of ``m`` points has exactly one point per ``1/m`` slice of the band.
+
+The broad-start filter (TikTak's and MATLAB GlobalSearch's first stage) draws many candidates,
+evaluates only their figure of merit with one compiled, chunked ``vmap``
+(:class:`multistart.sweep.ValueSweep`), drops the non-finite ones and keeps the best; the
+finite candidates it did not keep are the reserve that resurrection draws from.
+"""
 
 from __future__ import annotations
 
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import jax
 import numpy as np
+from scipy.stats import qmc
 
+from . import log
 from .priors import Space
+from .problem import Problem
+from .sweep import ValueSweep
 
-__all__ = ["uniform_band_starts", "check_band"]
+__all__ = [
+    "STRATEGIES",
+    "NoFiniteStartsError",
+    "StartStream",
+    "StartPlan",
+    "check_band",
+    "check_strategy",
+    "check_strategy_space",
+    "uniform_band_starts",
+    "user_starts",
+    "rank_candidates",
+    "describe_region",
+    "plan_starts",
+]
+
+STRATEGIES = ("band", "sobol", "lhs")
+
+
+class NoFiniteStartsError(ValueError):
+    """No candidate start had a finite figure of merit, so no search could begin."""
 
 
 def check_band(band) -> tuple[float, float]:
@@ -20,6 +64,15 @@ def check_band(band) -> tuple[float, float]:
     return lo, hi
 
 
+def check_strategy(strategy) -> str:
+    """Validate a start strategy name."""
+    if not isinstance(strategy, str) or strategy not in STRATEGIES:
+        raise ValueError(
+            f"start_strategy must be one of {', '.join(map(repr, STRATEGIES))}; got {strategy!r}"
+        )
+    return strategy
+
+
 def uniform_band_starts(space: Space, n: int, rng: np.random.Generator, band=(0.15, 0.85)):
     """``n`` starts drawn uniformly in the central ``band`` of each prior's quantiles.
 
@@ -30,3 +83,367 @@ def uniform_band_starts(space: Space, n: int, rng: np.random.Generator, band=(0.
     lo, hi = check_band(band)
     qs = [rng.uniform(lo, hi, size=(n, *p.shape)) for p in space.priors]
     return space.from_unit(qs)
+
+
+def check_strategy_space(strategy: str, space: Space) -> None:
+    """Fail early when a strategy cannot draw in this space (Sobol' has a dimension limit)."""
+    if strategy == "sobol" and space.n_dims > qmc.Sobol.MAXDIM:
+        raise ValueError(
+            f"start_strategy='sobol' supports at most {qmc.Sobol.MAXDIM} parameters; "
+            f"the space has {space.n_dims}: use 'lhs' or 'band'"
+        )
+
+
+class StartStream:
+    """Starts of one strategy, drawn in order: the same seed gives the same sequence.
+
+    ``draw(m)`` returns the next ``m`` starts (physical params, leading ``m`` axis). Sobol'
+    points continue one sequence across draws; each Latin-hypercube draw is a hypercube of its
+    own; band draws are those of :func:`uniform_band_starts`.
+    """
+
+    def __init__(self, space: Space, strategy: str, band, rng: np.random.Generator):
+        self.space = space
+        self.strategy = check_strategy(strategy)
+        self.band = check_band(band)
+        self.rng = rng
+        d = space.n_dims
+        check_strategy_space(strategy, space)
+        if strategy == "sobol":
+            self._engine = qmc.Sobol(d=d, scramble=True, rng=rng)
+            self._buffer = np.empty((0, d))
+        elif strategy == "lhs":
+            self._engine = qmc.LatinHypercube(d=d, scramble=True, rng=rng)
+
+    def unit(self, m: int) -> np.ndarray:
+        """The next ``m`` points in ``[0, 1)^n_dims`` (before the band), flat in space order."""
+        if self.strategy == "sobol":
+            return self._sobol(m)
+        if self.strategy == "lhs":
+            return self._engine.random(m) if m else np.empty((0, self.space.n_dims))
+        raise ValueError("band draws are made per prior; use draw()")
+
+    def _sobol(self, m: int) -> np.ndarray:
+        # Sobol' points balance only in power-of-two blocks (scipy warns otherwise): the first
+        # block is a power of two, each later one doubles the total, and a draw takes what it
+        # needs from the front, so every draw continues the one sequence.
+        while len(self._buffer) < m:
+            done = self._engine.num_generated
+            if done == 0:
+                block = self._engine.random_base2(max(0, math.ceil(math.log2(m))))
+            else:
+                block = self._engine.random(done)
+            self._buffer = np.concatenate([self._buffer, block])
+        out, self._buffer = self._buffer[:m], self._buffer[m:]
+        return out
+
+    def draw(self, m: int):
+        """The next ``m`` starts: physical params with a leading ``m`` axis (float64)."""
+        if self.strategy == "band":
+            return uniform_band_starts(self.space, m, self.rng, self.band)
+        lo, hi = self.band
+        q = lo + (hi - lo) * self.unit(m)
+        leaves, i = [], 0
+        for p in self.space.priors:
+            leaves.append(q[:, i : i + p.size].reshape(m, *p.shape))
+            i += p.size
+        return self.space.from_unit(leaves)
+
+
+# -- user starts ---------------------------------------------------------------------------------
+
+
+def _flat_paths(tree) -> tuple[list[str], list[Any]]:
+    flat, _ = jax.tree_util.tree_flatten_with_path(tree, is_leaf=lambda x: not isinstance(x, dict))
+    return [".".join(str(getattr(k, "key", k)) for k in path) for path, _ in flat], [
+        leaf for _, leaf in flat
+    ]
+
+
+def _match_paths(space: Space, tree, where: str) -> dict[str, Any]:
+    if not isinstance(tree, dict):
+        raise TypeError(f"{where} must be a params dict like the space; got {type(tree).__name__}")
+    paths, leaves = _flat_paths(tree)
+    missing = [p for p in space.paths if p not in paths]
+    extra = [p for p in paths if p not in space.paths]
+    if missing or extra:
+        parts = []
+        if missing:
+            parts.append(f"is missing {', '.join(map(repr, missing))}")
+        if extra:
+            parts.append(f"has {', '.join(map(repr, extra))}, not in the space")
+        raise ValueError(f"{where} {' and '.join(parts)}")
+    return dict(zip(paths, leaves, strict=True))
+
+
+def _as_float(value, where: str) -> np.ndarray:
+    try:
+        return np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"{where} must be a real number or array; got {value!r}") from e
+
+
+def user_starts(space: Space, starts, n_starts: int):
+    """Validate user-supplied starts; return them as physical params with a leading axis.
+
+    ``starts`` is a params pytree whose leaves have a leading axis of ``k`` starts, or a list of
+    ``k`` params dicts, with ``1 <= k <= n_starts``. Every value must be finite and inside its
+    prior's bounds.
+
+    Raises:
+      TypeError / ValueError: naming the offending start index and parameter path.
+    """
+    if isinstance(starts, (list, tuple)):
+        if not starts:
+            raise ValueError("starts is an empty list: give at least one params dict")
+        rows = []
+        for i, one in enumerate(starts):
+            named = _match_paths(space, one, f"starts[{i}]")
+            row = {}
+            for path, prior in zip(space.paths, space.priors, strict=True):
+                v = _as_float(named[path], f"starts[{i}][{path!r}]")
+                if v.shape != prior.shape:
+                    raise ValueError(
+                        f"starts[{i}][{path!r}] must have shape {prior.shape} like its prior; "
+                        f"got {v.shape}"
+                    )
+                row[path] = v
+            rows.append(row)
+        stacked = {p: np.stack([r[p] for r in rows]) for p in space.paths}
+    else:
+        named = _match_paths(space, starts, "starts")
+        stacked, k = {}, None
+        for path, prior in zip(space.paths, space.priors, strict=True):
+            v = _as_float(named[path], f"starts[{path!r}]")
+            if v.ndim != 1 + len(prior.shape) or v.shape[1:] != prior.shape:
+                raise ValueError(
+                    f"starts[{path!r}] must have shape (n, *{prior.shape}) with a leading axis "
+                    f"of starts; got {v.shape}"
+                )
+            if k is not None and v.shape[0] != k:
+                raise ValueError(
+                    f"starts[{path!r}] has {v.shape[0]} starts but {space.paths[0]!r} has {k}"
+                )
+            k = v.shape[0]
+            stacked[path] = v
+        if k == 0:
+            raise ValueError("starts has no starts (a leading axis of length 0)")
+    k = len(next(iter(stacked.values())))
+    if k > n_starts:
+        raise ValueError(
+            f"starts gives {k} starts but the search has n_starts={n_starts}: raise n_starts "
+            "or give fewer starts"
+        )
+    for path, prior in zip(space.paths, space.priors, strict=True):
+        _check_inside(stacked[path], prior, path)
+    return space.unflatten(stacked[p] for p in space.paths)
+
+
+def _check_inside(v: np.ndarray, prior, path: str) -> None:
+    ok = prior.contains(v)
+    if ok.all():
+        return
+    bad = np.argwhere(~ok)[0]
+    i, element = int(bad[0]), tuple(int(b) for b in bad[1:])
+    value = v[tuple(bad)]
+    where = f"starts[{i}][{path!r}]" + ("" if not element else str(list(element)))
+    if not np.isfinite(value):
+        raise ValueError(f"{where} is {value}: starts must be finite")
+    lo = np.broadcast_to(prior.lower_bound, prior.shape)[element]
+    hi = np.broadcast_to(prior.upper_bound, prior.shape)[element]
+    raise ValueError(f"{where} = {value:g} is outside the bounds [{lo:g}, {hi:g}] of {prior!r}")
+
+
+# -- the broad-start filter ------------------------------------------------------------------------
+
+
+def rank_candidates(foms: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """Indices of the best ``m`` finite candidates, best first, and of the other finite ones.
+
+    Ties keep candidate order, so the ranking is deterministic.
+
+    >>> chosen, reserve = rank_candidates(np.array([3.0, np.nan, 1.0, np.inf, 2.0]), 2)
+    >>> chosen.tolist(), reserve.tolist()
+    ([2, 4], [0])
+    """
+    foms = np.asarray(foms)
+    finite = np.flatnonzero(np.isfinite(foms))
+    order = finite[np.argsort(foms[finite], kind="stable")]
+    return order[:m], order[m:]
+
+
+def describe_region(space: Space, strategy: str, band, max_params: int = 8) -> str:
+    """Where starts were drawn: the strategy, the band, and each parameter's range and prior."""
+    lo, hi = check_band(band)
+    parts = []
+    for path, prior in list(zip(space.paths, space.priors, strict=True))[:max_params]:
+        a = prior.from_unit(np.full(prior.shape, lo))
+        b = prior.from_unit(np.full(prior.shape, hi))
+        rng = f"[{np.min(a):.4g}, {np.max(b):.4g}]"
+        parts.append(f"{path} in {rng} of {prior!r}")
+    more = len(space.paths) - max_params
+    if more > 0:
+        parts.append(f"... and {more} more")
+    return f"{strategy!r} draws in the quantile band ({lo:g}, {hi:g}): " + "; ".join(parts)
+
+
+class CandidateReserve:
+    """The filter's finite candidates that were not chosen, best first (resurrection's source)."""
+
+    def __init__(self, x, foms: np.ndarray):
+        self.x = x
+        self.foms = np.asarray(foms)
+        self.taken = 0
+        self.kind = "the filter's reserve"
+
+    @property
+    def remaining(self) -> int:
+        return len(self.foms) - self.taken
+
+    def take(self, m: int):
+        """Up to ``m`` candidates (physical params, leading axis), or ``None`` if none is left."""
+        k = min(m, self.remaining)
+        if k == 0:
+            return None
+        rows = slice(self.taken, self.taken + k)
+        self.taken += k
+        return jax.tree_util.tree_map(lambda a: a[rows], self.x)
+
+
+class StreamReserve:
+    """Fresh draws of the start strategy (resurrection's source when no filter ran)."""
+
+    def __init__(self, stream: StartStream):
+        self.stream = stream
+        self.kind = f"fresh {stream.strategy!r} draws"
+
+    def take(self, m: int):
+        return self.stream.draw(m) if m else None
+
+
+@dataclass
+class StartPlan:
+    """The starts a search begins from, and what it can replace dead starts with.
+
+    Attributes:
+      x0: physical params with a leading ``n_starts`` axis (NaN rows for slots never started).
+      started: ``(n_starts,)`` which slots have a start.
+      reserve: a source of replacement starts (``take(m)``), or ``None``.
+      stats: figures for the Result (filter counts and times).
+    """
+
+    x0: Any
+    started: np.ndarray
+    reserve: Any = None
+    stats: dict = field(default_factory=dict)
+
+
+def _concat(a, b):
+    if a is None:
+        return b
+    return jax.tree_util.tree_map(lambda x, y: np.concatenate([x, y]), a, b)
+
+
+def _take(x, rows):
+    return jax.tree_util.tree_map(lambda a: a[rows], x)
+
+
+def filter_sweep(problem: Problem, dtype, width: int) -> ValueSweep:
+    """The filter's evaluator: the figure of merit at flat unconstrained points, compiled.
+
+    It maps points the way a flat search step does (``forward_flat``), so a start's filter
+    value is the value its first step sees (to rounding).
+    """
+    space = problem.space
+
+    def fom_u(u, data):
+        return problem.fom(space.unravel(space.forward_flat(u)), data)
+
+    sweep = ValueSweep(fom_u, width=width, data=jax.device_put(problem.data))
+    sweep.compile(space.n_dims, dtype)
+    return sweep
+
+
+def plan_starts(
+    problem: Problem,
+    dtype,
+    *,
+    n_starts: int,
+    strategy: str,
+    band,
+    n_candidates: int,
+    filter_width: int,
+    seed: int,
+    user=None,
+) -> StartPlan:
+    """Decide every slot's start: user starts first, then strategy draws (filtered or not).
+
+    With ``n_candidates > 0``, ``n_candidates`` draws are evaluated and the best finite ones
+    fill the free slots; fewer finite candidates than free slots leave the rest unstarted
+    (logged, and marked ``unstarted`` in the Result); none at all, with no user start either,
+    raises :class:`NoFiniteStartsError` naming the region tried.
+    """
+    space = problem.space
+    stream = StartStream(space, strategy, band, np.random.default_rng(seed))
+    k = 0 if user is None else len(jax.tree_util.tree_leaves(user)[0])
+    free = n_starts - k
+    started = np.ones(n_starts, dtype=bool)
+    stats: dict[str, Any] = {"start_strategy": strategy, "n_user_starts": k}
+    if free == 0 or n_candidates == 0:
+        drawn = stream.draw(free) if free else None
+        x0 = user if drawn is None else _concat(user, drawn)
+        return StartPlan(x0, started, StreamReserve(stream), stats)
+
+    t0 = time.perf_counter()
+    cand = stream.draw(n_candidates)
+    u = space.ravel(space.to_unconstrained(cand, dtype=np.dtype(dtype)))
+    sweep = filter_sweep(problem, dtype, min(filter_width, n_candidates))
+    foms = sweep(u)
+    chosen, rest = rank_candidates(foms, free)
+    filter_s = time.perf_counter() - t0
+    n_finite = len(chosen) + len(rest)
+    stats.update(
+        n_candidates=n_candidates,
+        n_finite_candidates=n_finite,
+        filter_batch_size=sweep.width,
+        filter_compile_s=sweep.compile_s,
+        filter_s=filter_s,
+    )
+    if n_finite == 0 and k == 0:
+        raise NoFiniteStartsError(
+            f"no finite figure of merit for {problem.name!r} at any of {n_candidates} candidate "
+            f"starts ({describe_region(space, strategy, band)}); check the objective, or widen "
+            "start_band / the priors, or give starts= inside the region where it is finite"
+        )
+    picked = _take(cand, chosen)
+    if len(chosen) < free:
+        missing = free - len(chosen)
+        started[k + len(chosen) :] = False
+        blank = jax.tree_util.tree_map(lambda a: np.full((missing, *a.shape[1:]), np.nan), picked)
+        picked = _concat(picked, blank)
+        log.logger.warning(
+            "broad-start filter: only %d of %d candidates have a finite figure of merit; "
+            "running %d starts, and %d slot%s stay unstarted (status 'unstarted')",
+            n_finite,
+            n_candidates,
+            k + len(chosen),
+            missing,
+            "" if missing == 1 else "s",
+        )
+    else:
+        best = foms[chosen]
+        log.logger.info(
+            "broad-start filter: %d %s candidates, %d finite, kept the best %d "
+            "(figure of merit %.6g .. %.6g) in %.2f s (compile %.2f s)",
+            n_candidates,
+            strategy,
+            n_finite,
+            free,
+            best[0],
+            best[-1],
+            filter_s,
+            sweep.compile_s,
+        )
+    stats["n_unstarted"] = int(np.sum(~started))
+    reserve = CandidateReserve(_take(cand, rest), foms[rest])
+    return StartPlan(_concat(user, picked), started, reserve, stats)

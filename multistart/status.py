@@ -18,6 +18,7 @@ class Status(str, enum.Enum):
     MAX_STEPS = "max_steps"
     NONFINITE = "nonfinite"
     INTERRUPTED = "interrupted"
+    UNSTARTED = "unstarted"
 
     @property
     def code(self) -> int:
@@ -43,4 +44,8 @@ _MESSAGES = {
     Status.MAX_STEPS: "Reached n_steps before converging.",
     Status.NONFINITE: "Non-finite (nan or inf) objective or gradient; the start was stopped.",
     Status.INTERRUPTED: "The search was interrupted before this start ended.",
+    Status.UNSTARTED: (
+        "Never started: the broad-start filter found fewer finite candidates than n_starts, "
+        "so this slot had no start."
+    ),
 }

@@ -187,8 +187,12 @@ def make_chunk_step(start_step: Callable[[StartState, Any], StartState]):
     return multistart_chunk_step
 
 
-def init_population(optimizer, u0, n_steps: int, window: int) -> PopState:
-    """The initial population state from stacked unconstrained starts ``u0`` (traceable)."""
+def init_population(optimizer, u0, n_steps: int, window: int, status=None) -> PopState:
+    """The initial population state from stacked unconstrained starts ``u0`` (traceable).
+
+    ``status`` optionally gives each start's initial status code (default: all running); a
+    start that is not running never steps.
+    """
     leaves = jax.tree_util.tree_leaves(u0)
     n = leaves[0].shape[0]
     dtype = leaves[0].dtype
@@ -204,7 +208,11 @@ def init_population(optimizer, u0, n_steps: int, window: int) -> PopState:
         scale=jnp.ones((n,), dtype),
         n_bad=jnp.zeros((n,), jnp.int32),
         n_steps=jnp.zeros((n,), jnp.int32),
-        status=jnp.full((n,), _RUNNING, jnp.int8),
+        status=(
+            jnp.full((n,), _RUNNING, jnp.int8)
+            if status is None
+            else jnp.asarray(status).astype(jnp.int8)
+        ),
         ring=jnp.full((n, window), jnp.inf, dtype),
     )
     return PopState(starts, jnp.full((n_steps, n), jnp.nan, dtype))

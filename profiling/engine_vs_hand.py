@@ -63,6 +63,7 @@ def run_arm(arm: str, n_starts: int, width: int, steps: int) -> dict:
             convergence=None,
             log_every=0,
             learning_rate=0.05,
+            n_candidates=0,  # the same uniform starts as the hand-written arms, no filter
         )
         result = search.fit(chi2, space_tree)
         st = result.stats

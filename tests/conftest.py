@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
-import jax
-import jax.numpy as jnp
-import pytest
+import os
 
-import multistart as ms
+# The suite never reads or writes a persistent compilation cache in its own process (the user's
+# or ours): results and compile counts must not depend on what earlier runs left on disk. The
+# cache itself is tested in subprocesses with their own folders (test_cache.py). Set before
+# JAX is imported, which reads JAX_COMPILATION_CACHE_DIR once.
+os.environ["MULTISTART_CACHE_DIR"] = ""
+os.environ.pop("JAX_COMPILATION_CACHE_DIR", None)
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+import multistart as ms  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -42,3 +52,45 @@ def multimodal(p):
 
 
 MULTIMODAL_SPACE = {"n": ms.Normal(0.0, 2.0), "s": ms.LogUniform(0.1, 10.0)}
+
+
+class NoCompile:
+    """Fails the test if anything is compiled inside the block."""
+
+    def __enter__(self):
+        from multistart.monitor import CompileCounter
+
+        self.counter = CompileCounter().__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.counter.__exit__(*exc)
+        assert self.counter.total == 0, dict(self.counter.counts)
+
+
+def tree_equal(a, b) -> bool:
+    la, lb = jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)
+    return len(la) == len(lb) and all(
+        np.array_equal(x, y, equal_nan=True) for x, y in zip(la, lb, strict=True)
+    )
+
+
+def same_result(a: ms.Result, b: ms.Result) -> bool:
+    """Bit-identical per-start records, history and resurrection records."""
+    return (
+        np.array_equal(a.foms, b.foms)
+        and tree_equal(a.params, b.params)
+        and tree_equal(a.start_params, b.start_params)
+        and np.array_equal(a.history, b.history, equal_nan=True)
+        and np.array_equal(a.n_steps, b.n_steps)
+        and np.array_equal(a.best_step, b.best_step)
+        and list(a.status) == list(b.status)
+        and np.array_equal(a.resurrections, b.resurrections)
+        and len(a.incarnations) == len(b.incarnations)
+        and all(
+            tree_equal(x["params"], y["params"])
+            and {k: v for k, v in x.items() if "params" not in k}
+            == {k: v for k, v in y.items() if "params" not in k}
+            for x, y in zip(a.incarnations, b.incarnations, strict=True)
+        )
+    )

@@ -70,18 +70,3 @@ sys.exit(1 if loaded else 0)
 def test_chunking_imports_no_jax():
     proc = subprocess.run([sys.executable, "-c", _NO_JAX_SCRIPT], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-
-
-def test_cache_dir_resolution(monkeypatch, tmp_path):
-    from multistart.cache import cache_dir
-
-    monkeypatch.delenv("MULTISTART_CACHE_DIR", raising=False)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert cache_dir() == tmp_path / "xdg" / "multistart"
-    monkeypatch.delenv("XDG_CACHE_HOME")
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    assert cache_dir() == tmp_path / "home" / ".cache" / "multistart"
-    monkeypatch.setenv("MULTISTART_CACHE_DIR", str(tmp_path / "mine"))
-    assert cache_dir() == tmp_path / "mine"
-    monkeypatch.setenv("MULTISTART_CACHE_DIR", "")
-    assert cache_dir() is None

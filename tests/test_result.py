@@ -3,6 +3,7 @@ import math
 import sys
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from conftest import PARABOLA_SPACE, parabola
@@ -12,7 +13,7 @@ import multistart as ms
 
 def handmade_result() -> ms.Result:
     """Every field set, with nested params, a 2-d parameter, every Status and NaN/inf values."""
-    n = 5
+    n = len(ms.Status)  # one start of every status
     rng = np.random.default_rng(0)
 
     def params():
@@ -20,7 +21,7 @@ def handmade_result() -> ms.Result:
             "a": rng.normal(size=n).astype(np.float32),
             "band": {"flux": rng.normal(size=(n, 2)), "psf": rng.normal(size=(n, 2, 3))},
             "layers": {
-                0: {"x": np.array([np.nan, np.inf, -np.inf, 1.0, 2.0])},
+                0: {"x": np.resize([np.nan, np.inf, -np.inf, 1.0, 2.0], n)},
                 1: {"x": np.arange(n, dtype=np.int32)},
             },
         }
@@ -31,13 +32,18 @@ def handmade_result() -> ms.Result:
         best_params=best,
         best_fom=-3.5,
         best_index=1,
-        foms=np.array([np.nan, -3.5, np.inf, 2.0, -np.inf]),
+        foms=np.resize([np.nan, -3.5, np.inf, 2.0, -np.inf], n),
         params=p,
         start_params=params(),
         status=np.array(list(ms.Status), dtype=object),
-        n_steps=np.array([1, 20, 3, 40, 5], dtype=np.int64),
-        best_step=np.array([-1, 19, 0, 12, 4], dtype=np.int64),
-        history=np.array([[np.nan, 1.0, np.inf, 4.0, 0.5], [np.nan, -3.5, np.inf, 2.0, -np.inf]]),
+        n_steps=np.resize(np.array([1, 20, 3, 40, 5], dtype=np.int64), n),
+        best_step=np.resize(np.array([-1, 19, 0, 12, 4], dtype=np.int64), n),
+        history=np.array(
+            [
+                np.resize([np.nan, 1.0, np.inf, 4.0, 0.5], n),
+                np.resize([np.nan, -3.5, np.inf, 2.0, -np.inf], n),
+            ]
+        ),
         history_steps=np.array([10, 20]),
         stats={"n_compiles": 1, "compile_s": 0.25, "first_step_s": None, "odd": float("nan")},
         paths=["a", "band.flux", "band.psf", "layers.0.x", "layers.1.x"],
@@ -140,3 +146,18 @@ def test_to_dataframe_without_pandas_says_how_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "pandas", None)  # import pandas now raises ImportError
     with pytest.raises(ImportError, match=r"multistart\[plots\]"):
         handmade_result().to_dataframe()
+
+
+def test_save_load_round_trips_resurrected_incarnations(tmp_path, x64):
+    def nan_right(p):
+        return jnp.where(p["x"][0] > 1.0, jnp.nan, jnp.sum((p["x"] - 0.5) ** 2))
+
+    search = ms.MultiStartAdam(
+        n_starts=6, n_steps=60, seed=0, n_candidates=0, resurrect=1, log_every=0
+    )
+    result = search.fit(nan_right, {"x": ms.Uniform(-4.0, 4.0, shape=(2,))})
+    assert result.incarnations and result.resurrections.sum() > 0
+    result.save(tmp_path / "r.npz")
+    loaded = ms.Result.load(tmp_path / "r.npz")
+    for f in dataclasses.fields(ms.Result):
+        assert_same(getattr(result, f.name), getattr(loaded, f.name))

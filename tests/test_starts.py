@@ -1,0 +1,331 @@
+"""Start strategies, user starts and the broad-start filter."""
+
+import logging
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import MULTIMODAL_SPACE, NoCompile, multimodal, same_result
+
+import multistart as ms
+from multistart.monitor import CompileCounter
+from multistart.priors import Space
+from multistart.starts import StartStream, rank_candidates, uniform_band_starts
+
+SPACE = {
+    "a": ms.Uniform(-4.0, 4.0, shape=(3,)),
+    "s": ms.LogUniform(0.1, 30.0),
+    "n": {"m": ms.Normal(1.0, 2.0, shape=(2,))},
+}
+
+
+def unit_coords(space: Space, x) -> np.ndarray:
+    """Unit-cube coordinates of a batch of physical params, flat in space order."""
+    leaves = space.leaves(x)
+    return np.concatenate(
+        [p.to_unit(v).reshape(len(v), -1) for p, v in zip(space.priors, leaves, strict=True)],
+        axis=1,
+    )
+
+
+def stream(strategy, seed=0, band=(0.15, 0.85), space=SPACE):
+    return StartStream(Space(space), strategy, band, np.random.default_rng(seed))
+
+
+# -- strategies ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("strategy", ms.START_STRATEGIES)
+def test_strategies_draw_the_space_shapes_inside_the_band(strategy):
+    band = (0.2, 0.7)
+    x = stream(strategy, band=band).draw(37)
+    assert x["a"].shape == (37, 3) and x["s"].shape == (37,) and x["n"]["m"].shape == (37, 2)
+    q = unit_coords(Space(SPACE), x)
+    assert q.shape == (37, 6)
+    assert np.all(q >= band[0] - 1e-12) and np.all(q <= band[1] + 1e-12)
+    # the band is covered, not a corner of it
+    assert np.all(q.min(axis=0) < 0.3) and np.all(q.max(axis=0) > 0.6)
+
+
+@pytest.mark.parametrize("strategy", ms.START_STRATEGIES)
+def test_same_seed_same_starts_other_seed_other_starts(strategy):
+    a, b, c = (
+        stream(strategy, 3).draw(16),
+        stream(strategy, 3).draw(16),
+        stream(strategy, 4).draw(16),
+    )
+    assert np.array_equal(a["a"], b["a"]) and np.array_equal(a["n"]["m"], b["n"]["m"])
+    assert not np.array_equal(a["a"], c["a"])
+
+
+def test_band_draws_are_those_of_uniform_band_starts():
+    space = Space(SPACE)
+    expected = uniform_band_starts(space, 9, np.random.default_rng(5), (0.1, 0.9))
+    got = stream("band", 5, band=(0.1, 0.9)).draw(9)
+    assert np.array_equal(got["a"], expected["a"]) and np.array_equal(got["s"], expected["s"])
+
+
+def _one_per_slice(q: np.ndarray, band) -> bool:
+    """Each coordinate has exactly one point in each of len(q) equal slices of the band."""
+    lo, hi = band
+    m = len(q)
+    slices = np.floor((q - lo) / (hi - lo) * m).astype(int)
+    return all(sorted(col) == list(range(m)) for col in slices.T)
+
+
+def test_sobol_power_of_two_prefix_is_stratified_and_draws_continue_one_sequence():
+    band = (0.15, 0.85)
+    space = Space(SPACE)
+    q64 = unit_coords(space, stream("sobol", 1).draw(64))
+    assert _one_per_slice(q64, band)
+    # drawing 40 then 24 continues the same sequence
+    s = stream("sobol", 1)
+    q_split = np.concatenate([unit_coords(space, s.draw(40)), unit_coords(space, s.draw(24))])
+    np.testing.assert_array_equal(q_split, q64)
+    # a uniform band draw of 64 is almost never stratified like that
+    assert not _one_per_slice(unit_coords(space, stream("band", 1).draw(64)), band)
+
+
+def test_latin_hypercube_has_one_point_per_slice_in_every_draw():
+    space = Space(SPACE)
+    s = stream("lhs", 2)
+    assert _one_per_slice(unit_coords(space, s.draw(50)), (0.15, 0.85))
+    assert _one_per_slice(unit_coords(space, s.draw(7)), (0.15, 0.85))
+
+
+def test_strategy_errors():
+    with pytest.raises(ValueError, match="start_strategy must be one of 'band', 'sobol', 'lhs'"):
+        ms.MultiStartAdam(start_strategy="halton")
+    big = {"x": ms.Uniform(0.0, 1.0, shape=(30_000,))}
+    search = ms.MultiStartAdam(n_starts=2, n_steps=5, start_strategy="sobol")
+    with NoCompile(), pytest.raises(ValueError, match="at most 21201 parameters"):
+        search.fit(lambda p: jnp.sum(p["x"]), big)
+
+
+# -- user starts ---------------------------------------------------------------------------------
+
+
+def parabola3(p):
+    return jnp.sum((p["a"] - 1.0) ** 2) + jnp.log(p["s"]) ** 2 + jnp.sum(p["n"]["m"] ** 2)
+
+
+def test_user_starts_fill_the_first_slots_as_given():
+    mine = [
+        {"a": [0.5, -1.0, 2.0], "s": 3.0, "n": {"m": [0.0, 1.0]}},
+        {"a": [3.9, 3.9, -3.9], "s": 0.1, "n": {"m": [-7.0, 9.0]}},  # on a bound: allowed
+    ]
+    stacked = {
+        "a": np.array([m["a"] for m in mine]),
+        "s": np.array([m["s"] for m in mine]),
+        "n": {"m": np.array([m["n"]["m"] for m in mine])},
+    }
+    search = ms.MultiStartAdam(n_starts=5, n_steps=20, seed=0)
+    from_list = search.fit(parabola3, SPACE, starts=mine)
+    from_tree = search.fit(parabola3, SPACE, starts=stacked)
+    assert same_result(from_list, from_tree)
+    np.testing.assert_allclose(from_list.start_params["a"][:2], stacked["a"], rtol=1e-5)
+    np.testing.assert_allclose(from_list.start_params["s"][:2], stacked["s"], rtol=1e-5)
+    assert from_list.stats["n_user_starts"] == 2
+    # the other three are filtered draws, different from the user's
+    assert not np.allclose(from_list.start_params["a"][2:], stacked["a"][:1])
+
+
+def test_as_many_user_starts_as_slots_runs_no_filter():
+    x = {"x": np.array([-3.0, 0.5, 2.0]), "y": np.array([0.0, 1.0, -1.0])}
+    r = ms.MultiStartAdam(n_starts=3, n_steps=10, seed=0).fit(
+        lambda p: p["x"] ** 2 + p["y"] ** 2,
+        {"x": ms.Uniform(-4.0, 4.0), "y": ms.Normal(0.0, 1.0)},
+        starts=x,
+    )
+    assert "n_filter_compiles" in r.stats and r.stats["n_filter_compiles"] == 0
+    np.testing.assert_allclose(r.start_params["x"], x["x"], rtol=1e-6)
+
+
+GOOD = {"a": [0.5, -1.0, 2.0], "s": 3.0, "n": {"m": [0.0, 1.0]}}
+
+
+def stacked(a=(2, 3), s=(2,), m=(2, 2), s_value=1.0):
+    return {"a": np.zeros(a), "s": np.full(s, s_value), "n": {"m": np.zeros(m)}}
+
+
+BAD_STARTS = [
+    (
+        [GOOD, {**GOOD, "a": [0.0, 4.5, 0.0]}],
+        ValueError,
+        r"starts\[1\]\['a'\]\[1\] = 4.5 is outside the bounds \[-4, 4\]",
+    ),
+    (
+        [GOOD, GOOD, {**GOOD, "s": 0.01}],
+        ValueError,
+        r"starts\[2\]\['s'\] = 0.01 is outside the bounds \[0.1, 30\] of LogUniform",
+    ),
+    (
+        [{**GOOD, "n": {"m": [np.nan, 0.0]}}],
+        ValueError,
+        r"starts\[0\]\['n.m'\]\[0\] is nan: starts must be finite",
+    ),
+    ([GOOD, {"a": GOOD["a"], "s": 1.0}], ValueError, r"starts\[1\] is missing 'n.m'"),
+    ([{**GOOD, "b": 1.0}], ValueError, r"starts\[0\] has 'b', not in the space"),
+    ([{**GOOD, "a": [1.0, 2.0]}], ValueError, r"starts\[0\]\['a'\] must have shape \(3,\)"),
+    ([{**GOOD, "s": "big"}], TypeError, r"starts\[0\]\['s'\] must be a real number"),
+    ([], ValueError, "starts is an empty list"),
+    ([GOOD] * 4, ValueError, "starts gives 4 starts but the search has n_starts=3"),
+    (stacked(s=(3,)), ValueError, r"starts\['s'\] has 3 starts but 'a' has 2"),
+    (stacked(a=(3,)), ValueError, r"starts\['a'\] must have shape \(n, \*\(3,\)\)"),
+    (
+        {**stacked(), "s": np.array([1.0, 50.0])},
+        ValueError,
+        r"starts\[1\]\['s'\] = 50 is outside",
+    ),
+    ("params", TypeError, "starts must be a params dict"),
+]
+
+
+@pytest.mark.parametrize("starts, error, match", BAD_STARTS)
+def test_bad_user_starts_name_the_start_and_parameter_before_any_compile(starts, error, match):
+    search = ms.MultiStartAdam(n_starts=3, n_steps=5)
+    with NoCompile(), pytest.raises(error, match=match):
+        search.fit(parabola3, SPACE, starts=starts)
+
+
+# -- the filter ----------------------------------------------------------------------------------
+
+
+def test_rank_candidates_best_finite_first_then_the_reserve():
+    foms = np.array([5.0, np.nan, 1.0, -np.inf, 3.0, 1.0, np.inf, 2.0])
+    chosen, reserve = rank_candidates(foms, 3)
+    assert chosen.tolist() == [2, 5, 7]  # ties keep candidate order
+    assert reserve.tolist() == [4, 0]
+    chosen, reserve = rank_candidates(foms, 10)
+    assert chosen.tolist() == [2, 5, 7, 4, 0] and reserve.size == 0
+
+
+def nan_walled(p):
+    """A multimodal objective that is nan where x > 1.5."""
+    x = p["x"]
+    value = jnp.sum(jnp.sin(3.0 * x) + 0.1 * x**2)
+    return jnp.where(jnp.any(x > 1.5), jnp.nan, value)
+
+
+def nan_walled_np(x):
+    value = np.sum(np.sin(3.0 * x) + 0.1 * x**2, axis=-1)
+    return np.where(np.any(x > 1.5, axis=-1), np.nan, value)
+
+
+@pytest.mark.parametrize("strategy", ms.START_STRATEGIES)
+def test_filter_keeps_the_best_finite_candidates(strategy, x64):
+    space = {"x": ms.Uniform(-3.0, 3.0, shape=(2,))}
+    n_starts, n_candidates = 6, 61
+    search = ms.MultiStartAdam(
+        n_starts=n_starts,
+        n_steps=3,
+        seed=11,
+        start_strategy=strategy,
+        n_candidates=n_candidates,
+        filter_batch_size=7,  # ragged: 8 full chunks and one of 5
+    )
+    result = search.fit(nan_walled, space)
+    # brute force: the same candidates, evaluated one by one in NumPy
+    cand = stream(strategy, 11, space=space).draw(n_candidates)["x"]
+    foms = nan_walled_np(cand)
+    finite = np.isfinite(foms)
+    assert 0 < finite.sum() < n_candidates  # some candidates are in the nan region
+    best = np.argsort(np.where(finite, foms, np.inf), kind="stable")[:n_starts]
+    np.testing.assert_allclose(result.start_params["x"], cand[best], rtol=1e-12)
+    assert result.stats["n_finite_candidates"] == finite.sum()
+    assert result.stats["n_candidates"] == n_candidates
+    assert result.stats["n_filter_compiles"] == 1
+
+
+@pytest.mark.parametrize("n_candidates, width", [(10, 3), (64, 64), (65, 8), (12, 100), (30, 1)])
+def test_the_filter_compiles_once_however_ragged(n_candidates, width):
+    search = ms.MultiStartAdam(
+        n_starts=3, n_steps=2, n_candidates=n_candidates, filter_batch_size=width
+    )
+    result = search.fit(multimodal, MULTIMODAL_SPACE)
+    assert result.stats["n_filter_compiles"] == 1
+    assert result.stats["filter_batch_size"] == min(width, n_candidates)
+    assert result.stats["n_compiles"] == 1
+
+
+def test_filter_on_gives_results_independent_of_batch_size(x64):
+    runs = [
+        ms.MultiStartAdam(n_starts=7, batch_size=bs, n_steps=60, seed=4).fit(
+            multimodal, MULTIMODAL_SPACE
+        )
+        for bs in (None, 3)
+    ]
+    assert same_result(runs[0], runs[1])
+
+
+def test_filter_makes_starts_better_than_plain_draws(x64):
+    kw = dict(n_starts=8, n_steps=1, seed=0, convergence=None)
+    plain = ms.MultiStartAdam(n_candidates=0, **kw).fit(multimodal, MULTIMODAL_SPACE)
+    filtered = ms.MultiStartAdam(**kw).fit(multimodal, MULTIMODAL_SPACE)
+    # after one step each start's best is its start value: the filter's are all better
+    assert np.max(filtered.foms) < np.median(plain.foms)
+
+
+def only_near_zero(p):
+    """Finite only where x < 0.2: a sliver of the band (0.15, 0.85) of Uniform(0, 1)."""
+    return jnp.where(p["x"] < 0.2, (p["x"] - 0.17) ** 2, jnp.nan)
+
+
+def test_fewer_finite_candidates_than_starts_runs_those_and_marks_the_rest(caplog, monkeypatch):
+    space = {"x": ms.Uniform(0.0, 1.0)}
+    cand = stream("band", 0, space=space).draw(24)["x"]
+    n_finite = int(np.sum(cand < 0.2))
+    assert 1 <= n_finite < 8  # the case under test
+    monkeypatch.setenv("MULTISTART_LOG_LEVEL", "INFO")
+    search = ms.MultiStartAdam(n_starts=8, batch_size=3, n_steps=50, seed=0, n_candidates=24)
+    with caplog.at_level(logging.INFO, logger="multistart"):
+        result = search.fit(only_near_zero, space)
+    unstarted = np.array([s is ms.Status.UNSTARTED for s in result.status])
+    assert unstarted.sum() == 8 - n_finite and not unstarted[:n_finite].any()
+    assert result.foms.shape == (8,) and np.all(np.isinf(result.foms[unstarted]))
+    assert np.all(np.isnan(result.params["x"][unstarted]))
+    assert np.all(np.isnan(result.start_params["x"][unstarted]))
+    assert np.all(result.n_steps[unstarted] == 0)
+    assert np.all(np.isfinite(result.foms[~unstarted]))
+    assert result.best_fom < 1e-4 and result.stats["n_unstarted"] == 8 - n_finite
+    assert "Never started" in ms.Status.UNSTARTED.message
+    assert any(
+        r.levelno == logging.WARNING and f"only {n_finite} of 24 candidates" in r.getMessage()
+        for r in caplog.records
+    )
+
+
+def test_no_finite_candidate_raises_naming_the_region_before_the_step_compiles():
+    search = ms.MultiStartAdam(
+        n_starts=4, n_steps=5, start_strategy="sobol", start_band=(0.2, 0.8), n_candidates=16
+    )
+    with CompileCounter() as compiles, pytest.raises(ms.NoFiniteStartsError) as info:
+        search.fit(lambda p: jnp.log(-(p["x"] ** 2) - 1.0), {"x": ms.Uniform(-2.0, 2.0)})
+    message = str(info.value)
+    assert "16 candidate starts" in message and "'sobol'" in message
+    assert "(0.2, 0.8)" in message and "x in [-1.2, 1.2] of Uniform(-2.0, 2.0" in message
+    assert compiles.count("multistart_chunk_step") == 0
+    assert isinstance(info.value, ValueError)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"n_starts": 4, "n_candidates": 3}, r"n_candidates must be None \(10 x n_starts\), 0"),
+        ({"n_candidates": 2.5}, "n_candidates must be"),
+        ({"n_candidates": True}, "n_candidates must be"),
+        ({"n_candidates": 0, "filter_batch_size": 8}, "filter_batch_size has no effect"),
+        ({"filter_batch_size": 0}, "filter_batch_size must be an int >= 1"),
+        ({"resurrect": -1}, "resurrect must be an int >= 0"),
+        ({"resurrect": 9, "max_nonfinite": 8}, r"resurrect must be <= max_nonfinite \(8\)"),
+    ],
+)
+def test_bad_start_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        ms.MultiStartAdam(**kwargs)
+
+
+def test_config_records_the_start_options():
+    config = ms.MultiStartAdam(n_starts=4, start_strategy="lhs", resurrect=2).config()
+    assert config["start_strategy"] == "lhs" and config["n_candidates"] == 40
+    assert config["filter_batch_size"] == 64 and config["resurrect"] == 2
