@@ -127,8 +127,9 @@ class Checkpointer:
     def restore_latest(self, target_state, fingerprints: dict[str, str]):
         """The newest readable checkpoint as ``(step, state, meta)``, or ``None`` if none exist.
 
-        ``target_state`` gives the structure, shapes and dtypes to restore into. Checkpoints
-        that fail to read are skipped, newest first, with a warning each.
+        ``target_state`` gives the structure, shapes and dtypes to restore into, or is a
+        function of the checkpoint's JSON record returning them (when shapes depend on it).
+        Checkpoints that fail to read are skipped, newest first, with a warning each.
 
         Raises:
           CheckpointMismatch: the newest readable checkpoint is of another model or
@@ -139,7 +140,6 @@ class Checkpointer:
         steps = self.steps()
         if not steps:
             return None
-        abstract = jax.tree_util.tree_map(ocp.utils.to_shape_dtype_struct, target_state)
         failures = []
         for step in reversed(steps):
             try:
@@ -158,6 +158,8 @@ class Checkpointer:
                         "start afresh"
                     )
             try:
+                target = target_state(meta) if callable(target_state) else target_state
+                abstract = jax.tree_util.tree_map(ocp.utils.to_shape_dtype_struct, target)
                 args = ocp.args.Composite(state=ocp.args.StandardRestore(abstract))
                 state = self._manager.restore(step, args=args).state
                 jax.block_until_ready(state)

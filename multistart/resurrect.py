@@ -166,6 +166,74 @@ class Resurrector:
                 )
             )
 
+    # -- checkpoints -------------------------------------------------------------------------
+
+    _RECORD_INTS = ("slot", "number", "best_step", "n_steps", "status", "started_at")
+
+    def state(self) -> tuple[dict, dict]:
+        """The host state a checkpoint needs: ``(arrays, json)``."""
+        recs = self.records
+        arrays = {
+            "start_u": self.start_u,
+            "started_at": self.started_at,
+            "count": self.count,
+            "records_start_u": self._stack([r.start_u for r in recs]),
+            "records_best_u": self._stack([r.best_u for r in recs]),
+        }
+        meta = {
+            "takes": list(self.reserve.takes),
+            "exhausted": self.exhausted,
+            "records": [
+                {
+                    **{k: getattr(r, k) for k in self._RECORD_INTS},
+                    "best_fom": r.best_fom,
+                    "replaced_at": r.replaced_at,
+                }
+                for r in recs
+            ],
+        }
+        return arrays, meta
+
+    def _stack(self, trees: list):
+        """Per-record trees (one start's rows) stacked on a leading axis (0 rows if none)."""
+        if not trees:
+            return jax.tree_util.tree_map(
+                lambda a: np.zeros((0, *a.shape[1:]), a.dtype), self.start_u
+            )
+        return jax.tree_util.tree_map(lambda *xs: np.stack(xs), *trees)
+
+    def state_like(self, meta: dict) -> dict:
+        """Arrays shaped as :meth:`state` wrote them for ``meta`` (a checkpoint's target)."""
+        k = len(meta["records"])
+        rows = jax.tree_util.tree_map(lambda a: np.zeros((k, *a.shape[1:]), a.dtype), self.start_u)
+        return {
+            "start_u": self.start_u,
+            "started_at": self.started_at,
+            "count": self.count,
+            "records_start_u": rows,
+            "records_best_u": rows,
+        }
+
+    def restore(self, arrays: dict, meta: dict) -> None:
+        """Continue from :meth:`state` (of a search of the same model, configuration, seed)."""
+        from .starts import replay_takes
+
+        replay_takes(self.reserve, meta["takes"])
+        self.exhausted = bool(meta["exhausted"])
+        self.start_u = jax.tree_util.tree_map(np.array, arrays["start_u"])
+        self.started_at = np.array(arrays["started_at"], np.int64)
+        self.count = np.array(arrays["count"], np.int64)
+        self.records = [
+            _Incarnation(
+                start_u=_rows(arrays["records_start_u"], j),
+                best_u=_rows(arrays["records_best_u"], j),
+                **{k: int(r[k]) for k in self._RECORD_INTS},
+                best_fom=float(r["best_fom"]),
+                replaced_at=r["replaced_at"],
+            )
+            for j, r in enumerate(meta["records"])
+        ]
+
     @property
     def n_resurrections(self) -> int:
         return len(self.records)

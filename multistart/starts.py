@@ -294,6 +294,7 @@ class CandidateReserve:
         self.x = x
         self.foms = np.asarray(foms)
         self.taken = 0
+        self.takes: list[int] = []  # every take(m), so a resumed search can replay them
         self.kind = "the filter's reserve"
 
     @property
@@ -302,6 +303,7 @@ class CandidateReserve:
 
     def take(self, m: int):
         """Up to ``m`` candidates (physical params, leading axis), or ``None`` if none is left."""
+        self.takes.append(int(m))
         k = min(m, self.remaining)
         if k == 0:
             return None
@@ -315,10 +317,23 @@ class StreamReserve:
 
     def __init__(self, stream: StartStream):
         self.stream = stream
+        self.takes: list[int] = []  # every take(m), so a resumed search can replay them
         self.kind = f"fresh {stream.strategy!r} draws"
 
     def take(self, m: int):
+        self.takes.append(int(m))
         return self.stream.draw(m) if m else None
+
+
+def replay_takes(reserve, takes: list[int]) -> None:
+    """Bring a freshly planned reserve to where another one stood after ``takes``.
+
+    The reserves are deterministic given the seed (the filter's ranking, the strategy's random
+    stream), so repeating the same sequence of takes reproduces their state exactly; this is
+    how a resumed search continues resurrection where the checkpointed one stopped.
+    """
+    for m in takes:
+        reserve.take(int(m))
 
 
 @dataclass
