@@ -6,6 +6,9 @@ result is the best fit with every start's record.
 
 from .cache import cache_dir as cache_dir
 from .cache import configure_compilation_cache as configure_compilation_cache
+from .checkpoint import CheckpointError as CheckpointError
+from .checkpoint import CheckpointMismatch as CheckpointMismatch
+from .checkpoint import SearchInterrupted as SearchInterrupted
 from .chunking import chunk_slices as chunk_slices
 from .convergence import Convergence as Convergence
 from .graph import Factor as Factor
@@ -30,6 +33,8 @@ from .status import Status as Status
 __version__ = "0.1.0"
 
 __all__ = [
+    "CheckpointError",
+    "CheckpointMismatch",
     "Convergence",
     "Factor",
     "FactorGraphModel",
@@ -46,6 +51,7 @@ __all__ = [
     "Prior",
     "Result",
     "START_STRATEGIES",
+    "SearchInterrupted",
     "Status",
     "Uniform",
     "cache_dir",

@@ -24,7 +24,15 @@ from typing import Any
 import jax
 import numpy as np
 
-__all__ = ["Checkpointer", "CheckpointError", "CheckpointMismatch", "fingerprint", "require_orbax"]
+__all__ = [
+    "Checkpointer",
+    "CheckpointError",
+    "CheckpointMismatch",
+    "SearchCheckpoints",
+    "SearchInterrupted",
+    "fingerprint",
+    "require_orbax",
+]
 
 logger = logging.getLogger("multistart")
 _FORMAT = 1
@@ -150,13 +158,7 @@ class Checkpointer:
                     "checkpoint of step %d is unreadable (%s); trying the previous", step, e
                 )
                 continue
-            for what in ("model", "config"):
-                if meta.get("fingerprint", {}).get(what) != fingerprints[what]:
-                    raise CheckpointMismatch(
-                        f"the checkpoint in {str(self.directory)!r} (step {step}) is of another "
-                        f"{what} than this search; use another checkpoint_dir, or delete it to "
-                        "start afresh"
-                    )
+            self.check_fingerprints(meta, step, fingerprints)
             try:
                 target = target_state(meta) if callable(target_state) else target_state
                 abstract = jax.tree_util.tree_map(ocp.utils.to_shape_dtype_struct, target)
@@ -175,5 +177,85 @@ class Checkpointer:
             + "; ".join(failures)
         )
 
+    def check_fingerprints(self, meta: dict, step: int, fingerprints: dict[str, str]) -> None:
+        for what in ("model", "config"):
+            if meta.get("fingerprint", {}).get(what) != fingerprints[what]:
+                raise CheckpointMismatch(
+                    f"the checkpoint in {str(self.directory)!r} (step {step}) is of another "
+                    f"{what} than this search; use another checkpoint_dir, or delete it to "
+                    "start afresh"
+                )
+
     def close(self) -> None:
         self._manager.close()
+
+
+class SearchInterrupted(KeyboardInterrupt):
+    """A search stopped by Ctrl-C or SIGTERM (or a failed checkpoint), carrying what it had.
+
+    Attributes:
+      result: the partial :class:`multistart.Result` (running starts marked ``interrupted``).
+      checkpoint: the step of the checkpoint written on the way out, or ``None``.
+      reason: why the search stopped (``"SIGINT"``, ``"SIGTERM"``).
+    """
+
+    def __init__(self, message: str, *, result=None, checkpoint=None, reason=None):
+        super().__init__(message)
+        self.result = result
+        self.checkpoint = checkpoint
+        self.reason = reason
+
+
+class SearchCheckpoints:
+    """A search's checkpoints: what goes in, and how a resumed search continues.
+
+    The device state is the population (``PopState``); the host state is the loop's counters
+    and, with resurrection, the resurrector's records and the reserve's takes. Everything else
+    a resumed search needs (the starts, the filter's reserve) is replanned from the seed.
+    """
+
+    def __init__(self, directory, every: int, fingerprints: dict[str, str]):
+        self.store = Checkpointer(directory)
+        self.every = every
+        self.fingerprints = fingerprints
+        self.saved: list[int] = []
+
+    def check(self) -> None:
+        """Refuse, before any compile, a folder whose newest checkpoint is of another search."""
+        for step in reversed(self.store.steps()):
+            try:
+                meta = self.store.read_meta(step)
+            except Exception:  # noqa: BLE001 - damaged: restore will fall back past it
+                continue
+            self.store.check_fingerprints(meta, step, self.fingerprints)
+            return
+
+    def due(self, steps_run: int) -> bool:
+        return steps_run % self.every == 0
+
+    def save(self, steps_run: int, pop, resurrector, loop: dict) -> None:
+        state = {"pop": pop}
+        meta = {"fingerprint": self.fingerprints, "steps_run": steps_run, "loop": loop}
+        if resurrector is not None:
+            state["resurrector"], meta["resurrector"] = resurrector.state()
+        self.store.save(steps_run, state, meta)
+        self.saved.append(steps_run)
+        logger.debug("checkpoint of step %d written to %s", steps_run, self.store.directory)
+
+    def restore(self, pop, resurrector):
+        """``(pop, steps_run, loop)`` from the newest readable checkpoint, or ``None``."""
+
+        def target(meta):
+            state = {"pop": pop}
+            if resurrector is not None:
+                state["resurrector"] = resurrector.state_like(meta["resurrector"])
+            return state
+
+        found = self.store.restore_latest(target, self.fingerprints)
+        if found is None:
+            return None
+        step, state, meta = found
+        if resurrector is not None:
+            resurrector.restore(state["resurrector"], meta["resurrector"])
+        logger.info("resuming from the checkpoint of step %d in %s", step, self.store.directory)
+        return state["pop"], int(meta["steps_run"]), dict(meta.get("loop", {}))

@@ -173,13 +173,10 @@ class Resurrector:
     def state(self) -> tuple[dict, dict]:
         """The host state a checkpoint needs: ``(arrays, json)``."""
         recs = self.records
-        arrays = {
-            "start_u": self.start_u,
-            "started_at": self.started_at,
-            "count": self.count,
-            "records_start_u": self._stack([r.start_u for r in recs]),
-            "records_best_u": self._stack([r.best_u for r in recs]),
-        }
+        arrays = {"start_u": self.start_u, "started_at": self.started_at, "count": self.count}
+        if recs:  # (orbax refuses zero-size arrays)
+            arrays["records_start_u"] = self._stack([r.start_u for r in recs])
+            arrays["records_best_u"] = self._stack([r.best_u for r in recs])
         meta = {
             "takes": list(self.reserve.takes),
             "exhausted": self.exhausted,
@@ -194,25 +191,21 @@ class Resurrector:
         }
         return arrays, meta
 
-    def _stack(self, trees: list):
-        """Per-record trees (one start's rows) stacked on a leading axis (0 rows if none)."""
-        if not trees:
-            return jax.tree_util.tree_map(
-                lambda a: np.zeros((0, *a.shape[1:]), a.dtype), self.start_u
-            )
+    @staticmethod
+    def _stack(trees: list):
+        """Per-record trees (one start's rows each) stacked on a leading axis."""
         return jax.tree_util.tree_map(lambda *xs: np.stack(xs), *trees)
 
     def state_like(self, meta: dict) -> dict:
         """Arrays shaped as :meth:`state` wrote them for ``meta`` (a checkpoint's target)."""
         k = len(meta["records"])
-        rows = jax.tree_util.tree_map(lambda a: np.zeros((k, *a.shape[1:]), a.dtype), self.start_u)
-        return {
-            "start_u": self.start_u,
-            "started_at": self.started_at,
-            "count": self.count,
-            "records_start_u": rows,
-            "records_best_u": rows,
-        }
+        out = {"start_u": self.start_u, "started_at": self.started_at, "count": self.count}
+        if k:
+            rows = jax.tree_util.tree_map(
+                lambda a: np.zeros((k, *a.shape[1:]), a.dtype), self.start_u
+            )
+            out["records_start_u"] = out["records_best_u"] = rows
+        return out
 
     def restore(self, arrays: dict, meta: dict) -> None:
         """Continue from :meth:`state` (of a search of the same model, configuration, seed)."""

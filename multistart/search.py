@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import numbers
+import os
+import signal
+import threading
 import time
 import warnings
+from contextlib import contextmanager
 from typing import Any
 
 import jax
@@ -16,6 +21,7 @@ import optax
 
 from . import log
 from .cache import configure_compilation_cache
+from .checkpoint import CheckpointError, SearchCheckpoints, SearchInterrupted, require_orbax
 from .convergence import Convergence
 from .monitor import CompileCounter
 from .problem import Problem, as_problem, check_objective
@@ -110,6 +116,11 @@ class MultiStartGradient:
       sync_every: the host reads which starts ended every this many steps, to drop them from
         the sweep. Results do not depend on it (ended starts are frozen on the device).
       max_history: at most this many rows of best-so-far history are kept (evenly strided).
+      checkpoint_dir: write checkpoints of the whole search here (needs the ``checkpoint``
+        extra, orbax-checkpoint): every ``checkpoint_every`` steps and on Ctrl-C or SIGTERM.
+        ``fit(..., resume=True)`` continues from the newest one, giving the result an
+        uninterrupted run would have given.
+      checkpoint_every: steps between checkpoints.
       flat: step each start's parameters as one flat vector (the default: fewer, larger
         kernels, so faster steps and compiles). optax then sees one vector per start, which
         changes nothing for elementwise rules (Adam, Lion, ...) or whole-vector ones
@@ -147,6 +158,8 @@ class MultiStartGradient:
         sync_every: int = 1,
         max_history: int = 10_000,
         flat: bool = True,
+        checkpoint_dir: str | os.PathLike | None = None,
+        checkpoint_every: int = 100,
     ):
         if not (hasattr(optimizer, "init") and hasattr(optimizer, "update")):
             raise TypeError(
@@ -188,6 +201,12 @@ class MultiStartGradient:
         if not isinstance(flat, bool):
             raise ValueError(f"flat must be True or False; got {flat!r}")
         self.flat = flat
+        if checkpoint_dir is not None:
+            if not isinstance(checkpoint_dir, (str, os.PathLike)) or not str(checkpoint_dir):
+                raise ValueError(f"checkpoint_dir must be a path or None; got {checkpoint_dir!r}")
+            require_orbax()
+        self.checkpoint_dir = checkpoint_dir
+        self.checkpoint_every = _check_int(checkpoint_every, "checkpoint_every", 1)
 
     def __repr__(self) -> str:
         return (
@@ -219,7 +238,7 @@ class MultiStartGradient:
 
     # -- the run ---------------------------------------------------------------------------
 
-    def fit(self, objective, space=None, *, starts=None) -> Result:
+    def fit(self, objective, space=None, *, starts=None, resume: bool = False) -> Result:
         """Minimise ``objective(params) -> scalar`` over ``space``, or fit a model.
 
         Args:
@@ -229,6 +248,9 @@ class MultiStartGradient:
           starts: your own starts, used as given in the first slots: a params pytree whose
             leaves have a leading axis of ``k <= n_starts`` starts, or a list of ``k`` params
             dicts. The other ``n_starts - k`` slots are drawn (and filtered) as usual.
+          resume: continue from the newest checkpoint in ``checkpoint_dir`` (a fresh start
+            when the folder holds none). A checkpoint of another model or configuration is
+            refused; a damaged one falls back to the one before it.
 
         Returns:
           A :class:`multistart.Result`.
@@ -239,7 +261,13 @@ class MultiStartGradient:
             scalar; raised after one trace and before any compile.
           multistart.NoFiniteStartsError: the filter found no candidate with a finite figure
             of merit (and no user start was given); the message names the region tried.
+          multistart.SearchInterrupted: Ctrl-C or SIGTERM stopped the search; it carries the
+            partial result (``.result``) and, with ``checkpoint_dir``, a checkpoint was written.
+          multistart.CheckpointError: a checkpoint could not be written (``.result`` holds the
+            search so far; the previous checkpoint is intact) or none could be read.
         """
+        if resume and self.checkpoint_dir is None:
+            raise ValueError("resume=True needs checkpoint_dir to be set on the search")
         t_start = time.perf_counter()
         log.configure()
         problem = as_problem(objective, space)
@@ -265,10 +293,17 @@ class MultiStartGradient:
             n_cache_hits=sum(compiles.cache_hits.values()),
             n_compiles_total=compiles.total,
         )
-        return self._run(problem, plan.x0, dtype, plan=plan, t_start=t_start)
+        return self._run(problem, plan.x0, dtype, plan=plan, t_start=t_start, resume=resume)
 
     def _run(
-        self, problem: Problem, x0, dtype, *, plan: StartPlan | None = None, t_start=None
+        self,
+        problem: Problem,
+        x0,
+        dtype,
+        *,
+        plan: StartPlan | None = None,
+        t_start=None,
+        resume: bool = False,
     ) -> Result:
         t_start = time.perf_counter() if t_start is None else t_start
         configure_compilation_cache()
@@ -320,6 +355,11 @@ class MultiStartGradient:
                 u0=u0,
             )
 
+        # Before any compile: an unwritable folder, or a checkpoint of another model or
+        # configuration, is an error now rather than after minutes of compiling.
+        checkpoints = self._checkpoints(problem, dtype, x0)
+        if checkpoints is not None and resume:
+            checkpoints.check()
         with CompileCounter() as compiles:
             pop = jax.jit(
                 lambda u, st: init_population(self.optimizer, u, n_rows, window, status=st)
@@ -329,8 +369,23 @@ class MultiStartGradient:
             log.logger.info("compiled the chunk step (width %d) in %.2f s", width, compile_s)
             if not started.all():
                 sweep.set_rows(np.flatnonzero(started))
-            pop, loop_stats = self._loop(sweep, pop, stride, t_start, resurrector)
-            result = self._finish(problem, pop, u0, to_physical, loop_stats, stride, resurrector)
+            start = 0
+            if checkpoints is not None and resume:
+                restored = checkpoints.restore(pop, resurrector)
+                if restored is None:
+                    log.logger.info("no checkpoint in %s yet: starting afresh", self.checkpoint_dir)
+                else:
+                    pop, start, _ = restored
+                    status = np.asarray(pop.starts.status)
+                    sweep.set_rows(np.flatnonzero(status == Status.RUNNING.code))
+            with _signals_to_flag() as stop:
+                pop, loop_stats = self._loop(
+                    sweep, pop, stride, t_start, resurrector, checkpoints, stop, start
+                )
+            stopped = loop_stats.pop("stopped", None)
+            result = self._finish(
+                problem, pop, u0, to_physical, loop_stats, stride, resurrector, stopped is not None
+            )
         wall_s = time.perf_counter() - t_start
         pre = {} if plan is None else plan.stats
         result.stats.update(pre)
@@ -348,8 +403,36 @@ class MultiStartGradient:
                 n_resurrections=resurrector.n_resurrections,
                 n_replace_compiles=compiles.count(REPLACE_NAME),
             )
+        if checkpoints is not None:
+            result.stats["checkpoints"] = list(checkpoints.saved)
         self._log_end(result)
+        if stopped is not None:
+            reason, error = stopped
+            if isinstance(error, CheckpointError):
+                error.result = result
+                raise error
+            where = f"; checkpoint of step {checkpoints.saved[-1]}" if checkpoints else ""
+            raise SearchInterrupted(
+                f"search stopped by {reason} at step {loop_stats['n_steps_run']}{where}; "
+                "the partial result is in .result",
+                result=result,
+                checkpoint=checkpoints.saved[-1] if checkpoints and checkpoints.saved else None,
+                reason=reason,
+            )
         return result
+
+    def _checkpoints(self, problem, dtype, x0) -> SearchCheckpoints | None:
+        if self.checkpoint_dir is None:
+            return None
+        from .checkpoint import fingerprint
+
+        config = self.config()
+        config["starts"] = hashlib.sha256(
+            b"".join(np.ascontiguousarray(a).tobytes() for a in jax.tree_util.tree_leaves(x0))
+        ).hexdigest()
+        return SearchCheckpoints(
+            self.checkpoint_dir, self.checkpoint_every, fingerprint(problem, dtype, config)
+        )
 
     def _to_unconstrained(self, space, dtype):
         """Physical starts (leading axis) to unconstrained NumPy in the population's layout."""
@@ -364,24 +447,47 @@ class MultiStartGradient:
         stride: int,
         t_start: float,
         resurrector: Resurrector | None = None,
+        checkpoints: SearchCheckpoints | None = None,
+        stop: dict | None = None,
+        start: int = 0,
     ):
-        """Step every running start until all ended or ``n_steps``; sync every few steps."""
+        """Step every running start until all ended or ``n_steps``; sync every few steps.
+
+        Starts at step ``start`` (a resumed search). A signal recorded in ``stop`` ends the
+        loop at the next step boundary, after a checkpoint when there are checkpoints.
+        """
         n = sweep.n_total
         n_calls, t_first, t_log, evals_since_log = 0, None, time.perf_counter(), 0
-        steps_run = 0
-        for t in range(self.n_steps):
+        steps_run, stopped = start, None
+        for t in range(start, self.n_steps):
             pop = sweep.step(pop, t // stride)
             n_calls += len(sweep.chunks)
             evals_since_log += sweep.rows.size
             steps_run = t + 1
             last = steps_run == self.n_steps
             logging_now = self.log_every and (steps_run % self.log_every == 0 or last)
-            if not (t == 0 or last or logging_now or steps_run % self.sync_every == 0):
+            checkpoint_now = checkpoints is not None and (checkpoints.due(steps_run) or last)
+            stopping = stop is not None and stop.get("reason") is not None
+            if not (
+                t == start
+                or last
+                or logging_now
+                or checkpoint_now
+                or stopping
+                or steps_run % self.sync_every == 0
+            ):
                 continue
             status = np.asarray(pop.starts.status)
-            if t == 0:
+            if t == start:
                 t_first = time.perf_counter() - t_start
-            if resurrector is not None and not last:
+            # Replacements happen on the sync_every schedule only (not at the extra syncs for
+            # logs, checkpoints or a resumed first step), so results depend on sync_every alone.
+            if (
+                resurrector is not None
+                and steps_run % self.sync_every == 0
+                and not last
+                and not stopping
+            ):
                 pop, status = resurrector(pop, status, steps_run)
             running = np.flatnonzero(status == Status.RUNNING.code)
             if logging_now and log.logger.isEnabledFor(logging.INFO):
@@ -393,7 +499,17 @@ class MultiStartGradient:
                     log.progress_line(steps_run, self.n_steps, best, running.size, conv, n, rate)
                 )
                 t_log, evals_since_log = now, 0
-            if running.size == 0:
+            done = running.size == 0
+            if checkpoints is not None and (checkpoint_now or stopping or done):
+                try:
+                    checkpoints.save(steps_run, pop, resurrector, {"n_chunk_calls": n_calls})
+                except CheckpointError as e:
+                    stopped = ("a failed checkpoint", e)
+                    break
+            if stopping:
+                stopped = (stop["reason"], None)
+                break
+            if done:
                 break
             if running.size != sweep.rows.size:
                 sweep.set_rows(running)
@@ -403,18 +519,30 @@ class MultiStartGradient:
             "n_chunk_calls": n_calls,
             "first_step_s": t_first,
             "loop_s": time.perf_counter() - t_start,
+            "stopped": stopped,
         }
+        if start:
+            stats["resumed_from"] = start
         return pop, stats
 
     def _finish(
-        self, problem, pop: PopState, u0, to_physical, loop_stats, stride, resurrector=None
+        self,
+        problem,
+        pop: PopState,
+        u0,
+        to_physical,
+        loop_stats,
+        stride,
+        resurrector=None,
+        interrupted: bool = False,
     ) -> Result:
         space = problem.space
         to_physical = jax.jit(jax.vmap(to_physical))
         writable = lambda tree: jax.tree_util.tree_map(np.array, jax.device_get(tree))  # noqa: E731
         s = jax.device_get(pop.starts)
         codes = np.asarray(s.status).astype(np.int64)
-        codes[codes == Status.RUNNING.code] = Status.MAX_STEPS.code
+        still = Status.INTERRUPTED if interrupted else Status.MAX_STEPS
+        codes[codes == Status.RUNNING.code] = still.code
         # The history ends when the last start did; the host may have noticed a little later.
         # (With resurrection a slot's incarnations take turns: its last one began later.)
         n_steps_run = int(np.max(s.n_steps))
@@ -482,6 +610,34 @@ class MultiStartGradient:
             result.best_fom,
             counts,
         )
+
+
+@contextmanager
+def _signals_to_flag():
+    """While the loop runs, the first Ctrl-C or SIGTERM only asks it to stop.
+
+    The loop then finishes its step, writes a checkpoint and raises SearchInterrupted with the
+    partial result; a second Ctrl-C interrupts at once. Signal handlers can only be set from
+    the main thread; elsewhere the default behaviour stays.
+    """
+    stop: dict = {"reason": None}
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+
+    def handler(signum, frame):
+        name = signal.Signals(signum).name
+        if stop["reason"] is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        stop["reason"] = name
+        log.logger.warning("%s: stopping after this step (again to stop at once)", name)
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stop
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 def _check_candidates(n_candidates, n_starts: int) -> int:

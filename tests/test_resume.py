@@ -1,0 +1,284 @@
+"""Nothing lost: checkpoints, resume after SIGKILL / Ctrl-C / SIGTERM, and checkpoint faults."""
+
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import MULTIMODAL_SPACE, multimodal
+
+import multistart as ms
+from multistart.checkpoint import Checkpointer
+from multistart.sweep import ChunkSweep
+
+pytest.importorskip("orbax.checkpoint")
+
+RECORD_FIELDS = [f.name for f in dataclasses.fields(ms.Result) if f.name not in ("stats",)]
+
+
+def assert_same_record(a: ms.Result, b: ms.Result):
+    """Every per-start record, the history and the best fit, bit for bit (stats may differ)."""
+    import jax
+
+    for name in RECORD_FIELDS:
+        x, y = getattr(a, name), getattr(b, name)
+        if name == "incarnations":
+            assert len(x) == len(y)
+            for r, q in zip(x, y, strict=True):
+                assert r.keys() == q.keys()
+                for k in r:
+                    if k.endswith("params"):
+                        for u, v in zip(
+                            jax.tree_util.tree_leaves(r[k]),
+                            jax.tree_util.tree_leaves(q[k]),
+                            strict=True,
+                        ):
+                            np.testing.assert_array_equal(u, v)
+                    else:
+                        assert r[k] == q[k] or (r[k] != r[k] and q[k] != q[k]), (k, r[k], q[k])
+            continue
+        leaves_x, leaves_y = jax.tree_util.tree_leaves(x), jax.tree_util.tree_leaves(y)
+        assert len(leaves_x) == len(leaves_y), name
+        for u, v in zip(leaves_x, leaves_y, strict=True):
+            if isinstance(u, np.ndarray) and u.dtype == object:
+                assert list(u) == list(v), name
+            else:
+                np.testing.assert_array_equal(u, v, err_msg=name)
+
+
+def search(tmp_path=None, **kw):
+    base = dict(n_starts=6, batch_size=4, n_steps=120, seed=0, log_every=0)
+    if tmp_path is not None:
+        base.update(checkpoint_dir=str(tmp_path / "ck"), checkpoint_every=10)
+    return ms.MultiStartAdam(**{**base, **kw})
+
+
+def _signal_at_call(monkeypatch, k: int, sig):
+    """Send ``sig`` to this process during the k-th step of the search (deterministic)."""
+    calls = {"n": 0}
+    original = ChunkSweep.step
+
+    def step(self, pop, row):
+        calls["n"] += 1
+        if calls["n"] == k:
+            os.kill(os.getpid(), sig)
+        return original(self, pop, row)
+
+    monkeypatch.setattr(ChunkSweep, "step", step)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_checkpoints_returns_the_partial_result_and_resume_completes_it(
+    tmp_path, monkeypatch, sig, x64
+):
+    full = search(convergence=None).fit(multimodal, MULTIMODAL_SPACE)
+
+    _signal_at_call(monkeypatch, 37, sig)
+    with pytest.raises(ms.SearchInterrupted) as info:
+        search(tmp_path, convergence=None).fit(multimodal, MULTIMODAL_SPACE)
+    monkeypatch.undo()
+    stopped = info.value
+    assert isinstance(stopped, KeyboardInterrupt)
+    assert stopped.reason == signal.Signals(sig).name and stopped.checkpoint == 37
+    partial = stopped.result
+    assert all(s is ms.Status.INTERRUPTED for s in partial.status)
+    assert partial.stats["n_steps_run"] == 37 and np.all(partial.n_steps == 37)
+    np.testing.assert_array_equal(partial.history, full.history[:37])
+    # the handlers are restored: the default SIGINT handler raises KeyboardInterrupt again
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+    resumed = search(tmp_path, convergence=None).fit(multimodal, MULTIMODAL_SPACE, resume=True)
+    assert resumed.stats["resumed_from"] == 37
+    assert_same_record(full, resumed)
+
+
+def test_ctrl_c_without_checkpoints_still_returns_the_partial_result(monkeypatch):
+    _signal_at_call(monkeypatch, 5, signal.SIGINT)
+    with pytest.raises(ms.SearchInterrupted) as info:
+        search().fit(multimodal, MULTIMODAL_SPACE)
+    assert info.value.checkpoint is None
+    assert info.value.result.stats["n_steps_run"] == 5
+    assert np.all(np.isfinite(info.value.result.foms))
+
+
+_CHILD = textwrap.dedent(
+    """
+    import os, signal, sys
+    import jax
+    jax.config.update("jax_enable_x64", True)
+    import jax.numpy as jnp
+    import multistart as ms
+    from multistart.sweep import ChunkSweep
+
+    mode, folder, out = sys.argv[1], sys.argv[2], sys.argv[3]
+    kill_at = int(sys.argv[4]) if len(sys.argv) > 4 else 0
+
+    def objective(p):  # nan on a band of x: starts die there and are resurrected
+        x = p["x"]
+        bowl = jnp.sum((x - 0.3) ** 2) + jnp.sin(4 * x[0]) * 0.1
+        return jnp.where(x[1] > 0.5, jnp.nan, bowl)
+
+    space = {"x": ms.Uniform(-3.0, 3.0, shape=(2,))}
+    kw = dict(n_starts=7, batch_size=3, n_steps=150, seed=2, log_every=0, resurrect=2,
+              n_candidates=0, sync_every=3)
+    if mode != "full":
+        kw.update(checkpoint_dir=folder, checkpoint_every=20)
+    if mode == "kill":
+        calls = {"n": 0}
+        original = ChunkSweep.step
+        def step(self, pop, row):
+            calls["n"] += 1
+            if calls["n"] == kill_at:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return original(self, pop, row)
+        ChunkSweep.step = step
+    result = ms.MultiStartAdam(**kw).fit(objective, space, resume=(mode == "resume"))
+    result.save(out)
+    """
+)
+
+
+def _child(tmp_path, *args):
+    env = dict(os.environ, MULTISTART_LOG_LEVEL="WARNING", MULTISTART_CACHE_DIR="")
+    script = tmp_path / "child.py"
+    script.write_text(_CHILD)
+    return subprocess.run(
+        [sys.executable, str(script), *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+
+
+@pytest.mark.subprocess
+def test_killed_with_sigkill_at_an_arbitrary_step_resumes_bit_identically(tmp_path):
+    folder = tmp_path / "ck"
+    full = _child(tmp_path, "full", folder, tmp_path / "full.npz")
+    assert full.returncode == 0, full.stderr
+
+    killed = _child(tmp_path, "kill", folder, tmp_path / "never.npz", 97)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert not (tmp_path / "never.npz").exists()
+    assert Checkpointer(folder).steps() == [60, 80]
+    # a write torn by the kill leaves orbax's temporary folder behind; it must be ignored
+    (folder / "100.orbax-checkpoint-tmp-1234567").mkdir()
+
+    resumed = _child(tmp_path, "resume", folder, tmp_path / "resumed.npz")
+    assert resumed.returncode == 0, resumed.stderr
+    a, b = ms.Result.load(tmp_path / "full.npz"), ms.Result.load(tmp_path / "resumed.npz")
+    assert b.stats["resumed_from"] == 80
+    assert a.stats["n_resurrections"] > 0  # the host state (resurrection) was exercised
+    assert_same_record(a, b)
+
+
+def test_a_checkpoint_of_another_configuration_is_refused_before_any_compile(tmp_path):
+    search(tmp_path).fit(multimodal, MULTIMODAL_SPACE)
+    other = search(tmp_path, learning_rate=0.01)
+    from multistart.monitor import CompileCounter
+
+    with CompileCounter() as compiles, pytest.raises(ms.CheckpointMismatch, match="another config"):
+        other.fit(multimodal, MULTIMODAL_SPACE, resume=True)
+    assert compiles.count("multistart_chunk_step") == 0
+
+
+def test_a_checkpoint_of_another_model_is_refused(tmp_path):
+    search(tmp_path).fit(multimodal, MULTIMODAL_SPACE)
+
+    def shifted(p):
+        return multimodal(p) + 1.0
+
+    with pytest.raises(ms.CheckpointMismatch, match="another model"):
+        search(tmp_path).fit(shifted, MULTIMODAL_SPACE, resume=True)
+
+
+def test_resume_with_an_empty_folder_starts_afresh_and_resume_needs_a_folder(tmp_path):
+    a = search(tmp_path).fit(multimodal, MULTIMODAL_SPACE, resume=True)
+    assert "resumed_from" not in a.stats and a.stats["checkpoints"][-1] == a.stats["n_steps_run"]
+    with pytest.raises(ValueError, match="resume=True needs checkpoint_dir"):
+        search().fit(multimodal, MULTIMODAL_SPACE, resume=True)
+
+
+def test_an_uncreatable_checkpoint_folder_fails_before_any_compile(tmp_path):
+    (tmp_path / "file").write_text("")
+    bad = search(checkpoint_dir=str(tmp_path / "file" / "ck"))
+    with pytest.raises(ms.CheckpointError, match="cannot be created"):
+        bad.fit(multimodal, MULTIMODAL_SPACE)
+
+
+def test_a_failed_checkpoint_write_keeps_the_search_and_the_previous_checkpoint(
+    tmp_path, monkeypatch
+):
+    original = Checkpointer.save
+
+    def full_disk(self, step, state, meta):
+        if step >= 30:
+            raise ms.CheckpointError(f"could not write a checkpoint of step {step}: disk full")
+        return original(self, step, state, meta)
+
+    monkeypatch.setattr(Checkpointer, "save", full_disk)
+    with pytest.raises(ms.CheckpointError, match="disk full") as info:
+        search(tmp_path, convergence=None).fit(multimodal, MULTIMODAL_SPACE)
+    partial = info.value.result
+    assert partial is not None and partial.stats["n_steps_run"] == 30
+    assert all(s is ms.Status.INTERRUPTED for s in partial.status)
+    assert np.all(np.isfinite(partial.foms))
+    assert Checkpointer(tmp_path / "ck").steps() == [10, 20]
+
+
+def test_checkpoint_arguments_are_checked():
+    with pytest.raises(ValueError, match="checkpoint_every"):
+        search(checkpoint_dir="x", checkpoint_every=0)
+    with pytest.raises(ValueError, match="checkpoint_dir"):
+        search(checkpoint_dir=3)
+
+
+# -- fault tests: the search survives what objectives do ----------------------------------------
+
+
+@pytest.mark.parametrize("bad", [jnp.inf, -jnp.inf, jnp.nan])
+def test_nonfinite_regions_of_every_kind_are_isolated(bad):
+    def objective(p):
+        x = p["x"]
+        return jnp.where(x > 1.0, bad, (x + 1.0) ** 2)
+
+    result = ms.MultiStartAdam(n_starts=8, n_steps=200, seed=0, n_candidates=0).fit(
+        objective, {"x": ms.Uniform(-4.0, 4.0)}
+    )
+    dead = np.array([s is ms.Status.NONFINITE for s in result.status])
+    assert dead.any() and not dead.all()
+    assert np.all(result.start_params["x"][dead] > 1.0)
+    np.testing.assert_allclose(result.best_params["x"], -1.0, atol=1e-2)
+
+
+@jax.custom_jvp
+def _nan_slope_above_one(x):
+    """Zero everywhere, with a nan derivative for x > 1: a finite value, a nan gradient."""
+    return jnp.zeros_like(x)
+
+
+@_nan_slope_above_one.defjvp
+def _nan_slope_jvp(primals, tangents):
+    (x,), (t,) = primals, tangents
+    return _nan_slope_above_one(x), jnp.where(x > 1.0, jnp.nan, 0.0) * t
+
+
+def test_nan_gradient_with_a_finite_value_is_isolated():
+    def objective(p):
+        return (p["x"] + 1.0) ** 2 + _nan_slope_above_one(p["x"])
+
+    result = ms.MultiStartAdam(n_starts=8, n_steps=200, seed=0, n_candidates=0).fit(
+        objective, {"x": ms.Uniform(-4.0, 4.0)}
+    )
+    dead = np.array([s is ms.Status.NONFINITE for s in result.status])
+    assert dead.any() and np.all(result.start_params["x"][dead] > 1.0)
+    # their values were finite: each keeps the point it began at as its best
+    np.testing.assert_array_equal(result.params["x"][dead], result.start_params["x"][dead])
+    assert np.all(np.isfinite(result.foms))
+    np.testing.assert_allclose(result.best_params["x"], -1.0, atol=1e-2)
