@@ -35,6 +35,7 @@ class Minimum:
     def n_starts(self) -> int:
         return len(self.starts)
 
+
 _FORMAT, _VERSION = "multistart.Result", 1
 _RECORD_COLUMNS = ("index", "fom", "status", "n_steps", "best_step")
 _START_PREFIX = "start:"
