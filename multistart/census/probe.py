@@ -32,6 +32,8 @@ import resource
 import statistics
 import sys
 import time
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 PHASE = "#census-phase"
 RESULT = "#census-result"
@@ -107,65 +109,97 @@ def _steady(call, budget_s: float, min_calls: int = 3, max_calls: int = 50) -> t
     return statistics.median(times), len(times)
 
 
-def _program(spec: dict):
-    """Build the cell and the transform: ``(jitted, args, run(compiled), starts_per_call, extra)``.
+class Program(NamedTuple):
+    """A transform ready to measure.
 
-    ``run(compiled)`` makes one blocking call of the compiled program (for ``pyloop_vag``, one
-    sweep of the compiled chunk step over every start).
+    ``jitted.trace(*args)`` starts the measured compile; ``run(compiled)`` makes one blocking
+    call of the compiled program (for ``pyloop_vag``, one sweep of the compiled chunk step over
+    every start), which evaluates ``starts_per_call`` starts.
     """
+
+    jitted: Any
+    args: tuple
+    run: Callable[[Any], None]
+    starts_per_call: int
+    extra: dict
+
+
+def _call(args: tuple) -> Callable[[Any], None]:
     import jax
-    import jax.numpy as jnp
+
+    return lambda compiled: jax.block_until_ready(compiled(*args))
+
+
+def _vag(vag, u_all, data, width, n_starts) -> Program:
+    import jax
+
+    args = (u_all[0], data)
+    return Program(jax.jit(vag), args, _call(args), 1, {})
+
+
+def _vmap_vag(vag, u_all, data, width, n_starts) -> Program:
+    import jax
+
+    args = (u_all[:width], data)
+    return Program(jax.jit(jax.vmap(vag, in_axes=(0, None))), args, _call(args), width, {})
+
+
+def _laxmap_vag(vag, u_all, data, width, n_starts) -> Program:
+    import jax
+
+    def mapped(u, d):
+        return jax.lax.map(lambda one: vag(one, d), u, batch_size=width)
+
+    args = (u_all, data)
+    return Program(jax.jit(mapped), args, _call(args), n_starts, {})
+
+
+def _pyloop_vag(fom_u, u_all, data, width, n_starts) -> Program:
+    import jax
     import optax
 
     from ..step import init_population, make_chunk_step, make_start_step
     from ..sweep import ChunkSweep
+
+    optimizer = optax.contrib.prodigy(1.0)
+    chunk_step = make_chunk_step(make_start_step(fom_u, optimizer, None, 8))
+    pop = jax.jit(lambda u: init_population(optimizer, u, 1, 1))(u_all)
+    sweep = ChunkSweep(chunk_step, width=width, n_total=n_starts, data=data)
+    state = {"pop": pop}
+
+    def run(compiled):
+        sweep.compiled = compiled  # the program measured is the one swept
+        state["pop"] = jax.block_until_ready(sweep.step(state["pop"], 0))
+
+    extra = {"chunk_calls_per_sweep": len(sweep.chunks)}
+    return Program(sweep, (pop,), run, n_starts, extra)
+
+
+_BUILDERS = {"vag": _vag, "vmap_vag": _vmap_vag, "laxmap_vag": _laxmap_vag}
+
+
+def _program(spec: dict) -> Program:
+    """Build the cell and the transform that ``spec`` names."""
+    import jax
+    import jax.numpy as jnp
+
     from . import cells
 
+    transform = spec["transform"]
+    if transform not in TRANSFORMS:
+        raise ValueError(f"unknown transform {transform!r}; transforms are {', '.join(TRANSFORMS)}")
     graph = cells.build(spec["cell"], spec["size"], spec.get("components"))
     problem = graph.multistart_problem()
     space, data = problem.space, jax.device_put(problem.data)
-    dtype = jnp.zeros(()).dtype
-    width, n_starts = spec["width"], spec["n_starts"]
 
     def fom_u(u, d):
         return problem.fom(space.unravel(space.forward_flat(u)), d)
 
-    vag = jax.value_and_grad(fom_u)
-    u_all = jnp.asarray(_starts(space, n_starts, dtype))
-    transform = spec["transform"]
-    extra = {}
-
-    def block(out):
-        return jax.block_until_ready(out)
-
-    if transform == "vag":
-        args = (u_all[0], data)
-        return jax.jit(vag), args, lambda c: block(c(*args)), 1, extra
-    if transform == "vmap_vag":
-        args = (u_all[:width], data)
-        fn = jax.jit(jax.vmap(vag, in_axes=(0, None)))
-        return fn, args, lambda c: block(c(*args)), width, extra
-    if transform == "laxmap_vag":
-
-        def mapped(u, d):
-            return jax.lax.map(lambda one: vag(one, d), u, batch_size=width)
-
-        args = (u_all, data)
-        return jax.jit(mapped), args, lambda c: block(c(*args)), n_starts, extra
+    u_all = jnp.asarray(_starts(space, spec["n_starts"], jnp.zeros(()).dtype))
+    sizes = (u_all, data, spec["width"], spec["n_starts"])
     if transform == "pyloop_vag":
-        optimizer = optax.contrib.prodigy(1.0)
-        chunk_step = make_chunk_step(make_start_step(fom_u, optimizer, None, 8))
-        pop = jax.jit(lambda u: init_population(optimizer, u, 1, 1))(u_all)
-        sweep = ChunkSweep(chunk_step, width=width, n_total=n_starts, data=data)
-        state = {"pop": pop}
-
-        def run(compiled):
-            sweep.compiled = compiled  # the program measured here is the one swept
-            state["pop"] = block(sweep.step(state["pop"], 0))
-
-        extra["chunk_calls_per_sweep"] = len(sweep.chunks)
-        return sweep, (pop,), run, n_starts, extra
-    raise ValueError(f"unknown transform {transform!r}; transforms are {', '.join(TRANSFORMS)}")
+        return _pyloop_vag(fom_u, *sizes)
+    return _BUILDERS[transform](jax.value_and_grad(fom_u), *sizes)
 
 
 def measure(spec: dict) -> dict:
@@ -176,11 +210,11 @@ def measure(spec: dict) -> dict:
     import jax
     import jaxlib
 
-    jitted, args, run, per_call, extra = _program(spec)
+    program = _program(spec)
 
     phase("trace")
     t0 = time.perf_counter()
-    traced = jitted.trace(*args)
+    traced = program.jitted.trace(*program.args)
     trace_s = time.perf_counter() - t0
     phase("lower")
     t0 = time.perf_counter()
@@ -196,20 +230,20 @@ def measure(spec: dict) -> dict:
 
     phase("steady")
     t0 = time.perf_counter()
-    run(compiled)
+    program.run(compiled)
     first_call_s = time.perf_counter() - t0
-    steady_s, n_calls = _steady(lambda: run(compiled), spec.get("steady_budget_s", 1.0))
+    steady_s, n_calls = _steady(lambda: program.run(compiled), spec.get("steady_budget_s", 1.0))
 
     device = jax.devices()[0]
     return {
-        **extra,
+        **program.extra,
         "trace_s": trace_s,
         "lower_s": lower_s,
         "compile_s": compile_s,
         "first_call_s": first_call_s,
         "steady_s": steady_s,
-        "steady_per_start_s": steady_s / per_call,
-        "starts_per_call": per_call,
+        "steady_per_start_s": steady_s / program.starts_per_call,
+        "starts_per_call": program.starts_per_call,
         "steady_calls": n_calls,
         "hlo_lines": hlo_lines,
         **events.counts,

@@ -210,9 +210,18 @@ def run_census(
     rows: list[dict] = []
     total = 2 * len(todo) * plan.repeats
     for rep in range(plan.repeats):
-        shift = rep % len(todo)
+        shift = rep % len(todo)  # rotate the order, so drift spreads over every measurement
         for cell, components, transform, width in todo[shift:] + todo[:shift]:
             n_starts = {"vag": 1, "vmap_vag": width}.get(transform, plan.n_starts)
+            spec = {
+                "cell": cell,
+                "size": plan.size,
+                "components": components,
+                "transform": transform,
+                "width": width,
+                "n_starts": n_starts,
+                "steady_budget_s": plan.steady_budget_s,
+            }
             base = {
                 "cell": cell,
                 "transform": transform,
@@ -222,38 +231,41 @@ def run_census(
                 **described[cell, components],
                 **common,
             }
-            cache_dir = Path(tempfile.mkdtemp(prefix="multistart-census-cache-"))
-            try:
-                spec = {
-                    "cell": cell,
-                    "size": plan.size,
-                    "components": components,
-                    "transform": transform,
-                    "width": width,
-                    "n_starts": n_starts,
-                    "cache_dir": str(cache_dir),
-                    "steady_budget_s": plan.steady_budget_s,
-                }
-                for cache in ("cold", "warm"):
-                    if cache == "warm" and rows[-1]["status"] != "ok":
-                        rows.append(_skipped(base, rows[-1]))
-                    else:
-                        base["loadavg_1m"] = os.getloadavg()[0]
-                        base["time"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
-                        outcome = run_supervised(
-                            probe_command(spec),
-                            phase_cap_s=plan.phase_cap_s,
-                            rss_cap_mb=plan.rss_cap_mb,
-                            env=child_env(),
-                        )
-                        rows.append(make_row(base, outcome, cache))
-                        if cache == "cold":
-                            rows[-1]["cache_bytes"] = _folder_bytes(cache_dir)
-                    out.write_text(json.dumps(rows, indent=1))
-                    echo(f"[{len(rows)}/{total}] {_progress(rows[-1])}")
-            finally:
-                shutil.rmtree(cache_dir, ignore_errors=True)
+            for row in _cold_then_warm(plan, spec, base):
+                rows.append(row)
+                out.write_text(json.dumps(rows, indent=1))
+                echo(f"[{len(rows)}/{total}] {_progress(row)}")
     return rows
+
+
+def _cold_then_warm(plan: Plan, spec: dict, base: dict):
+    """The cold row, then the warm row, of one measurement sharing one fresh cache folder."""
+    cache_dir = Path(tempfile.mkdtemp(prefix="multistart-census-cache-"))
+    try:
+        spec = {**spec, "cache_dir": str(cache_dir)}
+        cold = _run_child(plan, spec, base, "cold")
+        cold["cache_bytes"] = _folder_bytes(cache_dir)
+        yield cold
+        yield (
+            _run_child(plan, spec, base, "warm") if cold["status"] == "ok" else _skipped(base, cold)
+        )
+    finally:
+        shutil.rmtree(cache_dir, ignore_errors=True)
+
+
+def _run_child(plan: Plan, spec: dict, base: dict, cache: str) -> dict:
+    base = {
+        **base,
+        "loadavg_1m": os.getloadavg()[0],
+        "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+    outcome = run_supervised(
+        probe_command(spec),
+        phase_cap_s=plan.phase_cap_s,
+        rss_cap_mb=plan.rss_cap_mb,
+        env=child_env(),
+    )
+    return make_row(base, outcome, cache)
 
 
 def _skipped(base: dict, cold: dict) -> dict:
