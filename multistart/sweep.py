@@ -70,6 +70,11 @@ class ChunkSweep:
         self.rows = np.asarray(rows)
         self.chunks = device_chunks(self.rows, self.width, self.n_total)
 
+    def trace(self, pop) -> jax.stages.Traced:
+        """Trace the chunk step for ``pop``'s shapes (lower and compile it from there)."""
+        gather, scatter = device_chunks(np.arange(1), self.width, self.n_total)[0]
+        return self._jit.trace(pop, gather, scatter, np.int32(0), self.data)
+
     def compile(self, pop) -> float:
         """Lower and compile the chunk step for ``pop``'s shapes; returns the seconds taken."""
         gather, scatter = device_chunks(np.arange(1), self.width, self.n_total)[0]

@@ -1,0 +1,11 @@
+"""The compile census: where a fit's compile time goes, cold and warm.
+
+Each cell (a factor graph of one or several bands, :mod:`.cells`) is compiled under each
+transform (one start's value_and_grad, a vmap of it, a ``lax.map`` of it, and the engine's own
+chunk step swept in Python, :mod:`.probe`) in a fresh process with a fresh persistent
+compilation cache (cold), then again in another fresh process with that cache (warm). The parent
+(:mod:`.runner`) caps each phase's time and the child's memory (:mod:`.supervise`), writes one
+JSON row per measurement, and renders them as a markdown table (:mod:`.report`).
+
+Run it with ``multistart profile`` (see ``profiling/jax_compile/README.md``).
+"""
