@@ -7,6 +7,7 @@ result is the best fit with every start's record.
 from .chunking import chunk_slices as chunk_slices
 from .convergence import Convergence as Convergence
 from .log import set_level as set_log_level
+from .memory import usable_cpu_count as usable_cpu_count
 from .priors import LogUniform as LogUniform
 from .priors import Normal as Normal
 from .priors import Prior as Prior
@@ -36,4 +37,5 @@ __all__ = [
     "Uniform",
     "chunk_slices",
     "set_log_level",
+    "usable_cpu_count",
 ]
