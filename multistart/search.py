@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from . import log
+from . import log, memory
 from .convergence import Convergence
 from .monitor import CompileCounter
 from .problem import Problem, as_problem, check_objective
@@ -22,7 +22,8 @@ from .result import Result
 from .starts import check_band, uniform_band_starts
 from .status import Status
 from .step import PopState, init_population, make_chunk_step, make_start_step
-from .sweep import ChunkSweep
+from .sweep import BACKENDS, Sweep
+from .tuning import check_batch_size, resolve_width
 
 __all__ = [
     "MultiStartGradient",
@@ -35,7 +36,6 @@ __all__ = [
 
 _CHUNK_STEP_NAME = "multistart_chunk_step"
 DEFAULT_CONVERGENCE = Convergence()
-_BATCH_SIZE_HELP = "batch_size must be a positive int or None (one vmap over all starts)"
 
 
 def _check_int(value, name: str, minimum: int) -> int:
@@ -44,20 +44,21 @@ def _check_int(value, name: str, minimum: int) -> int:
     return int(value)
 
 
-def _check_batch_size(batch_size):
-    if batch_size is None:
-        return None
-    if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral):
-        raise ValueError(f"{_BATCH_SIZE_HELP}; got {batch_size!r}")
-    if batch_size < 1:
-        raise ValueError(f"{_BATCH_SIZE_HELP}; got {batch_size!r}")
-    return int(batch_size)
+def _check_backend(backend) -> str:
+    if backend not in BACKENDS:
+        options = ", ".join(repr(b) for b in BACKENDS)
+        raise ValueError(f"backend must be one of {options}; got {backend!r}")
+    return backend
 
 
 def resolve_batch_size(batch_size, n_starts: int) -> int:
-    """The vmap width of the chunk step: ``None`` is every start at once; wider is clamped."""
-    batch_size = _check_batch_size(batch_size)
-    return n_starts if batch_size is None else min(batch_size, n_starts)
+    """The width of an explicit ``batch_size``: ``None`` is every start at once; wider is
+    clamped to ``n_starts`` and to ``MULTISTART_MAX_BATCH``. ``"auto"`` and ``"tune"`` depend
+    on the compiled step and are resolved when a search runs."""
+    batch_size = check_batch_size(batch_size)
+    if isinstance(batch_size, str):
+        raise ValueError(f"batch_size {batch_size!r} is resolved when a search runs")
+    return memory.cap_width(batch_size or n_starts, n_starts, memory.max_batch_from_env())
 
 
 class MultiStartGradient:
@@ -72,8 +73,20 @@ class MultiStartGradient:
       optimizer: any ``optax.GradientTransformation``. Rules whose ``update`` takes ``value``,
         ``grad`` or ``value_fn`` (``optax.lbfgs``) receive them.
       n_starts: number of local searches.
-      batch_size: starts per compiled call: ``None`` (all at once) or a positive int. On a
-        laptop CPU a narrow width (1-8) is often fastest; on a GPU, wide.
+      batch_size: starts per compiled call. ``"auto"`` (the default): the widest width whose
+        chunk step fits half the device's free memory (XLA's memory analysis of the compiled
+        step), and on a CPU at most 4 starts per usable core, since wide vmaps are slower
+        there; compiling the first candidate usually settles it, so it costs no extra compile
+        unless memory binds. ``"tune"``: time a few steps at each width within that memory
+        bound and keep the fastest; the choice is remembered in the cache folder for the next
+        run. ``None``: all starts in one call. An int: that width. ``MULTISTART_MAX_BATCH``
+        caps every choice, an int included, and ``MULTISTART_MEMORY_BUDGET_GB`` caps the
+        budget. A chunk call that runs out of memory halves the width, recompiles and redoes
+        the last few steps from a saved copy of the population (``result.stats["backoffs"]``).
+      backend: ``"loop"`` (default): a Python loop calls the compiled chunk step per chunk.
+        ``"scan"``: all chunks of a step run in one compiled XLA loop (``lax.map`` over the
+        running starts), which saves host dispatch on a GPU; on a CPU prefer ``"loop"``, as a
+        scan over a large multi-dataset body can take very long to compile. Same results.
       n_steps: maximum steps per start.
       seed: seeds start generation; the same seed gives a bit-identical result.
       convergence: a :class:`multistart.Convergence` rule, or ``None`` to always run
@@ -108,7 +121,7 @@ class MultiStartGradient:
         optimizer: optax.GradientTransformation,
         *,
         n_starts: int = 32,
-        batch_size: int | None = None,
+        batch_size: int | str | None = "auto",
         n_steps: int = 1000,
         seed: int = 0,
         convergence: Convergence | None = DEFAULT_CONVERGENCE,
@@ -118,6 +131,7 @@ class MultiStartGradient:
         sync_every: int = 1,
         max_history: int = 10_000,
         flat: bool = True,
+        backend: str = "loop",
     ):
         if not (hasattr(optimizer, "init") and hasattr(optimizer, "update")):
             raise TypeError(
@@ -130,7 +144,7 @@ class MultiStartGradient:
             )
         self.optimizer = optimizer
         self.n_starts = _check_int(n_starts, "n_starts", 1)
-        self.batch_size = _check_batch_size(batch_size)
+        self.batch_size = check_batch_size(batch_size)
         self.n_steps = _check_int(n_steps, "n_steps", 1)
         self.seed = _check_int(seed, "seed", 0)
         self.convergence = convergence
@@ -142,10 +156,11 @@ class MultiStartGradient:
         if not isinstance(flat, bool):
             raise ValueError(f"flat must be True or False; got {flat!r}")
         self.flat = flat
+        self.backend = _check_backend(backend)
 
     def __repr__(self) -> str:
         return (
-            f"{type(self).__name__}(n_starts={self.n_starts}, batch_size={self.batch_size}, "
+            f"{type(self).__name__}(n_starts={self.n_starts}, batch_size={self.batch_size!r}, "
             f"n_steps={self.n_steps}, seed={self.seed})"
         )
 
@@ -163,6 +178,7 @@ class MultiStartGradient:
             "max_nonfinite": self.max_nonfinite,
             "start_band": list(self.start_band),
             "flat": self.flat,
+            "backend": self.backend,
             "hyperparameters": dict(getattr(self, "hyperparameters", {})),
         }
 
@@ -184,6 +200,7 @@ class MultiStartGradient:
             scalar; raised after one trace and before any compile.
         """
         log.configure()
+        memory.check_env()
         problem = as_problem(objective, space)
         dtype = jnp.zeros(()).dtype
         check_objective(problem, dtype, repr(self))
@@ -194,7 +211,6 @@ class MultiStartGradient:
     def _run(self, problem: Problem, x0, dtype) -> Result:
         t_start = time.perf_counter()
         space, n = problem.space, self.n_starts
-        width = resolve_batch_size(self.batch_size, n)
         stride = math.ceil(self.n_steps / self.max_history)
         window = 1 if self.convergence is None else self.convergence.window
         u_tree = space.to_unconstrained(x0, dtype=dtype)
@@ -209,13 +225,13 @@ class MultiStartGradient:
             to_physical = space.to_physical
         data = jax.device_put(problem.data)
         log.logger.info(
-            "fitting %s: %d starts x %d parameters, %s, batch_size %d (%d chunks)",
+            "fitting %s: %d starts x %d parameters, %s, batch_size %r, %s backend",
             problem.name,
             n,
             space.n_dims,
             type(self).__name__,
-            width,
-            math.ceil(n / width),
+            self.batch_size,
+            self.backend,
         )
 
         def fom_u(u, d):
@@ -228,24 +244,48 @@ class MultiStartGradient:
 
         with CompileCounter() as compiles:
             pop = jax.jit(lambda u: init_population(self.optimizer, u, n_rows, window))(u0)
-            sweep = ChunkSweep(chunk_step, width=width, n_total=n, data=data)
-            compile_s = sweep.compile(pop)
-            log.logger.info("compiled the chunk step (width %d) in %.2f s", width, compile_s)
+            sweep = BACKENDS[self.backend](chunk_step, n_total=n, data=data)
+            device = next(iter(pop.history.devices()))
+            choice = resolve_width(
+                self.batch_size,
+                sweep,
+                pop,
+                n_starts=n,
+                device=device,
+                start_step=start_step,
+                backend=self.backend,
+            )
+            width, compile_s = choice.width, sweep.compile_s
+            log.logger.info(
+                "compiled the chunk step (width %d, %d chunks) in %.2f s",
+                width,
+                math.ceil(n / width),
+                compile_s,
+            )
             pop, loop_stats = self._loop(sweep, pop, stride, t_start)
             result = self._finish(problem, pop, u0, to_physical, loop_stats, stride)
         wall_s = time.perf_counter() - t_start
         result.stats.update(
-            n_compiles=compiles.count(_CHUNK_STEP_NAME),
+            # the chunk step's compiles for the search itself (a back-off adds one each);
+            # widths compiled only to be measured are counted apart
+            n_compiles=compiles.count(_CHUNK_STEP_NAME) - choice.n_tune_compiles,
+            n_tune_compiles=choice.n_tune_compiles,
             n_compiles_total=compiles.total,
-            compile_s=compile_s,
+            compile_s=sweep.compile_s,
+            select_s=choice.select_s,
             wall_s=wall_s,
-            batch_size=width,
+            batch_size=sweep.width,
+            backend=self.backend,
+            width=choice.info,
+            backoffs=list(sweep.backoffs),
             history_stride=stride,
         )
+        if choice.tuning is not None:
+            result.stats["tuning"] = choice.tuning
         self._log_end(result)
         return result
 
-    def _loop(self, sweep: ChunkSweep, pop: PopState, stride: int, t_start: float):
+    def _loop(self, sweep: Sweep, pop: PopState, stride: int, t_start: float):
         """Step every running start until all ended or ``n_steps``; sync every few steps."""
         n = sweep.n_total
         n_calls, t_first, t_log, evals_since_log = 0, None, time.perf_counter(), 0
@@ -259,7 +299,7 @@ class MultiStartGradient:
             logging_now = self.log_every and (steps_run % self.log_every == 0 or last)
             if not (t == 0 or last or logging_now or steps_run % self.sync_every == 0):
                 continue
-            status = np.asarray(pop.starts.status)
+            pop, status = sweep.sync(pop)  # where a deferred out-of-memory error shows
             if t == 0:
                 t_first = time.perf_counter() - t_start
             running = np.flatnonzero(status == Status.RUNNING.code)

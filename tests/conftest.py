@@ -14,6 +14,14 @@ def _quiet_logs(monkeypatch):
     monkeypatch.setenv("MULTISTART_LOG_LEVEL", "WARNING")
 
 
+@pytest.fixture(autouse=True)
+def _no_width_env(monkeypatch, tmp_path_factory):
+    """Width caps from the caller's shell would change widths; tuning records stay here."""
+    monkeypatch.delenv("MULTISTART_MAX_BATCH", raising=False)
+    monkeypatch.delenv("MULTISTART_MEMORY_BUDGET_GB", raising=False)
+    monkeypatch.setenv("MULTISTART_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
+
+
 @pytest.fixture
 def x64():
     with jax.enable_x64(True):
