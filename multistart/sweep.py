@@ -237,8 +237,8 @@ class Sweep:
 
     def trial(
         self, pop, width: int, *, target_s: float, min_steps: int, max_steps: int
-    ) -> tuple[int, float]:
-        """Time steps of all swept rows at ``width``: ``(steps, seconds)``.
+    ) -> list[float]:
+        """Seconds of each of a few steps of all swept rows at ``width``.
 
         One warm-up step, then at least ``min_steps`` and at most ``max_steps`` steps, until
         ``target_s`` seconds have passed; each step is waited for, as the search's host sync
@@ -248,12 +248,14 @@ class Sweep:
         _, args = self._layout(self.rows, width)
         p = self._run(compiled, _copy_tree(pop), args, np.int32(0))
         jax.block_until_ready(p)
-        n, t0 = 0, time.perf_counter()
-        while n < min_steps or (n < max_steps and time.perf_counter() - t0 < target_s):
+        times: list[float] = []
+        t_end = time.perf_counter() + target_s
+        while len(times) < min_steps or (len(times) < max_steps and time.perf_counter() < t_end):
+            t0 = time.perf_counter()
             p = self._run(compiled, p, args, np.int32(0))
             jax.block_until_ready(p)
-            n += 1
-        return n, time.perf_counter() - t0
+            times.append(time.perf_counter() - t0)
+        return times
 
 
 class ChunkSweep(Sweep):

@@ -26,6 +26,7 @@ import hashlib
 import json
 import numbers
 import os
+import statistics
 import tempfile
 import time
 from dataclasses import dataclass
@@ -50,8 +51,8 @@ __all__ = ["BATCH_SIZE_HELP", "WidthChoice", "check_batch_size", "resolve_width"
 
 BATCH_SIZE_HELP = "batch_size must be a positive int, None, 'auto' or 'tune'"
 BATCH_SIZE_WORDS = ("auto", "tune")
-# Timing per candidate width: at least MIN and at most MAX steps, stopping once TARGET seconds
-# have passed. A step is timed to the end of its last chunk, as the search's own host sync is.
+# Timing per candidate width and pass: at least MIN and at most MAX steps, stopping once TARGET
+# seconds have passed. A step is timed to its end, as the search's own host sync waits for it.
 TUNE_TARGET_S = 0.25
 TUNE_MIN_STEPS = 3
 TUNE_MAX_STEPS = 50
@@ -166,7 +167,8 @@ def _log_bound(spec, bound) -> None:
     if budget.nbytes is None:
         return
     log.logger.info(
-        "batch_size %s: width %d within %.3g GiB (%s; %s; fixed %s, per start %s)",
+        "batch_size %s: memory allows width %d (budget %.3g GiB: %s; estimate: %s; "
+        "fixed %s, per start %s)",
         spec,
         bound.width,
         budget.nbytes / 2**30,
@@ -187,39 +189,57 @@ def _fmt_bytes(n) -> str:
 
 
 def _measure(sweep, pop, upper: int) -> tuple[int, list[dict[str, Any]]]:
-    """Time each candidate width up to ``upper``; returns the best width and the table."""
-    table: list[dict[str, Any]] = []
-    best, best_rate, n_slow = 1, 0.0, 0
-    n_rows = sweep.rows.size
-    for w in candidate_widths(upper):
-        t_compile = time.perf_counter()
-        try:
-            sweep.compiled_for(w)
-            compile_s = sweep.compile_seconds(w) or time.perf_counter() - t_compile
-            steps, seconds = sweep.trial(
+    """Time each candidate width up to ``upper``; returns the best width and the table.
+
+    A width's rate is its median step time, which a passing spike of load on a shared machine
+    does not move. The three leading widths are then timed again, widest first, and each
+    keeps the median of all its steps, so a slow spell during the first pass does not decide.
+    """
+    times: dict[int, list[float]] = {}
+    failed: list[int] = []
+
+    def rate(w):
+        return 1.0 / statistics.median(times[w])
+
+    def time_width(w):
+        times.setdefault(w, []).extend(
+            sweep.trial(
                 pop, w, target_s=TUNE_TARGET_S, min_steps=TUNE_MIN_STEPS, max_steps=TUNE_MAX_STEPS
             )
+        )
+
+    best, n_slow = None, 0
+    for w in candidate_widths(upper):
+        try:
+            time_width(w)
         except Exception as exc:
             if not is_out_of_memory(exc):
                 raise
-            table.append({"width": w, "error": "out of memory"})
+            times.pop(w, None)
+            failed.append(w)
             break
-        rate = steps / seconds
-        row = {
-            "width": w,
-            "steps": steps,
-            "seconds": seconds,
-            "steps_per_s": rate,
-            "starts_steps_per_s": rate * n_rows,
-            "compile_s": compile_s,
-        }
-        table.append(row)
-        if rate > best_rate:
-            best, best_rate, n_slow = w, rate, 0
+        if best is None or rate(w) > rate(best):
+            best, n_slow = w, 0
         else:
-            n_slow = n_slow + 1 if rate < TUNE_STOP_RATIO * best_rate else 0
+            n_slow = n_slow + 1 if rate(w) < TUNE_STOP_RATIO * rate(best) else 0
         if n_slow >= 2:
             break
+    for w in sorted(sorted(times, key=rate)[-3:], reverse=True):
+        time_width(w)
+    best = max(times, key=rate)
+    n_rows = sweep.rows.size
+    table: list[dict[str, Any]] = [
+        {
+            "width": w,
+            "steps": len(times[w]),
+            "seconds": sum(times[w]),
+            "steps_per_s": rate(w),
+            "starts_steps_per_s": rate(w) * n_rows,
+            "compile_s": sweep.compile_seconds(w),
+        }
+        for w in sorted(times)
+    ]
+    table += [{"width": w, "error": "out of memory"} for w in failed]
     _log_table(table, best)
     return best, table
 
