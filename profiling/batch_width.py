@@ -85,7 +85,8 @@ def big_model(side: int = 1024):
 
 def run_arm(arm: str, n_starts: int, steps: int) -> dict:
     os.environ.setdefault("MULTISTART_LOG_LEVEL", "WARNING")
-    os.environ["MULTISTART_CACHE_DIR"] = tempfile.mkdtemp(prefix="ms-tune-")
+    tuning_dir = tempfile.TemporaryDirectory(prefix="ms-tune-")  # removed when the arm exits
+    os.environ["MULTISTART_CACHE_DIR"] = tuning_dir.name
     import jax
 
     jax.config.update("jax_enable_compilation_cache", False)

@@ -318,6 +318,10 @@ def test_other_runtime_errors_are_not_retried(monkeypatch):
 
 
 @pytest.mark.subprocess
+@pytest.mark.skipif(
+    sys.platform != "linux" or jax.default_backend() != "cpu",
+    reason="limits the address space with RLIMIT_AS and reads /proc (Linux, CPU backend)",
+)
 def test_a_real_allocation_failure_backs_off(tmp_path):
     """A real out-of-memory error on the CPU: an address-space limit the wide chunk step cannot
     allocate under. XLA's CPU client fails asynchronously and consumes the donated population,
