@@ -15,6 +15,7 @@ from .graph import Factor as Factor
 from .graph import FactorGraphModel as FactorGraphModel
 from .graph import FactorView as FactorView
 from .log import set_level as set_log_level
+from .memory import usable_cpu_count as usable_cpu_count
 from .priors import LogUniform as LogUniform
 from .priors import Normal as Normal
 from .priors import Prior as Prior
@@ -58,4 +59,5 @@ __all__ = [
     "chunk_slices",
     "configure_compilation_cache",
     "set_log_level",
+    "usable_cpu_count",
 ]

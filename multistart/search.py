@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from . import log
+from . import log, memory
 from .cache import configure_compilation_cache
 from .checkpoint import CheckpointError, SearchCheckpoints, SearchInterrupted, require_orbax
 from .convergence import Convergence
@@ -37,7 +37,8 @@ from .starts import (
 )
 from .status import Status
 from .step import PopState, init_population, make_chunk_step, make_start_step
-from .sweep import FILTER_NAME, ChunkSweep
+from .sweep import BACKENDS, FILTER_NAME, Sweep
+from .tuning import check_batch_size, resolve_width
 
 __all__ = [
     "MultiStartGradient",
@@ -52,7 +53,6 @@ _CHUNK_STEP_NAME = "multistart_chunk_step"
 DEFAULT_CONVERGENCE = Convergence()
 CANDIDATES_PER_START = 10
 DEFAULT_FILTER_BATCH_SIZE = 64
-_BATCH_SIZE_HELP = "batch_size must be a positive int or None (one vmap over all starts)"
 
 
 def _check_int(value, name: str, minimum: int) -> int:
@@ -61,20 +61,21 @@ def _check_int(value, name: str, minimum: int) -> int:
     return int(value)
 
 
-def _check_batch_size(batch_size):
-    if batch_size is None:
-        return None
-    if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral):
-        raise ValueError(f"{_BATCH_SIZE_HELP}; got {batch_size!r}")
-    if batch_size < 1:
-        raise ValueError(f"{_BATCH_SIZE_HELP}; got {batch_size!r}")
-    return int(batch_size)
+def _check_backend(backend) -> str:
+    if backend not in BACKENDS:
+        options = ", ".join(repr(b) for b in BACKENDS)
+        raise ValueError(f"backend must be one of {options}; got {backend!r}")
+    return backend
 
 
 def resolve_batch_size(batch_size, n_starts: int) -> int:
-    """The vmap width of the chunk step: ``None`` is every start at once; wider is clamped."""
-    batch_size = _check_batch_size(batch_size)
-    return n_starts if batch_size is None else min(batch_size, n_starts)
+    """The width of an explicit ``batch_size``: ``None`` is every start at once; wider is
+    clamped to ``n_starts`` and to ``MULTISTART_MAX_BATCH``. ``"auto"`` and ``"tune"`` depend
+    on the compiled step and are resolved when a search runs."""
+    batch_size = check_batch_size(batch_size)
+    if isinstance(batch_size, str):
+        raise ValueError(f"batch_size {batch_size!r} is resolved when a search runs")
+    return memory.cap_width(batch_size or n_starts, n_starts, memory.max_batch_from_env())
 
 
 class MultiStartGradient:
@@ -89,8 +90,20 @@ class MultiStartGradient:
       optimizer: any ``optax.GradientTransformation``. Rules whose ``update`` takes ``value``,
         ``grad`` or ``value_fn`` (``optax.lbfgs``) receive them.
       n_starts: number of local searches.
-      batch_size: starts per compiled call: ``None`` (all at once) or a positive int. On a
-        laptop CPU a narrow width (1-8) is often fastest; on a GPU, wide.
+      batch_size: starts per compiled call. ``"auto"`` (the default): the widest width whose
+        chunk step fits half the device's free memory (XLA's memory analysis of the compiled
+        step), and on a CPU at most 4 starts per usable core, since wide vmaps are slower
+        there; compiling the first candidate usually settles it, so it costs no extra compile
+        unless memory binds. ``"tune"``: time a few steps at each width within that memory
+        bound and keep the fastest; the choice is remembered in the cache folder for the next
+        run. ``None``: all starts in one call. An int: that width. ``MULTISTART_MAX_BATCH``
+        caps every choice, an int included, and ``MULTISTART_MEMORY_BUDGET_GB`` caps the
+        budget. A chunk call that runs out of memory halves the width, recompiles and redoes
+        the last few steps from a saved copy of the population (``result.stats["backoffs"]``).
+      backend: ``"loop"`` (default): a Python loop calls the compiled chunk step per chunk.
+        ``"scan"``: all chunks of a step run in one compiled XLA loop (``lax.map`` over the
+        running starts), which saves host dispatch on a GPU; on a CPU prefer ``"loop"``, as a
+        scan over a large multi-dataset body can take very long to compile. Same results.
       n_steps: maximum steps per start.
       seed: seeds start generation; the same seed gives a bit-identical result.
       convergence: a :class:`multistart.Convergence` rule, or ``None`` to always run
@@ -144,7 +157,7 @@ class MultiStartGradient:
         optimizer: optax.GradientTransformation,
         *,
         n_starts: int = 32,
-        batch_size: int | None = None,
+        batch_size: int | str | None = "auto",
         n_steps: int = 1000,
         seed: int = 0,
         convergence: Convergence | None = DEFAULT_CONVERGENCE,
@@ -160,6 +173,7 @@ class MultiStartGradient:
         flat: bool = True,
         checkpoint_dir: str | os.PathLike | None = None,
         checkpoint_every: int = 100,
+        backend: str = "loop",
     ):
         if not (hasattr(optimizer, "init") and hasattr(optimizer, "update")):
             raise TypeError(
@@ -172,7 +186,7 @@ class MultiStartGradient:
             )
         self.optimizer = optimizer
         self.n_starts = _check_int(n_starts, "n_starts", 1)
-        self.batch_size = _check_batch_size(batch_size)
+        self.batch_size = check_batch_size(batch_size)
         self.n_steps = _check_int(n_steps, "n_steps", 1)
         self.seed = _check_int(seed, "seed", 0)
         self.convergence = convergence
@@ -207,10 +221,11 @@ class MultiStartGradient:
             require_orbax()
         self.checkpoint_dir = checkpoint_dir
         self.checkpoint_every = _check_int(checkpoint_every, "checkpoint_every", 1)
+        self.backend = _check_backend(backend)
 
     def __repr__(self) -> str:
         return (
-            f"{type(self).__name__}(n_starts={self.n_starts}, batch_size={self.batch_size}, "
+            f"{type(self).__name__}(n_starts={self.n_starts}, batch_size={self.batch_size!r}, "
             f"n_steps={self.n_steps}, seed={self.seed})"
         )
 
@@ -233,6 +248,7 @@ class MultiStartGradient:
             "resurrect": self.resurrect,
             "sync_every": self.sync_every,
             "flat": self.flat,
+            "backend": self.backend,
             "hyperparameters": dict(getattr(self, "hyperparameters", {})),
         }
 
@@ -270,6 +286,7 @@ class MultiStartGradient:
             raise ValueError("resume=True needs checkpoint_dir to be set on the search")
         t_start = time.perf_counter()
         log.configure()
+        memory.check_env()
         problem = as_problem(objective, space)
         check_strategy_space(self.start_strategy, problem.space)
         user = None if starts is None else user_starts(problem.space, starts, self.n_starts)
@@ -308,7 +325,6 @@ class MultiStartGradient:
         t_start = time.perf_counter() if t_start is None else t_start
         configure_compilation_cache()
         space, n = problem.space, self.n_starts
-        width = resolve_batch_size(self.batch_size, n)
         stride = math.ceil(self.n_steps / self.max_history)
         window = 1 if self.convergence is None else self.convergence.window
         u_tree = space.to_unconstrained(x0, dtype=dtype)
@@ -323,13 +339,13 @@ class MultiStartGradient:
             to_physical = space.to_physical
         data = jax.device_put(problem.data)
         log.logger.info(
-            "fitting %s: %d starts x %d parameters, %s, batch_size %d (%d chunks)",
+            "fitting %s: %d starts x %d parameters, %s, batch_size %r, %s backend",
             problem.name,
             n,
             space.n_dims,
             type(self).__name__,
-            width,
-            math.ceil(n / width),
+            self.batch_size,
+            self.backend,
         )
 
         def fom_u(u, d):
@@ -343,17 +359,6 @@ class MultiStartGradient:
         n_rows = math.ceil(self.n_steps / stride)
         started = np.ones(n, bool) if plan is None else plan.started
         status0 = np.where(started, Status.RUNNING.code, Status.UNSTARTED.code).astype(np.int8)
-        resurrector = None
-        if self.resurrect and plan is not None and plan.reserve is not None:
-            resurrector = Resurrector(
-                plan.reserve,
-                optimizer=self.optimizer,
-                window=window,
-                width=width,
-                n_total=n,
-                to_u=self._to_unconstrained(space, dtype),
-                u0=u0,
-            )
 
         # Before any compile: an unwritable folder, or a checkpoint of another model or
         # configuration, is an error now rather than after minutes of compiling.
@@ -364,11 +369,37 @@ class MultiStartGradient:
             pop = jax.jit(
                 lambda u, st: init_population(self.optimizer, u, n_rows, window, status=st)
             )(u0, status0)
-            sweep = ChunkSweep(chunk_step, width=width, n_total=n, data=data)
-            compile_s = sweep.compile(pop)
-            log.logger.info("compiled the chunk step (width %d) in %.2f s", width, compile_s)
+            sweep = BACKENDS[self.backend](chunk_step, n_total=n, data=data)
             if not started.all():
                 sweep.set_rows(np.flatnonzero(started))
+            device = next(iter(pop.history.devices()))
+            choice = resolve_width(
+                self.batch_size,
+                sweep,
+                pop,
+                n_starts=n,
+                device=device,
+                start_step=start_step,
+                backend=self.backend,
+            )
+            width, compile_s = choice.width, sweep.compile_s
+            log.logger.info(
+                "compiled the chunk step (width %d, %d chunks) in %.2f s",
+                width,
+                math.ceil(n / width),
+                compile_s,
+            )
+            resurrector = None
+            if self.resurrect and plan is not None and plan.reserve is not None:
+                resurrector = Resurrector(
+                    plan.reserve,
+                    optimizer=self.optimizer,
+                    window=window,
+                    width=width,
+                    n_total=n,
+                    to_u=self._to_unconstrained(space, dtype),
+                    u0=u0,
+                )
             start = 0
             if checkpoints is not None and resume:
                 restored = checkpoints.restore(pop, resurrector)
@@ -376,6 +407,7 @@ class MultiStartGradient:
                     log.logger.info("no checkpoint in %s yet: starting afresh", self.checkpoint_dir)
                 else:
                     pop, start, _ = restored
+                    sweep.rebase(pop)
                     status = np.asarray(pop.starts.status)
                     sweep.set_rows(np.flatnonzero(status == Status.RUNNING.code))
             with _signals_to_flag() as stop:
@@ -390,12 +422,19 @@ class MultiStartGradient:
         pre = {} if plan is None else plan.stats
         result.stats.update(pre)
         result.stats.update(
-            n_compiles=compiles.count(_CHUNK_STEP_NAME),
+            # the chunk step's compiles for the search itself (a back-off adds one each);
+            # widths compiled only to be measured are counted apart
+            n_compiles=compiles.count(_CHUNK_STEP_NAME) - choice.n_tune_compiles,
+            n_tune_compiles=choice.n_tune_compiles,
             n_compiles_total=compiles.total + pre.get("n_compiles_total", 0),
             n_cache_hits=sum(compiles.cache_hits.values()) + pre.get("n_cache_hits", 0),
-            compile_s=compile_s,
+            compile_s=sweep.compile_s,
+            select_s=choice.select_s,
             wall_s=wall_s,
-            batch_size=width,
+            batch_size=sweep.width,
+            backend=self.backend,
+            width=choice.info,
+            backoffs=list(sweep.backoffs),
             history_stride=stride,
         )
         if resurrector is not None:
@@ -405,6 +444,8 @@ class MultiStartGradient:
             )
         if checkpoints is not None:
             result.stats["checkpoints"] = list(checkpoints.saved)
+        if choice.tuning is not None:
+            result.stats["tuning"] = choice.tuning
         self._log_end(result)
         if stopped is not None:
             reason, error = stopped
@@ -442,7 +483,7 @@ class MultiStartGradient:
 
     def _loop(
         self,
-        sweep: ChunkSweep,
+        sweep: Sweep,
         pop: PopState,
         stride: int,
         t_start: float,
@@ -477,7 +518,7 @@ class MultiStartGradient:
                 or steps_run % self.sync_every == 0
             ):
                 continue
-            status = np.asarray(pop.starts.status)
+            pop, status = sweep.sync(pop)  # where a deferred out-of-memory error shows
             if t == start:
                 t_first = time.perf_counter() - t_start
             # Replacements happen on the sync_every schedule only (not at the extra syncs for
@@ -488,7 +529,10 @@ class MultiStartGradient:
                 and not last
                 and not stopping
             ):
+                before = resurrector.n_resurrections
                 pop, status = resurrector(pop, status, steps_run)
+                if resurrector.n_resurrections != before:
+                    sweep.rebase(pop)  # a back-off must not replay over the replaced rows
             running = np.flatnonzero(status == Status.RUNNING.code)
             if logging_now and log.logger.isEnabledFor(logging.INFO):
                 now = time.perf_counter()

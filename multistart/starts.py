@@ -412,7 +412,11 @@ def plan_starts(
     t0 = time.perf_counter()
     cand = stream.draw(n_candidates)
     u = space.ravel(space.to_unconstrained(cand, dtype=np.dtype(dtype)))
-    sweep = filter_sweep(problem, dtype, min(filter_width, n_candidates))
+    from .memory import cap_width, max_batch_from_env
+
+    # MULTISTART_MAX_BATCH caps the filter's width too: the retry knob after a memory failure.
+    width = cap_width(filter_width, n_candidates, max_batch_from_env())
+    sweep = filter_sweep(problem, dtype, width)
     foms = sweep(u)
     chosen, rest = rank_candidates(foms, free)
     filter_s = time.perf_counter() - t0
@@ -423,6 +427,7 @@ def plan_starts(
         filter_batch_size=sweep.width,
         filter_compile_s=sweep.compile_s,
         filter_s=filter_s,
+        filter_backoffs=list(sweep.backoffs),
     )
     if n_finite == 0 and k == 0:
         raise NoFiniteStartsError(

@@ -1,32 +1,62 @@
-"""Evaluators: the Python-loop sweep of one compiled chunk function over many rows.
+"""Evaluators: how one step of every running start is run, at a given batch width.
 
-The chunk function is compiled once for exactly ``batch_size`` rows; a Python loop calls it per
-chunk and the ragged last chunk is padded (see :mod:`multistart.chunking`). Looping in Python
-rather than in XLA is deliberate: an in-XLA ``lax.map`` scan over a large multi-dataset
-likelihood can take hours and gigabytes to compile on CPU, while the chunk body compiles in the
-time of one ``vmap``.
+Two backends share one interface (:class:`Sweep`), so the step loop in :mod:`multistart.search`
+does not care which one runs:
 
-Two sweeps live here: :class:`ChunkSweep` steps the population (value, gradient and optax
-update, state donated in place), and :class:`ValueSweep` evaluates only the figure of merit at
-many candidate points (the broad-start filter). Both compile exactly once, for a fixed width, and
-both are built so that a second process fitting the same model lowers the same program (the
-model's data is an argument, the functions have fixed names) and can load it from the persistent
-compilation cache.
+- ``"loop"`` (:class:`ChunkSweep`, the default): the chunk step is compiled once for exactly
+  ``width`` rows and a Python loop calls it per chunk; the ragged last chunk is padded (see
+  :mod:`multistart.chunking`). Looping in Python rather than in XLA is deliberate on CPU: an
+  in-XLA scan over a large multi-dataset likelihood can take hours and gigabytes to compile,
+  while the chunk body compiles in the time of one ``vmap``.
+- ``"scan"`` (:class:`ScanSweep`): the same chunk body inside one compiled loop over the
+  chunks, ``lax.map(start_step, batch_size=width)`` over the running starts, so a step is one
+  call. On a GPU that saves the host dispatch per chunk; the starts that ended are left out, as
+  in the loop backend, without a recompile (the chunk table has a fixed shape and the loop a
+  dynamic trip count).
+
+Both keep a copy of the population from a recent host sync, so a chunk call that runs out of
+memory costs no state: the width is halved, the program recompiled and the steps since that
+copy are run again (see :meth:`Sweep.step`).
+
+Beside them, :class:`ValueSweep` evaluates only the figure of merit at many candidate
+points (the broad-start filter). Every program here compiles once per width and is built so that
+a second process fitting the same model lowers the same program (the model's data is an
+argument, the functions have fixed names) and can load it from the persistent compilation
+cache.
 """
 
 from __future__ import annotations
 
+import logging
 import time
+from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from . import log
 from .chunking import chunk_indices, chunk_slices, pad_rows
+from .memory import is_out_of_memory
 
-__all__ = ["ChunkSweep", "ValueSweep", "device_chunks", "lower_and_compile"]
+__all__ = [
+    "Sweep",
+    "ChunkSweep",
+    "ScanSweep",
+    "ValueSweep",
+    "BACKENDS",
+    "device_chunks",
+    "lower_and_compile",
+    "make_scan_step",
+]
 
 FILTER_NAME = "multistart_filter_chunk"
+
+# The population is copied at a host sync once this many steps have run since the last copy.
+# A copy is one dispatch, which for a cheap objective costs as much as a step: copying at every
+# sync made a one-chunk step of a small objective twice as slow, while every 16 steps costs a
+# few percent at most. A back-off replays at most this many steps (or one sync interval).
+CHECKPOINT_STEPS = 16
 
 
 def lower_and_compile(jitted, what: str, *args):
@@ -47,47 +77,253 @@ def device_chunks(rows: np.ndarray, batch_size: int, n_total: int) -> list[tuple
     ]
 
 
-class ChunkSweep:
-    """One compiled chunk step and the chunks of the rows it currently sweeps.
+@jax.jit
+def _copy_tree(tree):
+    # One program for the whole population: a copy per leaf would be a dispatch per leaf.
+    return jax.tree_util.tree_map(jnp.copy, tree)
 
-    ``chunk_step(pop, gather, scatter, row, data) -> pop`` updates the rows named by
-    ``gather``/``scatter`` (``batch_size`` each) of the population state ``pop``, whose buffers
-    are donated so the update happens in place. :meth:`step` calls it once per chunk, with no
-    host synchronisation.
+
+class Sweep:
+    """One compiled program per width, the rows it sweeps, and the out-of-memory back-off.
+
+    Subclasses say how a step is laid out in calls (:meth:`_build`, :meth:`_lower_args`,
+    :meth:`_layout`, :meth:`_run`). The population ``pop`` is donated to every call, so it is
+    updated in place and the caller must use the returned state.
+
+    Attributes:
+      width: the current batch width (rows per chunk).
+      rows: the population rows swept (the running starts).
+      chunks: the chunks of ``rows`` at ``width``, one entry per chunk evaluation a step runs.
+      backoffs: one record per out-of-memory back-off.
     """
 
-    def __init__(self, chunk_step, *, width: int, n_total: int, data):
-        self._jit = jax.jit(chunk_step, donate_argnums=0)
-        self.width = width
+    backend = ""
+
+    def __init__(self, chunk_step, *, n_total: int, data, width: int | None = None):
+        self._jit = jax.jit(self._build(chunk_step), donate_argnums=0)
         self.n_total = n_total
         self.data = data
+        self.width = width
+        self.rows = np.arange(n_total)
+        self.chunks: list = []
         self.compiled = None
-        self.compile_s = 0.0
-        self.set_rows(np.arange(n_total))
+        self.compile_s = 0.0  # compile seconds of the program(s) the search used
+        self.backoffs: list[dict[str, Any]] = []
+        self._programs: dict[int, tuple[Any, float]] = {}  # width -> (compiled, seconds)
+        self._pop_spec = None
+        self._saved = None  # the population at a recent host sync
+        self._replay: list[tuple[int, np.ndarray]] = []  # (history row, rows) of steps since
+        self._n_steps = 0
+        self._args: Any = None
+
+    # -- layout, per backend ---------------------------------------------------------------
+
+    def _build(self, chunk_step):
+        raise NotImplementedError
+
+    def _lower_args(self, width: int) -> tuple:
+        """Index arguments with the shapes of one call at ``width`` (for lowering)."""
+        raise NotImplementedError
+
+    def _layout(self, rows: np.ndarray, width: int) -> tuple[list, Any]:
+        """``(chunks, args)``: the host-side chunks of ``rows`` and the device arguments."""
+        raise NotImplementedError
+
+    def _run(self, compiled, pop, args, row):
+        raise NotImplementedError
+
+    # -- programs ---------------------------------------------------------------------------
+
+    def prepare(self, pop) -> None:
+        """Remember the population's shapes, so a program can be compiled at any width."""
+        # Shapes only, no sharding: lowering for committed arrays would make the outputs
+        # committed, and every helper later jitted on them would compile a second time.
+        self._pop_spec = jax.tree_util.tree_map(
+            lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), pop
+        )
+
+    def compiled_for(self, width: int):
+        """The program at ``width``, compiled on first use and kept until :meth:`release`."""
+        if width not in self._programs:
+            if self._pop_spec is None:
+                raise RuntimeError("call prepare(pop) before compiling")
+            self._programs[width] = lower_and_compile(
+                self._jit,
+                f"the chunk step (width {width})",
+                self._pop_spec,
+                *self._lower_args(width),
+                self.data,
+            )
+        return self._programs[width][0]
+
+    def compile_seconds(self, width: int) -> float:
+        return self._programs[width][1] if width in self._programs else 0.0
+
+    def compiled_widths(self) -> list[int]:
+        return sorted(self._programs)
+
+    def release(self, keep: int | None = None) -> None:
+        """Drop the compiled programs of every width but ``keep`` (their memory too)."""
+        for w in list(self._programs):
+            if w != keep:
+                del self._programs[w]
+
+    def compile(self, pop) -> float:
+        """Compile (or reuse) the program at :attr:`width` for ``pop``; returns its seconds."""
+        self.prepare(pop)
+        self.set_width(self.width)
+        return self.compile_s
+
+    def set_width(self, width: int) -> None:
+        """Sweep at ``width`` from now on (compiling it unless it already is)."""
+        self.compiled = self.compiled_for(width)
+        self.width = width
+        self.compile_s += self.compile_seconds(width)
+        self.set_rows(self.rows)
 
     def set_rows(self, rows: np.ndarray) -> None:
         """Sweep only ``rows`` from now on (repacked into full chunks)."""
         self.rows = np.asarray(rows)
-        self.chunks = device_chunks(self.rows, self.width, self.n_total)
+        if self.width is not None:
+            self.chunks, self._args = self._layout(self.rows, self.width)
 
     def trace(self, pop) -> jax.stages.Traced:
-        """Trace the chunk step for ``pop``'s shapes (lower and compile it from there)."""
-        gather, scatter = device_chunks(np.arange(1), self.width, self.n_total)[0]
-        return self._jit.trace(pop, gather, scatter, np.int32(0), self.data)
+        """Trace the program at :attr:`width` for ``pop`` (so lower and compile can be timed)."""
+        return self._jit.trace(pop, *self._lower_args(self.width), self.data)
 
-    def compile(self, pop) -> float:
-        """Lower and compile the chunk step for ``pop``'s shapes; returns the seconds taken."""
-        gather, scatter = device_chunks(np.arange(1), self.width, self.n_total)[0]
-        self.compiled, self.compile_s = lower_and_compile(
-            self._jit, "the chunk step", pop, gather, scatter, np.int32(0), self.data
-        )
-        return self.compile_s
+    # -- stepping ---------------------------------------------------------------------------
 
     def step(self, pop, row: int):
-        """One step of every swept row; ``row`` is the history row the step writes."""
-        row = np.int32(row)
-        for gather, scatter in self.chunks:
-            pop = self.compiled(pop, gather, scatter, row, self.data)
+        """One step of every swept row; ``row`` is the history row the step writes.
+
+        No host synchronisation: a failure of a call may surface here or only at the next
+        :meth:`sync`. Either way, if it is an out-of-memory error, the steps since the
+        population was last saved are run again from that copy, at half the width.
+        """
+        if self._saved is None:
+            self._saved = _copy_tree(pop)
+        self._replay.append((int(row), self.rows))
+        self._n_steps += 1
+        try:
+            return self._run(self.compiled, pop, self._args, np.int32(row))
+        except Exception as exc:
+            if not is_out_of_memory(exc):
+                raise
+            return self._back_off(exc)
+
+    def sync(self, pop) -> tuple[Any, np.ndarray]:
+        """Read the starts' status on the host; returns ``(pop, status)``.
+
+        The read waits for the steps so far, so it is where an asynchronous failure shows.
+        After it, once :data:`CHECKPOINT_STEPS` steps have run since the last copy, the
+        population is copied (one device program, never per chunk) as the point a later
+        back-off restarts from.
+        """
+        try:
+            status = np.asarray(pop.starts.status)
+        except Exception as exc:
+            if not is_out_of_memory(exc):
+                raise
+            pop = self._back_off(exc)
+            status = np.asarray(pop.starts.status)
+        if len(self._replay) >= CHECKPOINT_STEPS:
+            self._saved = _copy_tree(pop)
+            self._replay.clear()
+        return pop, status
+
+    def rebase(self, pop) -> None:
+        """``pop`` changed outside the sweep (rows replaced, a checkpoint restored): make it
+        the point a later back-off restarts from, as replaying steps over it would undo it."""
+        self._saved = _copy_tree(pop)
+        self._replay.clear()
+
+    def _back_off(self, exc: BaseException):
+        """Halve the width until the steps since the saved copy run; returns their result."""
+        while True:
+            old = self.width
+            if old <= 1:
+                raise RuntimeError(
+                    f"the chunk step ran out of memory even at batch_size 1 ({self.backend} "
+                    f"backend, after {self._n_steps} steps): one start of this model does "
+                    "not fit the device; use a device with more memory or a smaller model"
+                ) from exc
+            new = old // 2
+            message = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else repr(exc)
+            self.backoffs.append(
+                {"step": self._n_steps, "from": old, "to": new, "replayed": len(self._replay)}
+            )
+            log.logger.warning(
+                "out of memory at batch_size %d (%s); retrying the last %d step(s) at %d",
+                old,
+                message,
+                len(self._replay),
+                new,
+            )
+            self._programs.pop(old, None)  # the program that did not fit
+            self.compiled = None
+            self.set_width(new)
+            pop, current = _copy_tree(self._saved), self.rows
+            try:
+                for row, rows in self._replay:  # each step with the rows it swept
+                    if rows is not self.rows:
+                        self.set_rows(rows)
+                    pop = self._run(self.compiled, pop, self._args, np.int32(row))
+                jax.block_until_ready(pop)  # an asynchronous failure shows here, not later
+                self.set_rows(current)
+                return pop
+            except Exception as again:
+                if not is_out_of_memory(again):
+                    raise
+                exc = again
+
+    def trial(
+        self, pop, width: int, *, target_s: float, min_steps: int, max_steps: int
+    ) -> list[float]:
+        """Seconds of each of a few steps of all swept rows at ``width``.
+
+        One warm-up step, then at least ``min_steps`` and at most ``max_steps`` steps, until
+        ``target_s`` seconds have passed; each step is waited for, as the search's host sync
+        does. They run on a copy of ``pop`` that is then discarded: ``pop`` is not touched.
+        """
+        compiled = self.compiled_for(width)
+        _, args = self._layout(self.rows, width)
+        p = self._run(compiled, _copy_tree(pop), args, np.int32(0))
+        jax.block_until_ready(p)
+        times: list[float] = []
+        t_end = time.perf_counter() + target_s
+        while len(times) < min_steps or (len(times) < max_steps and time.perf_counter() < t_end):
+            t0 = time.perf_counter()
+            p = self._run(compiled, p, args, np.int32(0))
+            jax.block_until_ready(p)
+            times.append(time.perf_counter() - t0)
+        return times
+
+
+class ChunkSweep(Sweep):
+    """The ``"loop"`` backend: one compiled chunk step, called once per chunk from Python.
+
+    ``chunk_step(pop, gather, scatter, row, data) -> pop`` updates the rows named by
+    ``gather``/``scatter`` (``width`` each) of the population state ``pop``, whose buffers are
+    donated so the update happens in place. :meth:`step` calls it once per chunk, with no host
+    synchronisation.
+    """
+
+    backend = "loop"
+
+    def _build(self, chunk_step):
+        return chunk_step
+
+    def _lower_args(self, width):
+        gather, scatter = device_chunks(np.arange(1), width, self.n_total)[0]
+        return gather, scatter, np.int32(0)
+
+    def _layout(self, rows, width):
+        chunks = device_chunks(rows, width, self.n_total)
+        return chunks, chunks
+
+    def _run(self, compiled, pop, args, row):
+        for gather, scatter in args:
+            pop = compiled(pop, gather, scatter, row, self.data)
         return pop
 
 
@@ -116,22 +352,114 @@ class ValueSweep:
         self.data = data
         self.compiled = None
         self.compile_s = 0.0
+        self.backoffs: list[dict[str, int]] = []
+        self._shape = None
 
     def compile(self, n_dims: int, dtype) -> float:
         """Compile for ``(width, n_dims)`` rows of ``dtype``; returns the seconds taken."""
+        self._shape = (n_dims, dtype)
         example = jax.ShapeDtypeStruct((self.width, n_dims), dtype)
-        self.compiled, self.compile_s = lower_and_compile(
+        self.compiled, seconds = lower_and_compile(
             self._jit, "the broad-start filter", example, self.data
         )
-        return self.compile_s
+        self.compile_s += seconds
+        return seconds
 
     def __call__(self, u: np.ndarray) -> np.ndarray:
-        """The figure of merit at every row of ``u`` (NumPy in, NumPy out, in row order)."""
+        """The figure of merit at every row of ``u`` (NumPy in, NumPy out, in row order).
+
+        A chunk that runs out of memory halves the width, recompiles and evaluates again
+        (nothing is donated, so nothing is lost), down to width 1 and then a clear error.
+        """
         if self.compiled is None:
             raise RuntimeError("ValueSweep.compile() must be called before evaluating")
+        while True:
+            try:
+                return self._evaluate(u)
+            except Exception as exc:
+                if not is_out_of_memory(exc):
+                    raise
+                if self.width <= 1:
+                    raise RuntimeError(
+                        "the broad-start filter ran out of memory even at width 1: one "
+                        "evaluation of this model does not fit the device"
+                    ) from exc
+                old, self.width = self.width, self.width // 2
+                self.backoffs.append({"from": old, "to": self.width})
+                log.logger.warning(
+                    "broad-start filter out of memory at width %d; retrying at %d", old, self.width
+                )
+                self.compile(*self._shape)
+
+    def _evaluate(self, u: np.ndarray) -> np.ndarray:
         outs = []
         for lo, hi, pad in chunk_slices(len(u), self.width):
             outs.append((self.compiled(pad_rows(u[lo:hi], pad), self.data), hi - lo))
         if not outs:
             return np.zeros((0,), dtype=u.dtype)
         return np.concatenate([np.asarray(out)[:n] for out, n in outs])
+
+
+def make_scan_step(chunk_step, tick=None):
+    """Build ``scan_step(pop, gathers, scatters, n_chunks, row, data) -> pop``.
+
+    It runs ``chunk_step`` over the first ``n_chunks`` rows of the ``(max_chunks, width)``
+    index tables inside one compiled loop. ``n_chunks`` is a traced scalar, so the running
+    starts can shrink without a recompile. ``tick(row, i, n_chunks)``, when given, is called
+    on the host once per chunk through ``jax.debug.callback``; when it is None nothing is
+    traced in.
+    """
+
+    def multistart_chunk_step_scan(pop, gathers, scatters, n_chunks, row, data):
+        def body(i, pop):
+            if tick is not None:
+                jax.debug.callback(tick, row, i, n_chunks)
+            return chunk_step(pop, gathers[i], scatters[i], row, data)
+
+        return jax.lax.fori_loop(0, n_chunks, body, pop)
+
+    return multistart_chunk_step_scan
+
+
+def _scan_tick(row, i, n_chunks) -> None:
+    log.logger.debug("step row %d: scan batch %d/%d", int(row), int(i) + 1, int(n_chunks))
+
+
+class ScanSweep(Sweep):
+    """The ``"scan"`` backend: every chunk of a step inside one compiled XLA loop.
+
+    Same interface and same results as :class:`ChunkSweep` (each chunk runs the same
+    ``vmap`` body on the same rows). With the ``multistart`` logger at DEBUG when the sweep is
+    built, each scan batch logs a tick from inside the program (``jax.debug.callback``);
+    otherwise no callback is compiled in.
+    """
+
+    backend = "scan"
+
+    def _build(self, chunk_step):
+        tick = _scan_tick if log.logger.isEnabledFor(logging.DEBUG) else None
+        self.ticks = tick is not None
+        return make_scan_step(chunk_step, tick)
+
+    def _max_chunks(self, width):
+        return -(-self.n_total // width)
+
+    def _lower_args(self, width):
+        table = np.zeros((self._max_chunks(width), width), np.int32)
+        return table, table, np.int32(0), np.int32(0)
+
+    def _layout(self, rows, width):
+        chunks = chunk_indices(rows, width, self.n_total)
+        gathers = np.zeros((self._max_chunks(width), width), np.int32)
+        scatters = np.full_like(gathers, self.n_total)  # unused rows write out of bounds
+        for i, (g, s) in enumerate(chunks):
+            gathers[i], scatters[i] = g, s
+        args = (jax.device_put(gathers), jax.device_put(scatters), np.int32(len(chunks)))
+        return chunks, args
+
+    def _run(self, compiled, pop, args, row):
+        gathers, scatters, n_chunks = args
+        return compiled(pop, gathers, scatters, n_chunks, row, self.data)
+
+
+BACKENDS = {"loop": ChunkSweep, "scan": ScanSweep}

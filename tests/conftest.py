@@ -24,6 +24,14 @@ def _quiet_logs(monkeypatch):
     monkeypatch.setenv("MULTISTART_LOG_LEVEL", "WARNING")
 
 
+@pytest.fixture(autouse=True)
+def _no_width_env(monkeypatch):
+    """Width caps from the caller's shell would change widths. (MULTISTART_CACHE_DIR stays
+    empty, above: tests of tuning records point it at their own folder.)"""
+    monkeypatch.delenv("MULTISTART_MAX_BATCH", raising=False)
+    monkeypatch.delenv("MULTISTART_MEMORY_BUDGET_GB", raising=False)
+
+
 @pytest.fixture
 def x64():
     with jax.enable_x64(True):

@@ -188,19 +188,22 @@ def test_exactly_one_chunk_step_compile_however_ragged(n_starts, batch_size):
     )
     assert result.stats["n_compiles"] == 1
     assert result.stats["n_filter_compiles"] == 1
-    # the filter, the chunk step, the population's init and the final parameter map: nothing
-    # per chunk
-    assert result.stats["n_compiles_total"] <= 4
+    # the filter, the chunk step, the population's init, the population copy the
+    # out-of-memory back-off keeps and the final parameter map: nothing per chunk
+    assert result.stats["n_compiles_total"] <= 5
     assert result.stats["batch_size"] == min(batch_size or n_starts, n_starts)
 
 
 def test_compiles_do_not_grow_with_the_number_of_chunks():
-    totals = {
-        bs: ms.MultiStartAdam(n_starts=12, batch_size=bs, n_steps=30, seed=0)
-        .fit(parabola, PARABOLA_SPACE)
-        .stats["n_compiles_total"]
-        for bs in (1, 5, 12)
-    }
+    def total(bs):
+        return (
+            ms.MultiStartAdam(n_starts=12, batch_size=bs, n_steps=30, seed=0)
+            .fit(parabola, PARABOLA_SPACE)
+            .stats["n_compiles_total"]
+        )
+
+    total(3)  # the first search of these shapes also compiles shared helpers (the state copy)
+    totals = {bs: total(bs) for bs in (1, 5, 12)}
     assert len(set(totals.values())) == 1, totals
 
 

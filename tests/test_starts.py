@@ -5,7 +5,14 @@ import logging
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import MULTIMODAL_SPACE, NoCompile, multimodal, same_result
+from conftest import (
+    MULTIMODAL_SPACE,
+    PARABOLA_SPACE,
+    NoCompile,
+    multimodal,
+    parabola,
+    same_result,
+)
 
 import multistart as ms
 from multistart.monitor import CompileCounter
@@ -329,3 +336,34 @@ def test_config_records_the_start_options():
     config = ms.MultiStartAdam(n_starts=4, start_strategy="lhs", resurrect=2).config()
     assert config["start_strategy"] == "lhs" and config["n_candidates"] == 40
     assert config["filter_batch_size"] == 64 and config["resurrect"] == 2
+
+
+def test_the_filter_backs_off_when_a_chunk_runs_out_of_memory(monkeypatch):
+    """An allocation failure in a filter chunk halves its width; the values are unchanged."""
+    from multistart import sweep as sweep_mod
+
+    original = sweep_mod.ValueSweep._evaluate
+
+    def evaluate(self, u):
+        if self.width > 16:
+            raise RuntimeError("RESOURCE_EXHAUSTED: Out of memory allocating 123 bytes.")
+        return original(self, u)
+
+    monkeypatch.setattr(sweep_mod.ValueSweep, "_evaluate", evaluate)
+    search = ms.MultiStartAdam(n_starts=4, n_steps=5, seed=0, n_candidates=100)
+    result = search.fit(parabola, PARABOLA_SPACE)
+    assert result.stats["filter_backoffs"] == [{"from": 64, "to": 32}, {"from": 32, "to": 16}]
+    assert result.stats["filter_batch_size"] == 16
+    monkeypatch.undo()
+    reference = ms.MultiStartAdam(n_starts=4, n_steps=5, seed=0, n_candidates=100).fit(
+        parabola, PARABOLA_SPACE
+    )
+    np.testing.assert_array_equal(result.start_params["x"], reference.start_params["x"])
+
+
+def test_max_batch_caps_the_filter_width(monkeypatch):
+    monkeypatch.setenv("MULTISTART_MAX_BATCH", "8")
+    result = ms.MultiStartAdam(n_starts=4, n_steps=5, seed=0, n_candidates=100).fit(
+        parabola, PARABOLA_SPACE
+    )
+    assert result.stats["filter_batch_size"] == 8

@@ -156,6 +156,7 @@ def _laxmap_vag(vag, u_all, data, width, n_starts) -> Program:
 
 def _pyloop_vag(fom_u, u_all, data, width, n_starts) -> Program:
     import jax
+    import numpy as np
     import optax
 
     from ..step import init_population, make_chunk_step, make_start_step
@@ -165,11 +166,13 @@ def _pyloop_vag(fom_u, u_all, data, width, n_starts) -> Program:
     chunk_step = make_chunk_step(make_start_step(fom_u, optimizer, None, 8))
     pop = jax.jit(lambda u: init_population(optimizer, u, 1, 1))(u_all)
     sweep = ChunkSweep(chunk_step, width=width, n_total=n_starts, data=data)
+    sweep.set_rows(sweep.rows)  # lay out the chunks at this width
     state = {"pop": pop}
 
-    def run(compiled):
-        sweep.compiled = compiled  # the program measured is the one swept
-        state["pop"] = jax.block_until_ready(sweep.step(state["pop"], 0))
+    def run(compiled):  # the program measured is the one swept: one step of every start
+        state["pop"] = jax.block_until_ready(
+            sweep._run(compiled, state["pop"], sweep._args, np.int32(0))
+        )
 
     extra = {"chunk_calls_per_sweep": len(sweep.chunks)}
     return Program(sweep, (pop,), run, n_starts, extra)

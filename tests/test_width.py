@@ -1,0 +1,434 @@
+"""Batch width at run time: "auto", "tune", MULTISTART_MAX_BATCH, the out-of-memory back-off and
+the scan backend, on tiny objectives."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import MULTIMODAL_SPACE, PARABOLA_SPACE, multimodal, parabola
+
+import multistart as ms
+from multistart import memory
+from multistart.sweep import ScanSweep, Sweep
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def identical(a: ms.Result, b: ms.Result) -> bool:
+    la, lb = jax.tree_util.tree_leaves(a.params), jax.tree_util.tree_leaves(b.params)
+    return (
+        np.array_equal(a.foms, b.foms)
+        and all(np.array_equal(x, y) for x, y in zip(la, lb, strict=True))
+        and np.array_equal(a.history, b.history, equal_nan=True)
+        and np.array_equal(a.n_steps, b.n_steps)
+        and list(a.status) == list(b.status)
+    )
+
+
+def wide(p):
+    """A parabola that materialises 20 000 floats per start: memory grows with the width."""
+    z = jax.lax.optimization_barrier(jnp.sin(p["x"][0] * jnp.arange(20_000.0)))
+    return jnp.sum((p["x"] - 0.5) ** 2) + 1e-9 * jnp.sum(z * z)
+
+
+WIDE_SPACE = {"x": ms.Uniform(-2.0, 2.0, shape=(2,))}
+
+
+@pytest.fixture(autouse=True)
+def _quick_tuning(monkeypatch):
+    # time each width for a few steps, not a quarter of a second: these objectives are tiny
+    from multistart import tuning
+
+    monkeypatch.setattr(tuning, "TUNE_TARGET_S", 0.005)
+
+
+def fit(objective=parabola, space=PARABOLA_SPACE, **kwargs):
+    base = dict(n_starts=12, n_steps=40, seed=0, convergence=None, log_every=0)
+    return ms.MultiStartAdam(**{**base, **kwargs}).fit(objective, space)
+
+
+# -- validation ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", ["fast", "AUTO", "", 0, 2.5, True])
+def test_bad_batch_size_names_the_argument_and_the_options(bad):
+    with pytest.raises(
+        ValueError, match=r"batch_size must be a positive int, None, 'auto' or 'tune'"
+    ):
+        ms.MultiStartAdam(batch_size=bad)
+
+
+@pytest.mark.parametrize("bad", ["gpu", "Loop", None, 1])
+def test_bad_backend_names_the_argument(bad):
+    with pytest.raises(ValueError, match=r"backend must be one of 'loop', 'scan'"):
+        ms.MultiStartAdam(backend=bad)
+
+
+def test_bad_width_env_fails_before_any_compile(monkeypatch):
+    from multistart.monitor import CompileCounter
+
+    search = ms.MultiStartAdam(n_starts=4, n_steps=5, batch_size=2)
+    for name, value, match in [
+        ("MULTISTART_MAX_BATCH", "zero", "MULTISTART_MAX_BATCH must be a positive int"),
+        ("MULTISTART_MEMORY_BUDGET_GB", "-1", "MULTISTART_MEMORY_BUDGET_GB must be a positive"),
+    ]:
+        monkeypatch.setenv(name, value)
+        with CompileCounter() as c, pytest.raises(ValueError, match=match):
+            search.fit(parabola, PARABOLA_SPACE)
+        assert c.total == 0
+        monkeypatch.delenv(name)
+
+
+def test_auto_is_the_default():
+    search = ms.MultiStartAdam()
+    assert search.batch_size == "auto" and search.config()["batch_size"] == "auto"
+    assert search.backend == "loop"
+
+
+# -- auto -------------------------------------------------------------------------------------
+
+
+def test_auto_fits_the_count_cap_with_a_single_compile():
+    result = fit(batch_size="auto")
+    width = result.stats["batch_size"]
+    info = result.stats["width"]
+    assert info["selected_by"] == "auto" and info["estimate"] == "memory_analysis"
+    if jax.default_backend() == "cpu":
+        cap = memory.count_cap("cpu", 12, ms.usable_cpu_count())
+        assert width == memory.balanced_width(12, cap)
+    assert result.stats["n_compiles"] == 1 and result.stats["n_tune_compiles"] == 0
+
+
+def test_auto_narrows_under_a_small_memory_budget(monkeypatch, x64):
+    free = fit(wide, WIDE_SPACE, batch_size="auto")
+    w_free = free.stats["batch_size"]
+    assert w_free >= 4
+    est = free.stats["width"]["estimates"][0]
+    assert est["width"] == w_free
+    # a budget for about half the starts' working memory
+    budget = free.stats["width"]["checkpoint_bytes"] + est["extra"] // 2
+    monkeypatch.setenv("MULTISTART_MEMORY_BUDGET_GB", repr(budget / 2**30))
+    tight = fit(wide, WIDE_SPACE, batch_size="auto")
+    info = tight.stats["width"]
+    assert 1 <= tight.stats["batch_size"] < w_free
+    assert info["budget_source"] == "MULTISTART_MEMORY_BUDGET_GB"
+    chosen = [e for e in info["estimates"] if e["width"] == tight.stats["batch_size"]][-1]
+    assert chosen["extra"] + info["checkpoint_bytes"] <= info["budget_bytes"]
+    # probes are counted apart; the search compiled its own step once
+    assert tight.stats["n_compiles"] == 1
+    assert tight.stats["n_tune_compiles"] == len({e["width"] for e in info["estimates"]}) - 1
+    explicit = fit(wide, WIDE_SPACE, batch_size=tight.stats["batch_size"])
+    assert identical(tight, explicit)
+
+
+def test_auto_falls_back_to_sizes_then_to_the_count_cap(monkeypatch, caplog):
+    def no_analysis(self):
+        raise NotImplementedError("memory analysis unsupported on this backend")
+
+    monkeypatch.setattr(jax.stages.Compiled, "memory_analysis", no_analysis)
+    result = fit(batch_size="auto")
+    assert result.stats["width"]["estimate"] == "io_sizes"
+    monkeypatch.setattr(memory, "device_free_memory", lambda device: (None, "unknown"))
+    monkeypatch.setenv("MULTISTART_LOG_LEVEL", "INFO")
+    with caplog.at_level(logging.INFO, logger="multistart"):
+        result = fit(batch_size="auto")
+    assert result.stats["width"]["estimate"] == "count cap"
+    assert any("using the count cap" in r.getMessage() for r in caplog.records)
+
+
+# -- MULTISTART_MAX_BATCH -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("spec", [8, None, "auto", "tune"])
+def test_max_batch_caps_every_choice_even_an_explicit_int(monkeypatch, spec):
+    monkeypatch.setenv("MULTISTART_MAX_BATCH", "3")
+    result = fit(batch_size=spec, n_steps=10)
+    assert result.stats["batch_size"] <= 3
+    if spec in (8, None):
+        assert result.stats["batch_size"] == 3
+    assert result.stats["width"]["max_batch"] == 3
+
+
+def test_resolve_batch_size_honours_the_cap(monkeypatch):
+    from multistart.search import resolve_batch_size
+
+    assert resolve_batch_size(None, 10) == 10 and resolve_batch_size(40, 10) == 10
+    monkeypatch.setenv("MULTISTART_MAX_BATCH", "4")
+    assert resolve_batch_size(None, 10) == 4 and resolve_batch_size(2, 10) == 2
+    with pytest.raises(ValueError, match="resolved when a search runs"):
+        resolve_batch_size("auto", 10)
+
+
+# -- tune ---------------------------------------------------------------------------------------
+
+
+def test_tune_measures_persists_and_the_next_fit_skips_tuning(monkeypatch, tmp_path, x64):
+    monkeypatch.setenv("MULTISTART_CACHE_DIR", str(tmp_path))
+    first = fit(multimodal, MULTIMODAL_SPACE, batch_size="tune", n_starts=8)
+    tuning = first.stats["tuning"]
+    width = first.stats["batch_size"]
+    assert tuning["source"] == "measured" and tuning["width"] == width
+    timed = [row["width"] for row in tuning["table"]]
+    assert timed[0] == 1 and timed == sorted(timed) and width in timed
+    assert all(row["steps"] >= 3 and row["starts_steps_per_s"] > 0 for row in tuning["table"])
+    best = max(tuning["table"], key=lambda row: row["starts_steps_per_s"])
+    assert best["width"] == width
+    # the chosen width's program was compiled once and reused; the others are counted apart
+    assert first.stats["n_compiles"] == 1
+    assert first.stats["n_tune_compiles"] == len(timed) - 1
+    record = json.loads(Path(tuning["path"]).read_text())
+    assert record["width"] == width and Path(tuning["path"]).parent == tmp_path / "tuning"
+
+    second = fit(multimodal, MULTIMODAL_SPACE, batch_size="tune", n_starts=8)
+    assert second.stats["tuning"]["source"] == "cache"
+    assert second.stats["batch_size"] == width
+    assert second.stats["n_tune_compiles"] == 0 and second.stats["n_compiles"] == 1
+    # timing stepped a copy: a tuned search is the search at the width it chose
+    assert identical(first, second)
+    assert identical(first, fit(multimodal, MULTIMODAL_SPACE, batch_size=width, n_starts=8))
+
+
+def test_tune_key_depends_on_the_model_not_on_the_run_length(tmp_path, monkeypatch):
+    monkeypatch.setenv("MULTISTART_CACHE_DIR", str(tmp_path))
+    a = fit(batch_size="tune", n_starts=2, n_steps=10).stats["tuning"]["key"]
+    b = fit(batch_size="tune", n_starts=2, n_steps=30).stats["tuning"]
+    assert b["key"] == a and b["source"] == "cache"
+    other = fit(multimodal, MULTIMODAL_SPACE, batch_size="tune", n_starts=2, n_steps=10)
+    assert other.stats["tuning"]["key"] != a
+    scan = fit(batch_size="tune", n_starts=2, n_steps=10, backend="scan").stats["tuning"]
+    assert scan["key"] != a
+
+
+def test_no_cache_folder_means_no_record(monkeypatch):
+    monkeypatch.setenv("MULTISTART_CACHE_DIR", "")
+    for _ in range(2):
+        tuning = fit(batch_size="tune", n_starts=2, n_steps=10).stats["tuning"]
+        assert tuning["source"] == "measured" and tuning["path"] is None
+
+
+@pytest.mark.subprocess
+def test_a_second_process_finds_the_tuned_width(tmp_path):
+    script = textwrap.dedent(
+        """
+        import json, os, sys
+        sys.path.insert(0, sys.argv[1])
+        folder = os.environ["MULTISTART_CACHE_DIR"]
+        import multistart as ms
+        from conftest import parabola, PARABOLA_SPACE
+        os.environ["MULTISTART_CACHE_DIR"] = folder  # conftest empties it for the suite
+        ms.tuning.TUNE_TARGET_S = 0.005
+        r = ms.MultiStartAdam(n_starts=4, n_steps=10, batch_size="tune", seed=0).fit(
+            parabola, PARABOLA_SPACE
+        )
+        print(json.dumps({k: r.stats["tuning"][k] for k in ("source", "key", "width")}))
+        """
+    )
+    env = {
+        **os.environ,
+        "MULTISTART_CACHE_DIR": str(tmp_path),
+        "MULTISTART_LOG_LEVEL": "WARNING",
+        "PYTHONPATH": str(ROOT),
+    }
+    runs = [
+        json.loads(
+            subprocess.run(
+                [sys.executable, "-c", script, str(ROOT / "tests")],
+                env=env,
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.splitlines()[-1]
+        )
+        for _ in range(2)
+    ]
+    assert [r["source"] for r in runs] == ["measured", "cache"]
+    assert runs[0]["key"] == runs[1]["key"] and runs[0]["width"] == runs[1]["width"]
+
+
+# -- out-of-memory back-off -------------------------------------------------------------------
+
+
+def inject_oom(monkeypatch, fits: int, after_calls: int = 0):
+    """Programs wider than ``fits`` fail after ``after_calls`` good calls, the way a CPU
+    allocation failure does: the donated population is consumed and the call raises."""
+    original = Sweep.compiled_for
+    calls = {"good": 0}
+
+    def compiled_for(self, width):
+        compiled = original(self, width)
+        if width <= fits:
+            return compiled
+
+        def failing(pop, *args):
+            if calls["good"] >= after_calls:
+                for leaf in jax.tree_util.tree_leaves(pop):
+                    leaf.delete()
+                raise jax.errors.JaxRuntimeError(
+                    f"RESOURCE_EXHAUSTED: Out of memory while trying to allocate {width} GiB."
+                )
+            calls["good"] += 1
+            return compiled(pop, *args)
+
+        return failing
+
+    monkeypatch.setattr(Sweep, "compiled_for", compiled_for)
+
+
+@pytest.mark.parametrize("backend", ["loop", "scan"])
+def test_out_of_memory_halves_the_width_and_loses_nothing(monkeypatch, x64, backend):
+    reference = fit(multimodal, MULTIMODAL_SPACE, batch_size=2, n_steps=60, backend=backend)
+    inject_oom(monkeypatch, fits=2, after_calls=5)  # fails mid-run, a few steps in
+    result = fit(multimodal, MULTIMODAL_SPACE, batch_size=8, n_steps=60, backend=backend)
+    backoffs = result.stats["backoffs"]
+    assert [(b["from"], b["to"]) for b in backoffs] == [(8, 4), (4, 2)]
+    assert backoffs[0]["step"] >= 2 and backoffs[0]["replayed"] >= 1
+    assert result.stats["batch_size"] == 2
+    assert result.stats["n_compiles"] == 3  # 8, then 4 and 2 after the back-offs
+    assert identical(result, reference)
+
+
+def test_out_of_memory_at_width_one_is_a_clear_error(monkeypatch):
+    inject_oom(monkeypatch, fits=0)
+    with pytest.raises(RuntimeError, match="ran out of memory even at batch_size 1") as info:
+        fit(batch_size=2, n_steps=5)
+    assert "RESOURCE_EXHAUSTED" in str(info.value.__cause__)
+
+
+def test_other_runtime_errors_are_not_retried(monkeypatch):
+    original = Sweep.compiled_for
+
+    def compiled_for(self, width):
+        def broken(pop, *args):
+            raise jax.errors.JaxRuntimeError("INVALID_ARGUMENT: something else")
+
+        original(self, width)
+        return broken
+
+    monkeypatch.setattr(Sweep, "compiled_for", compiled_for)
+    with pytest.raises(jax.errors.JaxRuntimeError, match="INVALID_ARGUMENT"):
+        fit(batch_size=4, n_steps=5)
+
+
+@pytest.mark.subprocess
+@pytest.mark.skipif(
+    sys.platform != "linux" or jax.default_backend() != "cpu",
+    reason="limits the address space with RLIMIT_AS and reads /proc (Linux, CPU backend)",
+)
+def test_a_real_allocation_failure_backs_off(tmp_path):
+    """A real out-of-memory error on the CPU: an address-space limit the wide chunk step cannot
+    allocate under. XLA's CPU client fails asynchronously and consumes the donated population,
+    so this checks the path a monkeypatched failure cannot."""
+    script = textwrap.dedent(
+        """
+        import json, os, resource
+        os.environ["MULTISTART_LOG_LEVEL"] = "ERROR"
+        import jax
+        jax.config.update("jax_enable_x64", True)
+        import jax.numpy as jnp, numpy as np
+        import multistart as ms
+
+        def big(p):  # 4 MB of float64 per start, materialised
+            z = jax.lax.optimization_barrier(jnp.sin(p["x"] * jnp.arange(500_000)))
+            return jnp.sum((p["x"] - 0.3) ** 2) + 1e-12 * jnp.sum(z * z)
+
+        def run(bs):
+            search = ms.MultiStartAdam(
+                n_starts=8, batch_size=bs, n_steps=8, seed=0, convergence=None, log_every=0
+            )
+            return search.fit(big, {"x": ms.Uniform(-1.0, 1.0)})
+
+        run(1)  # threads and helpers exist before the limit
+        status = open("/proc/self/status").read()
+        vm = int(status.split("VmSize:")[1].split()[0]) * 1024
+        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        resource.setrlimit(resource.RLIMIT_AS, (vm + 50 * 2**20, hard))  # width 8 needs 96 MB
+        result = run(8)
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+        reference = run(result.stats["batch_size"])
+        print(json.dumps({
+            "backoffs": result.stats["backoffs"],
+            "width": result.stats["batch_size"],
+            "same": bool(np.array_equal(result.foms, reference.foms)
+                         and np.array_equal(result.history, reference.history, equal_nan=True)),
+        }))
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MULTISTART_CACHE_DIR": str(tmp_path)}
+    out = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True
+    )
+    report = json.loads(out.stdout.splitlines()[-1])
+    assert report["backoffs"] and report["backoffs"][0]["from"] == 8
+    assert report["width"] < 8 and report["same"]
+
+
+# -- scan backend -----------------------------------------------------------------------------
+
+
+def test_scan_equals_loop_bit_for_bit_in_float64(x64):
+    kwargs = dict(
+        n_starts=11,
+        batch_size=3,  # ragged: 3, 3, 3, 2
+        n_steps=300,
+        seed=4,
+        convergence=ms.Convergence(window=20, rtol=1e-7, atol=1e-9),
+    )
+    loop = ms.MultiStartAdam(backend="loop", **kwargs).fit(multimodal, MULTIMODAL_SPACE)
+    scan = ms.MultiStartAdam(backend="scan", **kwargs).fit(multimodal, MULTIMODAL_SPACE)
+    assert any(s is ms.Status.CONVERGED for s in scan.status)  # the running set shrank
+    assert identical(loop, scan)
+    assert scan.stats["n_compiles"] == 1 and scan.stats["backend"] == "scan"
+    assert scan.stats["n_chunk_calls"] == loop.stats["n_chunk_calls"]
+
+
+def test_scan_equals_loop_in_float32_to_rounding():
+    kwargs = dict(n_starts=10, batch_size=4, n_steps=150, seed=1, convergence=None)
+    loop = ms.MultiStartAdam(backend="loop", **kwargs).fit(multimodal, MULTIMODAL_SPACE)
+    scan = ms.MultiStartAdam(backend="scan", **kwargs).fit(multimodal, MULTIMODAL_SPACE)
+    np.testing.assert_allclose(scan.foms, loop.foms, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(scan.params["n"], loop.params["n"], rtol=1e-4, atol=1e-5)
+
+
+def _scan_program_text(level):
+    from multistart import log
+
+    log.logger.setLevel(level)
+    try:
+        data = ()
+        pop = {"starts": jnp.zeros((4,))}
+
+        def chunk_step(pop, gather, scatter, row, data):
+            return {"starts": pop["starts"].at[scatter].add(1.0, mode="drop")}
+
+        sweep = ScanSweep(chunk_step, n_total=4, data=data, width=2)
+        sweep.prepare(pop)
+        return sweep.ticks, sweep.compiled_for(2).as_text()
+    finally:
+        log.logger.setLevel(logging.WARNING)
+
+
+def test_scan_ticks_are_compiled_in_only_when_debug_logging():
+    ticks, text = _scan_program_text(logging.INFO)
+    assert not ticks and "callback" not in text.lower()
+    ticks, text = _scan_program_text(logging.DEBUG)
+    assert ticks and "callback" in text.lower()
+
+
+def test_scan_ticks_once_per_batch(monkeypatch, caplog):
+    monkeypatch.setenv("MULTISTART_LOG_LEVEL", "DEBUG")
+    with caplog.at_level(logging.DEBUG, logger="multistart"):
+        fit(batch_size=5, n_steps=3, backend="scan")  # 12 starts: batches of 5, 5, 2(+3)
+        jax.effects_barrier()
+    ticks = [r.getMessage() for r in caplog.records if "scan batch" in r.getMessage()]
+    assert len(ticks) == 3 * 3
+    assert {t.split("scan batch ")[1] for t in ticks} == {"1/3", "2/3", "3/3"}
