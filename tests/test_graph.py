@@ -2,8 +2,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import NoCompile
 from scipy import stats
-from test_search import RULES, _NoCompile
+from test_search import RULES
 
 import multistart as ms
 
@@ -321,7 +322,7 @@ def _factor(**kwargs):
     ],
 )
 def test_bad_graphs_fail_clearly_before_any_compile(build, error, match):
-    with _NoCompile(), pytest.raises(error, match=match):
+    with NoCompile(), pytest.raises(error, match=match):
         build()
 
 
@@ -329,7 +330,7 @@ def test_a_log_likelihood_raising_while_traced_names_its_factor():
     def broken(p, d):
         return d["missing"]
 
-    with _NoCompile(), pytest.raises(KeyError, match="missing") as info:
+    with NoCompile(), pytest.raises(KeyError, match="missing") as info:
         ms.FactorGraphModel([ms.Factor(broken, {"y": np.ones(2)}, name="b")], space=SHARED)
     assert any("log_likelihood of factor 'b'" in n for n in info.value.__notes__)
 

@@ -10,6 +10,7 @@ from conftest import (
     PARABOLA_MIN,
     PARABOLA_SPACE,
     ROSENBROCK_SPACE,
+    NoCompile,
     multimodal,
     parabola,
     rosenbrock,
@@ -387,20 +388,6 @@ def test_bad_optimizer_and_convergence():
         ms.MultiStartAdam(convergence={"window": 3})
 
 
-class _NoCompile:
-    """Fails the test if anything is compiled inside the block."""
-
-    def __enter__(self):
-        from multistart.monitor import CompileCounter
-
-        self.counter = CompileCounter().__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        self.counter.__exit__(*exc)
-        assert self.counter.total == 0, dict(self.counter.counts)
-
-
 @pytest.mark.parametrize(
     "objective, space, error, match",
     [
@@ -420,7 +407,7 @@ class _NoCompile:
 )
 def test_bad_objectives_fail_before_any_compile(objective, space, error, match):
     search = ms.MultiStartAdam(n_starts=2, n_steps=5)
-    with _NoCompile(), pytest.raises(error, match=match):
+    with NoCompile(), pytest.raises(error, match=match):
         search.fit(objective, space)
 
 
@@ -428,7 +415,7 @@ def test_an_objective_raising_while_traced_keeps_its_exception_with_context():
     def broken(p):
         raise KeyError("amplitude")
 
-    with _NoCompile(), pytest.raises(KeyError, match="amplitude") as info:
+    with NoCompile(), pytest.raises(KeyError, match="amplitude") as info:
         ms.MultiStartAdam(n_starts=2, n_steps=5).fit(broken, {"x": ms.Uniform(0, 1)})
     assert any("raised while tracing 'broken'" in n for n in info.value.__notes__)
     assert any("MultiStartAdam(n_starts=2" in n for n in info.value.__notes__)
