@@ -46,7 +46,6 @@ __all__ = [
     "MultiStartProdigy",
     "MultiStartADABelief",
     "MultiStartLion",
-    "resolve_batch_size",
 ]
 
 _CHUNK_STEP_NAME = "multistart_chunk_step"
@@ -66,16 +65,6 @@ def _check_backend(backend) -> str:
         options = ", ".join(repr(b) for b in BACKENDS)
         raise ValueError(f"backend must be one of {options}; got {backend!r}")
     return backend
-
-
-def resolve_batch_size(batch_size, n_starts: int) -> int:
-    """The width of an explicit ``batch_size``: ``None`` is every start at once; wider is
-    clamped to ``n_starts`` and to ``MULTISTART_MAX_BATCH``. ``"auto"`` and ``"tune"`` depend
-    on the compiled step and are resolved when a search runs."""
-    batch_size = check_batch_size(batch_size)
-    if isinstance(batch_size, str):
-        raise ValueError(f"batch_size {batch_size!r} is resolved when a search runs")
-    return memory.cap_width(batch_size or n_starts, n_starts, memory.max_batch_from_env())
 
 
 class MultiStartGradient:

@@ -159,16 +159,6 @@ def test_max_batch_caps_every_choice_even_an_explicit_int(monkeypatch, spec):
     assert result.stats["width"]["max_batch"] == 3
 
 
-def test_resolve_batch_size_honours_the_cap(monkeypatch):
-    from multistart.search import resolve_batch_size
-
-    assert resolve_batch_size(None, 10) == 10 and resolve_batch_size(40, 10) == 10
-    monkeypatch.setenv("MULTISTART_MAX_BATCH", "4")
-    assert resolve_batch_size(None, 10) == 4 and resolve_batch_size(2, 10) == 2
-    with pytest.raises(ValueError, match="resolved when a search runs"):
-        resolve_batch_size("auto", 10)
-
-
 # -- tune ---------------------------------------------------------------------------------------
 
 
