@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .priors import Space
-from .problem import Problem
+from .problem import Problem, check_scalar
 from .result import Result
 
 __all__ = ["Factor", "FactorGraphModel", "FactorView"]
@@ -413,22 +413,7 @@ def _factor_names(factors: list[Factor]) -> list[str]:
 
 
 def _check_scalar(out, name: str) -> None:
-    leaves = jax.tree_util.tree_leaves(out)
-    if len(leaves) != 1 or not hasattr(leaves[0], "shape"):
-        raise TypeError(
-            f"factor {name!r}: log_likelihood must return a single scalar array; got {out!r}"
-        )
-    (leaf,) = leaves
-    if leaf.shape != ():
-        raise TypeError(
-            f"factor {name!r}: log_likelihood must return a scalar; got shape {leaf.shape} "
-            "(reduce it, e.g. with jnp.sum)"
-        )
-    if not jnp.issubdtype(leaf.dtype, jnp.floating):
-        raise TypeError(
-            f"factor {name!r}: log_likelihood must return a real floating-point scalar; "
-            f"got dtype {leaf.dtype}"
-        )
+    check_scalar(out, f"factor {name!r}: log_likelihood")
 
 
 def _layout_key(f: Factor, exact_shapes: bool):

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 
 from .priors import Space
 
-__all__ = ["Problem", "as_problem", "check_objective"]
+__all__ = ["Problem", "as_problem", "check_objective", "check_scalar"]
 
 
 @dataclass(frozen=True)
@@ -78,19 +78,20 @@ def check_objective(problem: Problem, dtype, context: str) -> None:
     except Exception as e:
         e.add_note(f"multistart: raised while tracing {problem.name!r} for {context}")
         raise
+    check_scalar(out, f"objective {problem.name!r}")
+
+
+def check_scalar(out, subject: str) -> None:
+    """Raise a TypeError naming ``subject`` unless ``out`` is one real floating-point scalar."""
     leaves = jax.tree_util.tree_leaves(out)
     if len(leaves) != 1 or not hasattr(leaves[0], "shape"):
-        raise TypeError(
-            f"objective {problem.name!r} must return a single scalar array; got {out!r}"
-        )
+        raise TypeError(f"{subject} must return a single scalar array; got {out!r}")
     (leaf,) = leaves
     if leaf.shape != ():
         raise TypeError(
-            f"objective {problem.name!r} must return a scalar; got shape {leaf.shape} "
-            "(reduce it, e.g. with jnp.sum)"
+            f"{subject} must return a scalar; got shape {leaf.shape} (reduce it, e.g. with jnp.sum)"
         )
     if not jnp.issubdtype(leaf.dtype, jnp.floating):
         raise TypeError(
-            f"objective {problem.name!r} must return a real floating-point scalar; "
-            f"got dtype {leaf.dtype}"
+            f"{subject} must return a real floating-point scalar; got dtype {leaf.dtype}"
         )
