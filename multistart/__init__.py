@@ -25,8 +25,12 @@ from .result import Result as Result
 from .search import MultiStartADABelief as MultiStartADABelief
 from .search import MultiStartAdam as MultiStartAdam
 from .search import MultiStartGradient as MultiStartGradient
+from .search import MultiStartLBFGS as MultiStartLBFGS
 from .search import MultiStartLion as MultiStartLion
 from .search import MultiStartProdigy as MultiStartProdigy
+from .solvers import LBFGS as LBFGS
+from .solvers import OptaxSolver as OptaxSolver
+from .solvers import Solver as Solver
 from .starts import STRATEGIES as START_STRATEGIES
 from .starts import NoFiniteStartsError as NoFiniteStartsError
 from .status import Status as Status
@@ -45,12 +49,16 @@ __all__ = [
     "MultiStartADABelief",
     "MultiStartAdam",
     "MultiStartGradient",
+    "MultiStartLBFGS",
     "MultiStartLion",
     "MultiStartProdigy",
     "NoFiniteStartsError",
     "Normal",
     "Prior",
     "Result",
+    "LBFGS",
+    "OptaxSolver",
+    "Solver",
     "START_STRATEGIES",
     "SearchInterrupted",
     "Status",

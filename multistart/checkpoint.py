@@ -14,14 +14,13 @@ without ``checkpoint_dir`` never imports it.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import os
 from pathlib import Path
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 __all__ = [
@@ -30,7 +29,6 @@ __all__ = [
     "CheckpointMismatch",
     "SearchCheckpoints",
     "SearchInterrupted",
-    "fingerprint",
     "require_orbax",
 ]
 
@@ -57,51 +55,29 @@ def require_orbax():
     return ocp
 
 
-def _hash_array(h, a) -> None:
-    a = np.asarray(a)
-    h.update(f"{a.dtype.str}{a.shape}".encode())
-    h.update(np.ascontiguousarray(a).tobytes())
-
-
-def fingerprint(problem, dtype, config: dict) -> dict[str, str]:
-    """Fingerprints of the model and of the configuration, stable across processes.
-
-    The model's is a hash of the lowered figure of merit (StableHLO text, which holds no Python
-    object addresses), of every array it captures and of its data, and of the space; the
-    configuration's is a hash of the search's configuration as JSON.
-    """
-    example = problem.space.example(dtype)
-    h = hashlib.sha256()
-    h.update(repr(problem.space).encode())
-    h.update(str(np.dtype(dtype)).encode())
-    h.update(jax.jit(problem.fom).lower(example, problem.data).as_text().encode())
-    for const in jax.make_jaxpr(problem.fom)(example, problem.data).consts:
-        _hash_array(h, const)
-    for leaf in jax.tree_util.tree_leaves(problem.data):
-        _hash_array(h, leaf)
-    c = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode())
-    return {"model": h.hexdigest()[:32], "config": c.hexdigest()[:32]}
-
-
 class Checkpointer:
     """Save and restore search checkpoints in one folder, keeping the last ``keep``."""
 
     def __init__(self, directory, *, keep: int = 2):
         ocp = require_orbax()
-        self.directory = Path(directory).expanduser().resolve()
-        try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise CheckpointError(
-                f"checkpoint_dir {str(self.directory)!r} cannot be created: {e}"
-            ) from e
-        if not os.access(self.directory, os.W_OK | os.X_OK):
-            raise CheckpointError(f"checkpoint_dir {str(self.directory)!r} is not writable")
+        self.directory = self.check_folder(directory)
         self._ocp = ocp
         options = ocp.CheckpointManagerOptions(
             max_to_keep=keep, enable_async_checkpointing=False, create=True
         )
         self._manager = ocp.CheckpointManager(self.directory, options=options)
+
+    @staticmethod
+    def check_folder(directory) -> Path:
+        """Create ``directory`` if needed and check it is writable (no orbax needed)."""
+        path = Path(directory).expanduser().resolve()
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise CheckpointError(f"checkpoint_dir {str(path)!r} cannot be created: {e}") from e
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise CheckpointError(f"checkpoint_dir {str(path)!r} is not writable")
+        return path
 
     def steps(self) -> list[int]:
         """Steps with a complete checkpoint, oldest first."""
@@ -132,12 +108,13 @@ class Checkpointer:
         out = self._manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
         return dict(out.meta)
 
-    def restore_latest(self, target_state, fingerprints: dict[str, str]):
+    def restore_latest(self, target_state, check):
         """The newest readable checkpoint as ``(step, state, meta)``, or ``None`` if none exist.
 
         ``target_state`` gives the structure, shapes and dtypes to restore into, or is a
         function of the checkpoint's JSON record returning them (when shapes depend on it).
         Checkpoints that fail to read are skipped, newest first, with a warning each.
+        ``check(meta, step)`` vets the newest readable checkpoint's record (and raises).
 
         Raises:
           CheckpointMismatch: the newest readable checkpoint is of another model or
@@ -158,7 +135,7 @@ class Checkpointer:
                     "checkpoint of step %d is unreadable (%s); trying the previous", step, e
                 )
                 continue
-            self.check_fingerprints(meta, step, fingerprints)
+            check(meta, step)
             try:
                 target = target_state(meta) if callable(target_state) else target_state
                 abstract = jax.tree_util.tree_map(ocp.utils.to_shape_dtype_struct, target)
@@ -176,15 +153,6 @@ class Checkpointer:
             f"none of the checkpoints in {str(self.directory)!r} could be read: "
             + "; ".join(failures)
         )
-
-    def check_fingerprints(self, meta: dict, step: int, fingerprints: dict[str, str]) -> None:
-        for what in ("model", "config"):
-            if meta.get("fingerprint", {}).get(what) != fingerprints[what]:
-                raise CheckpointMismatch(
-                    f"the checkpoint in {str(self.directory)!r} (step {step}) is of another "
-                    f"{what} than this search; use another checkpoint_dir, or delete it to "
-                    "start afresh"
-                )
 
     def close(self) -> None:
         self._manager.close()
@@ -212,13 +180,42 @@ class SearchCheckpoints:
     The device state is the population (``PopState``); the host state is the loop's counters
     and, with resurrection, the resurrector's records and the reserve's takes. Everything else
     a resumed search needs (the starts, the filter's reserve) is replanned from the seed.
+
+    A checkpoint carries the search's identity (:mod:`multistart.identity`): one of another
+    model, rule, hyperparameters or configuration is refused, naming what differs. ``n_steps``
+    may grow (the search runs on to the new ``n_steps``) but not shrink.
     """
 
-    def __init__(self, directory, every: int, fingerprints: dict[str, str]):
+    def __init__(self, directory, every: int, identity, *, n_steps: int, stride: int):
         self.store = Checkpointer(directory)
         self.every = every
-        self.fingerprints = fingerprints
+        self.identity = identity
+        self.n_steps = n_steps
+        self.stride = stride
         self.saved: list[int] = []
+
+    def vet(self, meta: dict, step: int) -> None:
+        """Raise :class:`CheckpointMismatch` unless this search may continue ``meta``'s."""
+        from .identity import describe_difference
+
+        where = f"the checkpoint in {str(self.store.directory)!r} (step {step})"
+        what = describe_difference(meta.get("identity", {}), self.identity)
+        if what is not None:
+            raise CheckpointMismatch(
+                f"{where} is of {what}; use another checkpoint_dir, or delete it to start afresh"
+            )
+        old_n = int(meta.get("n_steps", self.n_steps))
+        if self.n_steps < old_n:
+            raise CheckpointMismatch(
+                f"{where} was written by a search with n_steps={old_n}; resume with n_steps >= "
+                f"{old_n} (got {self.n_steps})"
+            )
+        if int(meta.get("stride", self.stride)) != self.stride:
+            raise CheckpointMismatch(
+                f"{where} records history every {meta['stride']} steps, and n_steps="
+                f"{self.n_steps} with this max_history records it every {self.stride}; raise "
+                "max_history so the stride stays the same"
+            )
 
     def check(self) -> None:
         """Refuse, before any compile, a folder whose newest checkpoint is of another search."""
@@ -227,7 +224,7 @@ class SearchCheckpoints:
                 meta = self.store.read_meta(step)
             except Exception:  # noqa: BLE001 - damaged: restore will fall back past it
                 continue
-            self.store.check_fingerprints(meta, step, self.fingerprints)
+            self.vet(meta, step)
             return
 
     def due(self, steps_run: int) -> bool:
@@ -235,7 +232,14 @@ class SearchCheckpoints:
 
     def save(self, steps_run: int, pop, resurrector, loop: dict) -> None:
         state = {"pop": pop}
-        meta = {"fingerprint": self.fingerprints, "steps_run": steps_run, "loop": loop}
+        meta = {
+            "identity": self.identity.record(),
+            "n_steps": self.n_steps,
+            "stride": self.stride,
+            "history_rows": int(pop.history.shape[0]),
+            "steps_run": steps_run,
+            "loop": loop,
+        }
         if resurrector is not None:
             state["resurrector"], meta["resurrector"] = resurrector.state()
         self.store.save(steps_run, state, meta)
@@ -243,19 +247,30 @@ class SearchCheckpoints:
         logger.debug("checkpoint of step %d written to %s", steps_run, self.store.directory)
 
     def restore(self, pop, resurrector):
-        """``(pop, steps_run, loop)`` from the newest readable checkpoint, or ``None``."""
+        """``(pop, steps_run, loop)`` from the newest readable checkpoint, or ``None``.
+
+        A checkpoint of a search with a smaller ``n_steps`` has fewer history rows; the rows
+        this search adds start empty (nan), as in a search that had not reached them.
+        """
 
         def target(meta):
-            state = {"pop": pop}
+            rows = int(meta.get("history_rows", pop.history.shape[0]))
+            history = np.zeros((rows, *pop.history.shape[1:]), pop.history.dtype)
+            state = {"pop": pop._replace(history=history)}
             if resurrector is not None:
                 state["resurrector"] = resurrector.state_like(meta["resurrector"])
             return state
 
-        found = self.store.restore_latest(target, self.fingerprints)
+        found = self.store.restore_latest(target, self.vet)
         if found is None:
             return None
         step, state, meta = found
+        restored = state["pop"]
+        missing = pop.history.shape[0] - restored.history.shape[0]
+        if missing:
+            pad = jnp.full((missing, *pop.history.shape[1:]), jnp.nan, pop.history.dtype)
+            restored = restored._replace(history=jnp.concatenate([restored.history, pad]))
         if resurrector is not None:
             resurrector.restore(state["resurrector"], meta["resurrector"])
         logger.info("resuming from the checkpoint of step %d in %s", step, self.store.directory)
-        return state["pop"], int(meta["steps_run"]), dict(meta.get("loop", {}))
+        return restored, int(meta["steps_run"]), dict(meta.get("loop", {}))

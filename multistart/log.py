@@ -63,7 +63,13 @@ def configure() -> None:
         set_level(env)
     elif logger.level == logging.NOTSET:
         logger.setLevel(logging.INFO)
-    if _own_handler is None and not logger.handlers and not logging.getLogger().handlers:
+    rooted = bool(logging.getLogger().handlers)
+    if _own_handler is not None and rooted:
+        # Another library (absl, through orbax) configured the root logger since: its handler
+        # now shows our lines, and ours would print each of them a second time.
+        logger.removeHandler(_own_handler)
+        _own_handler = None
+    if _own_handler is None and not logger.handlers and not rooted:
         _own_handler = logging.StreamHandler(sys.stderr)
         _own_handler.setFormatter(
             logging.Formatter("%(asctime)s multistart %(message)s", "%H:%M:%S")

@@ -37,7 +37,7 @@ class Minimum:
 
 
 _FORMAT, _VERSION = "multistart.Result", 1
-_RECORD_COLUMNS = ("index", "fom", "status", "n_steps", "best_step")
+_RECORD_COLUMNS = ("index", "fom", "status", "n_steps", "n_evals", "best_step")
 _START_PREFIX = "start:"
 _PLOTS_HINT = "pip install 'multistart[plots]'"
 
@@ -54,7 +54,9 @@ class Result:
       params: each start's best physical parameters (leaves with a leading ``n_starts`` axis).
       start_params: where each start began (physical, leading ``n_starts`` axis).
       status: ``(n_starts,)`` array of :class:`multistart.Status`.
-      n_steps: ``(n_starts,)`` evaluations each start took.
+      n_steps: ``(n_starts,)`` engine steps each start took (one evaluation each).
+      n_evals: ``(n_starts,)`` evaluations of the objective each start made: its steps plus
+        any its rule made itself (an optax line search's trials).
       best_step: ``(n_starts,)`` the step at which each start found its best (``-1``: never).
       history: ``(n_rows, n_starts)`` best-so-far figure of merit per recorded step and start.
       history_steps: ``(n_rows,)`` the step (1-based count of steps taken) of each history row.
@@ -89,8 +91,11 @@ class Result:
     config: dict = field(default_factory=dict)
     resurrections: np.ndarray | None = None
     incarnations: list = field(default_factory=list)
+    n_evals: np.ndarray | None = None
 
     def __post_init__(self):
+        if self.n_evals is None:
+            self.n_evals = np.asarray(self.n_steps).copy()
         if self.resurrections is None:
             self.resurrections = np.zeros(np.shape(self.foms)[0], dtype=np.int64)
 
@@ -182,6 +187,7 @@ class Result:
             "fom": np.asarray(self.foms),
             "status": np.array([str(s) for s in self.status], dtype=object),
             "n_steps": np.asarray(self.n_steps),
+            "n_evals": np.asarray(self.n_evals),
             "best_step": np.asarray(self.best_step),
         }
         params = _expand_columns(self.paths, jax.tree_util.tree_leaves(self.params))
@@ -232,6 +238,7 @@ class Result:
             "foms": np.asarray(self.foms),
             "status": np.array([str(s) for s in self.status], dtype=str),
             "n_steps": np.asarray(self.n_steps),
+            "n_evals": np.asarray(self.n_evals),
             "best_step": np.asarray(self.best_step),
             "history": np.asarray(self.history),
             "history_steps": np.asarray(self.history_steps),
@@ -292,6 +299,7 @@ class Result:
                 config=meta["config"],
                 resurrections=z["resurrections"],
                 incarnations=incarnations,
+                n_evals=z["n_evals"] if "n_evals" in z.files else None,
             )
 
     def __repr__(self) -> str:

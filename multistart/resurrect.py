@@ -32,7 +32,7 @@ REPLACE_NAME = "multistart_replace_rows"
 _NONFINITE, _RUNNING = Status.NONFINITE.code, Status.RUNNING.code
 
 
-def make_replace_rows(optimizer, window: int):
+def make_replace_rows(solver, window: int):
     """Build ``replace_rows(pop, scatter, u_new) -> pop``: fresh starts written into rows.
 
     ``scatter`` holds ``batch_size`` row indices (padding points one past the end and is
@@ -40,7 +40,7 @@ def make_replace_rows(optimizer, window: int):
     """
 
     def multistart_replace_rows(pop: PopState, scatter, u_new) -> PopState:
-        fresh = init_population(optimizer, u_new, 1, window).starts
+        fresh = init_population(solver, u_new, 1, window).starts
         starts = jax.tree_util.tree_map(
             lambda a, b: a.at[scatter].set(b, mode="drop"), pop.starts, fresh
         )
@@ -58,6 +58,7 @@ class _Incarnation:
     best_fom: float
     best_step: int
     n_steps: int
+    n_evals: int
     status: int
     started_at: int
     replaced_at: int | None
@@ -74,16 +75,16 @@ class Resurrector:
     Args:
       reserve: a source with ``take(m)`` returning up to ``m`` physical starts (or ``None``) and
         a ``kind`` for the log.
-      optimizer, window: to build the fresh optimiser state and convergence window.
+      solver, window: to build the fresh solver state and convergence window.
       width: rows per compiled replacement call (the search's chunk width).
       n_total: population size.
       to_u: physical starts (leading axis) to unconstrained NumPy, in the population's layout.
       u0: the population's initial unconstrained starts (host copy).
     """
 
-    def __init__(self, reserve, *, optimizer, window, width, n_total, to_u, u0):
+    def __init__(self, reserve, *, solver, window, width, n_total, to_u, u0):
         self.reserve = reserve
-        self._jit = jax.jit(make_replace_rows(optimizer, window), donate_argnums=0)
+        self._jit = jax.jit(make_replace_rows(solver, window), donate_argnums=0)
         self.compiled = None
         self.compile_s = 0.0
         self.width = width
@@ -147,8 +148,8 @@ class Resurrector:
     def _record(self, pop: PopState, rows: np.ndarray, step: int) -> None:
         # Whole small vectors to the host (one transfer each), indexed in NumPy.
         s = pop.starts
-        best_fom, best_step, n_steps, codes, best_u = jax.device_get(
-            (s.best_fom, s.best_step, s.n_steps, s.status, s.best_u)
+        best_fom, best_step, n_steps, n_evals, codes, best_u = jax.device_get(
+            (s.best_fom, s.best_step, s.n_steps, s.n_evals, s.status, s.best_u)
         )
         for i in rows:
             self.records.append(
@@ -160,6 +161,7 @@ class Resurrector:
                     best_fom=float(best_fom[i]),
                     best_step=int(best_step[i]),
                     n_steps=int(n_steps[i]),
+                    n_evals=int(n_evals[i]),
                     status=int(codes[i]),
                     started_at=int(self.started_at[i]),
                     replaced_at=step,
@@ -168,7 +170,7 @@ class Resurrector:
 
     # -- checkpoints -------------------------------------------------------------------------
 
-    _RECORD_INTS = ("slot", "number", "best_step", "n_steps", "status", "started_at")
+    _RECORD_INTS = ("slot", "number", "best_step", "n_steps", "n_evals", "status", "started_at")
 
     def state(self) -> tuple[dict, dict]:
         """The host state a checkpoint needs: ``(arrays, json)``."""
@@ -246,7 +248,7 @@ class Resurrector:
         out = {
             "incarnations": [],
             "resurrections": self.count.copy(),
-            "n_evals_replaced": sum(r.n_steps for r in self.records),
+            "n_evals_replaced": sum(r.n_evals for r in self.records),
         }
         slots = np.flatnonzero(self.count)
         if slots.size == 0:
@@ -265,6 +267,7 @@ class Resurrector:
                     "start_params": _rows(old_start, j),
                     "status": Status.from_code(r.status),
                     "n_steps": r.n_steps,
+                    "n_evals": r.n_evals,
                     "best_step": r.best_step,
                     "started_at": r.started_at,
                     "replaced_at": r.replaced_at,
@@ -280,6 +283,7 @@ class Resurrector:
                 "start_params": _rows(final_start, j),
                 "status": rec["status"][i],
                 "n_steps": int(rec["n_steps"][i]),
+                "n_evals": int(rec["n_evals"][i]),
                 "best_step": int(rec["best_step"][i]),
                 "started_at": int(self.started_at[i]),
                 "replaced_at": None,
@@ -311,6 +315,7 @@ class Resurrector:
         rec["foms"][i] = inc["fom"]
         rec["status"][i] = inc["status"]
         rec["n_steps"][i] = inc["n_steps"]
+        rec["n_evals"][i] = inc["n_evals"]
         rec["best_step"][i] = inc["best_step"]
         for key in ("params", "start_params"):
             for leaf, v in zip(

@@ -19,6 +19,7 @@ class Status(str, enum.Enum):
     NONFINITE = "nonfinite"
     INTERRUPTED = "interrupted"
     UNSTARTED = "unstarted"
+    STOPPED = "stopped"
 
     @property
     def code(self) -> int:
@@ -47,5 +48,9 @@ _MESSAGES = {
     Status.UNSTARTED: (
         "Never started: the broad-start filter found fewer finite candidates than n_starts, "
         "so this slot had no start."
+    ),
+    Status.STOPPED: (
+        "Stopped by the search's target or budget (target_fom, max_evals or max_time_s) "
+        "before this start ended."
     ),
 }

@@ -1,7 +1,8 @@
 """The fused per-start step and the chunk step built from it.
 
-One start's step is value_and_grad -> optax update -> apply, with a non-finite guard and the
-start's best-so-far kept inside the compiled program. The chunk step gathers ``batch_size``
+One start's step is value_and_grad -> the solver's step (any optax rule, or the batched
+L-BFGS), with a non-finite guard, the start's best-so-far and convergence kept inside the
+compiled program. The chunk step gathers ``batch_size``
 starts from the population state, runs ``vmap`` of the start step over them and scatters them
 back, so the population stays on the device and one compiled program serves every chunk.
 
@@ -12,15 +13,14 @@ compilation cache can hit) and the step can later run unchanged over a device me
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import optax
 
 from .convergence import Convergence, window_converged
+from .solvers import Solver
 from .status import Status
 
 __all__ = ["StartState", "PopState", "make_start_step", "make_chunk_step", "init_population"]
@@ -32,15 +32,16 @@ class StartState(NamedTuple):
     """State of one start (in the population, every leaf has a leading ``n_starts`` axis)."""
 
     u: Any  # unconstrained parameters
-    opt_state: Any  # this start's own optax state
+    opt_state: Any  # this start's own solver state
     fom: jax.Array  # figure of merit at the last evaluated point
     best_fom: jax.Array  # best finite figure of merit so far (inf if none)
     best_u: Any  # unconstrained parameters at best_fom
     best_step: jax.Array  # step at which best_fom was evaluated (-1 if none)
     good_u: Any  # the last point whose evaluation was finite: where a failed step rolls back to
-    scale: jax.Array  # multiplier on the optax update; halved at each non-finite evaluation
+    scale: jax.Array  # the solver's step multiplier; halved at each rolled-back step
     n_bad: jax.Array  # non-finite evaluations since the best figure of merit last improved
-    n_steps: jax.Array  # evaluations taken (value_and_grad calls)
+    n_steps: jax.Array  # engine steps taken (one value_and_grad each)
+    n_evals: jax.Array  # evaluations of the objective (steps plus a rule's own, e.g. a line search)
     status: jax.Array  # Status code
     ring: jax.Array  # (window,) best_fom at the last `window` steps, for convergence
 
@@ -72,67 +73,60 @@ def _tree_all_finite(tree) -> jax.Array:
     return jnp.all(jnp.isfinite(jnp.concatenate([x.astype(leaves[0].dtype) for x in leaves])))
 
 
-def update_kwargs(optimizer: optax.GradientTransformation) -> frozenset[str]:
-    """Which of ``value``, ``grad``, ``value_fn`` the optimizer's ``update`` accepts.
-
-    optax rules that need the objective inside their update (``optax.lbfgs`` and its line
-    search) take them as keyword arguments; a rule that declares no such parameter gets none.
-    """
-    try:
-        params = inspect.signature(optimizer.update).parameters.values()
-    except (TypeError, ValueError):
-        return frozenset()
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
-        return frozenset({"value", "grad", "value_fn"})
-    return frozenset(p.name for p in params) & {"value", "grad", "value_fn"}
-
-
 def make_start_step(
     fom_u: Callable[[Any, Any], jax.Array],
-    optimizer: optax.GradientTransformation,
+    solver: Solver,
     convergence: Convergence | None,
     max_nonfinite: int,
 ) -> Callable[[StartState, Any], StartState]:
-    """Build ``start_step(state, data) -> state`` for one start.
+    """Build ``start_step(state, data) -> state`` for one start: the solver behind the guard.
 
-    ``fom_u(u, data)`` is the figure of merit at unconstrained ``u``. A non-finite value or
-    gradient (or a non-finite update) rolls the start back to its last finite point, restarts
-    its optimiser state there (momentum would carry it straight back) and halves its step scale
-    for good; ``max_nonfinite`` failures
-    without an improvement in between, or a start that never had a finite value and gradient,
-    end it as ``nonfinite``. A start that is not
-    running is returned unchanged, so results do not depend on when the host drops it.
+    ``fom_u(u, data)`` is the figure of merit at unconstrained ``u``. Each step evaluates it
+    and its gradient once at the start's current point and asks ``solver`` for the next point.
+    Around the solver, the same for every rule:
+
+    - **The non-finite guard.** A non-finite value or gradient, or a non-finite next point,
+      counts as a failure. Unless the solver handles non-finite values itself
+      (``solver.handles_nonfinite``: a line search backtracks), the start is rolled back to its
+      last finite point, its solver state restarted there (momentum would carry it straight
+      back) and its step scale halved for good. ``max_nonfinite`` failures without an
+      improvement in between, or a start that never had a finite value, end it as
+      ``nonfinite``.
+    - **The best-so-far** over every evaluated point, and the step it was found at.
+    - **Convergence**: the window rule on the best-so-far, or the solver's own test.
+
+    A start that is not running is returned unchanged, so results do not depend on when the
+    host drops it.
     """
-    extra = update_kwargs(optimizer)
 
     def start_step(s: StartState, data) -> StartState:
         def f(u):
             return fom_u(u, data)
 
         fom, grad = jax.value_and_grad(f)(s.u)
-        finite = jnp.isfinite(fom)
+        finite = _tree_all_finite((fom, grad))
+        u_next, opt_next, extra_evals = solver.step(
+            fom, grad, s.u, s.opt_state, scale=s.scale, value_fn=f
+        )
+        # One check covers the new point too: a rule such as Lion can turn an inf gradient
+        # into a finite step and carry the inf in its state.
+        moved = _tree_all_finite(u_next)
+        ok = moved & (finite | solver.handles_nonfinite)  # keep the solver's next point
+        failed = ~(finite & moved)  # counts towards max_nonfinite
 
-        kwargs = {"value": fom, "grad": grad, "value_fn": f}
-        kwargs = {k: v for k, v in kwargs.items() if k in extra}
-        updates, opt_new = optimizer.update(grad, s.opt_state, s.u, **kwargs)
-        updates = jax.tree_util.tree_map(lambda g: (s.scale * g).astype(g.dtype), updates)
-        u_new = optax.apply_updates(s.u, updates)
-        # One check covers the value, the gradient (a rule such as Lion can turn an inf
-        # gradient into a finite step, and then carry the inf in its state) and the new point.
-        ok = _tree_all_finite((fom, grad, u_new))
-
-        improved = finite & (fom < s.best_fom)
+        improved = jnp.isfinite(fom) & (fom < s.best_fom)
         best_fom = jnp.where(improved, fom, s.best_fom)
         # Failures count until the start improves again, so a start bouncing off a nan wall
         # without getting better ends after max_nonfinite tries at ever smaller steps.
-        n_bad = jnp.where(improved, 0, s.n_bad + (~ok).astype(s.n_bad.dtype))
-        dead = (~ok) & ((n_bad >= max_nonfinite) | ~jnp.isfinite(best_fom))
+        n_bad = jnp.where(improved, 0, s.n_bad + failed.astype(s.n_bad.dtype))
+        dead = failed & ((n_bad >= max_nonfinite) | ~jnp.isfinite(best_fom))
 
         status = jnp.where(dead, _NONFINITE, s.status)
+        conv = solver.converged(opt_next) & ok
         ring = s.ring
         if convergence is not None:
             slot = s.n_steps % ring.shape[0]
-            conv = window_converged(
+            conv = conv | window_converged(
                 ring[slot],
                 best_fom,
                 s.n_steps,
@@ -143,19 +137,20 @@ def make_start_step(
                 xp=jnp,
             )
             ring = ring.at[slot].set(best_fom)
-            status = jnp.where(~dead & conv, _CONVERGED, status)
+        status = jnp.where(~dead & conv, _CONVERGED, status)
 
         new = StartState(
-            u=_tree_select(ok, u_new, s.good_u),
-            opt_state=_tree_select(ok, opt_new, optimizer.init(s.good_u)),
+            u=_tree_select(ok, u_next, s.good_u),
+            opt_state=_tree_select(ok, opt_next, solver.restart(s.good_u, s.opt_state)),
             fom=fom.astype(s.fom.dtype),
             best_fom=best_fom.astype(s.best_fom.dtype),
             best_u=_tree_select(improved, s.u, s.best_u),
             best_step=jnp.where(improved, s.n_steps, s.best_step),
-            good_u=_tree_select(ok, s.u, s.good_u),
+            good_u=_tree_select(finite & moved, s.u, s.good_u),
             scale=jnp.where(ok, s.scale, s.scale / 2),
             n_bad=n_bad,
             n_steps=s.n_steps + 1,
+            n_evals=s.n_evals + 1 + jnp.asarray(extra_evals, s.n_evals.dtype),
             status=status.astype(s.status.dtype),
             ring=ring,
         )
@@ -187,7 +182,7 @@ def make_chunk_step(start_step: Callable[[StartState, Any], StartState]):
     return multistart_chunk_step
 
 
-def init_population(optimizer, u0, n_steps: int, window: int, status=None) -> PopState:
+def init_population(solver: Solver, u0, n_steps: int, window: int, status=None) -> PopState:
     """The initial population state from stacked unconstrained starts ``u0`` (traceable).
 
     ``status`` optionally gives each start's initial status code (default: all running); a
@@ -199,7 +194,7 @@ def init_population(optimizer, u0, n_steps: int, window: int, status=None) -> Po
     inf = jnp.full((n,), jnp.inf, dtype)
     starts = StartState(
         u=u0,
-        opt_state=jax.vmap(optimizer.init)(u0),
+        opt_state=jax.vmap(solver.init)(u0),
         fom=jnp.full((n,), jnp.nan, dtype),
         best_fom=inf,
         best_u=u0,
@@ -208,6 +203,7 @@ def init_population(optimizer, u0, n_steps: int, window: int, status=None) -> Po
         scale=jnp.ones((n,), dtype),
         n_bad=jnp.zeros((n,), jnp.int32),
         n_steps=jnp.zeros((n,), jnp.int32),
+        n_evals=jnp.zeros((n,), jnp.int32),
         status=(
             jnp.full((n,), _RUNNING, jnp.int8)
             if status is None

@@ -159,12 +159,13 @@ def _pyloop_vag(fom_u, u_all, data, width, n_starts) -> Program:
     import numpy as np
     import optax
 
+    from ..solvers import OptaxSolver
     from ..step import init_population, make_chunk_step, make_start_step
     from ..sweep import ChunkSweep
 
-    optimizer = optax.contrib.prodigy(1.0)
-    chunk_step = make_chunk_step(make_start_step(fom_u, optimizer, None, 8))
-    pop = jax.jit(lambda u: init_population(optimizer, u, 1, 1))(u_all)
+    solver = OptaxSolver(optax.contrib.prodigy(1.0))
+    chunk_step = make_chunk_step(make_start_step(fom_u, solver, None, 8))
+    pop = jax.jit(lambda u: init_population(solver, u, 1, 1))(u_all)
     sweep = ChunkSweep(chunk_step, width=width, n_total=n_starts, data=data)
     sweep.set_rows(sweep.rows)  # lay out the chunks at this width
     state = {"pop": pop}

@@ -1,0 +1,645 @@
+"""The driver: one fit, read top to bottom.
+
+:func:`run` is the whole of a fit::
+
+    setup = prepare(...)        # every check that needs no compile
+    plan = plan(...)            # the starts (the broad-start filter compiles here)
+    engine = build(...)         # the step, the population, the width, resurrection, checkpoints
+    state = restore(...)        # from a checkpoint, when resuming
+    outcome = Loop(...).run()   # step until every start ended, n_steps, a budget or a signal
+    result = assemble(...)      # the Result, its stats gathered in one place
+
+The search object (:mod:`multistart.search`) holds only the validated configuration; the
+per-start numerics live in :mod:`multistart.step` and the rules in :mod:`multistart.solvers`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import signal
+import threading
+import time
+import warnings
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import log, memory
+from .cache import configure_compilation_cache
+from .checkpoint import CheckpointError, SearchCheckpoints, SearchInterrupted
+from .identity import SearchIdentity, search_identity
+from .monitor import CompileCounter
+from .problem import Problem, as_problem, check_objective
+from .progress import Progress, interactive
+from .result import Result
+from .resurrect import REPLACE_NAME, Resurrector
+from .starts import StartPlan, check_strategy_space, plan_starts, user_starts
+from .status import Status
+from .step import PopState, init_population, make_chunk_step, make_start_step
+from .sweep import BACKENDS, FILTER_NAME, Sweep
+from .tuning import WidthChoice, resolve_width
+
+__all__ = ["run", "CHUNK_STEP_NAME"]
+
+CHUNK_STEP_NAME = "multistart_chunk_step"
+LOG_EVERY_S = 30.0  # a progress line this often with log_every=None (the default)
+
+
+# -- 1. checks before anything compiles ---------------------------------------------------------
+
+
+@dataclass
+class Setup:
+    """What a fit knows before it compiles anything."""
+
+    problem: Problem
+    dtype: Any
+    user: Any  # the user's starts (physical, leading axis) or None
+    resume: bool
+    t_start: float
+
+
+def prepare(search, objective, space, starts, resume: bool) -> Setup:
+    """Validate the call: every error here is raised before any compile."""
+    if resume and search.checkpoint_dir is None:
+        raise ValueError("resume=True needs checkpoint_dir to be set on the search")
+    t_start = time.perf_counter()
+    log.configure()
+    memory.check_env()
+    problem = as_problem(objective, space)
+    check_strategy_space(search.start_strategy, problem.space)
+    user = None if starts is None else user_starts(problem.space, starts, search.n_starts)
+    dtype = jax.dtypes.canonicalize_dtype(jnp.float64)  # float32 unless x64 is on
+    check_objective(problem, dtype, repr(search))
+    if search.checkpoint_dir is not None:
+        from .checkpoint import Checkpointer
+
+        Checkpointer.check_folder(search.checkpoint_dir)
+    configure_compilation_cache()
+    return Setup(problem, dtype, user, resume, t_start)
+
+
+# -- 2. the starts ------------------------------------------------------------------------------
+
+
+def plan(search, setup: Setup) -> StartPlan:
+    """Every slot's start: the user's, then the strategy's (filtered by default)."""
+    with CompileCounter() as compiles:
+        start_plan = plan_starts(
+            setup.problem,
+            setup.dtype,
+            n_starts=search.n_starts,
+            strategy=search.start_strategy,
+            band=search.start_band,
+            n_candidates=search.n_candidates,
+            filter_width=search.filter_batch_size,
+            seed=search.seed,
+            user=setup.user,
+        )
+    start_plan.stats.update(
+        n_filter_compiles=compiles.count(FILTER_NAME),
+        n_cache_hits=sum(compiles.cache_hits.values()),
+        n_compiles_total=compiles.total,
+    )
+    return start_plan
+
+
+# -- 3. the engine: the compiled step and the state it runs on ----------------------------------
+
+
+@dataclass
+class Engine:
+    """The built search: compiled step, population, sweep at its width, and the extras."""
+
+    pop: PopState
+    sweep: Sweep
+    u0: Any  # the starts in unconstrained coordinates (the population's layout)
+    to_physical: Any  # one start's unconstrained parameters to the physical pytree
+    stride: int  # history rows are every `stride` steps
+    choice: WidthChoice
+    identity: SearchIdentity
+    resurrector: Resurrector | None
+    checkpoints: SearchCheckpoints | None
+    compiles: CompileCounter
+
+
+def _layout(search, space, x0, dtype):
+    """``(u0, to_physical)``: starts in the population's layout and the map back."""
+    u_tree = space.to_unconstrained(x0, dtype=dtype)
+    if search.flat:
+
+        def to_physical(u):
+            return space.unravel(space.forward_flat(u))
+
+        return jnp.asarray(space.ravel(u_tree), dtype), to_physical
+    return jax.tree_util.tree_map(jnp.asarray, u_tree), space.to_physical
+
+
+def to_unconstrained(search, space, dtype):
+    """Physical starts (leading axis) to unconstrained NumPy in the population's layout."""
+    if search.flat:
+        return lambda x: space.ravel(space.to_unconstrained(x, dtype=np.dtype(dtype)))
+    return lambda x: space.to_unconstrained(x, dtype=np.dtype(dtype))
+
+
+def build(search, setup: Setup, start_plan: StartPlan, compiles: CompileCounter) -> Engine:
+    """The step, the population, its identity (checked against a checkpoint before any
+    compile), the sweep at its chosen width, and resurrection."""
+    problem, dtype, n = setup.problem, setup.dtype, search.n_starts
+    space = problem.space
+    stride = math.ceil(search.n_steps / search.max_history)
+    window = 1 if search.convergence is None else search.convergence.window
+    u0, to_physical = _layout(search, space, start_plan.x0, dtype)
+    log.logger.info(
+        "fitting %s: %d starts x %d parameters, %s, batch_size %r, %s backend",
+        problem.name,
+        n,
+        space.n_dims,
+        type(search).__name__,
+        search.batch_size,
+        search.backend,
+    )
+
+    def fom_u(u, d):
+        return problem.fom(to_physical(u), d)
+
+    # With resurrection a start gives up (and is replaced) after `resurrect` failures.
+    give_up = search.resurrect or search.max_nonfinite
+    start_step = make_start_step(fom_u, search.solver, search.convergence, give_up)
+    chunk_step = make_chunk_step(start_step)
+    chunk_step.__name__ = chunk_step.__qualname__ = CHUNK_STEP_NAME
+    n_rows = math.ceil(search.n_steps / stride)
+    status0 = np.where(start_plan.started, Status.RUNNING.code, Status.UNSTARTED.code)
+
+    def init(u, st):
+        return init_population(search.solver, u, n_rows, window, status=st)
+
+    one = jax.eval_shape(init, u0[:1] if search.flat else _first(u0), status0[:1]).starts
+    one = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype), one)
+    config = search.config()
+    config["starts"] = hashlib.sha256(
+        b"".join(
+            np.ascontiguousarray(a).tobytes() for a in jax.tree_util.tree_leaves(start_plan.x0)
+        )
+    ).hexdigest()
+    identity = search_identity(problem, dtype, start_step, one, config)
+    checkpoints = None
+    if search.checkpoint_dir is not None:
+        checkpoints = SearchCheckpoints(
+            search.checkpoint_dir,
+            search.checkpoint_every,
+            identity,
+            n_steps=search.n_steps,
+            stride=stride,
+        )
+        if setup.resume:
+            checkpoints.check()  # another search's checkpoint: refused before any compile
+
+    pop = jax.jit(init)(u0, status0.astype(np.int8))
+    sweep = BACKENDS[search.backend](chunk_step, n_total=n, data=jax.device_put(problem.data))
+    if not start_plan.started.all():
+        sweep.set_rows(np.flatnonzero(start_plan.started))
+    choice = resolve_width(
+        search.batch_size,
+        sweep,
+        pop,
+        n_starts=n,
+        device=next(iter(pop.history.devices())),
+        start_step=start_step,
+        backend=search.backend,
+    )
+    log.logger.debug(
+        "compiled the chunk step (width %d, %d chunks) in %.2f s",
+        choice.width,
+        math.ceil(n / choice.width),
+        sweep.compile_s,
+    )
+    resurrector = None
+    if search.resurrect and start_plan.reserve is not None:
+        resurrector = Resurrector(
+            start_plan.reserve,
+            solver=search.solver,
+            window=window,
+            width=choice.width,
+            n_total=n,
+            to_u=to_unconstrained(search, space, dtype),
+            u0=u0,
+        )
+    return Engine(
+        pop, sweep, u0, to_physical, stride, choice, identity, resurrector, checkpoints, compiles
+    )
+
+
+def _first(tree):
+    return jax.tree_util.tree_map(lambda a: a[:1], tree)
+
+
+# -- 4. a checkpoint to continue from -----------------------------------------------------------
+
+
+@dataclass
+class Resumed:
+    step: int = 0  # the step the loop starts at
+    loop: dict = field(default_factory=dict)  # the checkpoint's loop record
+
+
+def restore(search, engine: Engine, resume: bool) -> Resumed:
+    """Continue from the newest checkpoint when resuming (the population is replaced)."""
+    if engine.checkpoints is None or not resume:
+        return Resumed()
+    restored = engine.checkpoints.restore(engine.pop, engine.resurrector)
+    if restored is None:
+        log.logger.info("no checkpoint in %s yet: starting afresh", search.checkpoint_dir)
+        return Resumed()
+    pop, step, loop_meta = restored
+    engine.pop = pop
+    engine.sweep.rebase(pop)
+    status = np.asarray(pop.starts.status)
+    if engine.resurrector is not None and loop_meta.get("resurrect_pending"):
+        # The run that wrote this checkpoint stopped on a step where replacements were due
+        # (its last step, or a signal): make them now, as an uninterrupted run would have.
+        engine.pop, status = engine.resurrector(engine.pop, status, step)
+        engine.sweep.rebase(engine.pop)
+    engine.sweep.set_rows(np.flatnonzero(status == Status.RUNNING.code))
+    return Resumed(step, loop_meta)
+
+
+# -- 5. the loop --------------------------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    """How the loop ended."""
+
+    pop: PopState
+    steps_run: int
+    n_chunk_calls: int
+    first_step_s: float | None
+    loop_s: float
+    stop_reason: str  # "all ended", "n_steps", "target_fom", "max_evals", "max_time_s", a signal
+    error: CheckpointError | None = None  # a failed checkpoint write stopped the loop
+    resumed_from: int | None = None
+
+    @property
+    def interrupted(self) -> bool:
+        return self.stop_reason in ("SIGINT", "SIGTERM") or self.error is not None
+
+
+class Loop:
+    """Step every running start until all ended, ``n_steps``, a budget, or a signal.
+
+    The host syncs (reads the status vector) on the ``sync_every`` schedule and whenever it
+    logs, checkpoints or checks a budget; results never depend on when it does, except that
+    resurrection replaces dead starts on the ``sync_every`` schedule alone.
+    """
+
+    def __init__(self, search, engine: Engine, t_start: float):
+        self.search = search
+        self.engine = engine
+        self.t_start = t_start
+
+    def run(self, resumed: Resumed, stop: dict) -> Outcome:
+        s, e = self.search, self.engine
+        progress = Progress(
+            interactive() if s.progress is None else s.progress,
+            total=s.n_steps,
+            initial=resumed.step,
+            n=e.sweep.n_total,
+        )
+        try:
+            return self._run(resumed, stop, progress)
+        finally:
+            progress.close()
+
+    def _run(self, resumed: Resumed, stop: dict, progress: Progress) -> Outcome:
+        s, e = self.search, self.engine
+        sweep, resurrector, checkpoints = e.sweep, e.resurrector, e.checkpoints
+        pop, start = e.pop, resumed.step
+        n_calls = int(resumed.loop.get("n_chunk_calls", 0))
+        t_first, evals = None, 0
+        log_rate = _RateLog(s.log_every, s.n_steps, sweep.n_total)
+        steps_run, reason, error = start, "n_steps", None
+        for t in range(start, s.n_steps):
+            pop = sweep.step(pop, t // e.stride)
+            n_calls += len(sweep.chunks)
+            evals += sweep.rows.size
+            steps_run = t + 1
+            last = steps_run == s.n_steps
+            logging_now = log_rate.due(steps_run, last)
+            drawing = progress.due() or last
+            checkpoint_now = checkpoints is not None and (checkpoints.due(steps_run) or last)
+            signalled = stop.get("reason") is not None
+            on_schedule = steps_run % s.sync_every == 0
+            wanted = t == start or last or logging_now or drawing or checkpoint_now or signalled
+            if not (wanted or on_schedule):
+                continue
+            pop, status = sweep.sync(pop)  # where a deferred out-of-memory error shows
+            if t == start:
+                t_first = time.perf_counter() - self.t_start
+            budget = self._budget(pop, resurrector)
+            stopping = signalled or budget is not None
+            resurrect_due = resurrector is not None and on_schedule and not last
+            if resurrect_due and not stopping:
+                before = resurrector.n_resurrections
+                pop, status = resurrector(pop, status, steps_run)
+                if resurrector.n_resurrections != before:
+                    sweep.rebase(pop)  # a back-off must not replay over the replaced rows
+            running = np.flatnonzero(status == Status.RUNNING.code)
+            if logging_now or drawing:
+                best = float(np.asarray(pop.starts.best_fom).min())
+                log_rate.log(steps_run, best, status, evals)
+                progress.update(steps_run, best, running.size, evals)
+            done = running.size == 0
+            if checkpoints is not None and (checkpoint_now or stopping or done):
+                record = {
+                    "n_chunk_calls": n_calls,
+                    "resurrect_pending": bool(resurrect_due and (stopping or last)),
+                }
+                try:
+                    checkpoints.save(steps_run, pop, resurrector, record)
+                except CheckpointError as exc:
+                    reason, error = "a failed checkpoint", exc
+                    break
+            if stopping:
+                reason = stop["reason"] if signalled else budget
+                break
+            if done:
+                reason = "all ended"
+                break
+            if running.size != sweep.rows.size:
+                sweep.set_rows(running)
+        jax.block_until_ready(pop)
+        return Outcome(
+            pop=pop,
+            steps_run=steps_run,
+            n_chunk_calls=n_calls,
+            first_step_s=t_first,
+            loop_s=time.perf_counter() - self.t_start,
+            stop_reason=reason,
+            error=error,
+            resumed_from=start or None,
+        )
+
+    def _budget(self, pop: PopState, resurrector) -> str | None:
+        """The first budget or target that is met, by name, or ``None``."""
+        s = self.search
+        if s.max_time_s is not None and time.perf_counter() - self.t_start >= s.max_time_s:
+            return "max_time_s"
+        if s.target_fom is not None and float(jnp.min(pop.starts.best_fom)) <= s.target_fom:
+            return "target_fom"
+        if s.max_evals is not None:
+            evals = int(jnp.sum(pop.starts.n_evals))
+            if resurrector is not None:
+                evals += sum(r.n_evals for r in resurrector.records)
+            if evals >= s.max_evals:
+                return "max_evals"
+        return None
+
+
+class _RateLog:
+    """Progress lines in the log: every ``log_every`` steps, or with ``log_every=None`` every
+    ``LOG_EVERY_S`` seconds (so a short fit logs none and a long cluster job's log never
+    looks dead)."""
+
+    def __init__(self, log_every: int | None, n_steps: int, n: int):
+        self.every, self.n_steps, self.n = log_every, n_steps, n
+        self.t_last = time.perf_counter()
+        self.evals_last = 0
+
+    def due(self, steps_run: int, last: bool) -> bool:
+        if self.every is None:
+            return time.perf_counter() - self.t_last >= LOG_EVERY_S
+        return bool(self.every) and (steps_run % self.every == 0 or last)
+
+    def log(self, steps_run: int, best: float, status: np.ndarray, evals: int) -> None:
+        if not self.due(steps_run, steps_run == self.n_steps):
+            return
+        now = time.perf_counter()
+        if log.logger.isEnabledFor(logging.INFO):
+            rate = (evals - self.evals_last) / max(now - self.t_last, 1e-12)
+            alive = int(np.sum(status == Status.RUNNING.code))
+            conv = int(np.sum(status == Status.CONVERGED.code))
+            log.logger.info(
+                log.progress_line(steps_run, self.n_steps, best, alive, conv, self.n, rate)
+            )
+        self.t_last, self.evals_last = now, evals
+
+
+@contextmanager
+def signals_to_flag():
+    """While the loop runs, the first Ctrl-C or SIGTERM only asks it to stop.
+
+    The loop then finishes its step, writes a checkpoint and raises SearchInterrupted with the
+    partial result; a second Ctrl-C interrupts at once. Signal handlers can only be set from
+    the main thread; elsewhere the default behaviour stays.
+    """
+    stop: dict = {"reason": None}
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+
+    def handler(signum, frame):
+        name = signal.Signals(signum).name
+        if stop["reason"] is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        stop["reason"] = name
+        log.logger.warning("%s: stopping after this step (again to stop at once)", name)
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stop
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+# -- 6. the Result ------------------------------------------------------------------------------
+
+
+def _forward_fill(history: np.ndarray) -> np.ndarray:
+    """Carry each start's last recorded best forward over rows where it no longer stepped."""
+    out = history.copy()
+    for i in range(1, out.shape[0]):
+        gap = np.isnan(out[i])
+        out[i, gap] = out[i - 1, gap]
+    return out
+
+
+_STILL_RUNNING = {  # what a start still running when the loop ended is marked
+    "n_steps": Status.MAX_STEPS,
+    "all ended": Status.MAX_STEPS,
+    "target_fom": Status.STOPPED,
+    "max_evals": Status.STOPPED,
+    "max_time_s": Status.STOPPED,
+}
+
+
+def records(search, problem: Problem, engine: Engine, outcome: Outcome) -> dict:
+    """Per-start records from the final population (resurrected slots folded in)."""
+    pop, stride, resurrector = outcome.pop, engine.stride, engine.resurrector
+    to_physical = jax.jit(jax.vmap(engine.to_physical))
+    writable = lambda tree: jax.tree_util.tree_map(np.array, jax.device_get(tree))  # noqa: E731
+    s = jax.device_get(pop.starts)
+    codes = np.asarray(s.status).astype(np.int64)
+    still = _STILL_RUNNING.get(outcome.stop_reason, Status.INTERRUPTED)
+    codes[codes == Status.RUNNING.code] = still.code
+    # The history ends when the last start did; the host may have noticed a little later.
+    # (With resurrection a slot's incarnations take turns: its last one began later.)
+    n_steps_run = int(np.max(s.n_steps))
+    if resurrector is not None:
+        n_steps_run = int(np.max(resurrector.started_at + np.asarray(s.n_steps)))
+    rows = math.ceil(n_steps_run / stride)
+    rec = {
+        "foms": np.asarray(s.best_fom, dtype=np.float64).copy(),
+        "params": writable(to_physical(pop.starts.best_u)),
+        "start_params": writable(to_physical(engine.u0)),
+        "status": np.array([Status.from_code(c) for c in codes], dtype=object),
+        "n_steps": np.asarray(s.n_steps, dtype=np.int64).copy(),
+        "n_evals": np.asarray(s.n_evals, dtype=np.int64).copy(),
+        "best_step": np.asarray(s.best_step, dtype=np.int64).copy(),
+        "history": _forward_fill(np.asarray(pop.history)[:rows].astype(np.float64)),
+        "history_steps": np.minimum((np.arange(rows) + 1) * stride, n_steps_run),
+    }
+    merged = {} if resurrector is None else resurrector.merge(rec, to_physical)
+    rec["resurrections"] = merged.get("resurrections")
+    rec["incarnations"] = merged.get("incarnations", [])
+    rec["n_evals_replaced"] = merged.get("n_evals_replaced", 0)
+    return rec
+
+
+def _best(rec: dict, n_starts: int, name: str):
+    """``(best_index, best_fom, best_params)``; warns when no start was ever finite."""
+    foms, params = rec["foms"], rec["params"]
+    finite = np.isfinite(foms)
+    if finite.any():
+        i = int(np.argmin(np.where(finite, foms, np.inf)))
+        return i, float(foms[i]), jax.tree_util.tree_map(lambda a: np.asarray(a)[i], params)
+    warnings.warn(
+        f"every one of the {n_starts} starts was non-finite (nan or inf) for {name!r}: no fit "
+        "was found; check the objective and the space",
+        RuntimeWarning,
+        stacklevel=5,
+    )
+    blank = jax.tree_util.tree_map(
+        lambda a: np.full(np.shape(a)[1:], np.nan, np.asarray(a).dtype), params
+    )
+    return -1, float("inf"), blank
+
+
+def stats(search, start_plan: StartPlan, engine: Engine, outcome: Outcome, rec, t_start) -> dict:
+    """Every run statistic, gathered in one place."""
+    pre, compiles, choice, sweep = start_plan.stats, engine.compiles, engine.choice, engine.sweep
+    out = dict(pre)
+    out.update(
+        n_steps_run=outcome.steps_run,
+        n_chunk_calls=outcome.n_chunk_calls,
+        first_step_s=outcome.first_step_s,
+        loop_s=outcome.loop_s,
+        stop_reason=outcome.stop_reason,
+        n_evals=int(np.sum(rec["n_evals"])) + rec["n_evals_replaced"],
+        # the chunk step's compiles for the search itself (a back-off adds one each);
+        # widths compiled only to be measured are counted apart
+        n_compiles=compiles.count(CHUNK_STEP_NAME) - choice.n_tune_compiles,
+        n_tune_compiles=choice.n_tune_compiles,
+        n_compiles_total=compiles.total + pre.get("n_compiles_total", 0),
+        n_cache_hits=sum(compiles.cache_hits.values()) + pre.get("n_cache_hits", 0),
+        compile_s=sweep.compile_s,
+        select_s=choice.select_s,
+        wall_s=time.perf_counter() - t_start,
+        batch_size=sweep.width,
+        backend=search.backend,
+        width=choice.info,
+        backoffs=list(sweep.backoffs),
+        history_stride=engine.stride,
+    )
+    if outcome.resumed_from:
+        out["resumed_from"] = outcome.resumed_from
+    if engine.resurrector is not None:
+        out.update(
+            n_resurrections=engine.resurrector.n_resurrections,
+            n_replace_compiles=compiles.count(REPLACE_NAME),
+        )
+    if engine.checkpoints is not None:
+        out["checkpoints"] = list(engine.checkpoints.saved)
+    if choice.tuning is not None:
+        out["tuning"] = choice.tuning
+    return out
+
+
+def assemble(search, setup: Setup, start_plan, engine: Engine, outcome: Outcome) -> Result:
+    rec = records(search, setup.problem, engine, outcome)
+    best_index, best_fom, best_params = _best(rec, search.n_starts, setup.problem.name)
+    return Result(
+        best_params=best_params,
+        best_fom=best_fom,
+        best_index=best_index,
+        foms=rec["foms"],
+        params=rec["params"],
+        start_params=rec["start_params"],
+        status=rec["status"],
+        n_steps=rec["n_steps"],
+        best_step=rec["best_step"],
+        history=rec["history"],
+        history_steps=rec["history_steps"],
+        stats=stats(search, start_plan, engine, outcome, rec, setup.t_start),
+        paths=list(setup.problem.space.paths),
+        config=search.config(),
+        resurrections=rec["resurrections"],
+        incarnations=rec["incarnations"],
+        n_evals=rec["n_evals"],
+    )
+
+
+def _log_end(result: Result) -> None:
+    st = result.stats
+    counts = ", ".join(f"{k} {v}" for k, v in result.status_counts().items())
+    log.logger.info(
+        "done in %.2f s (compile %.2f s, %d chunk-step compile%s; stopped: %s): best %.6g; %s",
+        st["wall_s"],
+        st["compile_s"],
+        st["n_compiles"],
+        "" if st["n_compiles"] == 1 else "s",
+        st["stop_reason"],
+        result.best_fom,
+        counts,
+    )
+
+
+def _raise_if_interrupted(engine: Engine, outcome: Outcome, result: Result) -> None:
+    if outcome.error is not None:
+        outcome.error.result = result
+        raise outcome.error
+    if outcome.interrupted:
+        saved = engine.checkpoints.saved if engine.checkpoints else []
+        where = f"; checkpoint of step {saved[-1]}" if saved else ""
+        raise SearchInterrupted(
+            f"search stopped by {outcome.stop_reason} at step {outcome.steps_run}{where}; "
+            "the partial result is in .result",
+            result=result,
+            checkpoint=saved[-1] if saved else None,
+            reason=outcome.stop_reason,
+        )
+
+
+# -- the whole fit ------------------------------------------------------------------------------
+
+
+def run(search, objective, space=None, *, starts=None, resume: bool = False) -> Result:
+    """One fit of ``search`` (see :meth:`multistart.MultiStartGradient.fit`)."""
+    setup = prepare(search, objective, space, starts, resume)
+    start_plan = plan(search, setup)
+    with CompileCounter() as compiles:
+        engine = build(search, setup, start_plan, compiles)
+        resumed = restore(search, engine, resume)
+        with signals_to_flag() as stop:
+            outcome = Loop(search, engine, setup.t_start).run(resumed, stop)
+        result = assemble(search, setup, start_plan, engine, outcome)
+    _log_end(result)
+    _raise_if_interrupted(engine, outcome, result)
+    return result

@@ -1,0 +1,114 @@
+"""One identity for "the same search of the same model", shared by checkpoints and tuning.
+
+A search is identified by three hashes, each stable across processes:
+
+- ``model``: the lowered figure of merit (StableHLO text, which holds no Python object
+  addresses), every array it captures, its data, the space and the dtype;
+- ``rule``: the lowered per-start step, which holds the model and the rule with its
+  hyperparameters (an optax learning rate is a constant of the program), the guard and the
+  convergence settings, plus the arrays the step captures;
+- ``config``: the search's configuration as JSON, without ``n_steps`` (a search may be resumed
+  with a larger one; the checkpoint records it separately).
+
+The identity also keeps the values behind the hashes that a person can read (the rule's name
+and hyperparameters, the configuration), so a mismatch can say what differs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import jax
+import numpy as np
+
+__all__ = ["SearchIdentity", "search_identity", "step_program_hash", "describe_difference"]
+
+#: Configuration keys that may differ between a checkpoint and the search resuming from it.
+RESUMABLE_KEYS = ("n_steps", "batch_size", "log_every", "progress")
+
+
+def _hash_array(h, a) -> None:
+    a = np.asarray(a)
+    h.update(f"{a.dtype.str}{a.shape}".encode())
+    h.update(np.ascontiguousarray(a).tobytes())
+
+
+def step_program_hash(start_step, one_start, data) -> str:
+    """SHA-256 of the lowered per-start step for one start's state (shapes only, no values)."""
+    text = jax.jit(start_step).lower(one_start, data).as_text()
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class SearchIdentity:
+    """The three hashes of a search, and what a person needs to read a difference."""
+
+    model: str
+    rule: str
+    config: str
+    program: str  # the lowered step's hash alone (the tuning record's key uses it)
+    values: dict[str, Any] = field(default_factory=dict)
+
+    def hashes(self) -> dict[str, str]:
+        return {"model": self.model, "rule": self.rule, "config": self.config}
+
+    def record(self) -> dict[str, Any]:
+        """What a checkpoint stores: the hashes and the readable values."""
+        return {**self.hashes(), "values": self.values}
+
+
+def _comparable(config: dict) -> dict:
+    return {k: v for k, v in config.items() if k not in RESUMABLE_KEYS}
+
+
+def search_identity(problem, dtype, start_step, one_start, config: dict) -> SearchIdentity:
+    """The identity of fitting ``problem`` with ``start_step`` under ``config``."""
+    example = problem.space.example(dtype)
+    model = hashlib.sha256()
+    model.update(repr(problem.space).encode())
+    model.update(str(np.dtype(dtype)).encode())
+    model.update(jax.jit(problem.fom).lower(example, problem.data).as_text().encode())
+    for const in jax.make_jaxpr(problem.fom)(example, problem.data).consts:
+        _hash_array(model, const)
+    for leaf in jax.tree_util.tree_leaves(problem.data):
+        _hash_array(model, leaf)
+    program = step_program_hash(start_step, one_start, problem.data)
+    rule = hashlib.sha256(program.encode())
+    rule.update(model.hexdigest().encode())
+    for const in jax.make_jaxpr(start_step)(one_start, problem.data).consts:
+        _hash_array(rule, const)
+    values = json.loads(json.dumps(config, default=str))
+    cfg = hashlib.sha256(json.dumps(_comparable(values), sort_keys=True).encode())
+    return SearchIdentity(
+        model=model.hexdigest()[:32],
+        rule=rule.hexdigest()[:32],
+        config=cfg.hexdigest()[:32],
+        program=program,
+        values=values,
+    )
+
+
+def describe_difference(old: dict, new: SearchIdentity) -> str | None:
+    """What differs between a stored identity record and ``new``, in words (``None``: same)."""
+    if old.get("model") != new.model:
+        return "another model (its figure of merit, data, space or dtype differ)"
+    before = _comparable(old.get("values", {}))
+    after = _comparable(new.values)
+    if old.get("config") != new.config:
+        keys = sorted(set(before) | set(after))
+        changed = [
+            f"{k} {before.get(k)!r} -> {after.get(k)!r}"
+            for k in keys
+            if before.get(k) != after.get(k)
+        ]
+        return "another configuration (" + ("; ".join(changed) or "its settings differ") + ")"
+    if old.get("rule") != new.rule:
+        return (
+            f"another rule or hyperparameters ({before.get('rule')!r} "
+            f"{before.get('hyperparameters')!r} -> {after.get('rule')!r} "
+            f"{after.get('hyperparameters')!r}; the compiled step differs)"
+        )
+    return None

@@ -1,0 +1,86 @@
+"""The solver interface: per-start pure functions the engine drives, one evaluation a step."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+
+__all__ = ["Solver", "SolverStep"]
+
+
+class SolverStep(NamedTuple):
+    """What a solver returns from one step of one start.
+
+    Attributes:
+      u: the next point the engine evaluates (unconstrained coordinates).
+      state: the solver's new state.
+      n_evals: evaluations of the objective this step made *besides* the engine's own one
+        (an int scalar; 0 for a rule that uses only the value and gradient it is given).
+    """
+
+    u: Any
+    state: Any
+    n_evals: jax.Array | int = 0
+
+
+class Solver:
+    """A local rule, driven by the engine one evaluation of the objective at a time.
+
+    The engine evaluates the figure of merit and its gradient at the start's current point
+    ``u`` and hands both to :meth:`step`, which returns the next point to evaluate. A rule
+    with a line search therefore carries its search from one engine step to the next in its
+    state (a backtracking trial is just the next point), so no start ever waits for another
+    inside a compiled loop.
+
+    Subclasses set :attr:`name`, hold their hyperparameters as attributes, list them in
+    :meth:`hyperparameters`, and implement :meth:`init` and :meth:`step`; every method takes
+    and returns one start's values (the engine ``vmap`` s them) and must be traceable.
+
+    Attributes:
+      name: the rule's name, recorded in the Result's configuration.
+      handles_nonfinite: ``True`` when :meth:`step` copes with a non-finite value or gradient
+        itself (a line search treats one as a failed trial and backtracks). The engine then
+        only counts it towards ``max_nonfinite``. ``False``: the engine rolls the start back
+        to its last finite point, calls :meth:`restart` there and halves ``scale``.
+    """
+
+    name = "solver"
+    handles_nonfinite = False
+
+    def hyperparameters(self) -> dict[str, Any]:
+        """The rule's settings as plain values (recorded in the configuration)."""
+        return {}
+
+    def init(self, u) -> Any:
+        """The state of a start about to be evaluated at ``u`` for the first time."""
+        raise NotImplementedError
+
+    def step(
+        self, value, grad, u, state, *, scale, value_fn: Callable[[Any], jax.Array]
+    ) -> SolverStep:
+        """The next point to evaluate, given ``value`` and ``grad`` at ``u``.
+
+        Args:
+          value, grad: the figure of merit and its gradient at ``u`` (possibly non-finite).
+          u: the point just evaluated.
+          state: this start's state.
+          scale: the engine's step multiplier (1, halved after each rolled-back step).
+          value_fn: the figure of merit of one point, for rules that evaluate more (counted
+            in :attr:`SolverStep.n_evals`).
+        """
+        raise NotImplementedError
+
+    def restart(self, u, state) -> Any:
+        """The state after the engine rolled the start back to ``u`` (default: :meth:`init`)."""
+        return self.init(u)
+
+    def converged(self, state) -> jax.Array:
+        """Has the rule's own stopping test passed (e.g. a gradient tolerance)?"""
+        del state
+        return jax.numpy.bool_(False)
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.hyperparameters().items())
+        return f"{type(self).__name__}({args})"
