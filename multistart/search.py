@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from . import log, memory
+from . import checks, log, memory
 from .cache import configure_compilation_cache
 from .checkpoint import CheckpointError, SearchCheckpoints, SearchInterrupted, require_orbax
 from .convergence import Convergence
@@ -704,6 +704,10 @@ class MultiStartAdam(MultiStartGradient):
     rule = "adam"
 
     def __init__(self, *, learning_rate: float = 0.05, b1=0.9, b2=0.999, eps=1e-8, **kwargs):
+        checks.positive(learning_rate, "learning_rate", schedule=True)
+        checks.in_unit_interval(b1, "b1")
+        checks.in_unit_interval(b2, "b2")
+        checks.non_negative(eps, "eps")
         super().__init__(optax.adam(learning_rate, b1=b1, b2=b2, eps=eps), **kwargs)
         self.hyperparameters = {"learning_rate": learning_rate, "b1": b1, "b2": b2, "eps": eps}
 
@@ -715,6 +719,8 @@ class MultiStartProdigy(MultiStartGradient):
     rule = "prodigy"
 
     def __init__(self, *, learning_rate: float = 1.0, betas=(0.9, 0.999), **kwargs):
+        checks.positive(learning_rate, "learning_rate", schedule=True)
+        checks.each(checks.in_unit_interval, betas, "betas", length=2)
         super().__init__(optax.contrib.prodigy(learning_rate, betas=betas), **kwargs)
         self.hyperparameters = {"learning_rate": learning_rate, "betas": list(betas)}
 
@@ -725,6 +731,9 @@ class MultiStartADABelief(MultiStartGradient):
     rule = "adabelief"
 
     def __init__(self, *, learning_rate: float = 0.05, b1=0.9, b2=0.999, **kwargs):
+        checks.positive(learning_rate, "learning_rate", schedule=True)
+        checks.in_unit_interval(b1, "b1")
+        checks.in_unit_interval(b2, "b2")
         super().__init__(optax.adabelief(learning_rate, b1=b1, b2=b2), **kwargs)
         self.hyperparameters = {"learning_rate": learning_rate, "b1": b1, "b2": b2}
 
@@ -736,5 +745,8 @@ class MultiStartLion(MultiStartGradient):
     rule = "lion"
 
     def __init__(self, *, learning_rate: float = 0.01, b1=0.9, b2=0.99, **kwargs):
+        checks.positive(learning_rate, "learning_rate", schedule=True)
+        checks.in_unit_interval(b1, "b1")
+        checks.in_unit_interval(b2, "b2")
         super().__init__(optax.lion(learning_rate, b1=b1, b2=b2), **kwargs)
         self.hyperparameters = {"learning_rate": learning_rate, "b1": b1, "b2": b2}
