@@ -176,8 +176,12 @@ def _safe_inverse(hess: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray]
     """
     n = hess.shape[0]
     diag = np.diag(hess)
-    bad = ~np.all(np.isfinite(hess), axis=1) | ~np.all(np.isfinite(hess), axis=0)
-    bad |= ~(diag > 0)
+    bad = ~(np.isfinite(diag) & (diag > 0))
+    # With a non-finite curvature along one parameter, its cross terms are often nan too
+    # (0 * inf in autodiff): it alone is bad; a non-finite cross term between two others
+    # makes both bad.
+    rest = hess[np.ix_(~bad, ~bad)]
+    bad[np.flatnonzero(~bad)] = ~np.all(np.isfinite(rest), axis=1)
     good = np.flatnonzero(~bad)
     inverse = np.full((n, n), np.nan)
     if good.size:
