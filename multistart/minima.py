@@ -45,7 +45,8 @@ def default_tolerances(dtype, convergence: dict | None) -> tuple[float, float]:
     """
     resolution = _ROUNDING_ULPS * float(np.finfo(dtype).eps)
     if convergence:
-        resolution = max(resolution, float(convergence["rtol"]) + float(convergence["atol"]))
+        rule = float(convergence.get("rtol", 0.0)) + float(convergence.get("atol", 0.0))
+        resolution = max(resolution, rule)
     tol = float(np.sqrt(resolution))
     return tol, tol
 

@@ -146,6 +146,8 @@ class Result:
         if self.resurrections is None:
             self.resurrections = np.zeros(np.shape(self.foms)[0], dtype=np.int64)
         self.best_fom = Fom(self.best_fom, self.fit_dtype)
+        # Members, whatever came in: NumPy turns a list of these str-enums into a str array.
+        self.status = np.array([Status(s) for s in self.status], dtype=object)
 
     def __getstate__(self):  # pickle without the problem (closures) or its compiled Hessian
         return dict(self.__dict__, _problem=None, _hessian=None)
