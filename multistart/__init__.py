@@ -14,6 +14,8 @@ from .convergence import Convergence as Convergence
 from .graph import Factor as Factor
 from .graph import FactorGraphModel as FactorGraphModel
 from .graph import FactorView as FactorView
+from .laplace import Laplace as Laplace
+from .laplace import laplace as laplace
 from .log import set_level as set_log_level
 from .memory import usable_cpu_count as usable_cpu_count
 from .priors import LogUniform as LogUniform
@@ -44,6 +46,7 @@ __all__ = [
     "Factor",
     "FactorGraphModel",
     "FactorView",
+    "Laplace",
     "LogUniform",
     "Minimum",
     "MultiStartADABelief",
@@ -66,6 +69,7 @@ __all__ = [
     "cache_dir",
     "chunk_slices",
     "configure_compilation_cache",
+    "laplace",
     "set_log_level",
     "usable_cpu_count",
 ]

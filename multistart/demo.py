@@ -18,13 +18,13 @@ import math
 import os
 import sys
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.flatten_util import ravel_pytree
 
 from . import log
 from .graph import Factor, FactorGraphModel
@@ -312,7 +312,13 @@ def report(graph: FactorGraphModel, result: Result, truth_fom: float) -> str:
     """The results table (best fit against truth) and the per-start summary, as text."""
     paths = graph.space.paths
     truth = dict(_rows(TRUTH, paths))
-    sigmas = laplace_sigmas(graph, result.best_params) if result.best_index >= 0 else None
+    sigmas, caveats = None, []
+    if result.best_index >= 0:
+        # A short fit can stop off a minimum: then its sigmas are nan, and the report says why.
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", RuntimeWarning)
+            sigmas = result.attach_problem(graph).laplace.std
+        caveats = [f"note: {w.message}" for w in caught]
     lines = [
         f"{'parameter':<22} {'truth':>10} {'best fit':>10} {'+/- sigma':>10} "
         f"{'fit - truth':>12} {'pull':>6}"
@@ -326,9 +332,10 @@ def report(graph: FactorGraphModel, result: Result, truth_fom: float) -> str:
             f"{pull:>+6.2f}"
         )
     lines.append(
-        "(sigma from the curvature of the figure of merit at the best fit; pull = "
-        "(fit - truth) / sigma)"
+        "(sigma: result.errors, from the curvature of the figure of merit at the best fit; "
+        "pull = (fit - truth) / sigma)"
     )
+    lines += caveats
     views_best = graph.factor_views(result)
     views_truth = graph.factor_views(TRUTH)
     lines.append("")
@@ -351,26 +358,6 @@ def report(graph: FactorGraphModel, result: Result, truth_fom: float) -> str:
         f"{result.stats['n_evals']} evaluations",
     ]
     return "\n".join(lines)
-
-
-def laplace_sigmas(graph: FactorGraphModel, params) -> np.ndarray:
-    """One-sigma errors per scalar parameter (space order) from the curvature at ``params``.
-
-    The figure of merit is ``-2 log posterior``, so the Laplace covariance is twice the
-    inverse of its Hessian. NaN where the Hessian is singular or not positive there.
-    """
-    problem = graph.multistart_problem()
-    flat, unravel = ravel_pytree(params)
-
-    def fom(v, data):
-        return problem.fom(unravel(v), data)
-
-    hess = np.asarray(jax.jit(jax.hessian(fom))(flat, problem.data), dtype=np.float64)
-    try:
-        variances = np.diag(2.0 * np.linalg.inv(hess))
-    except np.linalg.LinAlgError:
-        return np.full(flat.shape, np.nan)
-    return np.sqrt(np.where(variances > 0, variances, np.nan))
 
 
 def plot(graph: FactorGraphModel, result: Result, path, truth_fom: float | None = None) -> None:

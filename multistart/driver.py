@@ -575,7 +575,7 @@ def stats(search, start_plan: StartPlan, engine: Engine, outcome: Outcome, rec, 
 def assemble(search, setup: Setup, start_plan, engine: Engine, outcome: Outcome) -> Result:
     rec = records(search, setup.problem, engine, outcome)
     best_index, best_fom, best_params = _best(rec, search.n_starts, setup.problem.name)
-    return Result(
+    result = Result(
         best_params=best_params,
         best_fom=best_fom,
         best_index=best_index,
@@ -594,6 +594,7 @@ def assemble(search, setup: Setup, start_plan, engine: Engine, outcome: Outcome)
         incarnations=rec["incarnations"],
         n_evals=rec["n_evals"],
     )
+    return result.attach_problem(setup.problem)  # for the lazy covariance (computes nothing)
 
 
 def _log_end(result: Result) -> None:

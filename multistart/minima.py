@@ -7,13 +7,48 @@ figures of merit and their parameters agree within tolerances::
 
 Starts are taken from best to worst; each joins the first existing minimum it matches (compared
 with that minimum's best start) or founds a new one. The grouping is therefore deterministic.
+
+The default tolerances (:func:`default_tolerances`) are as fine as a search resolves a minimum,
+and no finer: tighter ones split one minimum into as many "minima" as there were starts.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["cluster_minima"]
+__all__ = ["cluster_minima", "default_tolerances"]
+
+# The figure of merit is a sum of many rounded terms: a few ulps is the best it resolves.
+_ROUNDING_ULPS = 10
+
+
+def default_tolerances(dtype, convergence: dict | None) -> tuple[float, float]:
+    """``(xtol, ftol)`` that match how finely a search located its minima.
+
+    A start stops when its figure of merit improves by less than ``atol + rtol * |f|`` over
+    the convergence window, and it is never known better than a few ulps of its float type:
+    call the larger of the two the relative resolution ``r`` of the figure of merit. Near a
+    minimum ``f - f* = (x - x*)^T H (x - x*) / 2``, so parameters are located only to about
+    ``sqrt(r)`` (relative): that is ``xtol``. ``ftol`` is the same ``sqrt(r)``: a start stopped
+    by the window rule on a slow, flat approach can still be far more than ``r`` above its
+    minimum, while distinct minima at the same figure of merit are told apart by ``xtol``.
+
+    Args:
+      dtype: the float type the search ran in.
+      convergence: the search's rule as recorded in ``result.config["convergence"]`` (a dict
+        with ``rtol`` and ``atol``), or ``None`` (the float type alone then sets ``r``).
+
+    >>> [round(t, 5) for t in default_tolerances(np.float64, {"rtol": 1e-6, "atol": 1e-8})]
+    [0.001, 0.001]
+    >>> f"{default_tolerances(np.float64, None)[0]:.1e}"
+    '4.7e-08'
+    """
+    resolution = _ROUNDING_ULPS * float(np.finfo(dtype).eps)
+    if convergence:
+        rule = float(convergence.get("rtol", 0.0)) + float(convergence.get("atol", 0.0))
+        resolution = max(resolution, rule)
+    tol = float(np.sqrt(resolution))
+    return tol, tol
 
 
 def cluster_minima(x: np.ndarray, f: np.ndarray, *, xtol: float, ftol: float) -> np.ndarray:

@@ -90,7 +90,7 @@ class Prior:
         return np.isfinite(x) & (x >= self.lower_bound) & (x <= self.upper_bound)
 
 
-@dataclass(frozen=True, eq=False, init=False)
+@dataclass(frozen=True, eq=False, init=False, repr=False)
 class Uniform(Prior):
     """Uniform on ``[lower, upper]``; stepped in logit coordinates of the unit interval.
 
@@ -119,7 +119,7 @@ class Uniform(Prior):
         pass
 
     def __repr__(self):
-        return f"{type(self).__name__}({_fmt(self.lower)}, {_fmt(self.upper)}, shape={self.shape})"
+        return _prior_repr(type(self).__name__, self.lower, self.upper, self.shape)
 
     @property
     def lower_bound(self):
@@ -163,13 +163,13 @@ class Uniform(Prior):
         return -jnp.sum(jnp.broadcast_to(jnp.asarray(width, dtype), jnp.shape(x)))
 
 
-@dataclass(frozen=True, eq=False, init=False)
+@dataclass(frozen=True, eq=False, init=False, repr=False)
 class LogUniform(Uniform):
     """Log-uniform on ``[lower, upper]`` with ``0 < lower < upper`` (uniform in ``log x``)."""
 
     def _check_extra(self, p):
         if np.any(p["lower"] <= 0):
-            raise ValueError(f"LogUniform: lower must be > 0; got {p['lower'].min()!r}")
+            raise ValueError(f"LogUniform: lower must be > 0; got {float(p['lower'].min())}")
 
     def _z(self, x, xp=np):
         return xp.log(x)
@@ -183,7 +183,7 @@ class LogUniform(Uniform):
         return -jnp.sum(jnp.log(x) + width)
 
 
-@dataclass(frozen=True, eq=False, init=False)
+@dataclass(frozen=True, eq=False, init=False, repr=False)
 class Normal(Prior):
     """Normal with ``mean`` and ``sigma``; stepped in standardised coordinates ``(x-mean)/sigma``.
 
@@ -204,7 +204,7 @@ class Normal(Prior):
         object.__setattr__(self, "shape", target)
 
     def __repr__(self):
-        return f"Normal({_fmt(self.mean)}, {_fmt(self.sigma)}, shape={self.shape})"
+        return _prior_repr("Normal", self.mean, self.sigma, self.shape)
 
     @property
     def lower_bound(self):
@@ -235,7 +235,21 @@ class Normal(Prior):
 
 
 def _fmt(a: np.ndarray) -> str:
-    return repr(float(a.flat[0])) if a.size and np.all(a == a.flat[0]) else np.array2string(a)
+    """A constant array as one number, otherwise a nested list: plain Python literals."""
+    if a.size and np.all(a == a.flat[0]):
+        return repr(float(a.flat[0]))
+    return repr(a.tolist())
+
+
+def _prior_repr(name: str, a: np.ndarray, b: np.ndarray, shape: tuple[int, ...]) -> str:
+    """``LogUniform(0.1, 30.0)``; ``shape=`` only where the arguments do not imply it.
+
+    >>> _prior_repr("Uniform", np.array([0.0, 0.0]), np.array([1.0, 2.0]), (2,))
+    'Uniform(0.0, [1.0, 2.0])'
+    """
+    args = f"{_fmt(a)}, {_fmt(b)}"
+    implied = any(not (x.size and np.all(x == x.flat[0])) for x in (a, b))
+    return f"{name}({args})" if implied or shape == () else f"{name}({args}, shape={shape})"
 
 
 def _is_prior(x) -> bool:

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 
 from .priors import Space
 
-__all__ = ["Problem", "as_problem", "check_objective", "check_scalar"]
+__all__ = ["Problem", "add_note", "as_problem", "check_objective", "check_scalar", "tracer_hint"]
 
 
 @dataclass(frozen=True)
@@ -76,9 +76,60 @@ def check_objective(problem: Problem, dtype, context: str) -> None:
     try:
         out = jax.eval_shape(problem.fom, example, problem.data)
     except Exception as e:
-        e.add_note(f"multistart: raised while tracing {problem.name!r} for {context}")
+        hint = tracer_hint(e)
+        if hint:
+            add_note(e, hint)
+        add_note(e, f"multistart: raised while tracing {problem.name!r} for {context}")
         raise
     check_scalar(out, f"objective {problem.name!r}")
+
+
+# The objective is traced with abstract parameters: Python control flow on a parameter, or a
+# NumPy function applied to one, needs a concrete value and fails with these errors.
+_TRACER_HINTS = (
+    (
+        jax.errors.TracerBoolConversionError,
+        "multistart: the objective uses a parameter in Python control flow (`if`, `while`, "
+        "`and`/`or`, `bool()`) while JAX traces it; write the choice with jnp.where(cond, a, b) "
+        "(or jax.lax.cond), e.g. `jnp.where(p['x'] > 0, f(p), g(p))` instead of `if p['x'] > 0:`",
+    ),
+    (
+        jax.errors.TracerArrayConversionError,
+        "multistart: the objective passes a parameter to NumPy (np.exp, np.sum, np.asarray, ...)"
+        " while JAX traces it; use the jax.numpy equivalent (`import jax.numpy as jnp`, "
+        "jnp.exp, jnp.sum)",
+    ),
+    (
+        jax.errors.TracerIntegerConversionError,
+        "multistart: the objective uses a parameter as a Python int (an index, a range, a "
+        "shape) while JAX traces it; parameters are traced arrays, so index with "
+        "jnp.take / jax.lax.dynamic_slice or keep shapes fixed",
+    ),
+    (
+        jax.errors.ConcretizationTypeError,
+        "multistart: the objective needs a concrete value of a parameter (float(), a shape, "
+        "Python control flow) while JAX traces it; use jax.numpy functions and "
+        "jnp.where instead of `if`",
+    ),
+)
+
+
+def tracer_hint(error: BaseException) -> str | None:
+    """The hint for a JAX tracer error raised by a user's objective, else ``None``."""
+    for kind, hint in _TRACER_HINTS:
+        if isinstance(error, kind):
+            return hint
+    return None
+
+
+def add_note(error: BaseException, note: str) -> None:
+    """``error.add_note(note)``; on Python 3.10 (no notes) the note joins the message."""
+    if hasattr(error, "add_note"):
+        error.add_note(note)
+    elif error.args and isinstance(error.args[0], str):
+        error.args = (f"{error.args[0]}\n{note}", *error.args[1:])
+    else:
+        error.args = (*error.args, note)
 
 
 def check_scalar(out, subject: str) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -11,10 +12,36 @@ from typing import Any
 import jax
 import numpy as np
 
-from .minima import cluster_minima
+from .laplace import Laplace, hessian_function, laplace_problem, unflatten_like
+from .minima import cluster_minima, default_tolerances
+from .problem import Problem, as_problem
 from .status import Status
 
 __all__ = ["Result", "Minimum"]
+
+
+class Fom(float):
+    """A figure of merit as a Python ``float`` that prints with its fit's precision.
+
+    A float32 fit's ``395.6813`` is stored exactly as a float, but printing all of
+    ``395.6813049316406`` would claim digits the fit never had.
+
+    >>> Fom(np.float32(395.6813), np.float32)
+    395.6813
+    """
+
+    def __new__(cls, value, dtype=np.float64):
+        self = super().__new__(cls, value)
+        self.dtype = np.dtype(dtype)
+        return self
+
+    def __repr__(self) -> str:
+        return str(self.dtype.type(self)) if self.dtype != np.float64 else float.__repr__(self)
+
+    __str__ = __repr__
+
+    def __reduce__(self):
+        return (Fom, (float(self), self.dtype.str))
 
 
 @dataclass(frozen=True)
@@ -25,15 +52,36 @@ class Minimum:
       fom: the best figure of merit among its starts.
       params: the physical parameters of that best start.
       starts: indices of the starts that reached it, best first.
+      laplace: the :class:`multistart.laplace.Laplace` approximation at ``params``
+        (``result.distinct_minima(errors=True)``), else ``None``.
     """
 
     fom: float
     params: Any
     starts: tuple[int, ...]
+    laplace: Laplace | None = field(default=None, compare=False)
 
     @property
     def n_starts(self) -> int:
         return len(self.starts)
+
+    @property
+    def errors(self):
+        """1-sigma errors at this minimum (the params pytree)."""
+        return self._laplace().errors
+
+    @property
+    def covariance(self) -> np.ndarray:
+        """Covariance at this minimum, in the order of ``result.paths`` (raveled)."""
+        return self._laplace().covariance
+
+    def _laplace(self) -> Laplace:
+        if self.laplace is None:
+            raise ValueError("this Minimum has no errors: use result.distinct_minima(errors=True)")
+        return self.laplace
+
+    def __repr__(self) -> str:
+        return f"Minimum(fom={self.fom!r}, n_starts={self.n_starts}, params={_short(self.params)})"
 
 
 _FORMAT, _VERSION = "multistart.Result", 1
@@ -92,12 +140,92 @@ class Result:
     resurrections: np.ndarray | None = None
     incarnations: list = field(default_factory=list)
     n_evals: np.ndarray | None = None
+    # What the lazy covariance needs; never saved (a figure of merit is code).
+    _problem: Problem | None = field(default=None, init=False, repr=False, compare=False)
+    _hessian: Any = field(default=None, init=False, repr=False, compare=False)
+    _laplace: Laplace | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self):
         if self.n_evals is None:
             self.n_evals = np.asarray(self.n_steps).copy()
         if self.resurrections is None:
             self.resurrections = np.zeros(np.shape(self.foms)[0], dtype=np.int64)
+        self.best_fom = Fom(self.best_fom, self.fit_dtype)
+        # Members, whatever came in: NumPy turns a list of these str-enums into a str array.
+        self.status = np.array([Status(s) for s in self.status], dtype=object)
+
+    def __getstate__(self):  # pickle without the problem (closures) or its compiled Hessian
+        return dict(self.__dict__, _problem=None, _hessian=None)
+
+    @property
+    def fit_dtype(self) -> np.dtype:
+        """The floating-point type the search ran in (that of its parameters)."""
+        leaves = [np.asarray(v) for v in jax.tree_util.tree_leaves(self.params)]
+        floats = [v.dtype for v in leaves if np.issubdtype(v.dtype, np.floating)]
+        return np.result_type(*floats) if floats else np.dtype(np.float64)
+
+    # -- uncertainties ----------------------------------------------------------------------
+
+    def attach_problem(self, objective, space=None) -> Result:
+        """Give the Result what its covariance is computed from; returns the Result.
+
+        A search attaches its problem itself. A loaded Result that was saved without a
+        covariance needs it again: ``Result.load(path).attach_problem(objective, space)``
+        (or ``attach_problem(graph)``).
+
+        Raises:
+          ValueError: the space's parameters are not the Result's ``paths``.
+        """
+        problem = objective if isinstance(objective, Problem) else as_problem(objective, space)
+        if self.paths and list(problem.space.paths) != list(self.paths):
+            raise ValueError(
+                f"the problem's parameters {problem.space.paths} are not this Result's "
+                f"{list(self.paths)}"
+            )
+        self._problem, self._hessian = problem, None
+        return self
+
+    @property
+    def laplace(self) -> Laplace:
+        """The :class:`multistart.laplace.Laplace` approximation at the best fit.
+
+        Computed on first access (one Hessian compile) and cached; see
+        :func:`multistart.laplace` for what it assumes of the figure of merit.
+        """
+        if self._laplace is None:
+            if self.best_index < 0:
+                raise ValueError("no start reached a finite figure of merit: no covariance")
+            self._laplace = self._laplace_at(self.best_params)
+        return self._laplace
+
+    @property
+    def covariance(self) -> np.ndarray:
+        """``(n, n)`` covariance at the best fit, ``2 H^-1`` of the figure of merit in
+        physical coordinates, in the order of ``paths`` (array parameters raveled;
+        ``result.laplace.names`` names each row)."""
+        return self.laplace.covariance
+
+    @property
+    def errors(self):
+        """1-sigma errors at the best fit (the params pytree); ``nan`` where the Hessian is
+        singular or indefinite."""
+        return self.laplace.errors
+
+    @property
+    def correlation(self) -> np.ndarray:
+        """Correlation matrix at the best fit, in the order of :attr:`covariance`."""
+        return self.laplace.correlation
+
+    def _laplace_at(self, params) -> Laplace:
+        if self._problem is None:
+            raise ValueError(
+                "this Result has no problem to compute a covariance from (it was loaded "
+                "without one, or built by hand): call "
+                "result.attach_problem(objective, space) or result.attach_problem(graph)"
+            )
+        if self._hessian is None:
+            self._hessian = hessian_function(self._problem)
+        return laplace_problem(self._problem, params, self._hessian)
 
     @property
     def n_starts(self) -> int:
@@ -119,7 +247,12 @@ class Result:
         return np.argsort(f, kind="stable")
 
     def distinct_minima(
-        self, xtol: float = 1e-6, ftol: float = 1e-6, *, include_nonfinite: bool = False
+        self,
+        xtol: float | None = None,
+        ftol: float | None = None,
+        *,
+        include_nonfinite: bool = False,
+        errors: bool = False,
     ) -> list[Minimum]:
         """Group the ended starts into distinct local minima, best first.
 
@@ -129,9 +262,20 @@ class Result:
         (their best finite point, if any, then takes part); starts with no finite figure of
         merit never do.
 
+        Args:
+          xtol, ftol: ``None`` (default): as fine as the search resolved its minima, from the
+            convergence rule and the float type recorded in the Result
+            (:func:`multistart.minima.default_tolerances`: ``1e-3`` for the default rule in
+            float32 and float64). A number wins.
+          include_nonfinite: let ``nonfinite`` starts' best finite points take part.
+          errors: also compute each minimum's Laplace errors (``minimum.errors``,
+            ``minimum.covariance``; one Hessian compile for all of them).
+
         Returns:
           A list of :class:`Minimum` (fom, params, starts), sorted by figure of merit.
         """
+        dx, df = default_tolerances(self.fit_dtype, self.config.get("convergence"))
+        xtol, ftol = dx if xtol is None else xtol, df if ftol is None else ftol
         leaves = jax.tree_util.tree_leaves(self.params)
         x = np.concatenate([np.asarray(v).reshape(self.n_starts, -1) for v in leaves], axis=1)
         f = np.asarray(self.foms, dtype=np.float64).copy()
@@ -144,7 +288,9 @@ class Result:
             members = members[np.argsort(f[members], kind="stable")]
             head = int(members[0])
             params = jax.tree_util.tree_map(lambda a, h=head: np.asarray(a)[h], self.params)
-            minima.append(Minimum(float(f[head]), params, tuple(int(m) for m in members)))
+            fit = self._laplace_at(params) if errors else None
+            fom = Fom(f[head], self.fit_dtype)
+            minima.append(Minimum(fom, params, tuple(int(m) for m in members), fit))
         return minima
 
     def start(self, i: int) -> dict:
@@ -158,6 +304,61 @@ class Result:
             "resurrections": int(self.resurrections[i]),
             "params": jax.tree_util.tree_map(lambda a: np.asarray(a)[i], self.params),
         }
+
+    def plot(self, *, max_minima: int = 20):
+        """Every start's best-so-far figure of merit against step, and the distinct minima.
+
+        Left: one curve per start until it ended (log step axis, and a log figure-of-merit
+        axis when every value is positive), coloured by final rank, the best start in red.
+        Right, on the same figure-of-merit axis: each of the first ``max_minima`` distinct
+        minima (:meth:`distinct_minima` with its defaults), with how many starts reached it.
+
+        Returns:
+          The ``matplotlib.figure.Figure`` (made with pyplot, so ``plt.show()`` shows it).
+
+        Raises:
+          ImportError: matplotlib is not installed (the ``plots`` extra).
+        """
+        try:
+            import matplotlib as mpl
+            import matplotlib.pyplot as plt
+            import matplotlib.ticker  # noqa: F401  (mpl.ticker below)
+        except ImportError as e:
+            raise ImportError(
+                f"Result.plot() needs matplotlib; install it with {_PLOTS_HINT}"
+            ) from e
+        fig, (left, right) = plt.subplots(
+            1, 2, figsize=(10, 4), width_ratios=(3, 1), sharey=True, layout="constrained"
+        )
+        steps, hist = np.asarray(self.history_steps), np.asarray(self.history)
+        order = self.ranked()[::-1]  # worst first, so the best curves are drawn on top
+        for rank, i in enumerate(order):
+            keep = steps <= max(int(self.n_steps[i]), 1)
+            colour = mpl.colormaps["viridis"](rank / max(len(order) - 1, 1))
+            left.plot(steps[keep], hist[keep, i], color=colour, lw=0.7, alpha=0.6)
+        if self.best_index >= 0:
+            keep = steps <= max(int(self.n_steps[self.best_index]), 1)
+            left.plot(steps[keep], hist[keep, self.best_index], color="crimson", label="best")
+            left.legend(loc="upper right", fontsize=8)
+        finite = hist[np.isfinite(hist)]
+        if finite.size and finite.min() > 0:
+            left.set_yscale("log")
+        if steps.size and steps.max() > 1:
+            left.set_xscale("log")
+        left.set(xlabel="step", ylabel="best figure of merit so far")
+        left.set_title(f"{self.n_starts} starts (colour: final rank, yellow best)", fontsize=10)
+        minima = self.distinct_minima()[:max_minima]
+        ranks = np.arange(1, len(minima) + 1)
+        counts = np.array([m.n_starts for m in minima])
+        right.scatter(ranks, [m.fom for m in minima], s=20 + 180 * counts / max(self.n_starts, 1))
+        for r, m in zip(ranks, minima, strict=True):
+            right.annotate(str(m.n_starts), (r, m.fom), textcoords="offset points", xytext=(6, 4))
+        right.set(xlabel="distinct minimum (best first)")
+        right.set_title("minima (label: starts reaching it)", fontsize=10)
+        right.xaxis.set_major_locator(mpl.ticker.MaxNLocator(integer=True))
+        if len(minima):
+            right.set_xlim(0.5, len(minima) + 0.5)
+        return fig
 
     # -- results as data --------------------------------------------------------------------
 
@@ -184,7 +385,8 @@ class Result:
             ) from e
         columns: dict[str, np.ndarray] = {
             "index": np.arange(self.n_starts),
-            "fom": np.asarray(self.foms),
+            # in the fit's own precision: a float32 fit's 395.6813, not 395.6813049316406
+            "fom": np.asarray(self.foms).astype(self.fit_dtype),
             "status": np.array([str(s) for s in self.status], dtype=object),
             "n_steps": np.asarray(self.n_steps),
             "n_evals": np.asarray(self.n_evals),
@@ -208,9 +410,11 @@ class Result:
         Arrays (figures of merit, statuses, steps, history, every start's parameters) are NumPy
         arrays in the archive; the rest (``best_fom``, ``best_index``, ``stats``, ``paths``,
         ``config``, the parameter tree) is JSON in its ``__meta__`` entry. Nothing is
-        pickled. ``stats`` and ``config`` must hold JSON values (NumPy scalars and arrays are
-        converted; tuples come back as lists); dict keys in the parameter tree must be
-        ``str`` or ``int``.
+        pickled. The covariance at the best fit is saved when it was computed or can be (the
+        search's problem is attached): that computes it now if it was not yet; if that fails,
+        the Result is saved without it, with a warning. ``stats`` and ``config`` must hold
+        JSON values (NumPy scalars and arrays are converted; tuples come back as lists); dict
+        keys in the parameter tree must be ``str`` or ``int``.
         """
         leaves = {
             kind: jax.tree_util.tree_leaves(getattr(self, kind))
@@ -232,6 +436,9 @@ class Result:
             ],
             "incarnation_keys": list(self.incarnations[0]) if self.incarnations else [],
         }
+        fit = self._laplace_for_saving()
+        if fit is not None:
+            meta["laplace"] = {"scale": fit.scale, "names": list(fit.names)}
         text = json.dumps(meta, default=_json_default, allow_nan=True)
         arrays = {
             "__meta__": np.frombuffer(text.encode("utf-8"), dtype=np.uint8),
@@ -251,8 +458,25 @@ class Result:
             per_record = [jax.tree_util.tree_leaves(r[kind]) for r in self.incarnations]
             for i, column in enumerate(zip(*per_record, strict=True)):
                 arrays[f"incarnations/{kind}/{i}"] = np.stack([np.asarray(v) for v in column])
+        if fit is not None:
+            arrays["laplace/covariance"] = fit.covariance
+            arrays["laplace/hessian"] = fit.hessian
         with open(os.fspath(path), "wb") as f:
             np.savez_compressed(f, **arrays)
+
+    def _laplace_for_saving(self) -> Laplace | None:
+        if self._laplace is not None or self._problem is None or self.best_index < 0:
+            return self._laplace
+        try:
+            return self.laplace
+        except Exception as e:  # a long fit's record must be saved whatever the Hessian does
+            warnings.warn(
+                f"Result.save: the covariance could not be computed ({type(e).__name__}: {e}); "
+                "saved without it",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            return None
 
     @classmethod
     def load(cls, path) -> Result:
@@ -282,7 +506,7 @@ class Result:
                     leaves = [a[()] if a.ndim == 0 else a for a in leaves]
                     values[kind] = _decode_tree(meta["tree"], leaves)
                 incarnations.append({k: values[k] for k in meta["incarnation_keys"]})
-            return cls(
+            result = cls(
                 best_params=tree("best_params", scalars=True),
                 best_fom=float(meta["best_fom"]),
                 best_index=int(meta["best_index"]),
@@ -301,14 +525,37 @@ class Result:
                 incarnations=incarnations,
                 n_evals=z["n_evals"] if "n_evals" in z.files else None,
             )
+            if "laplace" in meta:
+                cov = z["laplace/covariance"]
+                result._laplace = Laplace(
+                    params=result.best_params,
+                    covariance=cov,
+                    names=tuple(meta["laplace"]["names"]),
+                    hessian=z["laplace/hessian"],
+                    scale=float(meta["laplace"]["scale"]),
+                    errors=unflatten_like(result.best_params, np.sqrt(np.diag(cov))),
+                )
+            return result
 
     def __repr__(self) -> str:
         counts = ", ".join(f"{k}={v}" for k, v in self.status_counts().items())
         return (
-            f"Result(best_fom={self.best_fom:.6g}, best_index={self.best_index}, "
+            f"Result(best_fom={self.best_fom!r}, best_index={self.best_index}, "
             f"n_starts={self.n_starts}, status: {counts}, "
             f"n_compiles={self.stats.get('n_compiles')}, wall_s={self.stats.get('wall_s', 0):.3g})"
         )
+
+
+def _short(params) -> str:
+    """A params pytree printed with each value's own precision (``{'amp': 24.917944}``)."""
+
+    def leaf(v):
+        a = np.asarray(v)
+        return str(a.dtype.type(a)) if a.ndim == 0 else np.array2string(a, separator=", ")
+
+    if isinstance(params, dict):
+        return "{" + ", ".join(f"{k!r}: {_short(v)}" for k, v in params.items()) + "}"
+    return leaf(params)
 
 
 def _expand_columns(paths: list[str], leaves: list) -> dict[str, np.ndarray]:

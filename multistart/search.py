@@ -8,7 +8,7 @@ from typing import Any
 
 import optax
 
-from . import driver
+from . import checks, driver
 from .checkpoint import require_orbax
 from .convergence import Convergence
 from .result import Result
@@ -31,10 +31,7 @@ CANDIDATES_PER_START = 10
 DEFAULT_FILTER_BATCH_SIZE = 64
 
 
-def _check_int(value, name: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}; got {value!r}")
-    return int(value)
+_check_int = checks.integer
 
 
 def _check_real(value, name: str, *, finite=False, positive=False) -> float | None:
@@ -303,6 +300,10 @@ class MultiStartAdam(MultiStartGradient):
     learning rate of a few hundredths suits most problems."""
 
     def __init__(self, *, learning_rate: float = 0.05, b1=0.9, b2=0.999, eps=1e-8, **kwargs):
+        checks.positive(learning_rate, "learning_rate", schedule=True)
+        checks.in_unit_interval(b1, "b1")
+        checks.in_unit_interval(b2, "b2")
+        checks.non_negative(eps, "eps")
         hyper = {"learning_rate": learning_rate, "b1": b1, "b2": b2, "eps": eps}
         rule = OptaxSolver(optax.adam(**hyper), name="adam", hyperparameters=hyper)
         super().__init__(rule, **kwargs)
@@ -313,6 +314,8 @@ class MultiStartProdigy(MultiStartGradient):
     estimates its own step size ``d`` (per-start optimiser state)."""
 
     def __init__(self, *, learning_rate: float = 1.0, betas=(0.9, 0.999), **kwargs):
+        checks.positive(learning_rate, "learning_rate", schedule=True)
+        checks.each(checks.in_unit_interval, betas, "betas", length=2)
         rule = OptaxSolver(
             optax.contrib.prodigy(learning_rate, betas=betas),
             name="prodigy",
@@ -325,6 +328,9 @@ class MultiStartADABelief(MultiStartGradient):
     """Multi-start AdaBelief (``optax.adabelief``)."""
 
     def __init__(self, *, learning_rate: float = 0.05, b1=0.9, b2=0.999, **kwargs):
+        checks.positive(learning_rate, "learning_rate", schedule=True)
+        checks.in_unit_interval(b1, "b1")
+        checks.in_unit_interval(b2, "b2")
         hyper = {"learning_rate": learning_rate, "b1": b1, "b2": b2}
         rule = OptaxSolver(optax.adabelief(**hyper), name="adabelief", hyperparameters=hyper)
         super().__init__(rule, **kwargs)
@@ -335,6 +341,9 @@ class MultiStartLion(MultiStartGradient):
     coordinate by about ``learning_rate``."""
 
     def __init__(self, *, learning_rate: float = 0.01, b1=0.9, b2=0.99, **kwargs):
+        checks.positive(learning_rate, "learning_rate", schedule=True)
+        checks.in_unit_interval(b1, "b1")
+        checks.in_unit_interval(b2, "b2")
         hyper = {"learning_rate": learning_rate, "b1": b1, "b2": b2}
         rule = OptaxSolver(optax.lion(**hyper), name="lion", hyperparameters=hyper)
         super().__init__(rule, **kwargs)

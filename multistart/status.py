@@ -10,6 +10,12 @@ __all__ = ["Status"]
 class Status(str, enum.Enum):
     """How a start ended. ``str(status)`` is its value; ``status.message`` explains it.
 
+    A member is a ``str`` equal to its value, so ``result.status == "converged"`` is an
+    elementwise test on the Result's status array, and the array prints as words.
+
+    >>> Status.CONVERGED == "converged", str(Status.MAX_STEPS), repr(Status.NONFINITE)
+    (True, 'max_steps', "'nonfinite'")
+
     On the device a status is its ``code`` (a small int); the host turns codes back into members.
     """
 
@@ -35,6 +41,11 @@ class Status(str, enum.Enum):
 
     def __str__(self) -> str:
         return self.value
+
+    # NumPy prints object arrays with each element's repr: the value reads as a word there
+    # (``array(['converged', 'max_steps'], dtype=object)``), as a str array would.
+    def __repr__(self) -> str:
+        return repr(self.value)
 
 
 _MEMBERS = list(Status)

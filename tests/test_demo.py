@@ -1,3 +1,4 @@
+import jax
 import numpy as np
 import pytest
 
@@ -63,15 +64,29 @@ def test_padded_stacked_demo_graph_matches_the_plain_one(x64):
     assert padded.check_padding(demo.TRUTH) < 1e-6
 
 
-def test_laplace_sigmas_match_a_known_quadratic(x64):
-    """fom = ((a - 1) / 0.5)^2 + ((b + 2) / 3)^2 (a Normal-free graph): sigmas 0.5 and 3."""
-
-    def loglike(p, d):
-        return -0.5 * (((p["a"] - 1.0) / d[0]) ** 2 + ((p["b"] + 2.0) / d[1]) ** 2)
-
-    graph = ms.FactorGraphModel(
-        [ms.Factor(loglike, np.array([0.5, 3.0]))],
-        space={"a": ms.Uniform(-10, 10), "b": ms.Uniform(-20, 20)},
+def test_report_prints_the_library_errors(x64):
+    """The table's sigma column is ``result.errors`` (ms.laplace on the demo graph)."""
+    graph = demo.demo_graph()
+    space = graph.space
+    n = 2
+    params = jax.tree_util.tree_map(lambda *v: np.stack(v), *[demo.TRUTH] * n)
+    result = ms.Result(
+        best_params=demo.TRUTH,
+        best_fom=graph.fom(demo.TRUTH),
+        best_index=0,
+        foms=np.full(n, graph.fom(demo.TRUTH)),
+        params=params,
+        start_params=params,
+        status=np.array([ms.Status.CONVERGED] * n, dtype=object),
+        n_steps=np.array([10, 10]),
+        best_step=np.array([9, 9]),
+        history=np.zeros((1, n)),
+        history_steps=np.array([10]),
+        stats={"compile_s": 0.0, "wall_s": 0.0, "n_evals": 20},
+        paths=list(space.paths),
     )
-    sigmas = demo.laplace_sigmas(graph, {"a": np.float64(1.0), "b": np.float64(-2.0)})
-    np.testing.assert_allclose(sigmas, [0.5, 3.0], rtol=1e-9)
+    text = demo.report(graph, result, graph.fom(demo.TRUTH))
+    sigma_q = ms.laplace(graph, demo.TRUTH).errors["q"]
+    (row,) = [line for line in text.splitlines() if line.startswith("q ")]
+    assert f"{sigma_q:.4f}" in row.split()
+    np.testing.assert_array_equal(result.errors["q"], sigma_q)

@@ -1,9 +1,11 @@
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from conftest import MULTIMODAL_SPACE, multimodal
 
 import multistart as ms
-from multistart.minima import cluster_minima
+from multistart.minima import cluster_minima, default_tolerances
 
 
 def test_cluster_minima_on_literal_points():
@@ -41,3 +43,47 @@ def test_result_distinct_minima_of_a_multimodal_search(x64):
     for m in minima:  # every start of a minimum really is close to its best one
         n = result.params["n"][list(m.starts)]
         assert np.all(np.abs(n - m.params["n"]) <= 1e-3 * np.maximum(1, abs(m.params["n"])))
+
+
+def readme_fit():
+    """The README's first example, as it is there."""
+    x = np.linspace(0.0, 100.0, 400)
+    noise = np.random.default_rng(0).normal(0, 0.5, x.size)
+    data = 25.0 * np.exp(-0.5 * ((x - 37.0) / 4.0) ** 2) + noise
+
+    def chi2(p):
+        model = p["amp"] * jnp.exp(-0.5 * ((x - p["centre"]) / p["sigma"]) ** 2)
+        return jnp.sum(((model - data) / 0.5) ** 2)
+
+    space = {
+        "centre": ms.Uniform(0.0, 100.0),
+        "sigma": ms.LogUniform(0.1, 30.0),
+        "amp": ms.Uniform(0.0, 50.0),
+    }
+    search = ms.MultiStartAdam(n_starts=64, batch_size=8, n_steps=500, seed=0, log_every=0)
+    return search.fit(chi2, space)
+
+
+@pytest.mark.parametrize("x64_on", [False, True], ids=["float32", "float64"])
+def test_the_readme_example_has_one_minimum_by_default(x64_on):
+    with jax.enable_x64(x64_on):
+        result = readme_fit()
+    assert result.fit_dtype == (np.float64 if x64_on else np.float32)
+    minima = result.distinct_minima()
+    assert len(minima) == 1 and minima[0].n_starts == 64
+    # explicit tolerances still win: MATLAB's 1e-6 splits the one peak
+    assert len(result.distinct_minima(xtol=1e-6, ftol=1e-6)) > 10
+
+
+def test_default_tolerances_follow_the_rule_and_the_float_type():
+    rule = {"window": 50, "rtol": 1e-6, "atol": 1e-8, "min_steps": 0}
+    assert default_tolerances(np.float64, rule)[0] == pytest.approx(np.sqrt(1.01e-6))
+    loose = dict(rule, rtol=1e-4)
+    assert default_tolerances(np.float64, loose)[0] == pytest.approx(np.sqrt(1.0001e-4))
+    # without a rule, or with a rule tighter than the float type resolves, the type decides
+    eps32 = np.finfo(np.float32).eps
+    assert default_tolerances(np.float32, None)[0] == pytest.approx(np.sqrt(10 * eps32))
+    assert default_tolerances(np.float32, dict(rule, rtol=0.0, atol=0.0)) == (
+        default_tolerances(np.float32, None)
+    )
+    assert default_tolerances(np.float64, None)[0] < 1e-7

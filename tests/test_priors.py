@@ -116,3 +116,24 @@ def test_flat_map_equals_the_per_leaf_map_and_keeps_gradients_finite(x64):
     x = {k: v for k, v in per_leaf.items()}
     back = space.ravel(space.to_unconstrained(x), batch_ndim=0)
     np.testing.assert_allclose(back, np.asarray(u), rtol=1e-9)
+
+
+@pytest.mark.parametrize(
+    "prior, text",
+    [
+        (ms.LogUniform(0.1, 30.0), "LogUniform(0.1, 30.0)"),
+        (ms.Uniform(0, 1, shape=(3,)), "Uniform(0.0, 1.0, shape=(3,))"),
+        (ms.LogUniform([0.05, 0.8], [0.8, 3.0]), "LogUniform([0.05, 0.8], [0.8, 3.0])"),
+        (ms.Normal(np.float64(0.0), 2), "Normal(0.0, 2.0)"),
+        (ms.Normal([[0.0, 1.0]], 1.0), "Normal([[0.0, 1.0]], 1.0)"),
+    ],
+)
+def test_reprs_are_plain_python(prior, text):
+    assert repr(prior) == text
+    rebuilt = eval(text, {"Uniform": ms.Uniform, "LogUniform": ms.LogUniform, "Normal": ms.Normal})
+    assert type(rebuilt) is type(prior) and rebuilt.shape == prior.shape
+
+
+def test_messages_print_numbers_as_numbers():
+    with pytest.raises(ValueError, match=r"lower must be > 0; got 0.0$"):
+        ms.LogUniform(np.float64(0.0), 1.0)

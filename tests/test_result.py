@@ -161,3 +161,81 @@ def test_save_load_round_trips_resurrected_incarnations(tmp_path, x64):
     loaded = ms.Result.load(tmp_path / "r.npz")
     for f in dataclasses.fields(ms.Result):
         assert_same(getattr(result, f.name), getattr(loaded, f.name))
+
+
+# -- printing --------------------------------------------------------------------------------
+
+
+def float32_result() -> ms.Result:
+    foms = np.array([395.6813, 395.6814, 402.5], dtype=np.float32).astype(np.float64)
+    params = {"amp": np.array([24.917944, 24.91795, 3.0], dtype=np.float32)}
+    return ms.Result(
+        best_params={"amp": params["amp"][0]},
+        best_fom=foms[0],
+        best_index=0,
+        foms=foms,
+        params=params,
+        start_params=params,
+        status=np.array([ms.Status.CONVERGED, ms.Status.CONVERGED, ms.Status.MAX_STEPS]),
+        n_steps=np.array([10, 12, 20]),
+        best_step=np.array([9, 11, 19]),
+        history=np.array([[500.0, 450.0, 900.0], foms]),
+        history_steps=np.array([5, 20]),
+        paths=["amp"],
+        config={"convergence": {"window": 5, "rtol": 1e-6, "atol": 1e-8, "min_steps": 0}},
+    )
+
+
+def test_a_float32_fit_prints_with_float32_precision():
+    result = float32_result()
+    assert result.fit_dtype == np.float32
+    assert repr(result.best_fom) == str(result.best_fom) == "395.6813"
+    assert f"{result.best_fom:.2f}" == "395.68" and result.best_fom == float(np.float32(395.6813))
+    assert "best_fom=395.6813," in repr(result)
+    assert result.to_dataframe()["fom"].dtype == np.float32
+    (best, other) = result.distinct_minima()
+    assert repr(best) == "Minimum(fom=395.6813, n_starts=2, params={'amp': 24.917944})"
+    assert repr(handmade_result().best_fom) == "-3.5"  # float64 prints as a float
+
+
+def test_status_compares_and_prints_as_words():
+    result = float32_result()
+    assert (result.status == "converged").tolist() == [True, True, False]
+    assert result.status[2] is ms.Status.MAX_STEPS  # still the enum members
+    assert repr(result.status) == "array(['converged', 'converged', 'max_steps'], dtype=object)"
+    assert f"{ms.Status.NONFINITE}" == "nonfinite"
+
+
+def test_pickle_keeps_the_result_but_not_its_problem():
+    import pickle
+
+    result = float32_result().attach_problem(lambda p: p["amp"] ** 2, {"amp": ms.Uniform(0, 50)})
+    back = pickle.loads(pickle.dumps(result))
+    assert repr(back.best_fom) == "395.6813" and back._problem is None
+    np.testing.assert_array_equal(back.foms, result.foms)
+
+
+def test_plot_draws_every_start_and_the_minima():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    result = float32_result()
+    fig = result.plot()
+    left, right = fig.axes
+    assert len(left.lines) == result.n_starts + 1  # every start, and the best again on top
+    assert left.get_xscale() == "log" and left.get_yscale() == "log"
+    (points,) = right.collections
+    np.testing.assert_allclose(
+        points.get_offsets()[:, 1], [m.fom for m in result.distinct_minima()], rtol=1e-6
+    )
+    plt.close(fig)
+    fig = handmade_result().plot()  # nan, inf and -inf figures of merit draw too
+    plt.close(fig)
+
+
+def test_plot_without_matplotlib_says_how_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    with pytest.raises(ImportError, match=r"multistart\[plots\]"):
+        float32_result().plot()

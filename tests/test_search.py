@@ -18,7 +18,6 @@ from conftest import (
 
 import multistart as ms
 from multistart.priors import Space
-from multistart.problem import as_problem
 
 RULES = [ms.MultiStartAdam, ms.MultiStartProdigy, ms.MultiStartADABelief, ms.MultiStartLion]
 

@@ -43,6 +43,7 @@ import jax
 import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
+from .. import checks
 from .base import Solver, SolverStep
 
 __all__ = ["LBFGS", "LBFGSState"]
@@ -68,27 +69,6 @@ class LBFGSState(NamedTuple):
     n_back: jax.Array  # failed trials in the current line search
     started: jax.Array  # has x been evaluated (a finite first evaluation)?
     done: jax.Array  # a stopping test passed
-
-
-def _check_float(value, name: str, *, low: float, high: float | None = None, closed=False):
-    bad = isinstance(value, bool) or not isinstance(value, (int, float))
-    if not bad:
-        value = float(value)
-        bad = not (value >= low if closed else value > low) or (
-            high is not None and not value < high
-        )
-    if bad:
-        upper = "" if high is None else f" and < {high}"
-        raise ValueError(
-            f"{name} must be a float {'>=' if closed else '>'} {low}{upper}; got {value!r}"
-        )
-    return float(value)
-
-
-def _check_int(value, name: str, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"{name} must be an int >= {low}; got {value!r}")
-    return value
 
 
 class LBFGS(Solver):
@@ -120,13 +100,14 @@ class LBFGS(Solver):
         max_step: float = 10.0,
         curvature_eps: float = 1e-8,
     ):
-        self.memory = _check_int(memory, "memory", 1)
-        self.gtol = _check_float(gtol, "gtol", low=0.0, closed=True)
-        self.ftol = _check_float(ftol, "ftol", low=0.0, closed=True)
-        self.c1 = _check_float(c1, "c1", low=0.0, high=1.0)
-        self.max_linesearch = _check_int(max_linesearch, "max_linesearch", 1)
-        self.max_step = _check_float(max_step, "max_step", low=0.0)
-        self.curvature_eps = _check_float(curvature_eps, "curvature_eps", low=0.0, closed=True)
+        self.memory = checks.integer(memory, "memory", 1)
+        self.gtol = float(checks.non_negative(gtol, "gtol"))
+        self.ftol = float(checks.non_negative(ftol, "ftol"))
+        self.c1 = float(checks.positive(c1, "c1"))
+        checks.in_unit_interval(self.c1, "c1")
+        self.max_linesearch = checks.integer(max_linesearch, "max_linesearch", 1)
+        self.max_step = float(checks.positive(max_step, "max_step"))
+        self.curvature_eps = float(checks.non_negative(curvature_eps, "curvature_eps"))
 
     def hyperparameters(self) -> dict[str, Any]:
         return {

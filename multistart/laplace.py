@@ -1,0 +1,252 @@
+"""Parameter uncertainties from the curvature of the figure of merit (the Laplace approximation).
+
+Near a minimum ``x*`` of a figure of merit ``F = -2 log L`` (a chi-squared, or this project's
+graph figure of merit ``-2 (log L + log prior)``), ``L`` is approximately Gaussian with
+covariance ``C = 2 H^-1``, ``H`` the Hessian of ``F`` at ``x*`` in physical coordinates. The
+Hessian is computed by JAX (forward-over-reverse, exact to rounding), never by differences.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .problem import Problem, as_problem, check_objective
+
+__all__ = [
+    "Laplace",
+    "laplace",
+    "laplace_problem",
+    "flat_names",
+    "hessian_function",
+    "unflatten_like",
+]
+
+#: Covariance = ``SCALE * H^-1`` for a figure of merit of the form ``-2 log L`` (chi-squared).
+CHI2_SCALE = 2.0
+
+
+@dataclass(frozen=True)
+class Laplace:
+    """The Laplace approximation at one point.
+
+    Attributes:
+      params: the point (a params pytree, physical).
+      covariance: ``(n, n)`` covariance of the raveled physical parameters, in the order of
+        ``names`` (the space's paths, each array parameter raveled in C order). Rows and
+        columns of parameters in a singular or negative-curvature direction are ``nan``.
+      names: the flat parameter names: ``"sigma"``, or ``"flux[1]"`` for an array element.
+      hessian: ``(n, n)`` Hessian of the figure of merit at ``params``.
+      scale: covariance = ``scale * hessian^-1`` (2 for a chi-squared figure of merit).
+      errors: the 1-sigma errors ``sqrt(diag(covariance))`` as the params pytree.
+    """
+
+    params: Any
+    covariance: np.ndarray
+    names: tuple[str, ...]
+    hessian: np.ndarray
+    scale: float
+    errors: Any
+
+    @property
+    def std(self) -> np.ndarray:
+        """1-sigma errors as one vector in the order of ``names``."""
+        return np.sqrt(np.diag(self.covariance))
+
+    @property
+    def correlation(self) -> np.ndarray:
+        """``(n, n)`` correlation matrix (``nan`` where an error is ``nan``)."""
+        s = self.std
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return self.covariance / np.outer(s, s)
+
+    def __repr__(self) -> str:
+        values = flat_values(self.params)
+        rows = [
+            f"  {n} = {_num(v)} +/- {_num(e)}"
+            for n, v, e in zip(self.names, values, self.std, strict=True)
+        ]
+        return "Laplace(\n" + "\n".join(rows) + "\n)"
+
+
+def laplace(objective, space=None, params=None, *, scale: float = CHI2_SCALE) -> Laplace:
+    """The covariance of the parameters at ``params`` from the Hessian of the figure of merit.
+
+    ``covariance = scale * H^-1``, ``H`` the Hessian of the figure of merit in physical
+    coordinates at ``params``. The default ``scale=2`` is right for a figure of merit that is
+    ``-2 log L`` up to a constant: a chi-squared with the data's standard deviations (as
+    ``scipy.optimize.curve_fit(..., absolute_sigma=True)``), or a
+    :class:`multistart.FactorGraphModel` (``-2 (log L + log prior)``: then the curvature of the
+    prior is included, a Laplace approximation of the posterior). With another figure of merit
+    scale it: ``scale=1`` for ``-log L``; for an unweighted sum of squared residuals ``S`` of
+    ``m`` points and ``n`` parameters, ``scale=2 * S / (m - n)`` (``curve_fit``'s default
+    ``absolute_sigma=False``).
+
+    Computed with JAX (``jax.hessian`` of the raveled physical vector, one compile) in the
+    current default float type (float64 under ``jax_enable_x64``, float32 otherwise). A Hessian
+    that is singular or not positive definite (not a minimum, or parameters the figure of merit
+    does not constrain) gives ``nan`` errors for the parameters in those directions, with a
+    ``RuntimeWarning`` naming them; the others keep their errors.
+
+    Args:
+      objective: the figure of merit ``objective(params) -> scalar`` (then ``space`` is its
+        space), or a :class:`multistart.FactorGraphModel` (then omit ``space``:
+        ``laplace(graph, params)``).
+      space: a (nested) dict of priors: it fixes the parameters' order and shapes.
+      params: the point, a params pytree (usually ``result.best_params``).
+      scale: the covariance is ``scale * H^-1``.
+
+    Returns:
+      A :class:`Laplace` with ``covariance``, ``errors`` (the params pytree), ``correlation``
+      and ``names``.
+
+    Raises:
+      TypeError / ValueError: bad arguments, or ``params`` not shaped as the space.
+
+    Example:
+      >>> import jax.numpy as jnp, multistart as ms
+      >>> space = {"a": ms.Uniform(-5.0, 5.0), "b": ms.Uniform(-5.0, 5.0)}
+      >>> chi2 = lambda p: ((p["a"] - 1) / 0.5) ** 2 + ((p["b"] + p["a"]) / 2.0) ** 2
+      >>> fit = ms.laplace(chi2, space, {"a": 1.0, "b": -1.0})
+      >>> [round(float(e), 4) for e in fit.std]
+      [0.5, 2.0616]
+    """
+    if getattr(objective, "multistart_problem", None) is not None and params is None:
+        space, params = None, space  # laplace(graph, params)
+    if params is None:
+        raise TypeError("laplace needs the point: laplace(objective, space, params)")
+    problem = as_problem(objective, space)
+    dtype = jax.dtypes.canonicalize_dtype(jnp.float64)
+    check_objective(problem, dtype, "multistart.laplace")
+    return laplace_problem(problem, params, hessian_function(problem), scale=scale)
+
+
+def hessian_function(problem: Problem):
+    """``jit(hessian)`` of the figure of merit over one start's raveled physical vector.
+
+    Made once per problem and reused, so the errors of many minima cost one compile.
+    """
+    space = problem.space
+
+    def fom_flat(vec, data):
+        return problem.fom(space.unravel(vec), data)
+
+    return jax.jit(jax.hessian(fom_flat))
+
+
+def laplace_problem(problem: Problem, params, hess_fn, *, scale: float = CHI2_SCALE) -> Laplace:
+    """:func:`laplace` for a :class:`Problem` with a prepared :func:`hessian_function`."""
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0:
+        raise ValueError(f"scale must be a number > 0; got {scale!r}")
+    space = problem.space
+    dtype = jax.dtypes.canonicalize_dtype(jnp.float64)
+    vec = _ravel_point(space, params)
+    names = tuple(flat_names(space.paths, [p.shape for p in space.priors]))
+    hess = np.asarray(hess_fn(jnp.asarray(vec, dtype), problem.data), dtype=np.float64)
+    hess = 0.5 * (hess + hess.T)  # symmetric to rounding; exactly so for the eigensolver
+    inverse, bad = _safe_inverse(hess, np.finfo(dtype).eps)
+    if bad.any():
+        which = ", ".join(n for n, b in zip(names, bad, strict=True) if b)
+        warnings.warn(
+            f"the Hessian of {problem.name!r} at these params is singular or not positive "
+            f"definite in the directions of {which}: their errors are nan (not a minimum, or "
+            "parameters the figure of merit does not constrain)",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    cov = scale * inverse
+    point = unflatten_like(space.unflatten(space.leaves(params)), vec)
+    errors = unflatten_like(point, np.sqrt(np.diag(cov)))
+    return Laplace(point, cov, names, hess, float(scale), errors)
+
+
+def _safe_inverse(hess: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray]:
+    """``(H^-1, bad)``: the inverse on the positive-definite part; ``nan`` rows and columns
+    for the parameters (``bad``) in a zero, negative or non-finite curvature direction.
+
+    The Hessian is first scaled to unit diagonal, so that parameters measured in very
+    different units do not pass for a singular direction. Eigenvalues below ``n * eps`` of
+    the largest (rank-deficient as ``numpy.linalg.matrix_rank`` judges it) are bad, and a
+    parameter is in a bad direction when its component there exceeds ``sqrt(eps)``.
+    """
+    n = hess.shape[0]
+    diag = np.diag(hess)
+    bad = ~(np.isfinite(diag) & (diag > 0))
+    # With a non-finite curvature along one parameter, its cross terms are often nan too
+    # (0 * inf in autodiff): it alone is bad; a non-finite cross term between two others
+    # makes both bad.
+    rest = hess[np.ix_(~bad, ~bad)]
+    bad[np.flatnonzero(~bad)] = ~np.all(np.isfinite(rest), axis=1)
+    good = np.flatnonzero(~bad)
+    inverse = np.full((n, n), np.nan)
+    if good.size:
+        d = 1.0 / np.sqrt(diag[good])
+        scaled = hess[np.ix_(good, good)] * np.outer(d, d)
+        lam, vec = np.linalg.eigh(scaled)
+        ok = lam > max(lam.max(initial=0.0), 0.0) * good.size * eps
+        ok &= lam > 0
+        involved = np.any(np.abs(vec[:, ~ok]) > np.sqrt(eps), axis=1)
+        sub = (vec[:, ok] / lam[ok]) @ vec[:, ok].T * np.outer(d, d)
+        sub[involved, :] = np.nan
+        sub[:, involved] = np.nan
+        inverse[np.ix_(good, good)] = sub
+        bad[good[involved]] = True
+    return inverse, bad
+
+
+def _ravel_point(space, params) -> np.ndarray:
+    leaves = space.leaves(params)
+    out = []
+    for path, prior, leaf in zip(space.paths, space.priors, leaves, strict=True):
+        a = np.asarray(leaf, dtype=np.float64)
+        if a.shape != prior.shape:
+            raise ValueError(
+                f"params[{path!r}] must have the shape {prior.shape} of its prior; got {a.shape}"
+            )
+        out.append(a.ravel())
+    return np.concatenate(out)
+
+
+def unflatten_like(params, vec: np.ndarray):
+    """A vector in raveled order back to the pytree of ``params`` (0-d leaves as floats).
+
+    >>> unflatten_like({"a": 0.0, "b": np.zeros(2)}, np.array([1.0, 2.0, 3.0]))
+    {'a': 1.0, 'b': array([2., 3.])}
+    """
+    leaves, treedef = jax.tree_util.tree_flatten(params)
+    shapes = [np.shape(v) for v in leaves]
+    parts = np.split(
+        np.asarray(vec, dtype=np.float64), np.cumsum([int(np.prod(s)) for s in shapes])[:-1]
+    )
+    out = [float(p[0]) if s == () else p.reshape(s) for p, s in zip(parts, shapes, strict=True)]
+    return jax.tree_util.tree_unflatten(treedef, out)
+
+
+def flat_names(paths, shapes) -> list[str]:
+    """One name per scalar parameter: ``"q"``, ``"flux[1]"``, ``"cov[0,1]"``.
+
+    >>> flat_names(["q", "flux"], [(), (2,)])
+    ['q', 'flux[0]', 'flux[1]']
+    """
+    names = []
+    for path, shape in zip(paths, shapes, strict=True):
+        if shape == ():
+            names.append(path)
+            continue
+        names += [f"{path}[{','.join(map(str, i))}]" for i in np.ndindex(shape)]
+    return names
+
+
+def flat_values(params) -> np.ndarray:
+    """A params pytree's leaves raveled into one float64 vector (``jax.tree_util`` order)."""
+    leaves = jax.tree_util.tree_leaves(params)
+    return np.concatenate([np.asarray(v, dtype=np.float64).ravel() for v in leaves])
+
+
+def _num(x: float) -> str:
+    return f"{x:.6g}"
