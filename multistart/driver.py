@@ -48,6 +48,7 @@ from .tuning import WidthChoice, resolve_width
 __all__ = ["run", "CHUNK_STEP_NAME"]
 
 CHUNK_STEP_NAME = "multistart_chunk_step"
+BOUND_RTOL = 1e-4  # a best fit this close to a bound (in the prior's unit interval) is flagged
 LOG_EVERY_S = 30.0  # a progress line this often with log_every=None (the default)
 
 
@@ -510,6 +511,7 @@ def records(search, problem: Problem, engine: Engine, outcome: Outcome) -> dict:
     rec["resurrections"] = merged.get("resurrections")
     rec["incarnations"] = merged.get("incarnations", [])
     rec["n_evals_replaced"] = merged.get("n_evals_replaced", 0)
+    rec["at_bound"], rec["bound_names"] = problem.space.near_bound(rec["params"], BOUND_RTOL)
     return rec
 
 
@@ -593,7 +595,14 @@ def assemble(search, setup: Setup, start_plan, engine: Engine, outcome: Outcome)
         resurrections=rec["resurrections"],
         incarnations=rec["incarnations"],
         n_evals=rec["n_evals"],
+        at_bound=rec["at_bound"],
     )
+    if best_index >= 0 and rec["at_bound"][best_index]:
+        log.logger.warning(
+            "the best fit has %s at a bound of its prior: the optimum may lie outside the "
+            "prior (widen it), or the start stopped where its logit saturated",
+            ", ".join(rec["bound_names"][best_index]),
+        )
     return result.attach_problem(setup.problem)  # for the lazy covariance (computes nothing)
 
 

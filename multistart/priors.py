@@ -299,6 +299,34 @@ class Space:
     def unflatten(self, leaves):
         return jax.tree_util.tree_unflatten(self.treedef, list(leaves))
 
+    def near_bound(self, params, rtol: float = 1e-4) -> tuple[np.ndarray, list[list[str]]]:
+        """Which starts sit within ``rtol`` of a bound (NumPy; ``params`` has a leading axis).
+
+        Distance is measured in each bounded prior's own unit interval (linear for
+        ``Uniform``, in ``log x`` for ``LogUniform``); priors without bounds never count. A
+        start there may have converged only because its logit saturated (the gradient in the
+        unconstrained coordinates vanishes near a bound), or the optimum may lie outside the
+        prior.
+
+        Returns:
+          ``(flags, names)``: a bool per start, and for each start the names of the
+          parameters at a bound (``"path"`` or ``"path[i]"``).
+        """
+        leaves = self.leaves(params)
+        n = int(np.shape(leaves[0])[0])
+        flags = np.zeros(n, dtype=bool)
+        names: list[list[str]] = [[] for _ in range(n)]
+        for path, prior, x in zip(self.paths, self.priors, leaves, strict=True):
+            if not isinstance(prior, Uniform):
+                continue
+            x = np.asarray(x, dtype=np.float64).reshape(n, -1)
+            q = np.asarray(prior.to_unit(x.reshape((n, *prior.shape)))).reshape(n, -1)
+            near = (q <= rtol) | (q >= 1.0 - rtol)
+            for i, j in zip(*np.nonzero(near), strict=True):
+                names[i].append(path if prior.shape == () else f"{path}[{j}]")
+            flags |= near.any(axis=1)
+        return flags, names
+
     def leaves(self, params) -> list:
         """Leaves of a params pytree in space order, checking its structure."""
         leaves, treedef = jax.tree_util.tree_flatten(params)

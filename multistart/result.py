@@ -85,7 +85,7 @@ class Minimum:
 
 
 _FORMAT, _VERSION = "multistart.Result", 1
-_RECORD_COLUMNS = ("index", "fom", "status", "n_steps", "n_evals", "best_step")
+_RECORD_COLUMNS = ("index", "fom", "status", "n_steps", "n_evals", "best_step", "at_bound")
 _START_PREFIX = "start:"
 _PLOTS_HINT = "pip install 'multistart[plots]'"
 
@@ -105,6 +105,10 @@ class Result:
       n_steps: ``(n_starts,)`` engine steps each start took (one evaluation each).
       n_evals: ``(n_starts,)`` evaluations of the objective each start made: its steps plus
         any its rule made itself (an optax line search's trials).
+      at_bound: ``(n_starts,)`` whether a start's best parameters lie within 1e-4 of a bound
+        of a bounded prior (in the prior's own unit interval). Such a start may have stopped
+        because its logit saturated (the gradient in the unconstrained coordinates vanishes
+        there), or its optimum lies outside the prior: widen the prior and fit again.
       best_step: ``(n_starts,)`` the step at which each start found its best (``-1``: never).
       history: ``(n_rows, n_starts)`` best-so-far figure of merit per recorded step and start.
       history_steps: ``(n_rows,)`` the step (1-based count of steps taken) of each history row.
@@ -140,6 +144,7 @@ class Result:
     resurrections: np.ndarray | None = None
     incarnations: list = field(default_factory=list)
     n_evals: np.ndarray | None = None
+    at_bound: np.ndarray | None = None
     # What the lazy covariance needs; never saved (a figure of merit is code).
     _problem: Problem | None = field(default=None, init=False, repr=False, compare=False)
     _hessian: Any = field(default=None, init=False, repr=False, compare=False)
@@ -148,6 +153,8 @@ class Result:
     def __post_init__(self):
         if self.n_evals is None:
             self.n_evals = np.asarray(self.n_steps).copy()
+        if self.at_bound is None:
+            self.at_bound = np.zeros(np.shape(self.foms)[0], dtype=bool)
         if self.resurrections is None:
             self.resurrections = np.zeros(np.shape(self.foms)[0], dtype=np.int64)
         self.best_fom = Fom(self.best_fom, self.fit_dtype)
@@ -390,6 +397,7 @@ class Result:
             "status": np.array([str(s) for s in self.status], dtype=object),
             "n_steps": np.asarray(self.n_steps),
             "n_evals": np.asarray(self.n_evals),
+            "at_bound": np.asarray(self.at_bound),
             "best_step": np.asarray(self.best_step),
         }
         params = _expand_columns(self.paths, jax.tree_util.tree_leaves(self.params))
@@ -446,6 +454,7 @@ class Result:
             "status": np.array([str(s) for s in self.status], dtype=str),
             "n_steps": np.asarray(self.n_steps),
             "n_evals": np.asarray(self.n_evals),
+            "at_bound": np.asarray(self.at_bound),
             "best_step": np.asarray(self.best_step),
             "history": np.asarray(self.history),
             "history_steps": np.asarray(self.history_steps),
@@ -524,6 +533,7 @@ class Result:
                 resurrections=z["resurrections"],
                 incarnations=incarnations,
                 n_evals=z["n_evals"] if "n_evals" in z.files else None,
+                at_bound=z["at_bound"] if "at_bound" in z.files else None,
             )
             if "laplace" in meta:
                 cov = z["laplace/covariance"]

@@ -1,0 +1,191 @@
+"""The driver's stops (targets, budgets), bound flags, progress output, logging, and identity."""
+
+from __future__ import annotations
+
+import logging
+
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from conftest import PARABOLA_SPACE, NoCompile, parabola
+
+import multistart as ms
+from multistart import log
+
+KW = dict(n_starts=4, batch_size=2, n_steps=300, seed=0, log_every=0, n_candidates=0)
+
+
+def test_target_fom_stops_the_search_with_its_reason():
+    full = ms.MultiStartAdam(**KW, convergence=None).fit(parabola, PARABOLA_SPACE)
+    target = float(np.median(full.history[40]))  # reached by some start around step 40
+    result = ms.MultiStartAdam(**KW, convergence=None, target_fom=target).fit(
+        parabola, PARABOLA_SPACE
+    )
+    assert result.stats["stop_reason"] == "target_fom"
+    assert result.best_fom <= target
+    assert result.stats["n_steps_run"] < 300
+    assert all(s is ms.Status.STOPPED for s in result.status)
+    # the steps it took are the uninterrupted run's
+    k = result.stats["n_steps_run"]
+    np.testing.assert_array_equal(result.history, full.history[:k])
+
+
+def test_max_evals_and_max_time_s_stop_the_search():
+    result = ms.MultiStartAdam(**KW, max_evals=40).fit(parabola, PARABOLA_SPACE)
+    assert result.stats["stop_reason"] == "max_evals"
+    assert 40 <= result.stats["n_evals"] < 40 + KW["n_starts"]
+    quick = ms.MultiStartAdam(**KW, max_time_s=1e-6).fit(parabola, PARABOLA_SPACE)
+    assert quick.stats["stop_reason"] == "max_time_s"
+    assert quick.stats["n_steps_run"] == 1  # checked at the first sync
+
+
+def test_a_search_that_ends_reports_why():
+    result = ms.MultiStartAdam(**{**KW, "n_steps": 5}, convergence=None).fit(
+        parabola, PARABOLA_SPACE
+    )
+    assert result.stats["stop_reason"] == "n_steps"
+    assert all(s is ms.Status.MAX_STEPS for s in result.status)
+    done = ms.MultiStartLBFGS(**KW).fit(parabola, PARABOLA_SPACE)
+    assert done.stats["stop_reason"] == "all ended"
+
+
+@pytest.mark.parametrize(
+    "kw, word",
+    [
+        ({"target_fom": float("nan")}, "target_fom"),
+        ({"max_evals": 0}, "max_evals"),
+        ({"max_time_s": -1.0}, "max_time_s"),
+        ({"progress": "yes"}, "progress"),
+        ({"log_every": -1}, "log_every"),
+    ],
+)
+def test_bad_stops_fail_before_any_compile(kw, word):
+    with NoCompile(), pytest.raises(ValueError, match=word):
+        ms.MultiStartAdam(**kw)
+
+
+def test_a_best_fit_on_a_bound_is_flagged(caplog):
+    def objective(p):  # the optimum x = 2 lies outside the prior [0, 1]
+        return (p["x"] - 2.0) ** 2 + (p["y"] - 0.5) ** 2
+
+    space = {"x": ms.Uniform(0.0, 1.0), "y": ms.Uniform(0.0, 1.0)}
+    with caplog.at_level(logging.WARNING, logger="multistart"):
+        result = ms.MultiStartLBFGS(**KW).fit(objective, space)
+    assert result.at_bound.all()
+    assert "x at a bound" in caplog.text
+    inside = ms.MultiStartLBFGS(**KW).fit(lambda p: (p["x"] - 0.3) ** 2, {"x": space["x"]})
+    assert not inside.at_bound.any()
+    assert "at_bound" in result.to_dataframe().columns
+
+
+def test_near_bound_names_the_elements():
+    space = ms.priors.Space({"a": ms.Uniform(0.0, 1.0, shape=(3,)), "n": ms.Normal(0.0, 1.0)})
+    params = {"a": np.array([[0.5, 1.0, 0.2], [0.5, 0.5, 0.5]]), "n": np.array([1e9, 0.0])}
+    flags, names = space.near_bound(params)
+    assert flags.tolist() == [True, False]
+    assert names == [["a[1]"], []]
+
+
+def test_progress_bar_is_off_when_output_is_not_a_terminal(capsys):
+    ms.MultiStartAdam(**{**KW, "n_steps": 20}).fit(parabola, PARABOLA_SPACE)
+    assert "step/s" not in capsys.readouterr().err
+    ms.MultiStartAdam(**{**KW, "n_steps": 20}, progress=True).fit(parabola, PARABOLA_SPACE)
+    err = capsys.readouterr().err
+    assert "multistart" in err and "20/20" in err
+
+
+def test_no_duplicate_log_lines_once_the_root_logger_has_a_handler(monkeypatch):
+    root = logging.getLogger()
+    saved = list(root.handlers)
+    for h in saved:
+        root.removeHandler(h)
+    monkeypatch.setattr(log, "_own_handler", None)
+    try:
+        log.configure()
+        own = log._own_handler
+        assert own is not None and own in log.logger.handlers
+        root.addHandler(logging.NullHandler())  # e.g. absl, imported with orbax
+        log.configure()
+        assert own not in log.logger.handlers and log._own_handler is None
+    finally:
+        for h in list(root.handlers):
+            root.removeHandler(h)
+        for h in saved:
+            root.addHandler(h)
+        if log._own_handler is not None:
+            log.logger.removeHandler(log._own_handler)
+
+
+def test_default_logging_is_two_info_lines(caplog, monkeypatch):
+    monkeypatch.setenv("MULTISTART_LOG_LEVEL", "INFO")
+    with caplog.at_level(logging.INFO, logger="multistart"):
+        ms.MultiStartAdam(n_starts=4, batch_size=2, n_steps=30, seed=0).fit(
+            parabola, PARABOLA_SPACE
+        )
+    lines = [r for r in caplog.records if r.levelno == logging.INFO]
+    assert len(lines) <= 2, [r.getMessage() for r in lines]
+    assert lines[0].getMessage().startswith("fitting") and "done" in lines[-1].getMessage()
+
+
+# -- one identity: resume only the same search; a larger n_steps runs on -------------------------
+
+pytest.importorskip("orbax.checkpoint")
+
+
+def _ck(tmp_path, **kw):
+    return dict(checkpoint_dir=str(tmp_path / "ck"), checkpoint_every=10, **kw)
+
+
+def test_resuming_with_another_learning_rate_is_a_mismatch_naming_it(tmp_path):
+    base = dict(KW, n_steps=20, convergence=None)
+    ms.MultiStartGradient(optax.adam(0.01), **base, **_ck(tmp_path)).fit(parabola, PARABOLA_SPACE)
+    with NoCompile(), pytest.raises(ms.CheckpointMismatch, match="another rule"):
+        ms.MultiStartGradient(optax.adam(0.5), **base, **_ck(tmp_path)).fit(
+            parabola, PARABOLA_SPACE, resume=True
+        )
+    with pytest.raises(ms.CheckpointMismatch, match="learning_rate"):
+        ms.MultiStartAdam(learning_rate=0.5, **base, **_ck(tmp_path / "named")).fit(
+            parabola, PARABOLA_SPACE
+        ) if False else None  # (a named rule's hyperparameters are in its configuration)
+        ms.MultiStartAdam(learning_rate=0.01, **base, **_ck(tmp_path / "named")).fit(
+            parabola, PARABOLA_SPACE
+        )
+        ms.MultiStartAdam(learning_rate=0.5, **base, **_ck(tmp_path / "named")).fit(
+            parabola, PARABOLA_SPACE, resume=True
+        )
+
+
+def test_a_larger_n_steps_continues_a_finished_search(tmp_path):
+    base = dict(KW, convergence=None)
+    full = ms.MultiStartAdam(**{**base, "n_steps": 50}).fit(parabola, PARABOLA_SPACE)
+    ms.MultiStartAdam(**{**base, "n_steps": 30}, **_ck(tmp_path)).fit(parabola, PARABOLA_SPACE)
+    longer = ms.MultiStartAdam(**{**base, "n_steps": 50}, **_ck(tmp_path)).fit(
+        parabola, PARABOLA_SPACE, resume=True
+    )
+    assert longer.stats["resumed_from"] == 30
+    np.testing.assert_array_equal(longer.foms, full.foms)
+    np.testing.assert_array_equal(longer.history, full.history)
+    np.testing.assert_array_equal(longer.n_steps, full.n_steps)
+    with pytest.raises(ms.CheckpointMismatch, match="n_steps >= 50"):
+        ms.MultiStartAdam(**{**base, "n_steps": 40}, **_ck(tmp_path)).fit(
+            parabola, PARABOLA_SPACE, resume=True
+        )
+
+
+def test_resume_replays_replacements_due_at_the_checkpointed_step(tmp_path):
+    def objective(p):
+        x = p["x"]
+        return jnp.where(x[1] > 0.5, jnp.nan, jnp.sum((x - 0.3) ** 2) + 0.1 * jnp.sin(4 * x[0]))
+
+    space = {"x": ms.Uniform(-3.0, 3.0, shape=(2,))}
+    base = dict(n_starts=6, batch_size=3, seed=2, log_every=0, n_candidates=0, resurrect=2)
+    full = ms.MultiStartAdam(**base, n_steps=40).fit(objective, space)
+    ms.MultiStartAdam(**base, n_steps=20, **_ck(tmp_path)).fit(objective, space)
+    longer = ms.MultiStartAdam(**base, n_steps=40, **_ck(tmp_path)).fit(
+        objective, space, resume=True
+    )
+    assert full.stats["n_resurrections"] > 0
+    np.testing.assert_array_equal(longer.foms, full.foms)
+    np.testing.assert_array_equal(longer.resurrections, full.resurrections)
+    assert len(longer.incarnations) == len(full.incarnations)
