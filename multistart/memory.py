@@ -29,6 +29,8 @@ __all__ = [
     "Budget",
     "StepMemory",
     "WidthBound",
+    "auto_candidates",
+    "auto_mode_from_env",
     "auto_width",
     "balanced_width",
     "candidate_widths",
@@ -53,13 +55,16 @@ log = logging.getLogger("multistart")
 
 ENV_MAX_BATCH = "MULTISTART_MAX_BATCH"
 ENV_BUDGET_GB = "MULTISTART_MEMORY_BUDGET_GB"
+ENV_AUTO_WIDTH = "MULTISTART_AUTO_WIDTH"
+AUTO_MODES = ("measure", "memory")
 GB = 2**30  # the budget variable counts GiB
 # Share of the free memory a search's chunk step may use: the rest is headroom for the
 # allocator's fragmentation, XLA's own buffers and whatever else the process or device runs.
 MEMORY_FRACTION = 0.5
-# "auto" on a CPU vectorises at most this many starts per usable core: XLA's CPU backend gains
-# little from wider vmaps, and a wide one spills the caches (on 2 cores widths 4-16 are fastest
-# for the benchmark model, a full vmap of 32 is about half as fast).
+# When "auto" cannot measure on a CPU (MULTISTART_AUTO_WIDTH=memory, or no free-memory figure)
+# it vectorises at most this many starts per usable core: a guess that is right for the
+# benchmark model (widths 4-16 fastest on 2 cores) and wrong both ways for others, which is why
+# "auto" on a CPU times a few widths instead.
 CPU_STARTS_PER_CORE = 4
 # cgroup v1 reports "no limit" as a huge page-rounded number rather than "max".
 _V1_UNLIMITED = 2**60
@@ -155,6 +160,26 @@ def candidate_widths(upper: int) -> list[int]:
     return widths + [upper]
 
 
+def auto_candidates(upper: int) -> list[int]:
+    """The widths "auto" times on a CPU, in order: ``upper``, 1, then ``upper`` divided by
+    8, 64, ... while above 1.
+
+    Sparser than "tune"'s ladder, as each width costs a compile: ``upper`` is compiled anyway
+    for the memory bound, width 1 is the one without a vmap (often the cheapest per start on
+    a CPU), and the widths below ``upper`` are tried widest first until one is slower than the
+    one before.
+
+    >>> auto_candidates(32), auto_candidates(100_000), auto_candidates(8), auto_candidates(1)
+    ([32, 1, 4], [100000, 1, 12500, 1563, 196, 25, 4], [8, 1], [1])
+    """
+    if upper < 1:
+        raise ValueError(f"upper must be >= 1; got {upper}")
+    widths = [upper]
+    while (w := math.ceil(widths[-1] / 8)) > 1 and len(widths) < 64:
+        widths.append(w)
+    return [upper] if upper == 1 else [upper, 1, *widths[1:]]
+
+
 def parse_cpu_max(text: str) -> int | None:
     """Cores allowed by a cgroup v2 ``cpu.max`` line (``"quota period"``); None: no limit.
 
@@ -227,11 +252,33 @@ def budget_from_env() -> int | None:
     return int(value * GB)
 
 
+def auto_mode_from_env() -> str:
+    """``MULTISTART_AUTO_WIDTH``: how ``"auto"`` chooses on a CPU.
+
+    ``"measure"`` (the default): time a few widths within the memory bound and remember the
+    choice. ``"memory"``: the widest width that fits, at most 4 starts per usable core, with no
+    timing (the same width in every run, whatever the load).
+
+    Raises:
+      ValueError: the variable is set to anything else.
+    """
+    text = os.environ.get(ENV_AUTO_WIDTH, "").strip()
+    if not text:
+        return AUTO_MODES[0]
+    if text not in AUTO_MODES:
+        raise ValueError(
+            f"{ENV_AUTO_WIDTH} must be one of {', '.join(map(repr, AUTO_MODES))} or unset; "
+            f"got {text!r}"
+        )
+    return text
+
+
 def check_env() -> None:
-    """Read both width variables, so a bad value fails before anything is compiled even when
+    """Read every width variable, so a bad value fails before anything is compiled even when
     this run would not have used it."""
     max_batch_from_env()
     budget_from_env()
+    auto_mode_from_env()
 
 
 # -- CPU and memory facts -------------------------------------------------------------------

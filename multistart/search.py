@@ -70,11 +70,11 @@ class MultiStartGradient:
       n_starts: number of local searches.
       batch_size: starts per compiled call. ``"auto"`` (the default): the widest width whose
         chunk step fits half the device's free memory (XLA's memory analysis of the compiled
-        step), and on a CPU at most 4 starts per usable core, since wide vmaps are slower
-        there; compiling the first candidate usually settles it, so it costs no extra compile
-        unless memory binds. ``"tune"``: time a few steps at each width within that memory
-        bound and keep the fastest; the choice is remembered in the cache folder for the next
-        run. ``None``: all starts in one call. An int: that width. ``MULTISTART_MAX_BATCH``
+        step); on a CPU, a few widths within that bound are timed on a few chunk calls each
+        and the fastest kept, remembered in the cache folder for the next run
+        (``MULTISTART_AUTO_WIDTH=memory``: no timing, at most 4 starts per usable core).
+        ``"tune"``: time more widths within that memory bound and keep the fastest, remembered
+        the same way. ``None``: all starts in one call. An int: that width. ``MULTISTART_MAX_BATCH``
         caps every choice, an int included, and ``MULTISTART_MEMORY_BUDGET_GB`` caps the
         budget. A chunk call that runs out of memory halves the width, recompiles and redoes
         the last few steps from a saved copy of the population (``result.stats["backoffs"]``).

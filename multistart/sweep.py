@@ -276,27 +276,38 @@ class Sweep:
                     raise
                 exc = again
 
-    def trial(
-        self, pop, width: int, *, target_s: float, min_steps: int, max_steps: int
-    ) -> list[float]:
-        """Seconds of each of a few steps of all swept rows at ``width``.
+    def time_chunks(
+        self, pop, width: int, *, calls: int, target_s: float, min_reps: int, max_reps: int
+    ) -> tuple[list[float], int]:
+        """Seconds per chunk call at ``width``, from a bounded number of calls.
 
-        One warm-up step, then at least ``min_steps`` and at most ``max_steps`` steps, until
-        ``target_s`` seconds have passed; each step is waited for, as the search's host sync
-        does. They run on a copy of ``pop`` that is then discarded: ``pop`` is not touched.
+        The first ``k = min(calls, chunks a step has)`` chunks of the swept rows are laid out
+        (never every start) and run once to warm up, then ``k`` at a time, dispatched as a
+        step dispatches them and waited for at the end, at least ``min_reps`` and at most
+        ``max_reps`` times, until ``target_s`` seconds have passed. They step a copy of
+        ``pop`` that is then discarded: ``pop`` is not touched.
+
+        Returns:
+          ``(seconds, n_calls)``: per repeat, its seconds divided by ``k``; and how many chunk
+          calls were made in all, the warm-up included.
         """
         compiled = self.compiled_for(width)
-        _, args = self._layout(self.rows, width)
+        k = max(1, min(calls, -(-self.rows.size // width)))
+        _, args = self._layout(self.rows[: k * width], width)
         p = self._run(compiled, _copy_tree(pop), args, np.int32(0))
         jax.block_until_ready(p)
-        times: list[float] = []
+        seconds: list[float] = []
         t_end = time.perf_counter() + target_s
-        while len(times) < min_steps or (len(times) < max_steps and time.perf_counter() < t_end):
+        while len(seconds) < min_reps or (len(seconds) < max_reps and time.perf_counter() < t_end):
             t0 = time.perf_counter()
             p = self._run(compiled, p, args, np.int32(0))
             jax.block_until_ready(p)
-            times.append(time.perf_counter() - t0)
-        return times
+            seconds.append((time.perf_counter() - t0) / k)
+        return seconds, k * (1 + len(seconds))
+
+    def calls_per_step(self, width: int) -> int:
+        """Chunk evaluations one step of every swept row runs at ``width``."""
+        return -(-self.rows.size // width)
 
 
 class ChunkSweep(Sweep):

@@ -1,11 +1,18 @@
-"""Choosing the batch width: explicit, ``"auto"`` (memory-bounded) or ``"tune"`` (measured).
+"""Choosing the batch width: explicit, ``"auto"`` or ``"tune"``.
 
-``"tune"`` times a few steps at each candidate width within the memory bound (1 and powers of
-two up to ``n_starts``) and keeps the best throughput, in starts x steps per second. The timed
-steps run on a copy of the initial population and are thrown away, so a tuned search gives the
-same result as a search at the width it chose. Choices persist in the cache folder
-(:func:`multistart.cache.cache_dir`, under ``tuning/``), one JSON file per key, so the next
-run of the same model on the same kind of device skips the timing.
+Both words first bound the width by memory (:func:`multistart.memory.auto_width`). On an
+accelerator ``"auto"`` takes that bound. On a CPU, where the best width depends on the model
+(XLA's batched code can cost several times the unbatched body per start, while a cheap
+objective needs wide chunks to amortise the dispatch), ``"auto"`` times a sparse ladder of
+widths within the bound (1, powers of four, the bound, then one width between the best and its
+better neighbour); ``"tune"`` times a denser one (1 and every power of two). Either way a width
+is timed on a bounded number of chunk calls (never every start): a step's time is predicted as
+the chunk calls it needs times the median seconds per call, which a passing spike of load does
+not move. The timed calls step a copy of the initial population and are thrown away, so the
+search gives the same result as a search at the width chosen. Choices persist in the cache
+folder (:func:`multistart.cache.cache_dir`, under ``tuning/``), one JSON file per key, shared by
+``"auto"`` and ``"tune"``, so the next run of the same model on the same kind of device skips
+the timing.
 
 The key is a SHA-256 over:
 
@@ -24,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import numbers
 import os
 import statistics
@@ -38,7 +46,10 @@ import jax
 from . import log
 from .cache import cache_dir
 from .memory import (
+    auto_candidates,
+    auto_mode_from_env,
     auto_width,
+    balanced_width,
     candidate_widths,
     cap_width,
     is_out_of_memory,
@@ -51,12 +62,15 @@ __all__ = ["BATCH_SIZE_HELP", "WidthChoice", "check_batch_size", "resolve_width"
 
 BATCH_SIZE_HELP = "batch_size must be a positive int, None, 'auto' or 'tune'"
 BATCH_SIZE_WORDS = ("auto", "tune")
-# Timing per candidate width and pass: at least MIN and at most MAX steps, stopping once TARGET
-# seconds have passed. A step is timed to its end, as the search's own host sync waits for it.
-TUNE_TARGET_S = 0.25
-TUNE_MIN_STEPS = 3
-TUNE_MAX_STEPS = 50
-# Throughput against width rises and then falls. Widths are tried narrow to wide, and tuning
+# Timing per candidate width and pass: TUNE_CALLS chunk calls at a time (fewer when a step has
+# fewer), repeated at least MIN and at most MAX times, stopping once TARGET seconds have passed.
+# A width therefore costs at most (1 + TUNE_MAX_REPS) * TUNE_CALLS chunk calls beyond its
+# compile, whatever the number of starts.
+TUNE_TARGET_S = 0.1
+TUNE_CALLS = 16
+TUNE_MIN_REPS = 3
+TUNE_MAX_REPS = 12
+# Throughput against width rises and then falls. Widths are tried narrow to wide, and timing
 # stops once two successive widths each fall below this share of the best so far.
 TUNE_STOP_RATIO = 0.75
 _RECORD_FORMAT = 1
@@ -117,8 +131,16 @@ def resolve_width(
       pop: the initial population (never stepped here: tuning steps a copy).
       n_starts: the number of starts.
       device: the device the search runs on.
-      start_step: the per-start step, for the tuning key (``"tune"`` only).
+      start_step: the per-start step, for the tuning record's key (``"tune"``, and
+        ``"auto"`` on a CPU).
       backend: ``"loop"`` or ``"scan"``, for the tuning key.
+
+    Returns:
+      A :class:`WidthChoice`. Its ``info`` (``result.stats["width"]``) says how: ``selected_by``
+      (``"explicit"``, ``"auto"`` (memory bound only), ``"auto (measured)"``, ``"auto
+      (cache)"``, ``"tune (measured)"``, ``"tune (cache)"``), the memory bound's figures and,
+      when it was computed, ``memory_width``; its ``tuning`` holds the timing table and the
+      record's key and path.
     """
     t0 = time.perf_counter()
     sweep.prepare(pop)
@@ -135,31 +157,59 @@ def resolve_width(
         start_bytes = _tree_bytes(pop.starts) // n_starts
         checkpoint_bytes = _tree_bytes(pop)
         info["checkpoint_bytes"] = checkpoint_bytes
-        width, tuning = None, None
-        if spec == "tune":
-            width, tuning = _cached_width(sweep, pop, n_starts, device, start_step, backend)
+        measure = spec == "tune" or _auto_measures(device)
+        width = None
+        if measure:
+            width, tuning = _cached_width(spec, sweep, pop, n_starts, device, start_step, backend)
         if width is None:
-            upper = None if spec == "auto" else cap_width(n_starts, n_starts, max_batch)
             bound = auto_width(
                 sweep.compiled_for,
                 n_starts=n_starts,
                 device=device,
                 start_bytes=start_bytes,
                 checkpoint_bytes=checkpoint_bytes,
-                upper=upper,
+                upper=_upper(spec, measure, n_starts, max_batch, device),
             )
             info.update(bound.as_dict())
-            width = bound.width
+            info["memory_width"] = width = bound.width
             _log_bound(spec, bound)
-            if spec == "tune":
-                width, table = _measure(sweep, pop, bound.width)
-                tuning = {**(tuning or {}), "source": "measured", "width": width, "table": table}
+            if measure:
+                width, table = _measure(sweep, pop, bound.width, spec)
+                tuning = {
+                    **tuning,
+                    "source": "measured",
+                    "method": spec,
+                    "width": width,
+                    "table": table,
+                }
                 _save(tuning)
-        info["selected_by"] = spec if tuning is None else f"tune ({tuning['source']})"
+        info["selected_by"] = spec if tuning is None else f"{spec} ({tuning['source']})"
     n_tune = len([w for w in sweep.compiled_widths() if w != width])
     sweep.release(keep=width)
     sweep.set_width(width)
     return WidthChoice(width, info, tuning, n_tune, time.perf_counter() - t0)
+
+
+def _auto_measures(device) -> bool:
+    """Does ``"auto"`` time widths here? On a CPU, unless ``MULTISTART_AUTO_WIDTH=memory``.
+
+    On an accelerator the widest width that fits is kept: a GPU's throughput rises with the
+    width until memory binds, and timing would cost a compile per width for little.
+    """
+    return device.platform == "cpu" and auto_mode_from_env() == "measure"
+
+
+def _upper(spec, measure: bool, n_starts: int, max_batch, device) -> int | None:
+    """The widest width the memory bound may consider (None: :func:`auto_width`'s count cap).
+
+    A measuring ``"auto"`` drops the count cap (a cheap objective with many starts wants wide
+    chunks), except when there is no free-memory figure: then nothing else bounds the width.
+    """
+    if spec == "tune":
+        return cap_width(n_starts, n_starts, max_batch)
+    if not measure or memory_budget(device).nbytes is None:
+        return None
+    return balanced_width(n_starts, cap_width(n_starts, n_starts, max_batch))
 
 
 def _log_bound(spec, bound) -> None:
@@ -188,71 +238,123 @@ def _fmt_bytes(n) -> str:
     return f"{n:.0f} B"
 
 
-def _measure(sweep, pop, upper: int) -> tuple[int, list[dict[str, Any]]]:
-    """Time each candidate width up to ``upper``; returns the best width and the table.
+def _measure(sweep, pop, upper: int, spec: str) -> tuple[int, list[dict[str, Any]]]:
+    """Time candidate widths up to ``upper``; returns the best width and the table.
 
-    A width's rate is its median step time, which a passing spike of load on a shared machine
-    does not move. The three leading widths are then timed again, widest first, and each
-    keeps the median of all its steps, so a slow spell during the first pass does not decide.
+    ``"tune"`` tries 1 and the powers of two, narrow to wide, stopping once two in a row fall
+    well below the best. ``"auto"`` tries fewer (:func:`multistart.memory.auto_candidates`:
+    ``upper``, 1, then narrower by factors of 8 until one is slower than the last), then the
+    width halfway (on a log scale) between the best and its faster neighbour. Widths are
+    balanced over the rows (same chunk count, least padding). The leading widths are timed
+    again, widest first, and each keeps the median of all its repeats, so a slow spell during
+    the first pass does not decide.
     """
-    times: dict[int, list[float]] = {}
+    n_rows = sweep.rows.size
+    per_call: dict[int, list[float]] = {}
+    calls: dict[int, int] = {}
     failed: list[int] = []
 
-    def rate(w):
-        return 1.0 / statistics.median(times[w])
+    def step_s(w):
+        return sweep.calls_per_step(w) * statistics.median(per_call[w])
 
-    def time_width(w):
-        times.setdefault(w, []).extend(
-            sweep.trial(
-                pop, w, target_s=TUNE_TARGET_S, min_steps=TUNE_MIN_STEPS, max_steps=TUNE_MAX_STEPS
-            )
+    def time_width(w, label):
+        log.logger.info("batch_size %s: timing width %d (%s) ...", spec, w, label)
+        seconds, n = sweep.time_chunks(
+            pop,
+            w,
+            calls=TUNE_CALLS,
+            target_s=TUNE_TARGET_S,
+            min_reps=TUNE_MIN_REPS,
+            max_reps=TUNE_MAX_REPS,
         )
+        per_call.setdefault(w, []).extend(seconds)
+        calls[w] = calls.get(w, 0) + n
 
-    best, n_slow = None, 0
-    for w in candidate_widths(upper):
+    def try_width(w, label) -> bool:
         try:
-            time_width(w)
+            time_width(w, label)
         except Exception as exc:
             if not is_out_of_memory(exc):
                 raise
-            times.pop(w, None)
+            per_call.pop(w, None)
             failed.append(w)
-            break
-        if best is None or rate(w) > rate(best):
-            best, n_slow = w, 0
-        else:
-            n_slow = n_slow + 1 if rate(w) < TUNE_STOP_RATIO * rate(best) else 0
-        if n_slow >= 2:
-            break
-    for w in sorted(sorted(times, key=rate)[-3:], reverse=True):
-        time_width(w)
-    best = max(times, key=rate)
-    n_rows = sweep.rows.size
+            return False
+        return True
+
+    if spec == "tune":
+        ladder = sorted({balanced_width(n_rows, w) for w in candidate_widths(upper)})
+        best, n_slow = None, 0
+        for i, w in enumerate(ladder):
+            if not try_width(w, f"{i + 1}/{len(ladder)}"):
+                break
+            if best is None or step_s(w) < step_s(best):
+                best, n_slow = w, 0
+            else:
+                n_slow = n_slow + 1 if step_s(best) < TUNE_STOP_RATIO * step_s(w) else 0
+            if n_slow >= 2:
+                break
+    else:
+        ladder = list(dict.fromkeys(balanced_width(n_rows, w) for w in auto_candidates(upper)))
+        previous = None
+        for i, w in enumerate(ladder):
+            # wide to narrow after width 1; narrower widths may fit where a wider one did not
+            if not try_width(w, f"{i + 1}/{len(ladder)}") or i == 1:
+                continue
+            if previous is not None and step_s(w) > step_s(previous):
+                break
+            previous = w
+        if per_call:
+            between = _between(min(per_call, key=step_s), per_call, step_s, n_rows)
+            if between is not None:
+                try_width(between, "between the best two")
+    if not per_call:
+        raise RuntimeError(
+            f"batch_size {spec}: no width up to {upper} ran without running out of memory"
+        )
+    n_again = 3 if spec == "tune" else 2
+    for w in sorted(sorted(per_call, key=step_s)[:n_again], reverse=True):
+        time_width(w, "again")
+    best = min(per_call, key=step_s)
     table: list[dict[str, Any]] = [
         {
             "width": w,
-            "steps": len(times[w]),
-            "seconds": sum(times[w]),
-            "steps_per_s": rate(w),
-            "starts_steps_per_s": rate(w) * n_rows,
+            "calls": calls[w],
+            "chunk_s": statistics.median(per_call[w]),
+            "step_s": step_s(w),
+            "steps_per_s": 1.0 / step_s(w),
+            "starts_steps_per_s": n_rows / step_s(w),
             "compile_s": sweep.compile_seconds(w),
         }
-        for w in sorted(times)
+        for w in sorted(per_call)
     ]
     table += [{"width": w, "error": "out of memory"} for w in failed]
-    _log_table(table, best)
+    _log_table(spec, table, best)
     return best, table
 
 
-def _log_table(table, best) -> None:
-    lines = ["batch_size tune: width  steps/s  starts*steps/s  compile s"]
+def _between(best, per_call, step_s, n_rows) -> int | None:
+    """The width halfway (geometric mean) between ``best`` and the faster of its timed
+    neighbours in width, when that width is not timed yet."""
+    timed = sorted(per_call)
+    i = timed.index(best)
+    near = timed[max(0, i - 1) : i] + timed[i + 1 : i + 2]
+    if not near:
+        return None
+    other = min(near, key=step_s)
+    w = balanced_width(n_rows, max(1, round(math.sqrt(best * other))))
+    return None if w in per_call else w
+
+
+def _log_table(spec, table, best) -> None:
+    lines = [f"batch_size {spec}: width  calls  steps/s  starts*steps/s  compile s"]
     for row in table:
         if "error" in row:
             lines.append(f"  {row['width']:>5}  {row['error']}")
             continue
         mark = "  <- chosen" if row["width"] == best else ""
         lines.append(
-            f"  {row['width']:>5}  {row['steps_per_s']:>7.3g}  {row['starts_steps_per_s']:>14.4g}"
+            f"  {row['width']:>5}  {row['calls']:>5}  {row['steps_per_s']:>7.3g}"
+            f"  {row['starts_steps_per_s']:>14.4g}"
             f"  {row['compile_s']:>9.2f}{mark}"
         )
     log.logger.info("\n".join(lines))
@@ -284,7 +386,7 @@ def _record_path(key: str) -> Path | None:
     return None if folder is None else folder / "tuning" / f"{key}.json"
 
 
-def _cached_width(sweep, pop, n_starts, device, start_step, backend):
+def _cached_width(spec, sweep, pop, n_starts, device, start_step, backend):
     """The persisted width for this model and device, if any and if it still fits."""
     key, parts = tune_key(
         start_step, pop, sweep.data, device=device, backend=backend, n_starts=n_starts
@@ -307,13 +409,16 @@ def _cached_width(sweep, pop, n_starts, device, start_step, backend):
         est = step_memory(sweep.compiled_for(width), width, _tree_bytes(pop.starts) // n_starts)
         if est.extra + _tree_bytes(pop) > budget.nbytes:
             log.logger.info(
-                "batch_size tune: the recorded width %d no longer fits the memory budget; "
-                "tuning again",
+                "batch_size %s: the recorded width %d no longer fits the memory budget; "
+                "timing again",
+                spec,
                 width,
             )
             return None, tuning
-    log.logger.info("batch_size tune: width %d, recorded in %s", width, path)
-    tuning.update(source="cache", width=width, table=record.get("table", []))
+    log.logger.info("batch_size %s: width %d, recorded in %s", spec, width, path)
+    tuning.update(
+        source="cache", method=record.get("method"), width=width, table=record.get("table", [])
+    )
     return width, tuning
 
 
@@ -324,6 +429,7 @@ def _save(tuning: dict[str, Any]) -> None:
     path = Path(path)
     record = {
         "width": tuning["width"],
+        "method": tuning["method"],
         "table": tuning["table"],
         "key_parts": tuning["key_parts"],
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

@@ -27,9 +27,12 @@ def _quiet_logs(monkeypatch):
 @pytest.fixture(autouse=True)
 def _no_width_env(monkeypatch):
     """Width caps from the caller's shell would change widths. (MULTISTART_CACHE_DIR stays
-    empty, above: tests of tuning records point it at their own folder.)"""
+    empty, above: tests of tuning records point it at their own folder.) "auto" keeps the
+    memory bound without timing: a timed width could differ between two fits of one test, and
+    each would cost compiles; test_width.py turns the timing on where it tests it."""
     monkeypatch.delenv("MULTISTART_MAX_BATCH", raising=False)
     monkeypatch.delenv("MULTISTART_MEMORY_BUDGET_GB", raising=False)
+    monkeypatch.setenv("MULTISTART_AUTO_WIDTH", "memory")
 
 
 @pytest.fixture

@@ -76,6 +76,19 @@ def test_candidate_widths():
         m.candidate_widths(0)
 
 
+def test_auto_candidates_start_at_the_bound_then_one_then_narrow_by_eight():
+    assert m.auto_candidates(1) == [1]
+    assert m.auto_candidates(2) == [2, 1]
+    assert m.auto_candidates(32) == [32, 1, 4]
+    assert m.auto_candidates(100_000) == [100_000, 1, 12_500, 1563, 196, 25, 4]
+    for upper in (3, 17, 64, 4096, 10**6):
+        widths = m.auto_candidates(upper)
+        assert widths[:2] == [upper, 1] and widths[2:] == sorted(widths[2:], reverse=True)
+        assert len(widths) == len(set(widths)) <= 2 + upper.bit_length() // 3
+    with pytest.raises(ValueError):
+        m.auto_candidates(0)
+
+
 def test_cpu_quota_arithmetic():
     assert m.parse_cpu_max("max 100000\n") is None
     assert m.parse_cpu_max("150000 100000") == 2  # 1.5 cores keep two threads half busy
@@ -121,6 +134,19 @@ def test_budget_from_env(monkeypatch):
         monkeypatch.setenv(m.ENV_BUDGET_GB, bad)
         with pytest.raises(ValueError, match="MULTISTART_MEMORY_BUDGET_GB must be a positive"):
             m.budget_from_env()
+
+
+def test_auto_mode_from_env(monkeypatch):
+    monkeypatch.delenv(m.ENV_AUTO_WIDTH, raising=False)
+    assert m.auto_mode_from_env() == "measure"
+    monkeypatch.setenv(m.ENV_AUTO_WIDTH, " memory ")
+    assert m.auto_mode_from_env() == "memory"
+    for bad in ("Memory", "time", "1"):
+        monkeypatch.setenv(m.ENV_AUTO_WIDTH, bad)
+        with pytest.raises(ValueError, match="MULTISTART_AUTO_WIDTH must be one of"):
+            m.auto_mode_from_env()
+        with pytest.raises(ValueError, match="MULTISTART_AUTO_WIDTH"):
+            m.check_env()
 
 
 # -- cgroups, on fake trees ------------------------------------------------------------------

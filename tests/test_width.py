@@ -81,12 +81,14 @@ def test_bad_width_env_fails_before_any_compile(monkeypatch):
     for name, value, match in [
         ("MULTISTART_MAX_BATCH", "zero", "MULTISTART_MAX_BATCH must be a positive int"),
         ("MULTISTART_MEMORY_BUDGET_GB", "-1", "MULTISTART_MEMORY_BUDGET_GB must be a positive"),
+        ("MULTISTART_AUTO_WIDTH", "fast", "MULTISTART_AUTO_WIDTH must be one of 'measure'"),
     ]:
         monkeypatch.setenv(name, value)
         with CompileCounter() as c, pytest.raises(ValueError, match=match):
             search.fit(parabola, PARABOLA_SPACE)
         assert c.total == 0
         monkeypatch.delenv(name)
+    monkeypatch.setenv("MULTISTART_AUTO_WIDTH", "memory")
 
 
 def test_auto_is_the_default():
@@ -98,7 +100,8 @@ def test_auto_is_the_default():
 # -- auto -------------------------------------------------------------------------------------
 
 
-def test_auto_fits_the_count_cap_with_a_single_compile():
+def test_auto_by_memory_fits_the_count_cap_with_a_single_compile():
+    # MULTISTART_AUTO_WIDTH=memory (conftest): the bound alone, no timing
     result = fit(batch_size="auto")
     width = result.stats["batch_size"]
     info = result.stats["width"]
@@ -146,6 +149,145 @@ def test_auto_falls_back_to_sizes_then_to_the_count_cap(monkeypatch, caplog):
     assert any("using the count cap" in r.getMessage() for r in caplog.records)
 
 
+# -- auto on a CPU: timed, remembered ----------------------------------------------------------
+
+
+class CountCalls:
+    """Counts the calls of every chunk-step program the sweep hands out."""
+
+    def __init__(self, monkeypatch):
+        self.n = 0
+        original = Sweep.compiled_for
+        counter = self
+
+        class Counted:
+            def __init__(self, compiled):
+                self._compiled = compiled
+
+            def __call__(self, *args):
+                counter.n += 1
+                return self._compiled(*args)
+
+            def __getattr__(self, name):  # memory_analysis and the like
+                return getattr(self._compiled, name)
+
+        monkeypatch.setattr(Sweep, "compiled_for", lambda s, w: Counted(original(s, w)))
+
+
+def no_timing(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("a width was timed")
+
+    monkeypatch.setattr(Sweep, "time_chunks", refuse)
+
+
+def test_auto_on_a_cpu_times_remembers_and_reuses(monkeypatch, tmp_path, x64):
+    monkeypatch.setenv("MULTISTART_AUTO_WIDTH", "measure")
+    monkeypatch.setenv("MULTISTART_CACHE_DIR", str(tmp_path))
+    kwargs = dict(batch_size="auto", n_starts=16)
+    first = fit(multimodal, MULTIMODAL_SPACE, **kwargs)
+    info, tuning = first.stats["width"], first.stats["tuning"]
+    width = first.stats["batch_size"]
+    assert info["selected_by"] == "auto (measured)" and tuning["method"] == "auto"
+    timed = [row["width"] for row in tuning["table"]]
+    # the memory bound (all 16 here) and width 1 are always timed; the choice is the fastest
+    assert {1, info["memory_width"]} <= set(timed) and max(timed) <= info["memory_width"]
+    assert width == min(tuning["table"], key=lambda row: row["step_s"])["width"]
+    assert first.stats["n_compiles"] == 1 and first.stats["n_tune_compiles"] == len(timed) - 1
+    assert json.loads(Path(tuning["path"]).read_text())["width"] == width
+
+    no_timing(monkeypatch)
+    second = fit(multimodal, MULTIMODAL_SPACE, **kwargs)
+    assert second.stats["width"]["selected_by"] == "auto (cache)"
+    assert second.stats["batch_size"] == width and second.stats["n_tune_compiles"] == 0
+    # "tune" shares the record (same key)
+    assert (
+        fit(multimodal, MULTIMODAL_SPACE, **{**kwargs, "batch_size": "tune"}).stats["tuning"][
+            "source"
+        ]
+        == "cache"
+    )
+    assert identical(first, second)
+    assert identical(first, fit(multimodal, MULTIMODAL_SPACE, n_starts=16, batch_size=width))
+
+
+@pytest.mark.parametrize("spec", ["auto", "tune"])
+def test_timing_is_bounded_in_chunk_calls(monkeypatch, spec):
+    monkeypatch.setenv("MULTISTART_AUTO_WIDTH", "measure")
+    counter = CountCalls(monkeypatch)
+    n_starts, n_steps = 400, 2
+    result = fit(batch_size=spec, n_starts=n_starts, n_steps=n_steps)
+    width, table = result.stats["batch_size"], result.stats["tuning"]["table"]
+    search_calls = n_steps * -(-n_starts // width)
+    deciding = counter.n - search_calls
+    assert deciding == sum(row["calls"] for row in table)
+    from multistart import tuning
+
+    per_pass = (1 + tuning.TUNE_MAX_REPS) * tuning.TUNE_CALLS
+    for row in table:  # at most two passes per width, whatever the number of starts
+        assert row["calls"] <= 2 * per_pass
+    one = [row for row in table if row["width"] == 1][0]
+    assert one["calls"] < n_starts  # width 1 is timed on a few chunks, never every start
+
+
+def test_timing_logs_each_width(monkeypatch, caplog):
+    monkeypatch.setenv("MULTISTART_AUTO_WIDTH", "measure")
+    monkeypatch.setenv("MULTISTART_LOG_LEVEL", "INFO")
+    with caplog.at_level(logging.INFO, logger="multistart"):
+        result = fit(batch_size="tune", n_starts=8, n_steps=2)
+    lines = [r.getMessage() for r in caplog.records if "timing width" in r.getMessage()]
+    n = len(memory.candidate_widths(8))
+    assert lines[0] == f"batch_size tune: timing width 1 (1/{n}) ..."
+    assert len(lines) >= len(result.stats["tuning"]["table"])
+
+
+def test_auto_measures_within_the_memory_bound(monkeypatch, x64):
+    free = fit(wide, WIDE_SPACE, batch_size="auto")  # memory bound only (conftest)
+    est = free.stats["width"]["estimates"][0]
+    budget = free.stats["width"]["checkpoint_bytes"] + est["extra"] // 2
+    monkeypatch.setenv("MULTISTART_MEMORY_BUDGET_GB", repr(budget / 2**30))
+    monkeypatch.setenv("MULTISTART_AUTO_WIDTH", "measure")
+    tight = fit(wide, WIDE_SPACE, batch_size="auto")
+    info = tight.stats["width"]
+    assert info["memory_width"] < free.stats["batch_size"]
+    assert max(row["width"] for row in tight.stats["tuning"]["table"]) <= info["memory_width"]
+    assert tight.stats["batch_size"] <= info["memory_width"]
+
+
+class FakeAccelerator:
+    """A device that says it is a GPU with a memory pool; the rest is the real CPU device."""
+
+    platform = "gpu"
+    device_kind = "fake accelerator"
+
+    def __init__(self, device):
+        self._device = device
+
+    def memory_stats(self):
+        return {"bytes_limit": 8 * 2**30, "bytes_in_use": 0}
+
+    def __getattr__(self, name):
+        return getattr(self._device, name)
+
+
+def test_auto_on_an_accelerator_keeps_the_memory_bound_without_timing(monkeypatch):
+    import multistart.search
+
+    monkeypatch.setenv("MULTISTART_AUTO_WIDTH", "measure")
+    real = multistart.search.resolve_width
+
+    def on_accelerator(*args, device, **kwargs):
+        return real(*args, device=FakeAccelerator(device), **kwargs)
+
+    monkeypatch.setattr(multistart.search, "resolve_width", on_accelerator)
+    no_timing(monkeypatch)
+    result = fit(batch_size="auto", n_starts=12)
+    info = result.stats["width"]
+    assert info["selected_by"] == "auto" and "tuning" not in result.stats
+    assert result.stats["batch_size"] == 12  # the count cap on an accelerator is n_starts
+    assert result.stats["n_tune_compiles"] == 0
+
+
 # -- MULTISTART_MAX_BATCH -----------------------------------------------------------------------
 
 
@@ -170,7 +312,7 @@ def test_tune_measures_persists_and_the_next_fit_skips_tuning(monkeypatch, tmp_p
     assert tuning["source"] == "measured" and tuning["width"] == width
     timed = [row["width"] for row in tuning["table"]]
     assert timed[0] == 1 and timed == sorted(timed) and width in timed
-    assert all(row["steps"] >= 3 and row["starts_steps_per_s"] > 0 for row in tuning["table"])
+    assert all(row["calls"] >= 4 and row["starts_steps_per_s"] > 0 for row in tuning["table"])
     best = max(tuning["table"], key=lambda row: row["starts_steps_per_s"])
     assert best["width"] == width
     # the chosen width's program was compiled once and reused; the others are counted apart
