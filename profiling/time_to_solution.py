@@ -2,7 +2,7 @@
 
 The question a user asks first: from the same starts, how long until every start has
 converged, how many evaluations does each need, and how soon does the best fit get under the
-truth's χ²? Model: ``profiling/image_fit.py`` (48 parameters, eight elliptical Gaussians on
+truth's χ²? Model: ``profiling/image_model.py`` (48 parameters, eight elliptical Gaussians on
 96², 64², 48² and 128² grids, float64). Every arm starts from the same ``--starts`` points,
 drawn uniformly in the central 70 % of each prior's quantiles (the library's default band).
 
@@ -39,8 +39,7 @@ import jax  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 
-import image_fit  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
+import image_model  # noqa: E402
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
 import scipy.optimize  # noqa: E402
@@ -133,8 +132,8 @@ def main(argv=None) -> None:
     if args.quick:
         args.starts, args.adam_steps = 8, 300
 
-    objective, space, truth = image_fit.make()
-    target = float(objective(jax.tree_util.tree_map(jnp.asarray, truth)))
+    objective, space, truth = image_model.make_problem()
+    target = image_model.truth_chi2(objective, truth)
     starts = draw_starts(space, args.starts, args.seed)
     n = args.starts
     ms.set_log_level("WARNING")
