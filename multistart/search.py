@@ -30,6 +30,7 @@ from .resurrect import REPLACE_NAME, Resurrector
 from .starts import (
     StartPlan,
     check_band,
+    check_max_candidates,
     check_strategy,
     check_strategy_space,
     plan_starts,
@@ -106,6 +107,10 @@ class MultiStartGradient:
         figure of merit is evaluated (batched, one compile); the best finite ones become the
         starts. ``None`` (default) is ``10 * n_starts``; ``0`` turns the filter off (the first
         ``n_starts`` draws are the starts).
+      max_candidates: while fewer candidates are finite than there are free slots, the filter
+        draws further blocks of ``n_candidates`` (same compiled program) until enough are
+        finite or this many were drawn in all. ``None`` (default) is
+        ``max(100 * n_starts, n_candidates)``; ``n_candidates`` turns the top-up off.
       filter_batch_size: candidates per compiled filter call (default 64, at most
         ``n_candidates``). Fixed rather than tied to ``batch_size``, so the chosen starts, and
         the result, do not depend on ``batch_size``.
@@ -154,6 +159,7 @@ class MultiStartGradient:
         start_band: tuple[float, float] = (0.15, 0.85),
         start_strategy: str = "band",
         n_candidates: int | None = None,
+        max_candidates: int | None = None,
         filter_batch_size: int | None = None,
         resurrect: int = 0,
         log_every: int = 100,
@@ -183,6 +189,7 @@ class MultiStartGradient:
         self.start_band = check_band(start_band)
         self.start_strategy = check_strategy(start_strategy)
         self.n_candidates = _check_candidates(n_candidates, self.n_starts)
+        self.max_candidates = check_max_candidates(max_candidates, self.n_candidates, self.n_starts)
         if filter_batch_size is not None and self.n_candidates == 0:
             raise ValueError(
                 "filter_batch_size has no effect with n_candidates=0 (no filter); drop one"
@@ -233,6 +240,7 @@ class MultiStartGradient:
             "start_band": list(self.start_band),
             "start_strategy": self.start_strategy,
             "n_candidates": self.n_candidates,
+            "max_candidates": self.max_candidates,
             "filter_batch_size": self.filter_batch_size if self.n_candidates else None,
             "resurrect": self.resurrect,
             "sync_every": self.sync_every,
@@ -290,6 +298,7 @@ class MultiStartGradient:
                 strategy=self.start_strategy,
                 band=self.start_band,
                 n_candidates=self.n_candidates,
+                max_candidates=self.max_candidates,
                 filter_width=self.filter_batch_size,
                 seed=self.seed,
                 user=user,
