@@ -104,9 +104,11 @@ class MultiStartGradient:
       start_strategy: how starts cover the band: ``"band"`` (independent uniform draws),
         ``"sobol"`` (scrambled Sobol' sequence) or ``"lhs"`` (Latin hypercube).
       n_candidates: the broad-start filter: this many candidates are drawn and only their
-        figure of merit is evaluated (batched, one compile); the best finite ones become the
-        starts. ``None`` (default) is ``10 * n_starts``; ``0`` turns the filter off (the first
-        ``n_starts`` draws are the starts).
+        figure of merit is evaluated (batched, one compile); the best finite ones that are not
+        within multi-level single linkage's critical distance of a better kept one become the
+        starts (:func:`multistart.starts.diverse_candidates`). ``None`` (default) is
+        ``10 * n_starts``; ``0`` turns the filter off (the first ``n_starts`` draws are the
+        starts).
       max_candidates: while fewer candidates are finite than there are free slots, the filter
         draws further blocks of ``n_candidates`` (same compiled program) until enough are
         finite or this many were drawn in all. ``None`` (default) is

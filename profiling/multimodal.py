@@ -179,7 +179,11 @@ def main() -> None:
             row["hits"] += hits
             row["wall"] += wall
             row["seeds_hit"] += hits > 0
-            print(f"  seed {seed} {arm.name:14s} successes {hits:3d}  best {np.min(foms):9.2f}")
+            print(
+                f"  seed {seed} {arm.name:14s} successes {hits:3d}  best {np.min(foms):9.2f}  "
+                f"wall {wall:6.1f} s",
+                flush=True,
+            )
 
     n = args.starts * args.seeds
     ref = rows[ARMS[0].name]
