@@ -106,7 +106,7 @@ def configure_compilation_cache() -> CacheSetup:
             _setup = _configure()
             from . import log
 
-            log.logger.info("compilation cache: %s", _setup.reason)
+            log.logger.debug("compilation cache: %s", _setup.reason)
         return _setup
 
 

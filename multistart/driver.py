@@ -99,6 +99,7 @@ def plan(search, setup: Setup) -> StartPlan:
             strategy=search.start_strategy,
             band=search.start_band,
             n_candidates=search.n_candidates,
+            max_candidates=search.max_candidates,
             filter_width=search.filter_batch_size,
             seed=search.seed,
             user=setup.user,

@@ -13,7 +13,7 @@ from .checkpoint import require_orbax
 from .convergence import Convergence
 from .result import Result
 from .solvers import LBFGS, OptaxSolver, Solver, as_solver
-from .starts import check_band, check_strategy
+from .starts import check_band, check_max_candidates, check_strategy
 from .sweep import BACKENDS
 from .tuning import check_batch_size
 
@@ -92,9 +92,15 @@ class MultiStartGradient:
       start_strategy: how starts cover the band: ``"band"`` (independent uniform draws),
         ``"sobol"`` (scrambled Sobol' sequence) or ``"lhs"`` (Latin hypercube).
       n_candidates: the broad-start filter: this many candidates are drawn and only their
-        figure of merit is evaluated (batched, one compile); the best finite ones become the
-        starts. ``None`` (default) is ``10 * n_starts``; ``0`` turns the filter off (the first
-        ``n_starts`` draws are the starts).
+        figure of merit is evaluated (batched, one compile); the best finite ones that are not
+        within multi-level single linkage's critical distance of a better kept one become the
+        starts (:func:`multistart.starts.diverse_candidates`). ``None`` (default) is
+        ``10 * n_starts``; ``0`` turns the filter off (the first ``n_starts`` draws are the
+        starts).
+      max_candidates: while fewer candidates are finite than there are free slots, the filter
+        draws further blocks of ``n_candidates`` (same compiled program) until enough are
+        finite or this many were drawn in all. ``None`` (default) is
+        ``max(100 * n_starts, n_candidates)``; ``n_candidates`` turns the top-up off.
       filter_batch_size: candidates per compiled filter call (default 64, at most
         ``n_candidates``). Fixed rather than tied to ``batch_size``, so the chosen starts, and
         the result, do not depend on ``batch_size``.
@@ -152,6 +158,7 @@ class MultiStartGradient:
         start_band: tuple[float, float] = (0.15, 0.85),
         start_strategy: str = "band",
         n_candidates: int | None = None,
+        max_candidates: int | None = None,
         filter_batch_size: int | None = None,
         resurrect: int = 0,
         log_every: int | None = None,
@@ -180,6 +187,7 @@ class MultiStartGradient:
         self.start_band = check_band(start_band)
         self.start_strategy = check_strategy(start_strategy)
         self.n_candidates = _check_candidates(n_candidates, self.n_starts)
+        self.max_candidates = check_max_candidates(max_candidates, self.n_candidates, self.n_starts)
         if filter_batch_size is not None and self.n_candidates == 0:
             raise ValueError(
                 "filter_batch_size has no effect with n_candidates=0 (no filter); drop one"
@@ -236,6 +244,7 @@ class MultiStartGradient:
             "start_band": list(self.start_band),
             "start_strategy": self.start_strategy,
             "n_candidates": self.n_candidates,
+            "max_candidates": self.max_candidates,
             "filter_batch_size": self.filter_batch_size if self.n_candidates else None,
             "resurrect": self.resurrect,
             "sync_every": self.sync_every,

@@ -11,19 +11,24 @@ prior (default 0.15-0.85), then mapped to physical values:
 
 The broad-start filter (TikTak's and MATLAB GlobalSearch's first stage) draws many candidates,
 evaluates only their figure of merit with one compiled, chunked ``vmap``
-(:class:`multistart.sweep.ValueSweep`), drops the non-finite ones and keeps the best; the
-finite candidates it did not keep are the reserve that resurrection draws from.
+(:class:`multistart.sweep.ValueSweep`), drops the non-finite ones and keeps the best finite
+candidates that are not too close to a better kept one (:func:`diverse_candidates`, multi-level
+single linkage's critical distance). When too few candidates are finite it draws more with the
+same compiled program, up to ``max_candidates``. The finite candidates it did not keep are the
+reserve that resurrection draws from, best first.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import jax
 import numpy as np
+from scipy.spatial import cKDTree
 from scipy.stats import qmc
 
 from . import log
@@ -42,6 +47,10 @@ __all__ = [
     "uniform_band_starts",
     "user_starts",
     "rank_candidates",
+    "critical_distance",
+    "diverse_candidates",
+    "unit_coords",
+    "check_max_candidates",
     "describe_region",
     "plan_starts",
 ]
@@ -272,6 +281,139 @@ def rank_candidates(foms: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
     return order[:m], order[m:]
 
 
+# Rinnooy Kan & Timmer's sigma: with sigma > 4 multi-level single linkage starts finitely many
+# local searches even as the sample grows without bound (their Theorem 8), so the rule thins
+# candidates in basins that are already represented however many candidates are drawn.
+MLSL_SIGMA = 4.0
+
+# The top-up's default ceiling: ten times the default number of candidates.
+MAX_CANDIDATES_PER_START = 100
+
+
+def critical_distance(n_points: int, n_dims: int, sigma: float = MLSL_SIGMA) -> float:
+    """Multi-level single linkage's critical distance in the unit cube (Rinnooy Kan & Timmer).
+
+    ``r = pi**-0.5 * (gamma(1 + d/2) * sigma * log(N) / N) ** (1/d)`` for ``N`` sample points
+    in ``d`` dimensions (Rinnooy Kan & Timmer 1987, "Stochastic global optimization methods
+    part II: multi level methods", Math. Programming 39, eq. (8) with the measure of the unit
+    cube, 1). A ball of radius ``r`` has volume ``sigma * log(N) / N``: it holds about
+    ``sigma * log(N)`` of the ``N`` points, so two points closer than ``r`` are likely in the
+    same basin, while ``r`` shrinks as the sample grows. ``0.0`` for ``N < 2``.
+
+    >>> round(critical_distance(2560, 9), 3)
+    0.537
+    """
+    if n_dims < 1:
+        raise ValueError(f"n_dims must be >= 1; got {n_dims}")
+    if n_points < 2:
+        return 0.0
+    n, d = float(n_points), float(n_dims)
+    # in logs: gamma(1 + d/2) overflows a float beyond d ~ 340
+    log_r = (math.lgamma(1.0 + d / 2) + math.log(sigma * math.log(n) / n)) / d
+    return math.exp(log_r) / math.sqrt(math.pi)
+
+
+def diverse_candidates(
+    unit: np.ndarray, foms: np.ndarray, m: int, radius: float
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """The best ``m`` finite candidates that keep their distance, and the finite rest.
+
+    The finite candidates are ranked by figure of merit (ties keep candidate order); going down
+    the ranking, a candidate is kept unless it lies within ``radius`` (Euclidean, in the unit
+    cube ``unit``) of a better one already kept, until ``m`` are kept. The best of a basin is
+    kept and its neighbours skipped, so one wide basin full of good-looking candidates cannot
+    take every slot (multi-level single linkage's rule; :func:`critical_distance`). If fewer
+    than ``m`` are kept, the best skipped ones fill the remaining places.
+
+    Args:
+      unit: ``(n, d)`` candidate coordinates in the unit cube.
+      foms: ``(n,)`` figures of merit; non-finite candidates are dropped.
+      m: how many to choose.
+      radius: the critical distance; ``0`` keeps plain ranking (:func:`rank_candidates`).
+
+    Returns:
+      ``(chosen, reserve, n_kept)``: indices of the chosen candidates, best first; of the
+      other finite ones, best first; and how many chosen were kept by the distance rule
+      (the others filled in).
+
+    >>> unit = np.array([[0.1, 0.1], [0.12, 0.1], [0.9, 0.9], [0.5, 0.5]])
+    >>> chosen, reserve, kept = diverse_candidates(unit, np.array([0.0, 1.0, 2.0, 3.0]), 2, 0.1)
+    >>> chosen.tolist(), reserve.tolist(), kept
+    ([0, 2], [1, 3], 2)
+    """
+    foms = np.asarray(foms)
+    unit = np.asarray(unit, dtype=np.float64)
+    if unit.ndim != 2 or len(unit) != len(foms):
+        raise ValueError(f"unit must be (n, d) with n = len(foms) = {len(foms)}; got {unit.shape}")
+    chosen, rest = rank_candidates(foms, m)
+    if radius <= 0 or len(rest) == 0:
+        return chosen, rest, len(chosen)
+    order = np.concatenate([chosen, rest])
+    points = unit[order]
+    tree = cKDTree(points)
+    skipped = np.zeros(len(order), dtype=bool)
+    kept: list[int] = []
+    # Every kept point marks its neighbours within the radius; a point still unmarked when the
+    # ranking reaches it has no better kept neighbour. A ball holds ~sigma*log(N) points at
+    # the critical distance, so this is about m ball queries, not an (N x N) distance matrix.
+    for i in range(len(order)):
+        if skipped[i]:
+            continue
+        kept.append(i)
+        if len(kept) == m:
+            break
+        skipped[tree.query_ball_point(points[i], radius)] = True
+    n_kept = len(kept)
+    take = np.zeros(len(order), dtype=bool)
+    take[kept] = True
+    if n_kept < m:
+        take[np.flatnonzero(~take)[: m - n_kept]] = True
+    return order[take], order[~take], n_kept
+
+
+def unit_coords(space: Space, x, band=(0.0, 1.0)) -> np.ndarray:
+    """``(n, n_dims)`` coordinates of a batch of physical params in the unit cube of ``band``.
+
+    Each prior's quantile ``q`` maps to ``(q - lo) / (hi - lo)``, so the band the starts were
+    drawn in is the unit cube and every parameter counts alike in a distance.
+    """
+    lo, hi = check_band(band)
+    leaves = space.leaves(x)
+    q = np.concatenate(
+        [
+            p.to_unit(np.asarray(v)).reshape(len(v), -1)
+            for p, v in zip(space.priors, leaves, strict=True)
+        ],
+        axis=1,
+    )
+    return (q - lo) / (hi - lo)
+
+
+def check_max_candidates(max_candidates, n_candidates: int, n_starts: int) -> int | None:
+    """Validate ``max_candidates``: ``None`` is ``max(100 * n_starts, n_candidates)``.
+
+    Returns ``None`` when the filter is off (``n_candidates == 0``).
+    """
+    if n_candidates == 0:
+        if max_candidates is not None:
+            raise ValueError(
+                "max_candidates has no effect with n_candidates=0 (no filter); drop one"
+            )
+        return None
+    if max_candidates is None:
+        return max(MAX_CANDIDATES_PER_START * n_starts, n_candidates)
+    if (
+        isinstance(max_candidates, bool)
+        or not isinstance(max_candidates, numbers.Integral)
+        or max_candidates < n_candidates
+    ):
+        raise ValueError(
+            f"max_candidates must be None ({MAX_CANDIDATES_PER_START} x n_starts) or an int "
+            f">= n_candidates ({n_candidates}); got {max_candidates!r}"
+        )
+    return int(max_candidates)
+
+
 def describe_region(space: Space, strategy: str, band, max_params: int = 8) -> str:
     """Where starts were drawn: the strategy, the band, and each parameter's range and prior."""
     lo, hi = check_band(band)
@@ -390,13 +532,19 @@ def plan_starts(
     filter_width: int,
     seed: int,
     user=None,
+    max_candidates: int | None = None,
+    diverse: bool = True,
 ) -> StartPlan:
     """Decide every slot's start: user starts first, then strategy draws (filtered or not).
 
-    With ``n_candidates > 0``, ``n_candidates`` draws are evaluated and the best finite ones
-    fill the free slots; fewer finite candidates than free slots leave the rest unstarted
-    (logged, and marked ``unstarted`` in the Result); none at all, with no user start either,
-    raises :class:`NoFiniteStartsError` naming the region tried.
+    With ``n_candidates > 0``, ``n_candidates`` draws are evaluated; while fewer of them are
+    finite than there are free slots, further blocks of ``n_candidates`` are drawn and
+    evaluated by the same compiled filter, up to ``max_candidates`` in all (default
+    ``n_candidates``: no top-up). The free slots get :func:`diverse_candidates` of the finite
+    ones (with ``diverse=False``, the plain best: :func:`rank_candidates`). Fewer finite
+    candidates than free slots after the top-up leave the rest unstarted (logged, and marked
+    ``unstarted`` in the Result); none at all, with no user start either, raises
+    :class:`NoFiniteStartsError` naming the region tried.
     """
     space = problem.space
     stream = StartStream(space, strategy, band, np.random.default_rng(seed))
@@ -409,21 +557,28 @@ def plan_starts(
         x0 = user if drawn is None else _concat(user, drawn)
         return StartPlan(x0, started, StreamReserve(stream), stats)
 
+    max_candidates = n_candidates if max_candidates is None else max(max_candidates, n_candidates)
     t0 = time.perf_counter()
-    cand = stream.draw(n_candidates)
-    u = space.ravel(space.to_unconstrained(cand, dtype=np.dtype(dtype)))
     from .memory import cap_width, max_batch_from_env
 
     # MULTISTART_MAX_BATCH caps the filter's width too: the retry knob after a memory failure.
     width = cap_width(filter_width, n_candidates, max_batch_from_env())
     sweep = filter_sweep(problem, dtype, width)
-    foms = sweep(u)
-    chosen, rest = rank_candidates(foms, free)
+    cand, foms = _draw_finite(stream, sweep, space, dtype, free, n_candidates, max_candidates)
+    n_drawn = len(foms)
+    radius = critical_distance(n_drawn, space.n_dims) if diverse else 0.0
+    unit = unit_coords(space, cand, band)
+    chosen, rest, n_kept = diverse_candidates(unit, foms, free, radius)
     filter_s = time.perf_counter() - t0
     n_finite = len(chosen) + len(rest)
     stats.update(
-        n_candidates=n_candidates,
+        n_candidates=n_drawn,
         n_finite_candidates=n_finite,
+        n_filter_draws=-(-n_drawn // n_candidates),
+        max_candidates=max_candidates,
+        filter_rule="mlsl" if diverse else "rank",
+        critical_distance=radius,
+        n_diverse=n_kept,
         filter_batch_size=sweep.width,
         filter_compile_s=sweep.compile_s,
         filter_s=filter_s,
@@ -431,7 +586,7 @@ def plan_starts(
     )
     if n_finite == 0 and k == 0:
         raise NoFiniteStartsError(
-            f"no finite figure of merit for {problem.name!r} at any of {n_candidates} candidate "
+            f"no finite figure of merit for {problem.name!r} at any of {n_drawn} candidate "
             f"starts ({describe_region(space, strategy, band)}); check the objective, or widen "
             "start_band / the priors, or give starts= inside the region where it is finite"
         )
@@ -445,20 +600,22 @@ def plan_starts(
             "broad-start filter: only %d of %d candidates have a finite figure of merit; "
             "running %d starts, and %d slot%s stay unstarted (status 'unstarted')",
             n_finite,
-            n_candidates,
+            n_drawn,
             k + len(chosen),
             missing,
             "" if missing == 1 else "s",
         )
     else:
         best = foms[chosen]
-        log.logger.info(
-            "broad-start filter: %d %s candidates, %d finite, kept the best %d "
-            "(figure of merit %.6g .. %.6g) in %.2f s (compile %.2f s)",
-            n_candidates,
+        log.logger.debug(
+            "broad-start filter: %d %s candidates, %d finite, kept %d (%d at least %.3g apart "
+            "in the unit band, figure of merit %.6g .. %.6g) in %.2f s (compile %.2f s)",
+            n_drawn,
             strategy,
             n_finite,
             free,
+            n_kept,
+            radius,
             best[0],
             best[-1],
             filter_s,
@@ -467,3 +624,31 @@ def plan_starts(
     stats["n_unstarted"] = int(np.sum(~started))
     reserve = CandidateReserve(_take(cand, rest), foms[rest])
     return StartPlan(_concat(user, picked), started, reserve, stats)
+
+
+def _draw_finite(stream, sweep, space, dtype, free, block, max_candidates):
+    """Candidates and their figures of merit, drawn in blocks until ``free`` are finite.
+
+    The first block always runs; further ones (the top-up) only while fewer than ``free`` are
+    finite and fewer than ``max_candidates`` have been drawn. Every block goes through the
+    same compiled ``sweep`` (its width is fixed, the ragged block padded): no second compile.
+    """
+    cand, foms, n_finite = None, None, 0
+    while True:
+        m = block if foms is None else min(block, max_candidates - len(foms))
+        x = stream.draw(m)
+        f = sweep(space.ravel(space.to_unconstrained(x, dtype=np.dtype(dtype))))
+        cand, foms = _concat(cand, x), f if foms is None else np.concatenate([foms, f])
+        n_finite += int(np.isfinite(f).sum())
+        if n_finite >= free or len(foms) >= max_candidates:
+            break
+    if len(foms) > block:
+        log.logger.info(
+            "broad-start filter topped up: %d of %d candidates finite after drawing %d more "
+            "(max_candidates=%d)",
+            n_finite,
+            len(foms),
+            len(foms) - block,
+            max_candidates,
+        )
+    return cand, foms

@@ -212,11 +212,17 @@ def _upper(spec, measure: bool, n_starts: int, max_batch, device) -> int | None:
     return balanced_width(n_starts, cap_width(n_starts, n_starts, max_batch))
 
 
+def _say(spec, *args) -> None:
+    """What the width choice is doing: INFO for an explicit ``"tune"``, DEBUG for ``"auto"``
+    (a default fit logs only what runs and what came out)."""
+    (log.logger.info if spec == "tune" else log.logger.debug)(*args)
+
+
 def _log_bound(spec, bound) -> None:
     budget = bound.budget
     if budget.nbytes is None:
         return
-    log.logger.info(
+    log.logger.debug(
         "batch_size %s: memory allows width %d (budget %.3g GiB: %s; estimate: %s; "
         "fixed %s, per start %s)",
         spec,
@@ -258,7 +264,7 @@ def _measure(sweep, pop, upper: int, spec: str) -> tuple[int, list[dict[str, Any
         return sweep.calls_per_step(w) * statistics.median(per_call[w])
 
     def time_width(w, label):
-        log.logger.info("batch_size %s: timing width %d (%s) ...", spec, w, label)
+        _say(spec, "batch_size %s: timing width %d (%s) ...", spec, w, label)
         seconds, n = sweep.time_chunks(
             pop,
             w,
@@ -357,7 +363,7 @@ def _log_table(spec, table, best) -> None:
             f"  {row['starts_steps_per_s']:>14.4g}"
             f"  {row['compile_s']:>9.2f}{mark}"
         )
-    log.logger.info("\n".join(lines))
+    _say(spec, "\n".join(lines))
 
 
 # -- persistence ----------------------------------------------------------------------------
@@ -415,7 +421,7 @@ def _cached_width(spec, sweep, pop, n_starts, device, start_step, backend):
                 width,
             )
             return None, tuning
-    log.logger.info("batch_size %s: width %d, recorded in %s", spec, width, path)
+    _say(spec, "batch_size %s: width %d, recorded in %s", spec, width, path)
     tuning.update(
         source="cache", method=record.get("method"), width=width, table=record.get("table", [])
     )

@@ -17,22 +17,21 @@ from conftest import (
 import multistart as ms
 from multistart.monitor import CompileCounter
 from multistart.priors import Space
-from multistart.starts import StartStream, rank_candidates, uniform_band_starts
+from multistart.starts import (
+    StartStream,
+    critical_distance,
+    diverse_candidates,
+    rank_candidates,
+    uniform_band_starts,
+    unit_coords,
+)
+from multistart.sweep import FILTER_NAME
 
 SPACE = {
     "a": ms.Uniform(-4.0, 4.0, shape=(3,)),
     "s": ms.LogUniform(0.1, 30.0),
     "n": {"m": ms.Normal(1.0, 2.0, shape=(2,))},
 }
-
-
-def unit_coords(space: Space, x) -> np.ndarray:
-    """Unit-cube coordinates of a batch of physical params, flat in space order."""
-    leaves = space.leaves(x)
-    return np.concatenate(
-        [p.to_unit(v).reshape(len(v), -1) for p, v in zip(space.priors, leaves, strict=True)],
-        axis=1,
-    )
 
 
 def stream(strategy, seed=0, band=(0.15, 0.85), space=SPACE):
@@ -237,8 +236,15 @@ def test_filter_keeps_the_best_finite_candidates(strategy, x64):
     foms = nan_walled_np(cand)
     finite = np.isfinite(foms)
     assert 0 < finite.sum() < n_candidates  # some candidates are in the nan region
-    best = np.argsort(np.where(finite, foms, np.inf), kind="stable")[:n_starts]
+    unit = unit_coords(Space(space), {"x": cand}, (0.15, 0.85))
+    radius = critical_distance(n_candidates, 2)
+    best, _, n_kept = diverse_candidates(unit, foms, n_starts, radius)
     np.testing.assert_allclose(result.start_params["x"], cand[best], rtol=1e-12)
+    assert result.stats["critical_distance"] == pytest.approx(radius)
+    assert result.stats["n_diverse"] == n_kept
+    # the distance rule changed the choice: plain ranking would have kept close neighbours
+    ranked = np.argsort(np.where(finite, foms, np.inf), kind="stable")[:n_starts]
+    assert set(best.tolist()) != set(ranked.tolist())
     assert result.stats["n_finite_candidates"] == finite.sum()
     assert result.stats["n_candidates"] == n_candidates
     assert result.stats["n_filter_compiles"] == 1
@@ -269,8 +275,10 @@ def test_filter_makes_starts_better_than_plain_draws(x64):
     kw = dict(n_starts=8, n_steps=1, seed=0, convergence=None)
     plain = ms.MultiStartAdam(n_candidates=0, **kw).fit(multimodal, MULTIMODAL_SPACE)
     filtered = ms.MultiStartAdam(**kw).fit(multimodal, MULTIMODAL_SPACE)
-    # after one step each start's best is its start value: the filter's are all better
-    assert np.max(filtered.foms) < np.median(plain.foms)
+    # after one step each start's best is its start value. The filter's are better as a whole
+    # and at the top, though not each one: the distance rule trades some for diversity.
+    assert np.median(filtered.foms) < np.median(plain.foms)
+    assert np.min(filtered.foms) < np.min(plain.foms)
 
 
 def only_near_zero(p):
@@ -284,7 +292,9 @@ def test_fewer_finite_candidates_than_starts_runs_those_and_marks_the_rest(caplo
     n_finite = int(np.sum(cand < 0.2))
     assert 1 <= n_finite < 8  # the case under test
     monkeypatch.setenv("MULTISTART_LOG_LEVEL", "INFO")
-    search = ms.MultiStartAdam(n_starts=8, batch_size=3, n_steps=50, seed=0, n_candidates=24)
+    search = ms.MultiStartAdam(
+        n_starts=8, batch_size=3, n_steps=50, seed=0, n_candidates=24, max_candidates=24
+    )
     with caplog.at_level(logging.INFO, logger="multistart"):
         result = search.fit(only_near_zero, space)
     unstarted = np.array([s is ms.Status.UNSTARTED for s in result.status])
@@ -309,7 +319,9 @@ def test_no_finite_candidate_raises_naming_the_region_before_the_step_compiles()
     with CompileCounter() as compiles, pytest.raises(ms.NoFiniteStartsError) as info:
         search.fit(lambda p: jnp.log(-(p["x"] ** 2) - 1.0), {"x": ms.Uniform(-2.0, 2.0)})
     message = str(info.value)
-    assert "16 candidate starts" in message and "'sobol'" in message
+    # it topped up to max_candidates (100 x n_starts) before giving up, with one filter compile
+    assert "400 candidate starts" in message and "'sobol'" in message
+    assert compiles.count(FILTER_NAME) == 1
     assert "(0.2, 0.8)" in message and "x in [-1.2, 1.2] of Uniform(-2.0, 2.0" in message
     assert compiles.count("multistart_chunk_step") == 0
     assert isinstance(info.value, ValueError)
@@ -323,6 +335,9 @@ def test_no_finite_candidate_raises_naming_the_region_before_the_step_compiles()
         ({"n_candidates": True}, "n_candidates must be"),
         ({"n_candidates": 0, "filter_batch_size": 8}, "filter_batch_size has no effect"),
         ({"filter_batch_size": 0}, "filter_batch_size must be an int >= 1"),
+        ({"n_candidates": 0, "max_candidates": 100}, "max_candidates has no effect"),
+        ({"n_starts": 4, "max_candidates": 39}, r"max_candidates must be None \(100 x n_starts\)"),
+        ({"max_candidates": 1e4}, "max_candidates must be"),
         ({"resurrect": -1}, "resurrect must be an int >= 0"),
         ({"resurrect": 9, "max_nonfinite": 8}, r"resurrect must be <= max_nonfinite \(8\)"),
     ],
@@ -335,6 +350,9 @@ def test_bad_start_arguments(kwargs, match):
 def test_config_records_the_start_options():
     config = ms.MultiStartAdam(n_starts=4, start_strategy="lhs", resurrect=2).config()
     assert config["start_strategy"] == "lhs" and config["n_candidates"] == 40
+    assert config["max_candidates"] == 400
+    assert ms.MultiStartAdam(n_starts=4, n_candidates=0).config()["max_candidates"] is None
+    assert ms.MultiStartAdam(n_starts=4, n_candidates=1000).config()["max_candidates"] == 1000
     assert config["filter_batch_size"] == 64 and config["resurrect"] == 2
 
 
@@ -367,3 +385,106 @@ def test_max_batch_caps_the_filter_width(monkeypatch):
         parabola, PARABOLA_SPACE
     )
     assert result.stats["filter_batch_size"] == 8
+
+
+# -- the diversity rule (literal arrays, nothing compiled) ---------------------------------------
+
+
+def two_clusters(n_each=20, seed=0):
+    """A tight cluster of good candidates near (0.2, 0.2) and a cluster of worse ones near
+    (0.8, 0.8), interleaved in candidate order."""
+    rng = np.random.default_rng(seed)
+    good = 0.2 + 0.02 * rng.standard_normal((n_each, 2))
+    poor = 0.8 + 0.02 * rng.standard_normal((n_each, 2))
+    unit = np.empty((2 * n_each, 2))
+    unit[0::2], unit[1::2] = good, poor
+    foms = np.empty(2 * n_each)
+    foms[0::2] = rng.uniform(0.0, 1.0, n_each)
+    foms[1::2] = rng.uniform(5.0, 6.0, n_each)
+    return unit, foms
+
+
+def test_critical_distance_is_the_radius_of_a_ball_holding_sigma_log_n_over_n():
+    from math import gamma, log, pi
+
+    for n, d in [(100, 1), (2560, 9), (320, 48), (10**6, 3)]:
+        r = critical_distance(n, d, sigma=4.0)
+        volume = pi ** (d / 2) * r**d / gamma(1 + d / 2)
+        assert volume == pytest.approx(4.0 * log(n) / n, rel=1e-9)
+    assert critical_distance(1000, 9) < critical_distance(100, 9)  # shrinks as samples grow
+    assert critical_distance(1, 5) == 0.0
+    assert np.isfinite(critical_distance(10**4, 500))  # no overflow of gamma(1 + d/2)
+
+
+def test_two_clusters_are_both_represented_where_ranking_takes_one():
+    unit, foms = two_clusters()
+    ranked, _ = rank_candidates(foms, 4)
+    assert np.all(unit[ranked, 0] < 0.5)  # plain ranking: all four from the good cluster
+    chosen, reserve, n_kept = diverse_candidates(unit, foms, 4, radius=0.2)
+    near_good = unit[chosen, 0] < 0.5
+    assert near_good.any() and not near_good.all()
+    # one kept per cluster (the best of each), then the best skipped ones fill in
+    assert n_kept == 2
+    assert chosen[0] == np.argmin(foms)
+    assert np.argmin(np.where(unit[:, 0] > 0.5, foms, np.inf)) in chosen
+
+
+def test_chosen_and_reserve_are_best_first_and_partition_the_finite_candidates():
+    unit, foms = two_clusters()
+    foms[[3, 10, 17]] = [np.nan, np.inf, -np.inf]
+    chosen, reserve, _ = diverse_candidates(unit, foms, 6, radius=0.2)
+    assert np.all(np.diff(foms[chosen]) >= 0) and np.all(np.diff(foms[reserve]) >= 0)
+    both = np.concatenate([chosen, reserve])
+    assert sorted(both.tolist()) == np.flatnonzero(np.isfinite(foms)).tolist()
+    assert len(chosen) == 6
+
+
+def test_far_apart_candidates_are_kept_and_close_ones_skipped_in_favour_of_the_better():
+    unit = np.array([[0.0, 0.0], [0.05, 0.0], [0.5, 0.0], [0.52, 0.0], [1.0, 1.0]])
+    foms = np.array([1.0, 0.5, 3.0, 2.0, 9.0])
+    chosen, reserve, n_kept = diverse_candidates(unit, foms, 3, radius=0.1)
+    assert chosen.tolist() == [1, 3, 4] and reserve.tolist() == [0, 2] and n_kept == 3
+    # a radius that reaches everything keeps one and fills with the best skipped
+    chosen, reserve, n_kept = diverse_candidates(unit, foms, 3, radius=10.0)
+    assert chosen.tolist() == [1, 0, 3] and n_kept == 1
+
+
+def test_the_diversity_rule_is_deterministic_and_radius_zero_is_plain_ranking():
+    unit, foms = two_clusters(seed=3)
+    foms[5] = foms[7]  # a tie: candidate order decides
+    a = diverse_candidates(unit, foms, 5, radius=0.05)
+    b = diverse_candidates(unit.copy(), foms.copy(), 5, radius=0.05)
+    assert all(np.array_equal(x, y) for x, y in zip(a[:2], b[:2], strict=True)) and a[2] == b[2]
+    chosen, reserve, n_kept = diverse_candidates(unit, foms, 5, radius=0.0)
+    ranked, rest = rank_candidates(foms, 5)
+    assert chosen.tolist() == ranked.tolist() and reserve.tolist() == rest.tolist()
+    assert n_kept == 5
+
+
+def test_diverse_candidates_checks_its_shapes():
+    with pytest.raises(ValueError, match="unit must be"):
+        diverse_candidates(np.zeros((3, 2)), np.zeros(4), 2, 0.1)
+
+
+# -- topping up ----------------------------------------------------------------------------------
+
+
+def sparse_finite(p):
+    """Finite on ~2 % of the start band of Uniform(0, 1): x < 0.164 of the band (0.15, 0.85)."""
+    return jnp.where(p["x"] < 0.164, (p["x"] - 0.16) ** 2, jnp.nan)
+
+
+def test_a_sparse_finite_region_is_found_by_topping_up_with_one_filter_compile():
+    space = {"x": ms.Uniform(0.0, 1.0)}
+    topped_up = 0
+    for seed in range(6):
+        search = ms.MultiStartAdam(n_starts=16, n_steps=5, seed=seed, convergence=None)
+        with CompileCounter() as compiles:
+            result = search.fit(sparse_finite, space)
+        assert result.stats["n_unstarted"] == 0 and np.all(np.isfinite(result.foms))
+        assert result.stats["n_finite_candidates"] >= 16
+        assert compiles.count(FILTER_NAME) == 1
+        drawn = result.stats["n_candidates"]
+        assert drawn % 160 == 0 and result.stats["n_filter_draws"] == drawn // 160
+        topped_up += drawn > 160
+    assert topped_up == 6  # 160 candidates hold ~3 finite ones: every seed needed the top-up
