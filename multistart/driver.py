@@ -34,15 +34,17 @@ from . import log, memory
 from .cache import configure_compilation_cache
 from .checkpoint import CheckpointError, SearchCheckpoints, SearchInterrupted
 from .identity import SearchIdentity, search_identity
+from .minima import default_tolerances
 from .monitor import CompileCounter
 from .problem import Problem, as_problem, check_objective
 from .progress import Progress, interactive
 from .result import Result
-from .resurrect import REPLACE_NAME, Resurrector
+from .resurrect import REPLACE_NAME, Discoveries, Resurrector
 from .starts import StartPlan, check_strategy_space, plan_starts, user_starts
 from .status import Status
 from .step import PopState, init_population, make_chunk_step, make_start_step
 from .sweep import BACKENDS, FILTER_NAME, Sweep
+from .tiktak import TikTakQueue
 from .tuning import WidthChoice, resolve_width
 
 __all__ = ["run", "CHUNK_STEP_NAME"]
@@ -173,7 +175,9 @@ def build(search, setup: Setup, start_plan: StartPlan, compiles: CompileCounter)
 
     # With resurrection a start gives up (and is replaced) after `resurrect` failures.
     give_up = search.resurrect or search.max_nonfinite
-    start_step = make_start_step(fom_u, search.solver, search.convergence, give_up)
+    start_step = make_start_step(
+        fom_u, search.solver, search.convergence, give_up, max_start_steps=search.local_steps
+    )
     chunk_step = make_chunk_step(start_step)
     chunk_step.__name__ = chunk_step.__qualname__ = CHUNK_STEP_NAME
     n_rows = math.ceil(search.n_steps / stride)
@@ -182,7 +186,7 @@ def build(search, setup: Setup, start_plan: StartPlan, compiles: CompileCounter)
     def init(u, st):
         return init_population(search.solver, u, n_rows, window, status=st)
 
-    one = jax.eval_shape(init, u0[:1] if search.flat else _first(u0), status0[:1]).starts
+    one = jax.eval_shape(init, _one_row(u0), status0[:1].astype(np.int8)).starts
     one = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype), one)
     config = search.config()
     config["starts"] = hashlib.sha256(
@@ -222,24 +226,52 @@ def build(search, setup: Setup, start_plan: StartPlan, compiles: CompileCounter)
         math.ceil(n / choice.width),
         sweep.compile_s,
     )
-    resurrector = None
-    if search.resurrect and start_plan.reserve is not None:
-        resurrector = Resurrector(
-            start_plan.reserve,
-            solver=search.solver,
-            window=window,
-            width=choice.width,
-            n_total=n,
-            to_u=to_unconstrained(search, space, dtype),
-            u0=u0,
-        )
+    resurrector = _replacer(search, problem, start_plan, choice.width, u0, to_physical, dtype)
     return Engine(
         pop, sweep, u0, to_physical, stride, choice, identity, resurrector, checkpoints, compiles
     )
 
 
-def _first(tree):
-    return jax.tree_util.tree_map(lambda a: a[:1], tree)
+def _replacer(search, problem, start_plan, width, u0, to_physical, dtype):
+    """What gives ended starts' slots new starts: resurrection, TikTak, or nothing."""
+    tiktak = search.start_strategy == "tiktak"
+    if not (search.resurrect or tiktak) or start_plan.reserve is None:
+        return None
+    window = 1 if search.convergence is None else search.convergence.window
+    kw = dict(
+        solver=search.solver,
+        window=window,
+        width=width,
+        n_total=search.n_starts,
+        to_u=to_unconstrained(search, problem.space, dtype),
+        u0=u0,
+    )
+    if not tiktak:
+        return Resurrector(start_plan.reserve, **kw)
+    reserve = start_plan.reserve  # the filter's other finite candidates, best first
+    queue = TikTakQueue(
+        getattr(reserve, "x", None),
+        problem.space,
+        n_local=search.n_local,
+        n_first=int(np.sum(start_plan.started)),
+    )
+    discoveries = None
+    if search.max_discoveries is not None:
+        conv = search.config()["convergence"]
+        xtol, ftol = default_tolerances(dtype, conv)
+        discoveries = Discoveries(search.max_discoveries, xtol=xtol, ftol=ftol)
+    return Resurrector(
+        queue,
+        codes=(Status.NONFINITE, Status.CONVERGED, Status.MAX_STEPS),
+        to_x=to_physical,
+        discoveries=discoveries,
+        **kw,
+    )
+
+
+def _one_row(tree):
+    """Shapes of one row of ``tree`` (no device work: an eager slice would be a compile)."""
+    return jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct((1, *a.shape[1:]), a.dtype), tree)
 
 
 # -- 4. a checkpoint to continue from -----------------------------------------------------------
@@ -352,6 +384,8 @@ class Loop:
                 pop, status = resurrector(pop, status, steps_run)
                 if resurrector.n_resurrections != before:
                     sweep.rebase(pop)  # a back-off must not replay over the replaced rows
+                if resurrector.stop_reason is not None:  # TikTak re-found its best enough
+                    stopping, budget, resurrect_due = True, resurrector.stop_reason, False
             running = np.flatnonzero(status == Status.RUNNING.code)
             if logging_now or drawing:
                 best = float(np.asarray(pop.starts.best_fom).min())
@@ -479,6 +513,7 @@ _STILL_RUNNING = {  # what a start still running when the loop ended is marked
     "target_fom": Status.STOPPED,
     "max_evals": Status.STOPPED,
     "max_time_s": Status.STOPPED,
+    "max_discoveries": Status.STOPPED,
 }
 
 
@@ -568,6 +603,11 @@ def stats(search, start_plan: StartPlan, engine: Engine, outcome: Outcome, rec, 
             n_resurrections=engine.resurrector.n_resurrections,
             n_replace_compiles=compiles.count(REPLACE_NAME),
         )
+        if search.start_strategy == "tiktak":
+            out["n_local"] = int(np.sum(start_plan.started)) + engine.resurrector.n_resurrections
+            d = engine.resurrector.discoveries
+            if d is not None:
+                out["discoveries"] = d.count
     if engine.checkpoints is not None:
         out["checkpoints"] = list(engine.checkpoints.saved)
     if choice.tuning is not None:

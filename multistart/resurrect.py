@@ -26,7 +26,7 @@ from .status import Status
 from .step import PopState, init_population
 from .sweep import lower_and_compile
 
-__all__ = ["REPLACE_NAME", "make_replace_rows", "Resurrector"]
+__all__ = ["REPLACE_NAME", "make_replace_rows", "Resurrector", "Discoveries"]
 
 REPLACE_NAME = "multistart_replace_rows"
 _NONFINITE, _RUNNING = Status.NONFINITE.code, Status.RUNNING.code
@@ -82,8 +82,24 @@ class Resurrector:
       u0: the population's initial unconstrained starts (host copy).
     """
 
-    def __init__(self, reserve, *, solver, window, width, n_total, to_u, u0):
+    def __init__(
+        self,
+        reserve,
+        *,
+        solver,
+        window,
+        width,
+        n_total,
+        to_u,
+        u0,
+        codes=(Status.NONFINITE,),
+        to_x=None,
+        discoveries: Discoveries | None = None,
+    ):
         self.reserve = reserve
+        self.codes = np.array([c.code for c in codes])
+        self.to_x = to_x
+        self.discoveries = discoveries
         self._jit = jax.jit(make_replace_rows(solver, window), donate_argnums=0)
         self.compiled = None
         self.compile_s = 0.0
@@ -96,17 +112,26 @@ class Resurrector:
         self.records: list[_Incarnation] = []
         self.exhausted = False
 
+    @property
+    def stop_reason(self) -> str | None:
+        """Why the search should stop now (TikTak's rediscovery rule), or ``None``."""
+        d = self.discoveries
+        return "max_discoveries" if d is not None and d.done else None
+
     def __call__(self, pop: PopState, status: np.ndarray, step: int):
-        """Replace every dead start that the reserve can; returns ``(pop, status)``."""
-        dead = np.flatnonzero(status == _NONFINITE)
+        """Replace every ended start (of ``codes``) that the reserve can; ``(pop, status)``."""
+        dead = np.flatnonzero(np.isin(status, self.codes))
         if dead.size == 0 or self.exhausted:
             return pop, status
-        x_new = self.reserve.take(dead.size)
+        if getattr(self.reserve, "blends", False):
+            x_new = self.reserve.take(dead.size, self._best_x(pop))
+        else:
+            x_new = self.reserve.take(dead.size)
         k = 0 if x_new is None else len(jax.tree_util.tree_leaves(x_new)[0])
         if k < dead.size:
             self.exhausted = True
-            log.logger.warning(
-                "resurrection: %s is exhausted; %d dead start%s stay nonfinite from step %d",
+            (log.logger.info if getattr(self.reserve, "blends", False) else log.logger.warning)(
+                "%s is exhausted: %d ended start%s stay as they are from step %d",
                 self.reserve.kind,
                 dead.size - k,
                 "" if dead.size - k == 1 else "s",
@@ -116,6 +141,8 @@ class Resurrector:
             return pop, status
         rows = dead[:k]
         self._record(pop, rows, step)
+        if self.discoveries is not None:
+            self.discoveries.observe(self.records[-k:])
         u_new = self.to_u(x_new)
         if self.compiled is None:
             example = jax.tree_util.tree_map(lambda a: pad_rows(a[:1], self.width - 1), u_new)
@@ -136,14 +163,26 @@ class Resurrector:
         self.count[rows] += 1
         status = status.copy()
         status[rows] = _RUNNING
-        log.logger.info(
-            "resurrection at step %d: replaced %d dead start%s from %s",
+        tiktak = getattr(self.reserve, "blends", False)  # routine for TikTak: not news
+        (log.logger.debug if tiktak else log.logger.info)(
+            "step %d: %d ended start%s replaced from %s",
             step,
             k,
             "" if k == 1 else "s",
             self.reserve.kind,
         )
         return pop, status
+
+    def _best_x(self, pop: PopState):
+        """The physical params of the best point found so far (running starts and records)."""
+        f, u = jax.device_get((pop.starts.best_fom, pop.starts.best_u))
+        f = np.where(np.isfinite(f), f, np.inf)
+        i = int(np.argmin(f))
+        best_f, best_u = float(f[i]), _rows(u, i)
+        for r in self.records:
+            if np.isfinite(r.best_fom) and r.best_fom < best_f:
+                best_f, best_u = r.best_fom, r.best_u
+        return jax.tree_util.tree_map(np.asarray, jax.device_get(self.to_x(best_u)))
 
     def _record(self, pop: PopState, rows: np.ndarray, step: int) -> None:
         # Whole small vectors to the host (one transfer each), indexed in NumPy.
@@ -228,6 +267,8 @@ class Resurrector:
             )
             for j, r in enumerate(meta["records"])
         ]
+        if self.discoveries is not None:
+            self.discoveries.observe(self.records)  # the same records in the same order
 
     @property
     def n_resurrections(self) -> int:
@@ -324,6 +365,38 @@ class Resurrector:
                 strict=True,
             ):
                 leaf[i] = v
+
+
+class Discoveries:
+    """Counts how often ended local searches re-find the best minimum (TikTak's stop rule).
+
+    Records are observed in the order they ended. A converged one better than the best by more
+    than ``ftol`` becomes the best (found once); one within ``ftol`` of it in the figure of
+    merit and within ``xtol`` in every unconstrained coordinate (both relative above magnitude
+    1) counts as a rediscovery. The search stops once the best has been found ``limit`` times.
+    The state is a function of the records alone, so a resumed search replays it.
+    """
+
+    def __init__(self, limit: int, *, xtol: float, ftol: float):
+        self.limit, self.xtol, self.ftol = limit, xtol, ftol
+        self.best_f, self.best_u, self.count = np.inf, None, 0
+
+    @property
+    def done(self) -> bool:
+        return self.count >= self.limit
+
+    def observe(self, records) -> None:
+        for r in records:
+            if r.status != Status.CONVERGED.code or not np.isfinite(r.best_fom):
+                continue
+            u = np.concatenate([np.ravel(a) for a in jax.tree_util.tree_leaves(r.best_u)])
+            tol_f = self.ftol * max(1.0, abs(self.best_f)) if np.isfinite(self.best_f) else 0
+            if r.best_fom < self.best_f - tol_f:
+                self.best_f, self.best_u, self.count = r.best_fom, u, 1
+            elif abs(r.best_fom - self.best_f) <= tol_f and np.all(
+                np.abs(u - self.best_u) <= self.xtol * np.maximum(1.0, np.abs(self.best_u))
+            ):
+                self.count += 1
 
 
 def _best_incarnation(foms: list[float]) -> int:

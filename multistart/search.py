@@ -29,6 +29,7 @@ __all__ = [
 DEFAULT_CONVERGENCE = Convergence()
 CANDIDATES_PER_START = 10
 DEFAULT_FILTER_BATCH_SIZE = 64
+TIKTAK_LOCAL_PER_START = 4  # TikTak's default n_local: this many local searches per slot
 
 
 _check_int = checks.integer
@@ -90,7 +91,16 @@ class MultiStartGradient:
         evaluations (each one rolls it back to its last finite point with half the step).
       start_band: starts are drawn in this band of each prior's quantiles.
       start_strategy: how starts cover the band: ``"band"`` (independent uniform draws),
-        ``"sobol"`` (scrambled Sobol' sequence) or ``"lhs"`` (Latin hypercube).
+        ``"sobol"`` (scrambled Sobol' sequence) or ``"lhs"`` (Latin hypercube); or
+        ``"tiktak"``: Sobol' candidates, and whenever a slot's local search ends it gets the
+        next filtered candidate blended towards the best point so far (TikTak; see
+        :mod:`multistart.tiktak`).
+      n_local: TikTak only: local searches in all, the first wave of ``n_starts`` included
+        (default ``4 * n_starts``, at most ``n_candidates``).
+      local_steps: TikTak only: a local search ends after this many steps (default: only by
+        convergence or as non-finite), so its slot is reused.
+      max_discoveries: TikTak only: stop once the best minimum has been found this many times
+        (optimagic's rule; default: off).
       n_candidates: the broad-start filter: this many candidates are drawn and only their
         figure of merit is evaluated (batched, one compile); the best finite ones that are not
         within multi-level single linkage's critical distance of a better kept one become the
@@ -172,6 +182,9 @@ class MultiStartGradient:
         target_fom: float | None = None,
         max_evals: int | None = None,
         max_time_s: float | None = None,
+        n_local: int | None = None,
+        local_steps: int | None = None,
+        max_discoveries: int | None = None,
     ):
         if convergence is not None and not isinstance(convergence, Convergence):
             raise TypeError(
@@ -222,6 +235,46 @@ class MultiStartGradient:
         self.target_fom = _check_real(target_fom, "target_fom", finite=True)
         self.max_evals = None if max_evals is None else _check_int(max_evals, "max_evals", 1)
         self.max_time_s = _check_real(max_time_s, "max_time_s", positive=True)
+        self._check_tiktak(n_local, local_steps, max_discoveries)
+
+    def _check_tiktak(self, n_local, local_steps, max_discoveries) -> None:
+        tiktak = self.start_strategy == "tiktak"
+        given = {"n_local": n_local, "local_steps": local_steps, "max_discoveries": max_discoveries}
+        if not tiktak:
+            extra = [k for k, v in given.items() if v is not None]
+            if extra:
+                raise ValueError(
+                    f"{', '.join(extra)} only apply with start_strategy='tiktak'; got "
+                    f"start_strategy={self.start_strategy!r}"
+                )
+            self.n_local = self.local_steps = self.max_discoveries = None
+            return
+        if self.n_candidates == 0:
+            raise ValueError(
+                "start_strategy='tiktak' hands out the broad-start filter's candidates: "
+                "n_candidates must not be 0"
+            )
+        if self.resurrect:
+            raise ValueError(
+                "start_strategy='tiktak' already gives every ended start's slot a new start; "
+                "drop resurrect"
+            )
+        self.n_local = (
+            min(TIKTAK_LOCAL_PER_START * self.n_starts, self.n_candidates)
+            if n_local is None
+            else _check_int(n_local, "n_local", self.n_starts)
+        )
+        if self.n_local > self.n_candidates:
+            raise ValueError(
+                f"n_local ({self.n_local}) local searches need as many candidates: raise "
+                f"n_candidates (now {self.n_candidates})"
+            )
+        self.local_steps = (
+            None if local_steps is None else _check_int(local_steps, "local_steps", 1)
+        )
+        self.max_discoveries = (
+            None if max_discoveries is None else _check_int(max_discoveries, "max_discoveries", 1)
+        )
 
     def __repr__(self) -> str:
         return (
@@ -253,6 +306,9 @@ class MultiStartGradient:
             "target_fom": self.target_fom,
             "max_evals": self.max_evals,
             "max_time_s": self.max_time_s,
+            "n_local": self.n_local,
+            "local_steps": self.local_steps,
+            "max_discoveries": self.max_discoveries,
             "hyperparameters": self.solver.hyperparameters(),
         }
 

@@ -55,7 +55,10 @@ __all__ = [
     "plan_starts",
 ]
 
-STRATEGIES = ("band", "sobol", "lhs")
+STRATEGIES = ("band", "sobol", "lhs", "tiktak")
+# TikTak draws its candidates as a scrambled Sobol' sequence (as its authors do); what makes it
+# TikTak is how the driver hands them out (multistart.tiktak).
+_SAMPLER = {"tiktak": "sobol"}
 
 
 class NoFiniteStartsError(ValueError):
@@ -96,9 +99,10 @@ def uniform_band_starts(space: Space, n: int, rng: np.random.Generator, band=(0.
 
 def check_strategy_space(strategy: str, space: Space) -> None:
     """Fail early when a strategy cannot draw in this space (Sobol' has a dimension limit)."""
-    if strategy == "sobol" and space.n_dims > qmc.Sobol.MAXDIM:
+    if _SAMPLER.get(strategy, strategy) == "sobol" and space.n_dims > qmc.Sobol.MAXDIM:
         raise ValueError(
-            f"start_strategy='sobol' supports at most {qmc.Sobol.MAXDIM} parameters; "
+            f"start_strategy={strategy!r} (Sobol' points) supports at most "
+            f"{qmc.Sobol.MAXDIM} parameters; "
             f"the space has {space.n_dims}: use 'lhs' or 'band'"
         )
 
@@ -118,6 +122,7 @@ class StartStream:
         self.rng = rng
         d = space.n_dims
         check_strategy_space(strategy, space)
+        strategy = self.sampler = _SAMPLER.get(strategy, strategy)
         if strategy == "sobol":
             self._engine = qmc.Sobol(d=d, scramble=True, rng=rng)
             self._buffer = np.empty((0, d))
@@ -126,9 +131,9 @@ class StartStream:
 
     def unit(self, m: int) -> np.ndarray:
         """The next ``m`` points in ``[0, 1)^n_dims`` (before the band), flat in space order."""
-        if self.strategy == "sobol":
+        if self.sampler == "sobol":
             return self._sobol(m)
-        if self.strategy == "lhs":
+        if self.sampler == "lhs":
             return self._engine.random(m) if m else np.empty((0, self.space.n_dims))
         raise ValueError("band draws are made per prior; use draw()")
 
@@ -148,7 +153,7 @@ class StartStream:
 
     def draw(self, m: int):
         """The next ``m`` starts: physical params with a leading ``m`` axis (float64)."""
-        if self.strategy == "band":
+        if self.sampler == "band":
             return uniform_band_starts(self.space, m, self.rng, self.band)
         lo, hi = self.band
         q = lo + (hi - lo) * self.unit(m)

@@ -26,6 +26,7 @@ from .status import Status
 __all__ = ["StartState", "PopState", "make_start_step", "make_chunk_step", "init_population"]
 
 _RUNNING, _CONVERGED, _NONFINITE = Status.RUNNING.code, Status.CONVERGED.code, Status.NONFINITE.code
+_MAX_STEPS = Status.MAX_STEPS.code
 
 
 class StartState(NamedTuple):
@@ -78,6 +79,7 @@ def make_start_step(
     solver: Solver,
     convergence: Convergence | None,
     max_nonfinite: int,
+    max_start_steps: int | None = None,
 ) -> Callable[[StartState, Any], StartState]:
     """Build ``start_step(state, data) -> state`` for one start: the solver behind the guard.
 
@@ -94,6 +96,8 @@ def make_start_step(
       ``nonfinite``.
     - **The best-so-far** over every evaluated point, and the step it was found at.
     - **Convergence**: the window rule on the best-so-far, or the solver's own test.
+    - **A per-start step cap** (``max_start_steps``, TikTak's ``local_steps``): a start that
+      took that many steps ends as ``max_steps`` on the device, so its slot can be reused.
 
     A start that is not running is returned unchanged, so results do not depend on when the
     host drops it.
@@ -138,6 +142,9 @@ def make_start_step(
             )
             ring = ring.at[slot].set(best_fom)
         status = jnp.where(~dead & conv, _CONVERGED, status)
+        if max_start_steps is not None:
+            out_of_steps = (status == _RUNNING) & (s.n_steps + 1 >= max_start_steps)
+            status = jnp.where(out_of_steps, _MAX_STEPS, status)
 
         new = StartState(
             u=_tree_select(ok, u_next, s.good_u),

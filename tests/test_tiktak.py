@@ -1,0 +1,122 @@
+"""TikTak inside the one-compile engine: the blend, the queue, stops, determinism, resume."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import NoCompile, same_result
+
+import multistart as ms
+from multistart.priors import Space
+from multistart.sweep import ChunkSweep
+from multistart.tiktak import TikTakQueue, theta
+
+
+def rastrigin(p):
+    x = p["x"]
+    return jnp.sum(x**2 - 10.0 * jnp.cos(2.0 * jnp.pi * x)) + 10.0 * x.size
+
+
+SPACE = {"x": ms.Uniform(-5.12, 5.12, shape=(3,))}
+KW = dict(n_starts=8, batch_size=4, n_steps=300, seed=0, log_every=0)
+
+
+def test_blended_starts_follow_the_formula():
+    space = Space({"a": ms.Uniform(0.0, 10.0), "b": ms.LogUniform(1.0, 100.0, shape=(2,))})
+    cand = {"a": np.array([2.0, 8.0, 5.0]), "b": np.array([[1.0, 10.0], [100.0, 1.0], [5.0, 5.0]])}
+    best = {"a": np.array(6.0), "b": np.array([10.0, 10.0])}
+    queue = TikTakQueue(cand, space, n_local=20, n_first=4)
+    out = queue.take(2, best)
+    for j, i in enumerate((5, 6)):  # the 5th and 6th of 20 local searches
+        w = theta(i, 20)
+        assert w == pytest.approx(np.sqrt(i / 20))
+        np.testing.assert_allclose(out["a"][j], (1 - w) * cand["a"][j] + w * 6.0)
+        # LogUniform: blended in log x
+        want = np.exp((1 - w) * np.log(cand["b"][j]) + w * np.log(10.0))
+        np.testing.assert_allclose(out["b"][j], want)
+    assert queue.remaining == 1  # 3 candidates queued, 2 taken
+    assert theta(1, 1000) == 0.1 and theta(1000, 1000) == 0.995
+
+
+def test_the_queue_stops_at_n_local():
+    space = Space({"a": ms.Uniform(0.0, 1.0)})
+    queue = TikTakQueue({"a": np.linspace(0.1, 0.9, 9)}, space, n_local=6, n_first=4)
+    assert len(queue.take(5)["a"]) == 2 and queue.take(1) is None
+
+
+def test_tiktak_finds_what_independent_starts_miss_and_runs_n_local_searches(x64):
+    independent = ms.MultiStartLBFGS(**KW).fit(rastrigin, SPACE)
+    tiktak = ms.MultiStartLBFGS(**KW, start_strategy="tiktak").fit(rastrigin, SPACE)
+    assert tiktak.best_fom < independent.best_fom
+    assert tiktak.best_fom < 1e-8  # the global minimum
+    assert tiktak.stats["n_local"] == 32  # the default, 4 per slot
+    assert len(tiktak.incarnations) >= 32 - 8
+    assert tiktak.stats["n_compiles"] == 1 and tiktak.stats["n_replace_compiles"] == 1
+
+
+def test_tiktak_does_not_depend_on_the_batch_width(x64):
+    a = ms.MultiStartLBFGS(**KW, start_strategy="tiktak").fit(rastrigin, SPACE)
+    b = ms.MultiStartLBFGS(**{**KW, "batch_size": 3}, start_strategy="tiktak").fit(rastrigin, SPACE)
+    np.testing.assert_allclose(a.foms, b.foms, rtol=1e-9, atol=1e-12)
+    np.testing.assert_array_equal(a.resurrections, b.resurrections)
+
+
+def test_local_steps_end_each_local_search(x64):
+    r = ms.MultiStartAdam(**KW, start_strategy="tiktak", local_steps=15, n_local=16).fit(
+        rastrigin, SPACE
+    )
+    assert all(inc["n_steps"] <= 15 for inc in r.incarnations)
+    assert r.stats["n_local"] == 16
+
+
+def test_max_discoveries_stops_the_search(x64):
+    r = ms.MultiStartLBFGS(**KW, start_strategy="tiktak", max_discoveries=2, n_local=64).fit(
+        rastrigin, SPACE
+    )
+    assert r.stats["stop_reason"] == "max_discoveries"
+    assert r.stats["discoveries"] >= 2
+    assert r.stats["n_local"] < 64
+
+
+@pytest.mark.parametrize(
+    "kw, word",
+    [
+        ({"n_local": 8}, "only apply with start_strategy='tiktak'"),
+        ({"start_strategy": "tiktak", "n_candidates": 0}, "n_candidates"),
+        ({"start_strategy": "tiktak", "resurrect": 2}, "drop resurrect"),
+        ({"start_strategy": "tiktak", "n_local": 4}, "n_local"),
+        ({"start_strategy": "tiktak", "n_local": 1000}, "raise n_candidates"),
+        ({"start_strategy": "tiktak", "local_steps": 0}, "local_steps"),
+    ],
+)
+def test_bad_tiktak_options_fail_before_any_compile(kw, word):
+    with NoCompile(), pytest.raises(ValueError, match=word):
+        ms.MultiStartLBFGS(n_starts=8, **kw)
+
+
+def test_resume_mid_wave_equals_an_uninterrupted_run(tmp_path, monkeypatch, x64):
+    pytest.importorskip("orbax.checkpoint")
+    kw = dict(KW, start_strategy="tiktak", n_steps=80, convergence=None)
+    full = ms.MultiStartLBFGS(**kw).fit(rastrigin, SPACE)
+    assert full.stats["n_resurrections"] > 0
+    calls = {"n": 0}
+    original = ChunkSweep.step
+
+    def step(self, pop, row):
+        calls["n"] += 1
+        if calls["n"] == 17:
+            os.kill(os.getpid(), signal.SIGINT)
+        return original(self, pop, row)
+
+    monkeypatch.setattr(ChunkSweep, "step", step)
+    ck = dict(checkpoint_dir=str(tmp_path / "ck"), checkpoint_every=5)
+    with pytest.raises(ms.SearchInterrupted):
+        ms.MultiStartLBFGS(**kw, **ck).fit(rastrigin, SPACE)
+    monkeypatch.undo()
+    resumed = ms.MultiStartLBFGS(**kw, **ck).fit(rastrigin, SPACE, resume=True)
+    assert resumed.stats["resumed_from"] == 17
+    assert same_result(full, resumed)
