@@ -590,9 +590,9 @@ def stats(search, start_plan: StartPlan, engine: Engine, outcome: Outcome, rec, 
         compile_s=sweep.compile_s,
         select_s=choice.select_s,
         wall_s=time.perf_counter() - t_start,
-        batch_size=sweep.width,
+        batch_size=sweep.width,  # the width the search ran at
         backend=search.backend,
-        width=choice.info,
+        width_choice=choice.info,  # how that width was chosen
         backoffs=list(sweep.backoffs),
         history_stride=engine.stride,
     )

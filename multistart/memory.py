@@ -51,7 +51,7 @@ __all__ = [
     "width_for_budget",
 ]
 
-log = logging.getLogger("multistart")
+logger = logging.getLogger("multistart")  # the package logger (multistart.log.logger)
 
 ENV_MAX_BATCH = "MULTISTART_MAX_BATCH"
 ENV_BUDGET_GB = "MULTISTART_MEMORY_BUDGET_GB"
@@ -487,7 +487,8 @@ class StepMemory:
     source: str
 
 
-def _tree_bytes(tree) -> int:
+def tree_bytes(tree) -> int:
+    """Bytes of every array (or shape-dtype struct) in ``tree``."""
     import jax
 
     return int(
@@ -517,7 +518,7 @@ def step_memory(compiled, width: int, start_bytes: int) -> StepMemory:
         )
         return StepMemory(width, int(m.argument_size_in_bytes), int(extra), "memory_analysis")
     try:
-        resident = _tree_bytes(compiled.in_avals)
+        resident = tree_bytes(compiled.in_avals)
     except Exception:
         resident = 0
     return StepMemory(width, resident, 2 * width * start_bytes, "io_sizes")
@@ -580,7 +581,9 @@ def auto_width(
         upper = balanced_width(n_starts, upper)
     budget = memory_budget(device)
     if budget.nbytes is None:
-        log.info("batch_size auto: no memory figure on %s; using the count cap", device.platform)
+        logger.debug(
+            "batch_size auto: no memory figure on %s; using the count cap", device.platform
+        )
         return WidthBound(upper, upper, "count cap", budget)
 
     def need(w):
@@ -615,7 +618,7 @@ def auto_width(
 
 
 def _warn_over_budget(nbytes: float, budget: Budget) -> None:
-    log.warning(
+    logger.warning(
         "batch_size auto: even width 1 needs about %.3g GiB beyond its arguments, over the "
         "budget of %.3g GiB (%s); running at width 1",
         nbytes / GB,

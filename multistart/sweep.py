@@ -56,7 +56,7 @@ FILTER_NAME = "multistart_filter_chunk"
 # A copy is one dispatch, which for a cheap objective costs as much as a step: copying at every
 # sync made a one-chunk step of a small objective twice as slow, while every 16 steps costs a
 # few percent at most. A back-off replays at most this many steps (or one sync interval).
-CHECKPOINT_STEPS = 16
+BACKOFF_COPY_STEPS = 16
 
 
 def lower_and_compile(jitted, what: str, *args):
@@ -168,12 +168,6 @@ class Sweep:
             if w != keep:
                 del self._programs[w]
 
-    def compile(self, pop) -> float:
-        """Compile (or reuse) the program at :attr:`width` for ``pop``; returns its seconds."""
-        self.prepare(pop)
-        self.set_width(self.width)
-        return self.compile_s
-
     def set_width(self, width: int) -> None:
         """Sweep at ``width`` from now on (compiling it unless it already is)."""
         self.compiled = self.compiled_for(width)
@@ -186,10 +180,6 @@ class Sweep:
         self.rows = np.asarray(rows)
         if self.width is not None:
             self.chunks, self._args = self._layout(self.rows, self.width)
-
-    def trace(self, pop) -> jax.stages.Traced:
-        """Trace the program at :attr:`width` for ``pop`` (so lower and compile can be timed)."""
-        return self._jit.trace(pop, *self._lower_args(self.width), self.data)
 
     # -- stepping ---------------------------------------------------------------------------
 
@@ -215,7 +205,7 @@ class Sweep:
         """Read the starts' status on the host; returns ``(pop, status)``.
 
         The read waits for the steps so far, so it is where an asynchronous failure shows.
-        After it, once :data:`CHECKPOINT_STEPS` steps have run since the last copy, the
+        After it, once :data:`BACKOFF_COPY_STEPS` steps have run since the last copy, the
         population is copied (one device program, never per chunk) as the point a later
         back-off restarts from.
         """
@@ -226,7 +216,7 @@ class Sweep:
                 raise
             pop = self._back_off(exc)
             status = np.asarray(pop.starts.status)
-        if len(self._replay) >= CHECKPOINT_STEPS:
+        if len(self._replay) >= BACKOFF_COPY_STEPS:
             self._saved = _copy_tree(pop)
             self._replay.clear()
         return pop, status

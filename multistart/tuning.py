@@ -56,6 +56,7 @@ from .memory import (
     max_batch_from_env,
     memory_budget,
     step_memory,
+    tree_bytes,
 )
 
 __all__ = ["BATCH_SIZE_HELP", "WidthChoice", "check_batch_size", "resolve_width", "tune_key"]
@@ -97,17 +98,13 @@ def check_batch_size(batch_size):
 
 @dataclass
 class WidthChoice:
-    """The width a search runs at and how it was chosen (``result.stats["width"]``)."""
+    """The width a search runs at and how it was chosen (``result.stats["width_choice"]``)."""
 
     width: int
     info: dict[str, Any]
     tuning: dict[str, Any] | None = None
     n_tune_compiles: int = 0
     select_s: float = 0.0
-
-
-def _tree_bytes(tree) -> int:
-    return int(sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(tree)))
 
 
 def resolve_width(
@@ -136,7 +133,7 @@ def resolve_width(
       backend: ``"loop"`` or ``"scan"``, for the tuning key.
 
     Returns:
-      A :class:`WidthChoice`. Its ``info`` (``result.stats["width"]``) says how: ``selected_by``
+      A :class:`WidthChoice`. Its ``info`` (``result.stats["width_choice"]``) says how: ``selected_by``
       (``"explicit"``, ``"auto"`` (memory bound only), ``"auto (measured)"``, ``"auto
       (cache)"``, ``"tune (measured)"``, ``"tune (cache)"``), the memory bound's figures and,
       when it was computed, ``memory_width``; its ``tuning`` holds the timing table and the
@@ -154,8 +151,8 @@ def resolve_width(
             log.logger.info("batch_size %d capped to %d by MULTISTART_MAX_BATCH", asked, width)
         info["selected_by"] = "explicit"
     else:
-        start_bytes = _tree_bytes(pop.starts) // n_starts
-        checkpoint_bytes = _tree_bytes(pop)
+        start_bytes = tree_bytes(pop.starts) // n_starts
+        checkpoint_bytes = tree_bytes(pop)
         info["checkpoint_bytes"] = checkpoint_bytes
         measure = spec == "tune" or _auto_measures(device)
         width = None
@@ -412,8 +409,8 @@ def _cached_width(spec, sweep, pop, n_starts, device, start_step, backend):
     width = cap_width(width, n_starts, max_batch_from_env())
     budget = memory_budget(device)
     if budget.nbytes is not None:
-        est = step_memory(sweep.compiled_for(width), width, _tree_bytes(pop.starts) // n_starts)
-        if est.extra + _tree_bytes(pop) > budget.nbytes:
+        est = step_memory(sweep.compiled_for(width), width, tree_bytes(pop.starts) // n_starts)
+        if est.extra + tree_bytes(pop) > budget.nbytes:
             log.logger.info(
                 "batch_size %s: the recorded width %d no longer fits the memory budget; "
                 "timing again",

@@ -81,7 +81,7 @@ def run_arm(arm: str, steps: int, tuning_dir: str) -> dict:
         "select_s": st["select_s"],
         "compile_s": st["compile_s"],
         "n_tune_compiles": st["n_tune_compiles"],
-        "selected_by": st["width"]["selected_by"],
+        "selected_by": st["width_choice"]["selected_by"],
     }
 
 

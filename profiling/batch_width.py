@@ -115,7 +115,7 @@ def run_arm(arm: str, n_starts: int, steps: int) -> dict:
             peak = max(peak, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
         except ImportError:
             pass
-        info = result.stats["width"]
+        info = result.stats["width_choice"]
         out = {"width": result.stats["batch_size"], "rss_growth": peak - rss0}
         if info.get("estimates"):
             chosen = [e for e in info["estimates"] if e["width"] == out["width"]][-1]
@@ -132,7 +132,7 @@ def run_arm(arm: str, n_starts: int, steps: int) -> dict:
 
     if kind == "guard":
         objective, every = rest[0], int(rest[1])
-        multistart.sweep.CHECKPOINT_STEPS = every if every > 0 else 10**9
+        multistart.sweep.BACKOFF_COPY_STEPS = every if every > 0 else 10**9
         if objective == "bench":
             f, space, kw = bm.make_objective(), bm.space(), {"batch_size": 4}
         else:

@@ -104,7 +104,7 @@ def test_auto_by_memory_fits_the_count_cap_with_a_single_compile():
     # MULTISTART_AUTO_WIDTH=memory (conftest): the bound alone, no timing
     result = fit(batch_size="auto")
     width = result.stats["batch_size"]
-    info = result.stats["width"]
+    info = result.stats["width_choice"]
     assert info["selected_by"] == "auto" and info["estimate"] == "memory_analysis"
     if jax.default_backend() == "cpu":
         cap = memory.count_cap("cpu", 12, ms.usable_cpu_count())
@@ -116,13 +116,13 @@ def test_auto_narrows_under_a_small_memory_budget(monkeypatch, x64):
     free = fit(wide, WIDE_SPACE, batch_size="auto")
     w_free = free.stats["batch_size"]
     assert w_free >= 4
-    est = free.stats["width"]["estimates"][0]
+    est = free.stats["width_choice"]["estimates"][0]
     assert est["width"] == w_free
     # a budget for about half the starts' working memory
-    budget = free.stats["width"]["checkpoint_bytes"] + est["extra"] // 2
+    budget = free.stats["width_choice"]["checkpoint_bytes"] + est["extra"] // 2
     monkeypatch.setenv("MULTISTART_MEMORY_BUDGET_GB", repr(budget / 2**30))
     tight = fit(wide, WIDE_SPACE, batch_size="auto")
-    info = tight.stats["width"]
+    info = tight.stats["width_choice"]
     assert 1 <= tight.stats["batch_size"] < w_free
     assert info["budget_source"] == "MULTISTART_MEMORY_BUDGET_GB"
     chosen = [e for e in info["estimates"] if e["width"] == tight.stats["batch_size"]][-1]
@@ -140,12 +140,12 @@ def test_auto_falls_back_to_sizes_then_to_the_count_cap(monkeypatch, caplog):
 
     monkeypatch.setattr(jax.stages.Compiled, "memory_analysis", no_analysis)
     result = fit(batch_size="auto")
-    assert result.stats["width"]["estimate"] == "io_sizes"
+    assert result.stats["width_choice"]["estimate"] == "io_sizes"
     monkeypatch.setattr(memory, "device_free_memory", lambda device: (None, "unknown"))
     monkeypatch.setenv("MULTISTART_LOG_LEVEL", "INFO")
     with caplog.at_level(logging.INFO, logger="multistart"):
         result = fit(batch_size="auto")
-    assert result.stats["width"]["estimate"] == "count cap"
+    assert result.stats["width_choice"]["estimate"] == "count cap"
     assert any("using the count cap" in r.getMessage() for r in caplog.records)
 
 
@@ -186,7 +186,7 @@ def test_auto_on_a_cpu_times_remembers_and_reuses(monkeypatch, tmp_path, x64):
     monkeypatch.setenv("MULTISTART_CACHE_DIR", str(tmp_path))
     kwargs = dict(batch_size="auto", n_starts=16)
     first = fit(multimodal, MULTIMODAL_SPACE, **kwargs)
-    info, tuning = first.stats["width"], first.stats["tuning"]
+    info, tuning = first.stats["width_choice"], first.stats["tuning"]
     width = first.stats["batch_size"]
     assert info["selected_by"] == "auto (measured)" and tuning["method"] == "auto"
     timed = [row["width"] for row in tuning["table"]]
@@ -198,7 +198,7 @@ def test_auto_on_a_cpu_times_remembers_and_reuses(monkeypatch, tmp_path, x64):
 
     no_timing(monkeypatch)
     second = fit(multimodal, MULTIMODAL_SPACE, **kwargs)
-    assert second.stats["width"]["selected_by"] == "auto (cache)"
+    assert second.stats["width_choice"]["selected_by"] == "auto (cache)"
     assert second.stats["batch_size"] == width and second.stats["n_tune_compiles"] == 0
     # "tune" shares the record (same key)
     assert (
@@ -243,12 +243,12 @@ def test_timing_logs_each_width(monkeypatch, caplog):
 
 def test_auto_measures_within_the_memory_bound(monkeypatch, x64):
     free = fit(wide, WIDE_SPACE, batch_size="auto")  # memory bound only (conftest)
-    est = free.stats["width"]["estimates"][0]
-    budget = free.stats["width"]["checkpoint_bytes"] + est["extra"] // 2
+    est = free.stats["width_choice"]["estimates"][0]
+    budget = free.stats["width_choice"]["checkpoint_bytes"] + est["extra"] // 2
     monkeypatch.setenv("MULTISTART_MEMORY_BUDGET_GB", repr(budget / 2**30))
     monkeypatch.setenv("MULTISTART_AUTO_WIDTH", "measure")
     tight = fit(wide, WIDE_SPACE, batch_size="auto")
-    info = tight.stats["width"]
+    info = tight.stats["width_choice"]
     assert info["memory_width"] < free.stats["batch_size"]
     assert max(row["width"] for row in tight.stats["tuning"]["table"]) <= info["memory_width"]
     assert tight.stats["batch_size"] <= info["memory_width"]
@@ -282,7 +282,7 @@ def test_auto_on_an_accelerator_keeps_the_memory_bound_without_timing(monkeypatc
     monkeypatch.setattr(multistart.search, "resolve_width", on_accelerator)
     no_timing(monkeypatch)
     result = fit(batch_size="auto", n_starts=12)
-    info = result.stats["width"]
+    info = result.stats["width_choice"]
     assert info["selected_by"] == "auto" and "tuning" not in result.stats
     assert result.stats["batch_size"] == 12  # the count cap on an accelerator is n_starts
     assert result.stats["n_tune_compiles"] == 0
@@ -298,7 +298,7 @@ def test_max_batch_caps_every_choice_even_an_explicit_int(monkeypatch, spec):
     assert result.stats["batch_size"] <= 3
     if spec in (8, None):
         assert result.stats["batch_size"] == 3
-    assert result.stats["width"]["max_batch"] == 3
+    assert result.stats["width_choice"]["max_batch"] == 3
 
 
 # -- tune ---------------------------------------------------------------------------------------
