@@ -133,8 +133,8 @@ def resolve_width(
       backend: ``"loop"`` or ``"scan"``, for the tuning key.
 
     Returns:
-      A :class:`WidthChoice`. Its ``info`` (``result.stats["width_choice"]``) says how: ``selected_by``
-      (``"explicit"``, ``"auto"`` (memory bound only), ``"auto (measured)"``, ``"auto
+      A :class:`WidthChoice`. Its ``info`` (``result.stats["width_choice"]``) says how:
+      ``selected_by`` (``"explicit"``, ``"auto"`` (memory bound only), ``"auto (measured)"``, ``"auto
       (cache)"``, ``"tune (measured)"``, ``"tune (cache)"``), the memory bound's figures and,
       when it was computed, ``memory_width``; its ``tuning`` holds the timing table and the
       record's key and path.
