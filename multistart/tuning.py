@@ -134,8 +134,9 @@ def resolve_width(
 
     Returns:
       A :class:`WidthChoice`. Its ``info`` (``result.stats["width_choice"]``) says how:
-      ``selected_by`` (``"explicit"``, ``"auto"`` (memory bound only), ``"auto (measured)"``, ``"auto
-      (cache)"``, ``"tune (measured)"``, ``"tune (cache)"``), the memory bound's figures and,
+      ``selected_by`` (``"explicit"``, ``"auto"`` (memory bound only), ``"auto (measured)"``,
+      ``"auto (cache)"``, ``"tune (measured)"``, ``"tune (cache)"``), the memory bound's figures
+      and,
       when it was computed, ``memory_width``; its ``tuning`` holds the timing table and the
       record's key and path.
     """
