@@ -50,6 +50,7 @@ from .tuning import WidthChoice, resolve_width
 __all__ = ["run", "CHUNK_STEP_NAME"]
 
 CHUNK_STEP_NAME = "multistart_chunk_step"
+MINIMA_SHOWN = 5  # the end-of-search log line counts the starts of this many best minima
 BOUND_RTOL = 1e-4  # a best fit this close to a bound (in the prior's unit interval) is flagged
 LOG_EVERY_S = 30.0  # a progress line this often with log_every=None (the default)
 
@@ -650,14 +651,23 @@ def assemble(search, setup: Setup, start_plan, engine: Engine, outcome: Outcome)
 def _log_end(result: Result) -> None:
     st = result.stats
     counts = ", ".join(f"{k} {v}" for k, v in result.status_counts().items())
+    minima = result.distinct_minima()
+    st["n_distinct_minima"] = len(minima)
+    found = ", ".join(str(m.n_starts) for m in minima[:MINIMA_SHOWN])
+    more = ", ..." if len(minima) > MINIMA_SHOWN else ""
     log.logger.info(
-        "done in %.2f s (compile %.2f s, %d chunk-step compile%s; stopped: %s): best %.6g; %s",
+        "done in %.2f s (compile %.2f s, %d chunk-step compile%s; stopped: %s): best %.6g; "
+        "%d distinct minim%s (starts each, best first: %s%s); %s",
         st["wall_s"],
         st["compile_s"],
         st["n_compiles"],
         "" if st["n_compiles"] == 1 else "s",
         st["stop_reason"],
         result.best_fom,
+        len(minima),
+        "um" if len(minima) == 1 else "a",
+        found,
+        more,
         counts,
     )
 

@@ -300,6 +300,14 @@ class Result:
             minima.append(Minimum(fom, params, tuple(int(m) for m in members), fit))
         return minima
 
+    def minimum_labels(self) -> np.ndarray:
+        """``(n_starts,)`` which of :meth:`distinct_minima` (default tolerances) each start
+        reached: 0 for the best, 1 for the next, ...; -1 for a start in none of them."""
+        labels = np.full(self.n_starts, -1, dtype=np.int64)
+        for k, m in enumerate(self.distinct_minima()):
+            labels[list(m.starts)] = k
+        return labels
+
     def start(self, i: int) -> dict:
         """One start's record as a dict."""
         return {
@@ -399,6 +407,7 @@ class Result:
             "n_evals": np.asarray(self.n_evals),
             "at_bound": np.asarray(self.at_bound),
             "best_step": np.asarray(self.best_step),
+            "minimum": self.minimum_labels(),
         }
         params = _expand_columns(self.paths, jax.tree_util.tree_leaves(self.params))
         for name in params:

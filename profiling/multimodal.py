@@ -19,6 +19,14 @@ same number of local searches (``--starts``) and steps (``--steps``), in one pro
                 ranked by figure of merit and the best ``n_starts`` passed as ``starts=``
   adam_diverse  ``MultiStartAdam()`` with the default filter: ranked, then thinned by multi-level
                 single linkage's critical distance (``multistart.starts.diverse_candidates``)
+  lbfgs_indep   ``MultiStartLBFGS`` with 4 x ``--starts`` independent local searches from the
+                default filter, under a budget of 100 evaluations per local search
+                (``max_evals``)
+  lbfgs_tiktak  ``MultiStartLBFGS(start_strategy="tiktak")``: ``--starts`` slots running the same
+                4 x ``--starts`` local searches TikTak's way, under the same budget
+
+For the two L-BFGS arms "successes" counts local searches (TikTak's replaced ones included),
+so both are per local search like the other arms' per start.
 
 Per arm: successes (summed over seeds), success fraction, wall seconds (summed; each fit
 compiles its own programs, scipy's value-and-grad is compiled once before timing), successes
@@ -137,6 +145,39 @@ def arm_adam_diverse(n_starts: int, n_steps: int, seed: int) -> np.ndarray:
     return np.asarray(search.fit(chi2, SPACE).foms)
 
 
+LOCAL_PER_SLOT = 4  # the L-BFGS arms run 4 local searches per slot (TikTak's default n_local)
+EVALS_PER_LOCAL = 100  # and share a budget of this many evaluations per local search
+
+
+def _local_foms(result: ms.Result) -> np.ndarray:
+    """Every local search's best figure of merit (TikTak's replaced ones included)."""
+    replaced = [inc["fom"] for inc in result.incarnations if inc["replaced_at"] is not None]
+    return np.concatenate([np.asarray(result.foms), np.asarray(replaced, dtype=np.float64)])
+
+
+def arm_lbfgs_independent(n_starts: int, n_steps: int, seed: int) -> np.ndarray:
+    # As many independent local searches as TikTak runs, from the default (diverse) filter,
+    # under the same evaluation budget.
+    n = LOCAL_PER_SLOT * n_starts
+    search = ms.MultiStartLBFGS(
+        n_starts=n, n_steps=n_steps, seed=seed, max_evals=n * EVALS_PER_LOCAL
+    )
+    return _local_foms(search.fit(chi2, SPACE))
+
+
+def arm_lbfgs_tiktak(n_starts: int, n_steps: int, seed: int) -> np.ndarray:
+    n = LOCAL_PER_SLOT * n_starts
+    search = ms.MultiStartLBFGS(
+        n_starts=n_starts,
+        n_steps=n_steps,
+        seed=seed,
+        start_strategy="tiktak",
+        n_local=n,
+        max_evals=n * EVALS_PER_LOCAL,
+    )
+    return _local_foms(search.fit(chi2, SPACE))
+
+
 @dataclass
 class Arm:
     name: str
@@ -148,6 +189,8 @@ ARMS = [
     Arm("adam_nofilter", arm_adam_nofilter),
     Arm("adam_rank", arm_adam_rank),
     Arm("adam_diverse", arm_adam_diverse),
+    Arm("lbfgs_indep", arm_lbfgs_independent),
+    Arm("lbfgs_tiktak", arm_lbfgs_tiktak),
 ]
 
 

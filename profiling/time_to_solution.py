@@ -64,7 +64,7 @@ def draw_starts(space: dict, n: int, seed: int) -> dict:
     return out
 
 
-def scipy_arm(objective, space, starts, n, target):
+def scipy_arm(objective, space, starts, n, target, max_evals=None):
     example = jax.tree_util.tree_map(lambda a: a[0], starts)
     _, unravel = ravel_pytree(example)
     vg = jax.jit(jax.value_and_grad(lambda v: objective(unravel(v))))
@@ -84,7 +84,10 @@ def scipy_arm(objective, space, starts, n, target):
     foms, nfev = [], []
     for i in range(n):
         x0 = np.asarray(ravel_pytree(jax.tree_util.tree_map(lambda a, i=i: a[i], starts))[0])
-        r = scipy.optimize.minimize(fun, x0, jac=True, method="L-BFGS-B", bounds=bounds)
+        options = {} if max_evals is None else {"maxfun": max_evals}
+        r = scipy.optimize.minimize(
+            fun, x0, jac=True, method="L-BFGS-B", bounds=bounds, options=options
+        )
         foms.append(r.fun)
         nfev.append(r.nfev)
     wall = time.perf_counter() - t0
@@ -127,10 +130,19 @@ def main(argv=None) -> None:
     ap.add_argument("--lbfgs-steps", type=int, default=3000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--with-optax-lbfgs", action="store_true")
-    ap.add_argument("--quick", action="store_true", help="8 starts, 300 Adam steps")
+    ap.add_argument(
+        "--max-evals",
+        type=int,
+        default=None,
+        help="an evaluation budget per start for every arm (scipy's maxfun, the engine's "
+        "n_steps); default: run to convergence (L-BFGS) or --adam-steps",
+    )
+    ap.add_argument("--quick", action="store_true", help="8 starts, 150 evaluations each")
     args = ap.parse_args(argv)
     if args.quick:
-        args.starts, args.adam_steps = 8, 300
+        args.starts, args.max_evals = 8, 150
+    if args.max_evals is not None:
+        args.adam_steps = args.lbfgs_steps = args.max_evals
 
     objective, space, truth = image_model.make_problem()
     target = image_model.truth_chi2(objective, truth)
@@ -139,7 +151,11 @@ def main(argv=None) -> None:
     ms.set_log_level("WARNING")
     print(f"image fit: 48 parameters, {n} starts, truth's chi2 {target:.6g}; jax {jax.__version__}")
 
-    arms = {"scipy L-BFGS-B loop": lambda: scipy_arm(objective, space, starts, n, target)}
+    arms = {
+        "scipy L-BFGS-B loop": lambda: scipy_arm(
+            objective, space, starts, n, target, args.max_evals
+        )
+    }
     common = {"n_starts": n, "seed": args.seed, "log_every": 0}
     arms["MultiStartLBFGS"] = lambda: engine_arm(
         ms.MultiStartLBFGS(n_steps=args.lbfgs_steps, **common), objective, space, starts, target
