@@ -18,7 +18,7 @@ import numbers
 
 import numpy as np
 
-__all__ = ["chunk_slices", "chunk_indices", "pad_rows", "trim_rows"]
+__all__ = ["chunk_slices", "chunk_indices", "pad_rows"]
 
 
 def _check_count(value, name: str, *, minimum: int) -> int:
@@ -93,9 +93,3 @@ def pad_rows(x: np.ndarray, pad: int) -> np.ndarray:
     if len(x) == 0:
         raise ValueError("cannot pad an empty chunk: it has no last row to repeat")
     return np.concatenate([x, np.repeat(x[-1:], pad, axis=0)], axis=0)
-
-
-def trim_rows(x, pad: int):
-    """Drop the ``pad`` padded rows that :func:`pad_rows` appended."""
-    pad = _check_count(pad, "pad", minimum=0)
-    return x[: len(x) - pad] if pad else x

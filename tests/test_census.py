@@ -55,7 +55,7 @@ def test_a_tiny_cell_gives_a_cold_row_and_a_warm_row_that_hit_the_cache(tmp_path
         for key in ("trace_s", "lower_s", "compile_s", "steady_s", "steady_per_start_s"):
             assert r[key] > 0, key
         assert r["jax_version"] == jax.__version__ and r["jaxlib_version"]
-        assert r["cpu_count"] == os.cpu_count() and r["backend"] == "cpu"
+        assert r["cpu_count"] == os.cpu_count() and r["backend"] == jax.default_backend()
         assert r["phase_cap_s"] == 120.0 and r["rss_cap_mb"] == BIG_MB
         assert r["command"] == "multistart profile test"
         assert r["n_bands"] == 1 and r["shapes"] == "16x16" and r["components"] == 1
@@ -112,6 +112,7 @@ def _gone(pid: int) -> bool:
         return True
 
 
+@pytest.mark.subprocess
 def test_a_phase_past_the_time_cap_is_killed_with_its_process_group(tmp_path):
     pid_file = tmp_path / "grandchild"
     code = (
@@ -129,6 +130,7 @@ def test_a_phase_past_the_time_cap_is_killed_with_its_process_group(tmp_path):
     assert _gone(int(pid_file.read_text()))  # the grandchild went with it
 
 
+@pytest.mark.subprocess
 def test_the_time_cap_is_per_phase_not_per_process():
     code = (
         "import time\n"
@@ -141,6 +143,7 @@ def test_the_time_cap_is_per_phase_not_per_process():
     assert outcome.wall_s > 1.0  # longer than the cap in all, and still finished
 
 
+@pytest.mark.subprocess
 def test_a_child_growing_past_the_memory_cap_is_killed():
     code = (
         "import time\n"
@@ -156,6 +159,7 @@ def test_a_child_growing_past_the_memory_cap_is_killed():
     assert "memory cap of 150 MB (in phase compile)" in outcome.note
 
 
+@pytest.mark.subprocess
 def test_sigkill_not_sent_by_the_census_is_recorded_as_the_oom_killer():
     code = "import os, signal\nprint('#census-phase compile', flush=True)\n"
     code += "os.kill(os.getpid(), signal.SIGKILL)\n"
@@ -165,6 +169,7 @@ def test_sigkill_not_sent_by_the_census_is_recorded_as_the_oom_killer():
     assert "OOM killer" in outcome.note
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize(
     "code, status, note",
     [

@@ -2,7 +2,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import NoCompile
+from conftest import NoCompile, assert_same_result
 from scipy import stats
 from test_search import RULES
 
@@ -148,7 +148,7 @@ def _mixed_graph():
 
 @pytest.mark.parametrize("rule", RULES)
 def test_every_rule_fits_a_graph_of_heterogeneous_factors(rule):
-    result = rule(n_starts=3, batch_size=2, n_steps=150, seed=0).fit(_mixed_graph())
+    result = rule(n_starts=3, batch_size=2, n_steps=20, seed=0).fit(_mixed_graph())
     assert result.stats["n_compiles"] == 1
     assert np.isfinite(result.best_fom)
     assert result.params["short"]["offset"].shape == (3,)
@@ -221,13 +221,12 @@ def test_padding_and_stacking_layout():
 
 def test_padding_in_the_search_gives_the_same_fit(x64):
     runs = [
-        ms.MultiStartAdam(n_starts=3, n_steps=200, seed=2, convergence=None).fit(
+        ms.MultiStartAdam(n_starts=3, n_steps=100, seed=2, convergence=None).fit(
             line_graph(pad_to_common_shape=pad, vmap_factors=pad)
         )
         for pad in (False, True)
     ]
-    np.testing.assert_allclose(runs[0].foms, runs[1].foms, rtol=1e-9)
-    np.testing.assert_allclose(runs[0].history, runs[1].history, rtol=1e-9)
+    assert_same_result(runs[0], runs[1], exact=False, rtol=1e-9)
 
 
 def test_check_padding_catches_a_likelihood_that_counts_padded_entries(x64):

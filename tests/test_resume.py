@@ -1,6 +1,5 @@
 """Nothing lost: checkpoints, resume after SIGKILL / Ctrl-C / SIGTERM, and checkpoint faults."""
 
-import dataclasses
 import os
 import signal
 import subprocess
@@ -11,45 +10,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import MULTIMODAL_SPACE, multimodal
+from conftest import MULTIMODAL_SPACE, assert_same_result, multimodal
 
 import multistart as ms
 from multistart.checkpoint import Checkpointer
 from multistart.sweep import ChunkSweep
 
 pytest.importorskip("orbax.checkpoint")
-
-RECORD_FIELDS = [f.name for f in dataclasses.fields(ms.Result) if f.name not in ("stats",)]
-
-
-def assert_same_record(a: ms.Result, b: ms.Result):
-    """Every per-start record, the history and the best fit, bit for bit (stats may differ)."""
-    import jax
-
-    for name in RECORD_FIELDS:
-        x, y = getattr(a, name), getattr(b, name)
-        if name == "incarnations":
-            assert len(x) == len(y)
-            for r, q in zip(x, y, strict=True):
-                assert r.keys() == q.keys()
-                for k in r:
-                    if k.endswith("params"):
-                        for u, v in zip(
-                            jax.tree_util.tree_leaves(r[k]),
-                            jax.tree_util.tree_leaves(q[k]),
-                            strict=True,
-                        ):
-                            np.testing.assert_array_equal(u, v)
-                    else:
-                        assert r[k] == q[k] or (r[k] != r[k] and q[k] != q[k]), (k, r[k], q[k])
-            continue
-        leaves_x, leaves_y = jax.tree_util.tree_leaves(x), jax.tree_util.tree_leaves(y)
-        assert len(leaves_x) == len(leaves_y), name
-        for u, v in zip(leaves_x, leaves_y, strict=True):
-            if isinstance(u, np.ndarray) and u.dtype == object:
-                assert list(u) == list(v), name
-            else:
-                np.testing.assert_array_equal(u, v, err_msg=name)
 
 
 def search(tmp_path=None, **kw):
@@ -73,11 +40,26 @@ def _signal_at_call(monkeypatch, k: int, sig):
     monkeypatch.setattr(ChunkSweep, "step", step)
 
 
+@pytest.fixture(scope="module")
+def uninterrupted():
+    """The float64 search the signal tests interrupt, run to its end without checkpoints."""
+    with jax.enable_x64(True):
+        return search(convergence=None).fit(multimodal, MULTIMODAL_SPACE)
+
+
+@pytest.fixture(scope="module")
+def finished_folder(tmp_path_factory):
+    """A checkpoint folder of a finished search (``resume=True`` on an empty folder)."""
+    tmp_path = tmp_path_factory.mktemp("finished")
+    result = search(tmp_path).fit(multimodal, MULTIMODAL_SPACE, resume=True)
+    return tmp_path, result
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_checkpoints_returns_the_partial_result_and_resume_completes_it(
-    tmp_path, monkeypatch, sig, x64
+    tmp_path, monkeypatch, sig, x64, uninterrupted
 ):
-    full = search(convergence=None).fit(multimodal, MULTIMODAL_SPACE)
+    full = uninterrupted
 
     _signal_at_call(monkeypatch, 37, sig)
     with pytest.raises(ms.SearchInterrupted) as info:
@@ -95,7 +77,7 @@ def test_a_signal_checkpoints_returns_the_partial_result_and_resume_completes_it
 
     resumed = search(tmp_path, convergence=None).fit(multimodal, MULTIMODAL_SPACE, resume=True)
     assert resumed.stats["resumed_from"] == 37
-    assert_same_record(full, resumed)
+    assert_same_result(full, resumed)
 
 
 def test_ctrl_c_without_checkpoints_still_returns_the_partial_result(monkeypatch):
@@ -175,12 +157,20 @@ def test_killed_with_sigkill_at_an_arbitrary_step_resumes_bit_identically(tmp_pa
     a, b = ms.Result.load(tmp_path / "full.npz"), ms.Result.load(tmp_path / "resumed.npz")
     assert b.stats["resumed_from"] == 80
     assert a.stats["n_resurrections"] > 0  # the host state (resurrection) was exercised
-    assert_same_record(a, b)
+    assert_same_result(a, b)
 
 
-def test_a_checkpoint_of_another_configuration_is_refused_before_any_compile(tmp_path):
-    search(tmp_path).fit(multimodal, MULTIMODAL_SPACE)
-    other = search(tmp_path, learning_rate=0.01)
+def test_resume_with_an_empty_folder_starts_afresh_and_resume_needs_a_folder(finished_folder):
+    folder, a = finished_folder
+    assert "resumed_from" not in a.stats
+    assert a.stats["checkpoints"][-2:] == Checkpointer(folder / "ck").steps()
+    assert a.stats["checkpoints"][-1] == a.stats["n_steps_run"]
+    with pytest.raises(ValueError, match="resume=True needs checkpoint_dir"):
+        search().fit(multimodal, MULTIMODAL_SPACE, resume=True)
+
+
+def test_a_checkpoint_of_another_configuration_is_refused_before_any_compile(finished_folder):
+    other = search(finished_folder[0], learning_rate=0.01)
     from multistart.monitor import CompileCounter
 
     with CompileCounter() as compiles, pytest.raises(ms.CheckpointMismatch, match="another config"):
@@ -188,21 +178,19 @@ def test_a_checkpoint_of_another_configuration_is_refused_before_any_compile(tmp
     assert compiles.count("multistart_chunk_step") == 0
 
 
-def test_a_checkpoint_of_another_model_is_refused(tmp_path):
-    search(tmp_path).fit(multimodal, MULTIMODAL_SPACE)
-
+def test_a_checkpoint_of_another_model_is_refused(finished_folder):
     def shifted(p):
         return multimodal(p) + 1.0
 
     with pytest.raises(ms.CheckpointMismatch, match="another model"):
-        search(tmp_path).fit(shifted, MULTIMODAL_SPACE, resume=True)
+        search(finished_folder[0]).fit(shifted, MULTIMODAL_SPACE, resume=True)
 
 
-def test_resume_with_an_empty_folder_starts_afresh_and_resume_needs_a_folder(tmp_path):
-    a = search(tmp_path).fit(multimodal, MULTIMODAL_SPACE, resume=True)
-    assert "resumed_from" not in a.stats and a.stats["checkpoints"][-1] == a.stats["n_steps_run"]
-    with pytest.raises(ValueError, match="resume=True needs checkpoint_dir"):
-        search().fit(multimodal, MULTIMODAL_SPACE, resume=True)
+def test_resuming_a_finished_search_gives_its_result(finished_folder):
+    folder, first = finished_folder
+    again = search(folder).fit(multimodal, MULTIMODAL_SPACE, resume=True)
+    assert again.stats["resumed_from"] == first.stats["n_steps_run"]
+    assert_same_result(first, again)
 
 
 def test_an_uncreatable_checkpoint_folder_fails_before_any_compile(tmp_path):

@@ -1,9 +1,10 @@
 """Resurrection: dead starts replaced from the filter's reserve or by fresh draws."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import same_result
+from conftest import assert_same_result
 
 import multistart as ms
 from multistart.priors import Space
@@ -23,12 +24,19 @@ def nan_search(**kw):
     return ms.MultiStartAdam(**{**base, **kw})
 
 
-def test_resurrection_replaces_starts_dying_in_a_nan_region_and_finds_finite_fits(x64):
+@pytest.fixture(scope="module")
+def resurrected():
+    """Six float64 starts on ``nan_right`` in chunks of 4, each slot resurrected up to twice."""
+    with jax.enable_x64(True):
+        return nan_search(batch_size=4, resurrect=2).fit(nan_right, NAN_SPACE)
+
+
+def test_resurrection_replaces_starts_dying_in_a_nan_region_and_finds_finite_fits(resurrected, x64):
     without = nan_search(batch_size=4).fit(nan_right, NAN_SPACE)
     dead = np.array([s is ms.Status.NONFINITE for s in without.status])
     assert dead.any() and not dead.all()  # the case under test: some starts begin in the nan
 
-    result = nan_search(batch_size=4, resurrect=2).fit(nan_right, NAN_SPACE)
+    result = resurrected
     assert not any(s is ms.Status.NONFINITE for s in result.status)
     assert np.all(np.isfinite(result.foms))
     np.testing.assert_allclose(result.params["x"], 0.5, atol=2e-2)
@@ -57,8 +65,8 @@ def test_resurrection_is_deterministic_and_independent_of_batch_size(x64):
     b = nan_search(batch_size=None, resurrect=1).fit(nan_right, NAN_SPACE)
     c = nan_search(batch_size=2, resurrect=1).fit(nan_right, NAN_SPACE)
     assert a.stats["n_resurrections"] > 0
-    assert same_result(a, b)
-    assert same_result(a, c)
+    assert_same_result(a, b)
+    assert_same_result(a, c)
 
 
 def wall(p):
@@ -135,27 +143,29 @@ def test_resurrection_with_the_filter_default_on():
     assert result.best_fom <= -2.99
 
 
-@pytest.mark.parametrize("resurrect", [0, 3])
-def test_resurrect_off_or_unneeded_changes_nothing(resurrect, x64):
-    def bowl(p):
-        return jnp.sum((p["x"] - 0.5) ** 2)
+def bowl(p):
+    return jnp.sum((p["x"] - 0.5) ** 2)
 
-    base = ms.MultiStartAdam(n_starts=5, batch_size=2, n_steps=80, seed=1).fit(bowl, NAN_SPACE)
+
+@pytest.fixture(scope="module")
+def plain_bowl_fit():
+    """A float64 search where no start dies, without resurrection."""
+    with jax.enable_x64(True):
+        return ms.MultiStartAdam(n_starts=5, batch_size=2, n_steps=80, seed=1).fit(bowl, NAN_SPACE)
+
+
+@pytest.mark.parametrize("resurrect", [0, 3])
+def test_resurrect_off_or_unneeded_changes_nothing(resurrect, plain_bowl_fit, x64):
     other = ms.MultiStartAdam(
         n_starts=5, batch_size=2, n_steps=80, seed=1, resurrect=resurrect
     ).fit(bowl, NAN_SPACE)
-    assert same_result(base, other)
+    assert_same_result(plain_bowl_fit, other)
     assert other.incarnations == [] and not other.resurrections.any()
     assert other.stats.get("n_replace_compiles", 0) == 0
 
 
-def test_resurrection_in_tree_mode_matches_flat_mode(x64):
-    runs = [
-        nan_search(batch_size=4, resurrect=2, flat=flat).fit(nan_right, NAN_SPACE)
-        for flat in (True, False)
-    ]
-    assert runs[0].stats["n_resurrections"] == runs[1].stats["n_resurrections"] > 0
-    np.testing.assert_array_equal(runs[0].resurrections, runs[1].resurrections)
-    np.testing.assert_allclose(runs[0].foms, runs[1].foms, rtol=1e-8, atol=1e-14)
-    for a, b in zip(runs[0].incarnations, runs[1].incarnations, strict=True):
-        np.testing.assert_allclose(a["start_params"]["x"], b["start_params"]["x"], rtol=1e-12)
+def test_resurrection_in_tree_mode_matches_flat_mode(resurrected, x64):
+    tree = nan_search(batch_size=4, resurrect=2, flat=False).fit(nan_right, NAN_SPACE)
+    assert resurrected.config["flat"] is True and tree.config["flat"] is False
+    assert tree.stats["n_resurrections"] == resurrected.stats["n_resurrections"] > 0
+    assert_same_result(resurrected, tree, exact=False, rtol=1e-8, atol=1e-14)

@@ -1,3 +1,5 @@
+import dataclasses
+import functools
 import logging
 
 import jax
@@ -11,6 +13,7 @@ from conftest import (
     PARABOLA_SPACE,
     ROSENBROCK_SPACE,
     NoCompile,
+    assert_same_result,
     multimodal,
     parabola,
     rosenbrock,
@@ -22,28 +25,51 @@ from multistart.priors import Space
 RULES = [ms.MultiStartAdam, ms.MultiStartProdigy, ms.MultiStartADABelief, ms.MultiStartLion]
 
 
-def leaves_equal(a, b) -> bool:
-    la, lb = jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)
-    return len(la) == len(lb) and all(np.array_equal(x, y) for x, y in zip(la, lb, strict=True))
+# -- fits shared by several tests (each compiles the filter and the chunk step once) ----------
 
 
-def results_identical(a: ms.Result, b: ms.Result) -> bool:
-    return (
-        np.array_equal(a.foms, b.foms)
-        and leaves_equal(a.params, b.params)
-        and np.array_equal(a.history, b.history, equal_nan=True)
-        and np.array_equal(a.n_steps, b.n_steps)
-        and np.array_equal(a.best_step, b.best_step)
-        and list(a.status) == list(b.status)
-    )
+@pytest.fixture(scope="module")
+def parabola_fit():
+    """``parabola_fit(rule)``: 6 starts of ``rule`` on the parabola in chunks of 4 (ragged)."""
+
+    @functools.cache
+    def fit(rule):
+        return rule(n_starts=6, batch_size=4, n_steps=400, seed=1).fit(parabola, PARABOLA_SPACE)
+
+    return fit
+
+
+def bowl_and_multimodal(p):
+    """Separable: a bowl in a vector leaf plus the multimodal term; minimum about -0.974."""
+    return jnp.sum((p["x"] - 1.0) ** 2) + multimodal(p)
+
+
+BOWL_AND_MULTIMODAL_SPACE = {**ROSENBROCK_SPACE, **MULTIMODAL_SPACE}
+
+
+@pytest.fixture(scope="module")
+def width_runs():
+    """``width_runs(rule)``: the same float64 search at widths ``None``, 4 and a ragged 5."""
+
+    @functools.cache
+    def runs(rule):
+        with jax.enable_x64(True):
+            return {
+                bs: rule(n_starts=12, batch_size=bs, n_steps=300, seed=0).fit(
+                    bowl_and_multimodal, BOWL_AND_MULTIMODAL_SPACE
+                )
+                for bs in (None, 4, 5)
+            }
+
+    return runs
 
 
 # -- finding minima --------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("rule", RULES)
-def test_every_rule_finds_the_parabola_minimum(rule):
-    result = rule(n_starts=6, batch_size=4, n_steps=400, seed=1).fit(parabola, PARABOLA_SPACE)
+def test_every_rule_finds_the_parabola_minimum(rule, parabola_fit):
+    result = parabola_fit(rule)
     np.testing.assert_allclose(result.best_params["x"], PARABOLA_MIN["x"], atol=2e-2)
     np.testing.assert_allclose(result.best_params["y"], PARABOLA_MIN["y"], atol=2e-2)
     assert result.best_fom < 1e-3
@@ -51,11 +77,12 @@ def test_every_rule_finds_the_parabola_minimum(rule):
 
 
 @pytest.mark.parametrize("rule", RULES)
-def test_every_rule_finds_the_global_multimodal_minimum(rule, x64):
-    result = rule(n_starts=12, batch_size=5, n_steps=300, seed=0).fit(multimodal, MULTIMODAL_SPACE)
+def test_every_rule_finds_the_global_multimodal_minimum(rule, width_runs):
+    result = width_runs(rule)[5]
     # global minimum of sin(3n) + 0.1 n^2 is near n = -0.51, value about -0.974
     assert abs(float(result.best_params["n"]) + 0.51) < 0.05
     assert abs(np.log(float(result.best_params["s"])) - 0.3) < 0.05
+    np.testing.assert_allclose(result.best_params["x"], 1.0, atol=2e-2)
     assert result.best_fom < -0.95
     # several starts end in other local minima: the record keeps them all
     assert np.ptp(result.foms) > 0.1
@@ -156,33 +183,28 @@ def test_prodigy_step_size_estimate_is_per_start(x64):
 
 
 @pytest.mark.parametrize("rule", RULES)
-def test_batch_widths_give_bit_identical_results(rule, x64):
+def test_batch_widths_give_bit_identical_results(rule, width_runs):
     """``None``, 4 and a ragged 5 (chunks 5, 5, 2) agree bit for bit in float64 on CPU."""
-
-    def objective(p):
-        return rosenbrock(p) + multimodal(p)
-
-    space = {**ROSENBROCK_SPACE, **MULTIMODAL_SPACE}
-    runs = {
-        bs: rule(n_starts=12, batch_size=bs, n_steps=150, seed=3).fit(objective, space)
-        for bs in (None, 4, 5)
-    }
-    assert results_identical(runs[None], runs[4])
-    assert results_identical(runs[None], runs[5])
+    runs = width_runs(rule)
+    assert [r.stats["batch_size"] for r in runs.values()] == [12, 4, 5]
+    assert_same_result(runs[None], runs[4])
+    assert_same_result(runs[None], runs[5])
 
 
-def test_same_seed_same_result_other_seed_other_starts():
-    run = lambda seed: ms.MultiStartAdam(n_starts=5, n_steps=50, seed=seed).fit(  # noqa: E731
-        multimodal, MULTIMODAL_SPACE
-    )
-    a, b, c = run(7), run(7), run(8)
-    assert results_identical(a, b)
-    assert not np.array_equal(a.start_params["n"], c.start_params["n"])
+def test_same_seed_same_result_other_seed_other_starts(width_runs, x64):
+    a = width_runs(ms.MultiStartAdam)[4]
+    run = lambda seed: ms.MultiStartAdam(  # noqa: E731
+        n_starts=12, batch_size=4, n_steps=300, seed=seed
+    ).fit(bowl_and_multimodal, BOWL_AND_MULTIMODAL_SPACE)
+    assert_same_result(a, run(0))
+    other = run(1)
+    assert not np.array_equal(a.start_params["n"], other.start_params["n"])
+    assert not np.array_equal(a.start_params["x"], other.start_params["x"])
 
 
 @pytest.mark.parametrize("n_starts, batch_size", [(7, 3), (10, 4), (3, 8), (9, 1), (6, None)])
 def test_exactly_one_chunk_step_compile_however_ragged(n_starts, batch_size):
-    result = ms.MultiStartAdam(n_starts=n_starts, batch_size=batch_size, n_steps=120, seed=0).fit(
+    result = ms.MultiStartAdam(n_starts=n_starts, batch_size=batch_size, n_steps=4, seed=0).fit(
         parabola, PARABOLA_SPACE
     )
     assert result.stats["n_compiles"] == 1
@@ -196,7 +218,7 @@ def test_exactly_one_chunk_step_compile_however_ragged(n_starts, batch_size):
 def test_compiles_do_not_grow_with_the_number_of_chunks():
     def total(bs):
         return (
-            ms.MultiStartAdam(n_starts=12, batch_size=bs, n_steps=30, seed=0)
+            ms.MultiStartAdam(n_starts=12, batch_size=bs, n_steps=4, seed=0)
             .fit(parabola, PARABOLA_SPACE)
             .stats["n_compiles_total"]
         )
@@ -226,34 +248,65 @@ def test_converged_starts_leave_the_sweep():
     assert result.stats["n_chunk_calls"] <= sum(-(-r // 2) for r in running) + 5
 
 
-def test_results_do_not_depend_on_when_the_host_syncs(x64):
-    base = dict(n_starts=9, batch_size=4, n_steps=300, seed=2)
-    a = ms.MultiStartAdam(sync_every=1, **base).fit(multimodal, MULTIMODAL_SPACE)
-    b = ms.MultiStartAdam(sync_every=1000, **base).fit(multimodal, MULTIMODAL_SPACE)
-    assert results_identical(a, b)
-    assert b.stats["n_chunk_calls"] >= a.stats["n_chunk_calls"]
+def test_results_do_not_depend_on_when_the_host_syncs(width_runs, x64):
+    every_step = width_runs(ms.MultiStartAdam)[4]  # sync_every=1, the default
+    assert every_step.config["sync_every"] == 1
+    rarely = ms.MultiStartAdam(n_starts=12, batch_size=4, n_steps=300, seed=0, sync_every=1000)
+    rarely = rarely.fit(bowl_and_multimodal, BOWL_AND_MULTIMODAL_SPACE)
+    assert_same_result(every_step, rarely)
+    # without syncs, converged starts keep costing calls until the end
+    assert rarely.stats["n_chunk_calls"] > every_step.stats["n_chunk_calls"]
 
 
 # -- the record ------------------------------------------------------------------------------
 
 
-def test_result_record_shapes_and_history():
-    result = ms.MultiStartAdam(n_starts=6, batch_size=4, n_steps=80, seed=0).fit(
-        parabola, PARABOLA_SPACE
-    )
+def test_result_record_shapes_and_history(parabola_fit):
+    result = parabola_fit(ms.MultiStartAdam)
+    steps_run = result.stats["n_steps_run"]
     assert result.foms.shape == (6,)
     assert result.params["x"].shape == (6, 2) and result.params["y"].shape == (6,)
     assert result.start_params["x"].shape == (6, 2)
     assert result.status.shape == (6,) and all(isinstance(s, ms.Status) for s in result.status)
-    assert result.history.shape == (80, 6)
+    assert result.history.shape == (steps_run, 6)
+    np.testing.assert_array_equal(result.history_steps, np.arange(1, steps_run + 1))
     assert np.all(np.diff(result.history, axis=0) <= 0)  # best-so-far never rises
     np.testing.assert_array_equal(result.history[-1], result.foms)
     np.testing.assert_array_equal(result.best_history, result.history.min(axis=1))
     assert result.best_fom == result.foms.min() == result.foms[result.best_index]
     assert np.all(result.best_step < result.n_steps)
-    for key in ("n_compiles", "n_compiles_total", "compile_s", "wall_s", "n_evals", "first_step_s"):
-        assert key in result.stats
-    assert str(ms.Status.CONVERGED) == "converged" and "Converged" in ms.Status.CONVERGED.message
+    # each start's best is where its history last improved
+    for i in range(6):
+        assert result.history[result.best_step[i], i] == result.foms[i]
+    # the stats agree with the record they describe
+    stats = result.stats
+    assert stats["n_evals"] == result.n_steps.sum() and steps_run == result.n_steps.max()
+    assert stats["n_compiles"] == 1 and stats["n_compiles_total"] >= stats["n_compiles"]
+    assert stats["batch_size"] == 4
+    assert (
+        0 < stats["compile_s"] <= stats["wall_s"] and 0 < stats["first_step_s"] <= stats["wall_s"]
+    )
+
+
+def _nudged(result: ms.Result, name: str) -> ms.Result:
+    """A copy of ``result`` with one per-start entry of field ``name`` changed."""
+    value = jax.tree_util.tree_map(np.array, getattr(result, name))
+    leaf = jax.tree_util.tree_leaves(value)[0]
+    if leaf.dtype == object:
+        leaf[0] = ms.Status.NONFINITE if leaf[0] is not ms.Status.NONFINITE else ms.Status.CONVERGED
+    else:
+        leaf.flat[0] = leaf.flat[0] + 1 if leaf.dtype.kind == "i" else np.nextafter(leaf.flat[0], 9)
+    return dataclasses.replace(result, **{name: value})
+
+
+@pytest.mark.parametrize("name", ["start_params", "best_step", "params", "status", "history"])
+def test_the_equality_helper_sees_every_per_start_field(name, parabola_fit):
+    result = parabola_fit(ms.MultiStartAdam)
+    assert_same_result(result, dataclasses.replace(result))
+    with pytest.raises(AssertionError, match=name):
+        assert_same_result(result, _nudged(result, name))
+    if name != "status" and name != "best_step":  # one ulp is within any rtol
+        assert_same_result(result, _nudged(result, name), exact=False, rtol=1e-6)
 
 
 def test_history_is_strided_when_long():
@@ -454,12 +507,10 @@ def test_tree_mode_serves_rules_keyed_to_the_parameter_tree():
     np.testing.assert_array_equal(result.params["y"], result.start_params["y"])
 
 
-def test_flat_and_tree_modes_agree(x64):
-    runs = [
-        ms.MultiStartAdam(n_starts=4, n_steps=100, seed=0, flat=flat).fit(
-            multimodal, MULTIMODAL_SPACE
-        )
-        for flat in (True, False)
-    ]
-    np.testing.assert_allclose(runs[0].foms, runs[1].foms, rtol=1e-10)
-    np.testing.assert_allclose(runs[0].params["n"], runs[1].params["n"], rtol=1e-10)
+def test_flat_and_tree_modes_agree(width_runs, x64):
+    flat = width_runs(ms.MultiStartAdam)[4]
+    assert flat.config["flat"] is True
+    tree = ms.MultiStartAdam(n_starts=12, batch_size=4, n_steps=300, seed=0, flat=False)
+    tree = tree.fit(bowl_and_multimodal, BOWL_AND_MULTIMODAL_SPACE)
+    assert tree.config["flat"] is False
+    assert_same_result(flat, tree, exact=False, rtol=1e-10)
