@@ -16,23 +16,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from conftest import MULTIMODAL_SPACE, PARABOLA_SPACE, multimodal, parabola
+from conftest import same_result as identical
 
 import multistart as ms
 from multistart import memory
 from multistart.sweep import ScanSweep, Sweep
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def identical(a: ms.Result, b: ms.Result) -> bool:
-    la, lb = jax.tree_util.tree_leaves(a.params), jax.tree_util.tree_leaves(b.params)
-    return (
-        np.array_equal(a.foms, b.foms)
-        and all(np.array_equal(x, y) for x, y in zip(la, lb, strict=True))
-        and np.array_equal(a.history, b.history, equal_nan=True)
-        and np.array_equal(a.n_steps, b.n_steps)
-        and list(a.status) == list(b.status)
-    )
 
 
 def wide(p):
@@ -91,24 +81,18 @@ def test_bad_width_env_fails_before_any_compile(monkeypatch):
     monkeypatch.setenv("MULTISTART_AUTO_WIDTH", "memory")
 
 
-def test_auto_is_the_default():
-    search = ms.MultiStartAdam()
-    assert search.batch_size == "auto" and search.config()["batch_size"] == "auto"
-    assert search.backend == "loop"
-
-
 # -- auto -------------------------------------------------------------------------------------
 
 
-def test_auto_by_memory_fits_the_count_cap_with_a_single_compile():
-    # MULTISTART_AUTO_WIDTH=memory (conftest): the bound alone, no timing
-    result = fit(batch_size="auto")
+def test_auto_is_the_default_and_by_memory_fits_the_count_cap_with_a_single_compile():
+    # MULTISTART_AUTO_WIDTH=memory (conftest): the bound alone, no timing; batch_size not given
+    result = fit()
     width = result.stats["batch_size"]
     info = result.stats["width_choice"]
     assert info["selected_by"] == "auto" and info["estimate"] == "memory_analysis"
-    if jax.default_backend() == "cpu":
-        cap = memory.count_cap("cpu", 12, ms.usable_cpu_count())
-        assert width == memory.balanced_width(12, cap)
+    platform = jax.default_backend()
+    cap = memory.count_cap(platform, 12, ms.usable_cpu_count())
+    assert width == memory.balanced_width(12, cap)
     assert result.stats["n_compiles"] == 1 and result.stats["n_tune_compiles"] == 0
 
 
