@@ -183,6 +183,11 @@ class Sweep:
 
     # -- stepping ---------------------------------------------------------------------------
 
+    def run_with(self, compiled, pop, row: int = 0):
+        """One step of every swept row with a given compiled program (no back-off, no
+        bookkeeping): what the compile census measures."""
+        return self._run(compiled, pop, self._args, np.int32(row))
+
     def step(self, pop, row: int):
         """One step of every swept row; ``row`` is the history row the step writes.
 

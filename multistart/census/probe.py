@@ -156,7 +156,6 @@ def _laxmap_vag(vag, u_all, data, width, n_starts) -> Program:
 
 def _pyloop_vag(fom_u, u_all, data, width, n_starts) -> Program:
     import jax
-    import numpy as np
     import optax
 
     from ..solvers import OptaxSolver
@@ -171,9 +170,7 @@ def _pyloop_vag(fom_u, u_all, data, width, n_starts) -> Program:
     state = {"pop": pop}
 
     def run(compiled):  # the program measured is the one swept: one step of every start
-        state["pop"] = jax.block_until_ready(
-            sweep._run(compiled, state["pop"], sweep._args, np.int32(0))
-        )
+        state["pop"] = jax.block_until_ready(sweep.run_with(compiled, state["pop"]))
 
     extra = {"chunk_calls_per_sweep": len(sweep.chunks)}
     return Program(sweep, (pop,), run, n_starts, extra)
