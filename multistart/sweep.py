@@ -9,8 +9,9 @@ does not care which one runs:
   in-XLA scan over a large multi-dataset likelihood can take hours and gigabytes to compile,
   while the chunk body compiles in the time of one ``vmap``.
 - ``"scan"`` (:class:`ScanSweep`): the same chunk body inside one compiled loop over the
-  chunks, ``lax.map(start_step, batch_size=width)`` over the running starts, so a step is one
-  call. On a GPU that saves the host dispatch per chunk; the starts that ended are left out, as
+  chunks, a ``lax.fori_loop`` over the first ``n_chunks`` rows of a ``(max_chunks, width)``
+  table of gather/scatter indices (:func:`make_scan_step`), so a step is one call. On a GPU
+  that saves the host dispatch per chunk; the starts that ended are left out, as
   in the loop backend, without a recompile (the chunk table has a fixed shape and the loop a
   dynamic trip count).
 

@@ -2,13 +2,31 @@
 
 import doctest
 import sys
+from pathlib import Path
 
 import pytest
 
-import multistart  # noqa: F401  (loads every module below)
+import multistart  # loads every module below
 
 # By name from sys.modules: `multistart.laplace` is the function that module exports.
-MODULES = ["chunking", "convergence", "minima", "priors", "laplace", "checks", "status", "result"]
+MODULES = [
+    "cache",
+    "checks",
+    "chunking",
+    "convergence",
+    "graph",
+    "laplace",
+    "memory",
+    "minima",
+    "priors",
+    "result",
+    "resurrect",
+    "search",
+    "starts",
+    "status",
+    "tiktak",
+]
+PACKAGE = Path(multistart.__file__).parent
 
 
 @pytest.mark.parametrize("name", MODULES)
@@ -17,3 +35,12 @@ def test_docstring_examples(name):
         sys.modules[f"multistart.{name}"], optionflags=doctest.ELLIPSIS
     )
     assert tried > 0 and failures == 0
+
+
+def test_every_module_with_examples_is_listed():
+    with_examples = {
+        ".".join(p.relative_to(PACKAGE).with_suffix("").parts)
+        for p in PACKAGE.rglob("*.py")
+        if ">>> " in p.read_text()
+    }
+    assert with_examples <= set(MODULES), sorted(with_examples - set(MODULES))
