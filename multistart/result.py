@@ -259,9 +259,10 @@ class Result:
         ftol: float | None = None,
         *,
         include_nonfinite: bool = False,
+        include_unconverged: bool | None = None,
         errors: bool = False,
     ) -> list[Minimum]:
-        """Group the ended starts into distinct local minima, best first.
+        """Group the converged starts into distinct local minima, best first.
 
         Two starts share a minimum when their figures of merit agree within ``ftol`` and every
         parameter within ``xtol`` (relative above magnitude 1, absolute below), as in MATLAB's
@@ -275,6 +276,11 @@ class Result:
             (:func:`multistart.minima.default_tolerances`: ``1e-3`` for the default rule in
             float32 and float64). A number wins.
           include_nonfinite: let ``nonfinite`` starts' best finite points take part.
+          include_unconverged: let starts that did not converge (``max_steps``, ``stopped``,
+            ``interrupted``) take part: they were still moving, so their points are not minima
+            (MATLAB's MultiStart, likewise, lists the local solutions with a positive exit
+            flag). ``None`` (default): only when no start converged (a search run without a
+            convergence rule, or cut short), so there is still something to group.
           errors: also compute each minimum's Laplace errors (``minimum.errors``,
             ``minimum.covariance``; one Hessian compile for all of them).
 
@@ -288,6 +294,12 @@ class Result:
         f = np.asarray(self.foms, dtype=np.float64).copy()
         if not include_nonfinite:
             f[np.array([s is Status.NONFINITE for s in self.status], dtype=bool)] = np.inf
+        converged = np.array([s is Status.CONVERGED for s in self.status], dtype=bool)
+        if include_unconverged is None:
+            include_unconverged = not converged.any()
+        if not include_unconverged:
+            moving = ~converged & np.array([s is not Status.NONFINITE for s in self.status])
+            f[moving] = np.inf
         labels = cluster_minima(x, f, xtol=xtol, ftol=ftol)
         minima = []
         for label in range(labels.max(initial=-1) + 1):

@@ -1,6 +1,7 @@
 """Start strategies, user starts and the broad-start filter."""
 
 import logging
+import math
 
 import jax.numpy as jnp
 import numpy as np
@@ -18,6 +19,7 @@ import multistart as ms
 from multistart.monitor import CompileCounter
 from multistart.priors import Space
 from multistart.starts import (
+    MLSL_GAMMA,
     StartStream,
     critical_distance,
     diverse_candidates,
@@ -221,14 +223,14 @@ def nan_walled_np(x):
 @pytest.mark.parametrize("strategy", ms.START_STRATEGIES)
 def test_filter_keeps_the_best_finite_candidates(strategy, x64):
     space = {"x": ms.Uniform(-3.0, 3.0, shape=(2,))}
-    n_starts, n_candidates = 6, 61
+    n_starts, n_candidates = 6, 201
     search = ms.MultiStartAdam(
         n_starts=n_starts,
         n_steps=3,
         seed=11,
         start_strategy=strategy,
         n_candidates=n_candidates,
-        filter_batch_size=7,  # ragged: 8 full chunks and one of 5
+        filter_batch_size=16,  # ragged: 12 full chunks and one of 9
     )
     result = search.fit(nan_walled, space)
     # brute force: the same candidates, evaluated one by one in NumPy
@@ -238,7 +240,8 @@ def test_filter_keeps_the_best_finite_candidates(strategy, x64):
     assert 0 < finite.sum() < n_candidates  # some candidates are in the nan region
     unit = unit_coords(Space(space), {"x": cand}, (0.15, 0.85))
     radius = critical_distance(n_candidates, 2)
-    best, _, n_kept = diverse_candidates(unit, foms, n_starts, radius)
+    reduced = math.ceil(MLSL_GAMMA * finite.sum())
+    best, _, n_kept = diverse_candidates(unit, foms, n_starts, radius, reduced)
     np.testing.assert_allclose(result.start_params["x"], cand[best], rtol=1e-12)
     assert result.stats["critical_distance"] == pytest.approx(radius)
     assert result.stats["n_diverse"] == n_kept
