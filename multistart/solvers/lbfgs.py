@@ -244,19 +244,28 @@ class LBFGS(Solver):
         )
 
     def _two_loop(self, g, s, y, rho, head, gamma):
-        """``H g`` for the inverse-Hessian approximation of the memory (empty rows add nothing)."""
+        """``H g`` for the inverse-Hessian approximation of the memory (empty rows add nothing).
+
+        Both loops are ``lax.scan`` s over the memory rather than unrolled Python loops: the
+        compiled step stays small (unrolled, the L-BFGS step compiled 3x slower than Adam's).
+        """
         m = self.memory
         order = (head - 1 - jnp.arange(m)) % m  # newest first
         s, y, rho = s[order], y[order], rho[order]
-        q, alphas = g, []
-        for i in range(m):
-            a = rho[i] * jnp.vdot(s[i], q)
-            q = q - a * y[i]
-            alphas.append(a)
-        r = gamma * q
-        for i in reversed(range(m)):
-            b = rho[i] * jnp.vdot(y[i], r)
-            r = r + (alphas[i] - b) * s[i]
+
+        def first(q, row):
+            s_i, y_i, rho_i = row
+            a = rho_i * jnp.vdot(s_i, q)
+            return q - a * y_i, a
+
+        q, alphas = jax.lax.scan(first, g, (s, y, rho))
+
+        def second(r, row):
+            s_i, y_i, rho_i, a = row
+            b = rho_i * jnp.vdot(y_i, r)
+            return r + (a - b) * s_i, None
+
+        r, _ = jax.lax.scan(second, gamma * q, (s, y, rho, alphas), reverse=True)
         return r
 
     @staticmethod
