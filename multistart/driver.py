@@ -86,6 +86,12 @@ def prepare(search, objective, space, starts, resume: bool, part=None) -> Setup:
     if search.checkpoint_dir is not None:
         from .checkpoint import Checkpointer
 
+        if jax.process_count() > 1:  # orbax then wants global arrays; a part's are local
+            raise ValueError(
+                "checkpoint_dir is not supported yet in a job of several JAX processes "
+                "(ms.distributed.initialize): run the parts as independent tasks (a job "
+                "array, each with its own checkpoint_dir) to checkpoint them"
+            )
         Checkpointer.check_folder(search.checkpoint_dir)
     configure_compilation_cache()
     return Setup(problem, dtype, user, resume, t_start, part)

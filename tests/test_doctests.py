@@ -8,7 +8,17 @@ import pytest
 import multistart  # noqa: F401  (loads every module below)
 
 # By name from sys.modules: `multistart.laplace` is the function that module exports.
-MODULES = ["chunking", "convergence", "minima", "priors", "laplace", "checks", "status", "result"]
+MODULES = [
+    "chunking",
+    "convergence",
+    "minima",
+    "priors",
+    "laplace",
+    "checks",
+    "status",
+    "result",
+    "parts",
+]
 
 
 @pytest.mark.parametrize("name", MODULES)
