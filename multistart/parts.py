@@ -191,7 +191,7 @@ def merge(cls, parts) -> Any:
         history_steps=history_steps,
         stats=_stats(parts, k),
         paths=list(first.paths),
-        config=first.config,
+        config=dict(first.config),
         resurrections=cat("resurrections"),
         incarnations=[],
         n_evals=cat("n_evals"),
@@ -307,6 +307,13 @@ def _best(foms: np.ndarray, params):
     return -1, float("inf"), blank
 
 
+def _same(a, b) -> bool:
+    try:
+        return bool(a == b)
+    except ValueError:  # arrays compare elementwise
+        return bool(np.array_equal(a, b))
+
+
 def _stats(parts, k: int) -> dict:
     """The parts' statistics as one run's: counts added, times the longest, the rest kept
     where every part agrees; each part's own figures under ``"parts"``."""
@@ -320,7 +327,7 @@ def _stats(parts, k: int) -> dict:
             out[key] = sum(values)
         elif key in _LARGEST and all(isinstance(v, numbers.Number) for v in values):
             out[key] = max(values)
-        elif all(v == values[0] for v in values):
+        elif all(_same(v, values[0]) for v in values):
             out[key] = values[0]
     reasons = {s.get("stop_reason") for s in all_stats} - {"all ended"}
     out["stop_reason"] = ", ".join(sorted(map(str, reasons))) if reasons else "all ended"
