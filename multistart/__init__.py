@@ -4,6 +4,7 @@ Many optax local searches of one model run at once, compiled once and swept in c
 result is the best fit with every start's record.
 """
 
+from . import distributed as distributed
 from .cache import cache_dir as cache_dir
 from .cache import configure_compilation_cache as configure_compilation_cache
 from .checkpoint import CheckpointError as CheckpointError
@@ -69,6 +70,7 @@ __all__ = [
     "cache_dir",
     "chunk_slices",
     "configure_compilation_cache",
+    "distributed",
     "laplace",
     "set_log_level",
     "usable_cpu_count",

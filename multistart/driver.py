@@ -15,7 +15,6 @@ per-start numerics live in :mod:`multistart.step` and the rules in :mod:`multist
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
 import signal
@@ -33,9 +32,11 @@ import numpy as np
 from . import log, memory
 from .cache import configure_compilation_cache
 from .checkpoint import CheckpointError, SearchCheckpoints, SearchInterrupted
-from .identity import SearchIdentity, search_identity
+from .identity import SearchIdentity, search_identity, starts_hash
 from .minima import default_tolerances
 from .monitor import CompileCounter
+from .parts import Part, check_part
+from .parts import select as select_part
 from .problem import Problem, as_problem, check_objective
 from .progress import Progress, interactive
 from .result import Result
@@ -67,10 +68,12 @@ class Setup:
     user: Any  # the user's starts (physical, leading axis) or None
     resume: bool
     t_start: float
+    part: Part | None = None  # fit(..., part=(i, k)): only these slots of the plan run
 
 
-def prepare(search, objective, space, starts, resume: bool) -> Setup:
+def prepare(search, objective, space, starts, resume: bool, part=None) -> Setup:
     """Validate the call: every error here is raised before any compile."""
+    part = check_part(part, search)
     if resume and search.checkpoint_dir is None:
         raise ValueError("resume=True needs checkpoint_dir to be set on the search")
     t_start = time.perf_counter()
@@ -84,9 +87,15 @@ def prepare(search, objective, space, starts, resume: bool) -> Setup:
     if search.checkpoint_dir is not None:
         from .checkpoint import Checkpointer
 
+        if jax.process_count() > 1:  # orbax then wants global arrays; a part's are local
+            raise ValueError(
+                "checkpoint_dir is not supported yet in a job of several JAX processes "
+                "(ms.distributed.initialize): run the parts as independent tasks (a job "
+                "array, each with its own checkpoint_dir) to checkpoint them"
+            )
         Checkpointer.check_folder(search.checkpoint_dir)
     configure_compilation_cache()
-    return Setup(problem, dtype, user, resume, t_start)
+    return Setup(problem, dtype, user, resume, t_start, part)
 
 
 # -- 2. the starts ------------------------------------------------------------------------------
@@ -156,15 +165,16 @@ def to_unconstrained(search, space, dtype):
 def build(search, setup: Setup, start_plan: StartPlan, compiles: CompileCounter) -> Engine:
     """The step, the population, its identity (checked against a checkpoint before any
     compile), the sweep at its chosen width, and resurrection."""
-    problem, dtype, n = setup.problem, setup.dtype, search.n_starts
+    problem, dtype, n = setup.problem, setup.dtype, start_plan.started.size  # a part's slots
     space = problem.space
     stride = math.ceil(search.n_steps / search.max_history)
     window = 1 if search.convergence is None else search.convergence.window
     u0, to_physical = _layout(search, space, start_plan.x0, dtype)
     log.logger.info(
-        "fitting %s: %d starts x %d parameters, %s, batch_size %r, %s backend",
+        "fitting %s: %d starts%s x %d parameters, %s, batch_size %r, %s backend",
         problem.name,
         n,
+        _part_words(setup.part, search.n_starts),
         space.n_dims,
         type(search).__name__,
         search.batch_size,
@@ -190,11 +200,9 @@ def build(search, setup: Setup, start_plan: StartPlan, compiles: CompileCounter)
     one = jax.eval_shape(init, _one_row(u0), status0[:1].astype(np.int8)).starts
     one = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype), one)
     config = search.config()
-    config["starts"] = hashlib.sha256(
-        b"".join(
-            np.ascontiguousarray(a).tobytes() for a in jax.tree_util.tree_leaves(start_plan.x0)
-        )
-    ).hexdigest()
+    config["starts"] = starts_hash(start_plan.x0)
+    if setup.part is not None:  # each part's checkpoints are its own
+        config["part"] = [setup.part.index, setup.part.count]
     identity = search_identity(problem, dtype, start_step, one, config)
     checkpoints = None
     if search.checkpoint_dir is not None:
@@ -231,6 +239,12 @@ def build(search, setup: Setup, start_plan: StartPlan, compiles: CompileCounter)
     return Engine(
         pop, sweep, u0, to_physical, stride, choice, identity, resurrector, checkpoints, compiles
     )
+
+
+def _part_words(part: Part | None, n_total: int) -> str:
+    if part is None:
+        return ""
+    return f" (slots {part.lo}..{part.hi - 1} of {n_total}: part {part.index} of {part.count})"
 
 
 def _replacer(search, problem, start_plan, width, u0, to_physical, dtype):
@@ -596,6 +610,7 @@ def stats(search, start_plan: StartPlan, engine: Engine, outcome: Outcome, rec, 
         width_choice=choice.info,  # how that width was chosen
         backoffs=list(sweep.backoffs),
         history_stride=engine.stride,
+        identity=engine.identity.hashes(),
     )
     if outcome.resumed_from:
         out["resumed_from"] = outcome.resumed_from
@@ -618,7 +633,7 @@ def stats(search, start_plan: StartPlan, engine: Engine, outcome: Outcome, rec, 
 
 def assemble(search, setup: Setup, start_plan, engine: Engine, outcome: Outcome) -> Result:
     rec = records(search, setup.problem, engine, outcome)
-    best_index, best_fom, best_params = _best(rec, search.n_starts, setup.problem.name)
+    best_index, best_fom, best_params = _best(rec, rec["foms"].size, setup.problem.name)
     result = Result(
         best_params=best_params,
         best_fom=best_fom,
@@ -691,10 +706,10 @@ def _raise_if_interrupted(engine: Engine, outcome: Outcome, result: Result) -> N
 # -- the whole fit ------------------------------------------------------------------------------
 
 
-def run(search, objective, space=None, *, starts=None, resume: bool = False) -> Result:
+def run(search, objective, space=None, *, starts=None, resume: bool = False, part=None) -> Result:
     """One fit of ``search`` (see :meth:`multistart.MultiStartGradient.fit`)."""
-    setup = prepare(search, objective, space, starts, resume)
-    start_plan = plan(search, setup)
+    setup = prepare(search, objective, space, starts, resume, part)
+    start_plan = select_part(plan(search, setup), setup.part)  # the whole plan, then a part
     with CompileCounter() as compiles:
         engine = build(search, setup, start_plan, compiles)
         resumed = restore(search, engine, resume)

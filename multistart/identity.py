@@ -24,7 +24,14 @@ from typing import Any
 import jax
 import numpy as np
 
-__all__ = ["SearchIdentity", "search_identity", "step_program_hash", "describe_difference"]
+__all__ = [
+    "SearchIdentity",
+    "search_identity",
+    "step_program_hash",
+    "describe_difference",
+    "config_hash",
+    "starts_hash",
+]
 
 #: Configuration keys that may differ between a checkpoint and the search resuming from it.
 RESUMABLE_KEYS = ("n_steps", "batch_size", "log_every", "progress")
@@ -64,6 +71,18 @@ def _comparable(config: dict) -> dict:
     return {k: v for k, v in config.items() if k not in RESUMABLE_KEYS}
 
 
+def config_hash(config: dict) -> str:
+    """The ``config`` hash of an identity: its JSON values, less :data:`RESUMABLE_KEYS`."""
+    values = json.loads(json.dumps(config, default=str))
+    return hashlib.sha256(json.dumps(_comparable(values), sort_keys=True).encode()).hexdigest()[:32]
+
+
+def starts_hash(x0) -> str:
+    """SHA-256 of a plan's starts (every leaf's bytes, in tree order)."""
+    leaves = jax.tree_util.tree_leaves(x0)
+    return hashlib.sha256(b"".join(np.ascontiguousarray(a).tobytes() for a in leaves)).hexdigest()
+
+
 def search_identity(problem, dtype, start_step, one_start, config: dict) -> SearchIdentity:
     """The identity of fitting ``problem`` with ``start_step`` under ``config``."""
     example = problem.space.example(dtype)
@@ -81,11 +100,10 @@ def search_identity(problem, dtype, start_step, one_start, config: dict) -> Sear
     for const in jax.make_jaxpr(start_step)(one_start, problem.data).consts:
         _hash_array(rule, const)
     values = json.loads(json.dumps(config, default=str))
-    cfg = hashlib.sha256(json.dumps(_comparable(values), sort_keys=True).encode())
     return SearchIdentity(
         model=model.hexdigest()[:32],
         rule=rule.hexdigest()[:32],
-        config=cfg.hexdigest()[:32],
+        config=config_hash(values),
         program=program,
         values=values,
     )

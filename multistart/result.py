@@ -14,6 +14,7 @@ import numpy as np
 
 from .laplace import Laplace, hessian_function, laplace_problem, unflatten_like
 from .minima import cluster_minima, default_tolerances
+from .parts import merge as merge_parts
 from .problem import Problem, as_problem
 from .status import Status
 
@@ -507,6 +508,28 @@ class Result:
                 stacklevel=3,
             )
             return None
+
+    @classmethod
+    def merge(cls, parts) -> Result:
+        """The Result one run would have given, from the Results of its ``k`` parts.
+
+        Each part is a ``search.fit(..., part=(i, k))`` of the same search, model and start
+        plan, given in any order, in memory or as paths that :meth:`save` wrote. Per-start
+        records are concatenated in slot order, histories joined (a part that ended sooner
+        carries its last row forward, as a whole run does for a start that ended), the best fit
+        chosen again; ``stats`` adds up counts (``n_evals``, compiles), keeps the longest time
+        (``wall_s``) and says ``n_parts``, and ``stats["parts"]`` keeps each part's own figures.
+
+        Example:
+          >>> parts = [search.fit(f, space, part=(i, 3)) for i in range(3)]  # doctest: +SKIP
+          >>> whole = ms.Result.merge(parts)  # doctest: +SKIP
+
+        Raises:
+          ValueError: a Result that is not a part; parts of different searches, models,
+            configurations or start plans (the message says what differs); a part missing
+            or given twice; parts of different ``k``.
+        """
+        return merge_parts(cls, parts)
 
     @classmethod
     def load(cls, path) -> Result:

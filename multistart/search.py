@@ -314,7 +314,7 @@ class MultiStartGradient:
 
     # -- the run ---------------------------------------------------------------------------
 
-    def fit(self, objective, space=None, *, starts=None, resume: bool = False) -> Result:
+    def fit(self, objective, space=None, *, starts=None, resume: bool = False, part=None) -> Result:
         """Minimise ``objective(params) -> scalar`` over ``space``, or fit a model.
 
         Args:
@@ -327,9 +327,17 @@ class MultiStartGradient:
           resume: continue from the newest checkpoint in ``checkpoint_dir`` (a fresh start
             when the folder holds none). A checkpoint of another model or configuration is
             refused; a damaged one falls back to the one before it.
+          part: ``(i, k)``: run only the ``i``-th (from 0) of ``k`` parts of the start plan,
+            for schedulers that run parts apart (a Slurm job array, Ray). The whole plan is
+            computed as for one run, then only the part's contiguous block of slots runs (as
+            ``np.array_split`` splits ``n_starts``); each start's record is the one the whole
+            run gives that slot, ``result.stats["part"]`` and ``["slots"]`` say which, and
+            :meth:`multistart.Result.merge` joins the ``k`` parts into the whole run's Result.
+            Not with ``resurrect``, ``start_strategy="tiktak"``, ``target_fom`` or
+            ``max_evals``, which couple the slots.
 
         Returns:
-          A :class:`multistart.Result`.
+          A :class:`multistart.Result` (with ``part``, the part's starts only).
 
         Raises:
           TypeError / ValueError: bad arguments (a user start outside its prior's bounds is
@@ -342,7 +350,7 @@ class MultiStartGradient:
           multistart.CheckpointError: a checkpoint could not be written (``.result`` holds the
             search so far; the previous checkpoint is intact) or none could be read.
         """
-        return driver.run(self, objective, space, starts=starts, resume=resume)
+        return driver.run(self, objective, space, starts=starts, resume=resume, part=part)
 
 
 def _check_candidates(n_candidates, n_starts: int) -> int:

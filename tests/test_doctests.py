@@ -18,6 +18,7 @@ MODULES = [
     "laplace",
     "memory",
     "minima",
+    "parts",
     "priors",
     "result",
     "resurrect",

@@ -1,0 +1,342 @@
+"""Runs that merge: the i-th of k parts of one start plan, and the merge of the parts.
+
+Every part computes the whole search's start plan from the seed (user starts, strategy draws,
+the broad-start filter's ranking and diverse choice), then runs only a contiguous block of its
+slots, split as :func:`numpy.array_split` splits ``n_starts`` rows. Starts never interact, so
+each start's record in a part is the one the whole run gives that slot, and the merge of the
+parts is a concatenation in slot order (:meth:`multistart.Result.merge`).
+
+Parts are for schedulers that run and retry tasks independently (Slurm job arrays, Ray,
+Dask): a failed part is run again alone. Two things couple the slots of one search and so have
+no parts: resurrection and TikTak share one reserve of candidates (and TikTak a best point)
+across slots, and ``target_fom`` and ``max_evals`` stop every start when met.
+
+The bookkeeping here is NumPy on saved values: nothing compiles.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import numbers
+import os
+from typing import Any
+
+import jax
+import numpy as np
+
+from .identity import config_hash, starts_hash
+
+__all__ = ["Part", "check_part", "part_slots", "select", "merge"]
+
+# Per-part statistics the merge adds up (each part paid them) or takes the largest of (the
+# parts ran side by side); the others are kept where every part agrees.
+_SUMMED = (
+    "n_evals",
+    "n_chunk_calls",
+    "n_compiles",
+    "n_tune_compiles",
+    "n_compiles_total",
+    "n_cache_hits",
+    "n_filter_compiles",
+)
+_LARGEST = (
+    "wall_s",
+    "compile_s",
+    "loop_s",
+    "select_s",
+    "first_step_s",
+    "filter_s",
+    "filter_compile_s",
+    "n_steps_run",
+)
+_PER_PART = ("part", "slots", "wall_s", "n_evals", "stop_reason", "batch_size", "n_compiles")
+_PART_ONLY = ("part", "slots", "plan", "identity")
+
+
+@dataclasses.dataclass(frozen=True)
+class Part:
+    """The ``index``-th of ``count`` parts: slots ``lo`` to ``hi`` (exclusive)."""
+
+    index: int
+    count: int
+    lo: int
+    hi: int
+
+    @property
+    def size(self) -> int:
+        return self.hi - self.lo
+
+
+def part_slots(index: int, count: int, n_starts: int) -> tuple[int, int]:
+    """``(lo, hi)``: the slots of part ``index`` of ``count``, as ``np.array_split`` splits.
+
+    The first ``n_starts % count`` parts hold one slot more than the others.
+
+    >>> [part_slots(i, 3, 10) for i in range(3)]
+    [(0, 4), (4, 7), (7, 10)]
+    """
+    size, extra = divmod(n_starts, count)
+    lo = index * size + min(index, extra)
+    return lo, lo + size + (index < extra)
+
+
+def check_part(part, search) -> Part | None:
+    """Validate ``fit``'s ``part=`` for ``search``; ``None`` is the whole run.
+
+    Raises:
+      ValueError: ``part`` is not a pair ``(i, k)`` of ints with ``0 <= i < k <= n_starts``,
+        or the search couples its slots (resurrection, TikTak, ``target_fom``, ``max_evals``).
+    """
+    if part is None:
+        return None
+    ints = (
+        isinstance(part, (tuple, list))
+        and len(part) == 2
+        and all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in part)
+    )
+    if not ints:
+        raise ValueError(f"part must be None or a pair (i, k) of ints; got {part!r}")
+    i, k = (int(v) for v in part)
+    n = search.n_starts
+    if not (1 <= k <= n and 0 <= i < k):
+        raise ValueError(
+            f"part=(i, k) needs 1 <= k <= n_starts ({n}) and 0 <= i < k "
+            f"(parts are numbered from 0); got part={part!r}"
+        )
+    coupled = {
+        "resurrect": search.resurrect
+        and "resurrection draws every slot's replacements from one shared reserve",
+        "start_strategy='tiktak'": search.start_strategy == "tiktak"
+        and "TikTak hands every slot candidates from one queue, blended towards the best "
+        "point of all slots",
+        "target_fom": search.target_fom is not None
+        and "it stops every start once any start reaches it",
+        "max_evals": search.max_evals is not None
+        and "it stops every start once all of them made that many evaluations",
+    }
+    for name, why in coupled.items():
+        if why:
+            raise ValueError(
+                f"part={part!r} cannot be used with {name}: {why}, so a part could not give "
+                "the whole run's records; run the search whole, or drop it"
+            )
+    return Part(i, k, *part_slots(i, k, n))
+
+
+def select(start_plan, part: Part | None):
+    """The whole plan's starts for ``part`` only; its statistics name the part and the plan.
+
+    ``stats["plan"]`` is the hash of the whole plan's starts, so the merge can tell parts of
+    one plan from parts of another (other user starts, say) with the same configuration.
+    """
+    if part is None:
+        return start_plan
+    rows = slice(part.lo, part.hi)
+    stats = dict(
+        start_plan.stats,
+        part=[part.index, part.count],
+        slots=[part.lo, part.hi],
+        plan=starts_hash(start_plan.x0),
+    )
+    return dataclasses.replace(
+        start_plan,
+        x0=jax.tree_util.tree_map(lambda a: a[rows], start_plan.x0),
+        started=start_plan.started[rows],
+        reserve=None,
+        stats=stats,
+    )
+
+
+# -- the merge ----------------------------------------------------------------------------------
+
+
+def merge(cls, parts) -> Any:
+    """The Result one run would have given, from its parts (see :meth:`Result.merge`)."""
+    parts = _load(cls, parts)
+    k = _check_together(parts)
+    parts = sorted(parts, key=lambda r: r.stats["part"][0])
+    n = sum(p.n_starts for p in parts)
+    for p in parts:
+        i = p.stats["part"][0]
+        expected = part_slots(i, k, n)
+        if tuple(p.stats["slots"]) != expected or p.n_starts != expected[1] - expected[0]:
+            raise ValueError(
+                f"part {i} of {k} holds slots {p.stats['slots']} ({p.n_starts} starts); "
+                f"a part {i} of {n} starts holds {list(expected)}"
+            )
+    first = parts[0]
+
+    def cat(name):
+        return np.concatenate([np.asarray(getattr(p, name)) for p in parts])
+
+    def cat_tree(name):
+        trees = [getattr(p, name) for p in parts]
+        return jax.tree_util.tree_map(lambda *a: np.concatenate([np.asarray(x) for x in a]), *trees)
+
+    foms = cat("foms").astype(np.float64, copy=False)
+    params = cat_tree("params")
+    history, history_steps = _histories(parts)
+    best_index, best_fom, best_params = _best(foms, params)
+    result = cls(
+        best_params=best_params,
+        best_fom=best_fom,
+        best_index=best_index,
+        foms=foms,
+        params=params,
+        start_params=cat_tree("start_params"),
+        status=cat("status"),
+        n_steps=cat("n_steps"),
+        best_step=cat("best_step"),
+        history=history,
+        history_steps=history_steps,
+        stats=_stats(parts, k),
+        paths=list(first.paths),
+        config=dict(first.config),
+        resurrections=cat("resurrections"),
+        incarnations=[],
+        n_evals=cat("n_evals"),
+        at_bound=cat("at_bound"),
+    )
+    if best_index >= 0:  # the best part's problem and covariance are the merged best's
+        owner = next(p for p in parts if _holds(p, best_index))
+        result._problem, result._hessian = owner._problem, owner._hessian
+        result._laplace = owner._laplace
+    return result
+
+
+def _load(cls, parts) -> list:
+    if isinstance(parts, (str, os.PathLike, cls)):
+        raise TypeError("Result.merge takes a list of parts (Results or saved paths)")
+    out = [cls.load(p) if isinstance(p, (str, os.PathLike)) else p for p in parts]
+    if not out:
+        raise ValueError("Result.merge needs at least one part; got none")
+    for j, p in enumerate(out):
+        if not isinstance(p, cls):
+            raise TypeError(f"parts[{j}] is a {type(p).__name__}, not a multistart.Result")
+        if "part" not in p.stats:
+            raise ValueError(
+                f"parts[{j}] is not a part of a search (no stats['part']): merge the Results "
+                "of fit(..., part=(i, k))"
+            )
+    return out
+
+
+def _check_together(parts) -> int:
+    """``k``, once every part is of one search and each of ``0..k-1`` is there once."""
+    counts = sorted({int(p.stats["part"][1]) for p in parts})
+    if len(counts) > 1:
+        raise ValueError(f"the parts split the search in different numbers of parts: {counts}")
+    k = counts[0]
+    first = parts[0]
+    for j, p in enumerate(parts[1:], start=1):
+        what = _difference(first, p)
+        if what is not None:
+            raise ValueError(
+                f"parts[{j}] (part {p.stats['part'][0]}) is of another search than parts[0] "
+                f"(part {first.stats['part'][0]}): {what}"
+            )
+    seen = [int(p.stats["part"][0]) for p in parts]
+    twice = sorted({i for i in seen if seen.count(i) > 1})
+    if twice:
+        raise ValueError(f"part{'s' if len(twice) > 1 else ''} {twice} of {k} given twice")
+    missing = sorted(set(range(k)) - set(seen))
+    if missing:
+        raise ValueError(
+            f"part{'s' if len(missing) > 1 else ''} {missing} of {k} missing; run "
+            f"{'them' if len(missing) > 1 else 'it'} (fit(..., part=(i, {k}))) and merge again"
+        )
+    return k
+
+
+def _difference(a, b) -> str | None:
+    """What makes two parts parts of different searches, in words (``None``: the same)."""
+    ia, ib = a.stats.get("identity", {}), b.stats.get("identity", {})
+    if ia.get("model") != ib.get("model"):
+        return "another model (its figure of merit, data, space or dtype differ)"
+    if list(a.paths) != list(b.paths):
+        return f"other parameters ({list(a.paths)} -> {list(b.paths)})"
+    if a.config != b.config:
+        keys = sorted(set(a.config) | set(b.config))
+        changed = [
+            f"{key} {a.config.get(key)!r} -> {b.config.get(key)!r}"
+            for key in keys
+            if a.config.get(key) != b.config.get(key)
+        ]
+        return "another configuration (" + "; ".join(changed) + ")"
+    if ia.get("rule") != ib.get("rule"):
+        return "another rule or hyperparameters (the compiled step differs)"
+    if a.stats.get("plan") != b.stats.get("plan"):
+        return "another start plan (other user starts?)"
+    return None
+
+
+def _holds(part, index: int) -> bool:
+    lo, hi = part.stats["slots"]
+    return lo <= index < hi
+
+
+def _histories(parts) -> tuple[np.ndarray, np.ndarray]:
+    """Histories side by side; a part that ended sooner carries its last row forward, as the
+    whole run's history does for starts that ended."""
+    longest = max(parts, key=lambda p: (len(p.history_steps), _last(p.history_steps)))
+    rows = len(longest.history_steps)
+    blocks = []
+    for p in parts:
+        h = np.asarray(p.history, dtype=np.float64)
+        if h.shape[0] == 0:
+            h = np.full((rows, p.n_starts), np.nan)
+        elif h.shape[0] < rows:
+            h = np.concatenate([h, np.repeat(h[-1:], rows - h.shape[0], axis=0)])
+        blocks.append(h)
+    return np.concatenate(blocks, axis=1), np.asarray(longest.history_steps).copy()
+
+
+def _last(steps) -> int:
+    return int(steps[-1]) if len(steps) else 0
+
+
+def _best(foms: np.ndarray, params):
+    """``(best_index, best_fom, best_params)``, chosen as the driver chooses them."""
+    finite = np.isfinite(foms)
+    if finite.any():
+        i = int(np.argmin(np.where(finite, foms, np.inf)))
+        return i, float(foms[i]), jax.tree_util.tree_map(lambda a: np.asarray(a)[i], params)
+    blank = jax.tree_util.tree_map(
+        lambda a: np.full(np.shape(a)[1:], np.nan, np.asarray(a).dtype), params
+    )
+    return -1, float("inf"), blank
+
+
+def _same(a, b) -> bool:
+    try:
+        return bool(a == b)
+    except ValueError:  # arrays compare elementwise
+        return bool(np.array_equal(a, b))
+
+
+def _stats(parts, k: int) -> dict:
+    """The parts' statistics as one run's: counts added, times the longest, the rest kept
+    where every part agrees; each part's own figures under ``"parts"``."""
+    all_stats = [p.stats for p in parts]
+    out: dict[str, Any] = {}
+    for key in all_stats[0]:
+        if key in _PART_ONLY:
+            continue
+        values = [s.get(key) for s in all_stats]
+        if key in _SUMMED and all(isinstance(v, numbers.Number) for v in values):
+            out[key] = sum(values)
+        elif key in _LARGEST and all(isinstance(v, numbers.Number) for v in values):
+            out[key] = max(values)
+        elif all(_same(v, values[0]) for v in values):
+            out[key] = values[0]
+    reasons = {s.get("stop_reason") for s in all_stats} - {"all ended"}
+    out["stop_reason"] = ", ".join(sorted(map(str, reasons))) if reasons else "all ended"
+    out["n_parts"] = k
+    ident = all_stats[0].get("identity", {})
+    plan = all_stats[0].get("plan")
+    if ident and plan is not None:
+        # The whole run's identity: its configuration hash covers the whole plan's starts.
+        whole = config_hash({**parts[0].config, "starts": plan})
+        out["identity"] = {"model": ident["model"], "rule": ident["rule"], "config": whole}
+    out["parts"] = [{key: s.get(key) for key in _PER_PART} for s in all_stats]
+    return out
