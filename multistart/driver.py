@@ -393,14 +393,17 @@ class Loop:
                 t_first = time.perf_counter() - self.t_start
             budget = self._budget(pop, resurrector)
             stopping = signalled or budget is not None
-            resurrect_due = resurrector is not None and on_schedule and not last
-            if resurrect_due and not stopping:
+            # Replacements are due on the sync_every schedule; a run that stops here (its last
+            # step, a signal, a budget) leaves them to the run that resumes from its checkpoint.
+            replace_due = resurrector is not None and on_schedule
+            replaced = replace_due and not (last or stopping)
+            if replaced:
                 before = resurrector.n_resurrections
                 pop, status = resurrector(pop, status, steps_run)
                 if resurrector.n_resurrections != before:
                     sweep.rebase(pop)  # a back-off must not replay over the replaced rows
                 if resurrector.stop_reason is not None:  # TikTak re-found its best enough
-                    stopping, budget, resurrect_due = True, resurrector.stop_reason, False
+                    stopping, budget = True, resurrector.stop_reason
             running = np.flatnonzero(status == Status.RUNNING.code)
             if logging_now or drawing:
                 best = float(np.asarray(pop.starts.best_fom).min())
@@ -410,7 +413,7 @@ class Loop:
             if checkpoints is not None and (checkpoint_now or stopping or done):
                 record = {
                     "n_chunk_calls": n_calls,
-                    "resurrect_pending": bool(resurrect_due and (stopping or last)),
+                    "resurrect_pending": bool(replace_due and not replaced),
                 }
                 try:
                     checkpoints.save(steps_run, pop, resurrector, record)
@@ -442,10 +445,11 @@ class Loop:
         s = self.search
         if s.max_time_s is not None and time.perf_counter() - self.t_start >= s.max_time_s:
             return "max_time_s"
-        if s.target_fom is not None and float(jnp.min(pop.starts.best_fom)) <= s.target_fom:
+        # NumPy on the host: an eager jnp reduction would be one more compile.
+        if s.target_fom is not None and np.asarray(pop.starts.best_fom).min() <= s.target_fom:
             return "target_fom"
         if s.max_evals is not None:
-            evals = int(jnp.sum(pop.starts.n_evals))
+            evals = int(np.asarray(pop.starts.n_evals).sum())
             if resurrector is not None:
                 evals += sum(r.n_evals for r in resurrector.records)
             if evals >= s.max_evals:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import warnings
 from collections import Counter
@@ -499,7 +500,14 @@ class Result:
         if self._laplace is not None or self._problem is None or self.best_index < 0:
             return self._laplace
         try:
-            return self.laplace
+            # Saving is not the place to warn about nan errors (a short fit is rarely at a
+            # minimum): the warning is logged, and the nan errors are saved as they are.
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", RuntimeWarning)
+                fit = self.laplace
+            for w in caught:
+                logging.getLogger("multistart").warning("Result.save: %s", w.message)
+            return fit
         except Exception as e:  # a long fit's record must be saved whatever the Hessian does
             warnings.warn(
                 f"Result.save: the covariance could not be computed ({type(e).__name__}: {e}); "

@@ -12,7 +12,7 @@ from pathlib import Path
 import jax
 import numpy as np
 import pytest
-from conftest import MULTIMODAL_SPACE, NoCompile, multimodal, same_result, tree_equal
+from conftest import MULTIMODAL_SPACE, NoCompile, assert_same_result, multimodal, same_result
 
 import multistart as ms
 from multistart.parts import part_slots
@@ -50,7 +50,7 @@ def assert_same_run(merged: ms.Result, whole: ms.Result) -> None:
     np.testing.assert_array_equal(merged.history_steps, whole.history_steps)
     assert merged.best_index == whole.best_index
     assert merged.best_fom == whole.best_fom
-    assert tree_equal(merged.best_params, whole.best_params)
+    assert_same_result(merged, whole)
     assert merged.config == whole.config and merged.paths == whole.paths
     assert merged.stats["identity"] == whole.stats["identity"]
     assert merged.stats["n_evals"] == whole.stats["n_evals"]
