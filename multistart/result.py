@@ -506,7 +506,7 @@ class Result:
                 warnings.simplefilter("always", RuntimeWarning)
                 fit = self.laplace
             for w in caught:
-                logging.getLogger("multistart").warning("Result.save: %s", w.message)
+                logging.getLogger("multistart").info("Result.save: %s", w.message)
             return fit
         except Exception as e:  # a long fit's record must be saved whatever the Hessian does
             warnings.warn(

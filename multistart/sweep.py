@@ -169,6 +169,11 @@ class Sweep:
             if w != keep:
                 del self._programs[w]
 
+    def trace(self, pop) -> jax.stages.Traced:
+        """Trace the program at :attr:`width` for ``pop``, so the compile census can time its
+        lowering and its compile apart (``multistart profile``)."""
+        return self._jit.trace(pop, *self._lower_args(self.width), self.data)
+
     def set_width(self, width: int) -> None:
         """Sweep at ``width`` from now on (compiling it unless it already is)."""
         self.compiled = self.compiled_for(width)

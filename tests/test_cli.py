@@ -33,7 +33,7 @@ def test_demo_quick_writes_its_outputs(tmp_path, capsys, monkeypatch, caplog):
     assert result.n_starts == 6 and result.config["n_steps"] == demo.QUICK["n_steps"]
     assert result.config["search"] == "MultiStartProdigy"
     table = pd.read_csv(out / "starts.csv")
-    assert len(table) == 6 and list(table.columns[:5]) == list(demo_columns())
+    assert len(table) == 6 and list(table.columns[:8]) == list(demo_columns())
     np.testing.assert_allclose(table["fom"], result.foms)
     png = (out / "demo.png").read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 50_000
@@ -43,7 +43,7 @@ def test_demo_quick_writes_its_outputs(tmp_path, capsys, monkeypatch, caplog):
 
 
 def demo_columns():
-    return ("index", "fom", "status", "n_steps", "best_step")
+    return ("index", "fom", "status", "n_steps", "n_evals", "at_bound", "best_step", "minimum")
 
 
 def test_demo_without_the_plots_extra_says_what_to_install(tmp_path, monkeypatch, capsys):

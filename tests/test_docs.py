@@ -17,7 +17,10 @@ def test_page_blocks_run_and_print_what_the_page_shows(page, tmp_path, monkeypat
 
 def test_few_blocks_are_skipped():
     skipped = [(p.name, b.line) for p in PAGES for b in python_blocks(p) if b.skip]
-    assert len(skipped) <= 2, skipped
+    # the checkpoint illustration (20,000 steps) and scale-out.md's four cluster scripts (a
+    # Slurm array task, a Ray job, a jax.distributed job and its retry guard): they need a
+    # scheduler or several processes (tests/test_parts.py runs two processes for real)
+    assert len(skipped) <= 5, skipped
 
 
 @pytest.mark.parametrize("page", [ROOT / "README.md", *PAGES], ids=lambda p: p.name)

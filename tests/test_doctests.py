@@ -14,6 +14,7 @@ MODULES = [
     "checks",
     "chunking",
     "convergence",
+    "distributed",
     "graph",
     "laplace",
     "memory",

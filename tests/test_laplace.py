@@ -130,10 +130,14 @@ def small_fit():
     return search.fit(parabola, PARABOLA_SPACE)
 
 
-def test_result_covariance_is_lazy_and_needs_a_problem():
-    result = small_fit()
+def test_result_covariance_is_lazy_and_needs_a_problem(tmp_path):
+    result = small_fit()  # a search attaches its problem, and computes nothing for it
+    assert result._problem is not None and result._laplace is None
+    small_fit().save(tmp_path / "r.npz")
+    loaded = ms.Result.load(tmp_path / "r.npz")
+    loaded._laplace = None  # as a Result saved without its covariance
     with pytest.raises(ValueError, match="attach_problem"):
-        _ = result.covariance
+        _ = loaded.covariance
     with NoCompile():  # attaching computes nothing
         result.attach_problem(parabola, PARABOLA_SPACE)
     assert result._laplace is None
@@ -158,6 +162,7 @@ def test_save_stores_the_covariance_and_load_restores_it(tmp_path):
     assert loaded.errors["y"] == result.errors["y"]
     assert loaded.laplace.names == result.laplace.names
     bare = small_fit()
+    bare._problem = None  # e.g. a merged or hand-made Result: nothing to compute it from
     bare.save(tmp_path / "bare.npz")  # no problem: saved without, and says how to get it
     with pytest.raises(ValueError, match="attach_problem"):
         _ = ms.Result.load(tmp_path / "bare.npz").errors

@@ -125,7 +125,8 @@ def test_to_dataframe_columns_and_values():
     params = ["a", "band.flux[0]", "band.flux[1]"]
     params += [f"band.psf[{i},{j}]" for i in range(2) for j in range(3)]
     params += ["layers.0.x", "layers.1.x"]
-    expected = ["index", "fom", "status", "n_steps", "best_step", *params]
+    expected = ["index", "fom", "status", "n_steps", "n_evals", "at_bound", "best_step"]
+    expected += ["minimum", *params]
     expected += [f"start:{c}" for c in params]
     assert list(df.columns) == expected
     assert len(df) == result.n_starts
@@ -195,7 +196,8 @@ def test_a_float32_fit_prints_with_float32_precision():
     assert f"{result.best_fom:.2f}" == "395.68" and result.best_fom == float(np.float32(395.6813))
     assert "best_fom=395.6813," in repr(result)
     assert result.to_dataframe()["fom"].dtype == np.float32
-    (best, other) = result.distinct_minima()
+    (best,) = result.distinct_minima()  # the third start did not converge: not a minimum
+    assert len(result.distinct_minima(include_unconverged=True)) == 2
     assert repr(best) == "Minimum(fom=395.6813, n_starts=2, params={'amp': 24.917944})"
     assert repr(handmade_result().best_fom) == "-3.5"  # float64 prints as a float
 

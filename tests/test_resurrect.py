@@ -1,5 +1,7 @@
 """Resurrection: dead starts replaced from the filter's reserve or by fresh draws."""
 
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -8,7 +10,13 @@ from conftest import assert_same_result
 
 import multistart as ms
 from multistart.priors import Space
-from multistart.starts import StartStream, critical_distance, diverse_candidates, unit_coords
+from multistart.starts import (
+    MLSL_GAMMA,
+    StartStream,
+    critical_distance,
+    diverse_candidates,
+    unit_coords,
+)
 
 NAN_SPACE = {"x": ms.Uniform(-4.0, 4.0, shape=(2,))}
 
@@ -88,7 +96,8 @@ def test_replacements_come_from_the_filters_reserve_best_first(x64):
     foms = np.where(x <= 0.2, -x, np.nan)
     # the filter's choice (best, thinned by the distance rule), then its reserve, best first
     unit = unit_coords(Space(WALL_SPACE), {"x": x}, (0.15, 0.85))
-    chosen, reserve, _ = diverse_candidates(unit, foms, 2, critical_distance(6, 1))
+    reduced = math.ceil(MLSL_GAMMA * np.isfinite(foms).sum())  # MLSL's reduced sample
+    chosen, reserve, _ = diverse_candidates(unit, foms, 2, critical_distance(6, 1), reduced)
     assert len(reserve) >= 1 and np.all(np.diff(foms[reserve]) >= 0)
     result = wall_search(40).fit(wall, WALL_SPACE)
     firsts = sorted(

@@ -126,8 +126,8 @@ def test_auto_falls_back_to_sizes_then_to_the_count_cap(monkeypatch, caplog):
     result = fit(batch_size="auto")
     assert result.stats["width_choice"]["estimate"] == "io_sizes"
     monkeypatch.setattr(memory, "device_free_memory", lambda device: (None, "unknown"))
-    monkeypatch.setenv("MULTISTART_LOG_LEVEL", "INFO")
-    with caplog.at_level(logging.INFO, logger="multistart"):
+    monkeypatch.setenv("MULTISTART_LOG_LEVEL", "DEBUG")
+    with caplog.at_level(logging.DEBUG, logger="multistart"):
         result = fit(batch_size="auto")
     assert result.stats["width_choice"]["estimate"] == "count cap"
     assert any("using the count cap" in r.getMessage() for r in caplog.records)
@@ -255,15 +255,15 @@ class FakeAccelerator:
 
 
 def test_auto_on_an_accelerator_keeps_the_memory_bound_without_timing(monkeypatch):
-    import multistart.search
+    import multistart.driver
 
     monkeypatch.setenv("MULTISTART_AUTO_WIDTH", "measure")
-    real = multistart.search.resolve_width
+    real = multistart.driver.resolve_width
 
     def on_accelerator(*args, device, **kwargs):
         return real(*args, device=FakeAccelerator(device), **kwargs)
 
-    monkeypatch.setattr(multistart.search, "resolve_width", on_accelerator)
+    monkeypatch.setattr(multistart.driver, "resolve_width", on_accelerator)
     no_timing(monkeypatch)
     result = fit(batch_size="auto", n_starts=12)
     info = result.stats["width_choice"]
