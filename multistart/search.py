@@ -118,7 +118,8 @@ class MultiStartGradient:
         without improving (``k <= max_nonfinite``) ends and, at the next host sync, its slot
         gets a new start from the filter's unused finite candidates (best first) or, with no
         filter, a fresh draw. ``result.resurrections`` counts them per slot and
-        ``result.incarnations`` keeps every replaced start's record.
+        ``result.incarnations`` keeps every replaced start's record. With ``resurrect=k`` a
+        start gives up after ``k`` failures, so ``max_nonfinite`` then only bounds ``k``.
       log_every: a progress line in the log every this many steps (0: none). ``None`` (the
         default): one every 30 s, so a short fit logs only what runs and what came out.
       progress: a progress bar (``tqdm.auto``: a widget in a notebook, a line in a terminal)

@@ -45,6 +45,7 @@ import jax
 
 from . import log
 from .cache import cache_dir
+from .identity import step_program_hash
 from .memory import (
     auto_candidates,
     auto_mode_from_env,
@@ -370,10 +371,10 @@ def _log_table(spec, table, best) -> None:
 def tune_key(start_step, pop, data, *, device, backend: str, n_starts: int):
     """``(key, parts)``: the tuning record's key and what it was hashed from (see module doc)."""
     one = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype), pop.starts)
-    text = jax.jit(start_step).lower(one, data).as_text()
     parts = {
         "format": _RECORD_FORMAT,
-        "program_sha256": hashlib.sha256(text.encode()).hexdigest(),
+        # the same hash of the lowered per-start step as the search's identity (checkpoints)
+        "program_sha256": step_program_hash(start_step, one, data),
         "backend": backend,
         "platform": device.platform,
         "device_kind": device.device_kind,
