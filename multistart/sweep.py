@@ -78,6 +78,30 @@ def device_chunks(rows: np.ndarray, batch_size: int, n_total: int) -> list[tuple
     ]
 
 
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else repr(exc)
+
+
+def retry_narrower(attempt, exc: BaseException, *, width: int, halve, fatal: str):
+    """After ``exc`` (out of memory at ``width``): halve and retry ``attempt`` until it fits.
+
+    ``halve(width, exc)`` narrows the program (and records why) and returns the new width;
+    below width 1 the search stops with a ``RuntimeError(fatal)``. The one back-off loop of
+    the chunk sweeps and the broad-start filter.
+    """
+    while True:
+        if width <= 1:
+            raise RuntimeError(fatal) from exc
+        width = halve(width, exc)
+        try:
+            return attempt()
+        except Exception as again:
+            if not is_out_of_memory(again):
+                raise
+            exc = again
+
+
 @jax.jit
 def _copy_tree(tree):
     # One program for the whole population: a copy per leaf would be a dispatch per leaf.
@@ -240,42 +264,47 @@ class Sweep:
 
     def _back_off(self, exc: BaseException):
         """Halve the width until the steps since the saved copy run; returns their result."""
-        while True:
-            old = self.width
-            if old <= 1:
-                raise RuntimeError(
-                    f"the chunk step ran out of memory even at batch_size 1 ({self.backend} "
-                    f"backend, after {self._n_steps} steps): one start of this model does "
-                    "not fit the device; use a device with more memory or a smaller model"
-                ) from exc
+
+        def halve(old: int, failure: BaseException) -> int:
             new = old // 2
-            message = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else repr(exc)
             self.backoffs.append(
                 {"step": self._n_steps, "from": old, "to": new, "replayed": len(self._replay)}
             )
             log.logger.warning(
                 "out of memory at batch_size %d (%s); retrying the last %d step(s) at %d",
                 old,
-                message,
+                _first_line(failure),
                 len(self._replay),
                 new,
             )
             self._programs.pop(old, None)  # the program that did not fit
             self.compiled = None
             self.set_width(new)
-            pop, current = _copy_tree(self._saved), self.rows
-            try:
-                for row, rows in self._replay:  # each step with the rows it swept
-                    if rows is not self.rows:
-                        self.set_rows(rows)
-                    pop = self._run(self.compiled, pop, self._args, np.int32(row))
-                jax.block_until_ready(pop)  # an asynchronous failure shows here, not later
-                self.set_rows(current)
-                return pop
-            except Exception as again:
-                if not is_out_of_memory(again):
-                    raise
-                exc = again
+            return new
+
+        current = self.rows  # the rows to sweep afterwards (a failed replay may move them)
+
+        def replay():
+            pop = _copy_tree(self._saved)
+            for row, rows in self._replay:  # each step with the rows it swept
+                if rows is not self.rows:
+                    self.set_rows(rows)
+                pop = self._run(self.compiled, pop, self._args, np.int32(row))
+            jax.block_until_ready(pop)  # an asynchronous failure shows here, not later
+            self.set_rows(current)
+            return pop
+
+        return retry_narrower(
+            replay,
+            exc,
+            width=self.width,
+            halve=halve,
+            fatal=(
+                f"the chunk step ran out of memory even at batch_size 1 ({self.backend} "
+                f"backend, after {self._n_steps} steps): one start of this model does not fit "
+                "the device; use a device with more memory or a smaller model"
+            ),
+        )
 
     def time_chunks(
         self, pop, width: int, *, calls: int, target_s: float, min_reps: int, max_reps: int
@@ -385,23 +414,30 @@ class ValueSweep:
         """
         if self.compiled is None:
             raise RuntimeError("ValueSweep.compile() must be called before evaluating")
-        while True:
-            try:
-                return self._evaluate(u)
-            except Exception as exc:
-                if not is_out_of_memory(exc):
-                    raise
-                if self.width <= 1:
-                    raise RuntimeError(
-                        "the broad-start filter ran out of memory even at width 1: one "
-                        "evaluation of this model does not fit the device"
-                    ) from exc
-                old, self.width = self.width, self.width // 2
-                self.backoffs.append({"from": old, "to": self.width})
-                log.logger.warning(
-                    "broad-start filter out of memory at width %d; retrying at %d", old, self.width
-                )
-                self.compile(*self._shape)
+        try:
+            return self._evaluate(u)
+        except Exception as exc:
+            if not is_out_of_memory(exc):
+                raise
+            first = exc
+
+        def halve(old: int, failure: BaseException) -> int:
+            self.width = old // 2
+            self.backoffs.append({"from": old, "to": self.width})
+            log.logger.warning(
+                "broad-start filter out of memory at width %d; retrying at %d", old, self.width
+            )
+            self.compile(*self._shape)
+            return self.width
+
+        return retry_narrower(
+            lambda: self._evaluate(u),
+            first,
+            width=self.width,
+            halve=halve,
+            fatal="the broad-start filter ran out of memory even at width 1: one evaluation of "
+            "this model does not fit the device",
+        )
 
     def _evaluate(self, u: np.ndarray) -> np.ndarray:
         outs = []
