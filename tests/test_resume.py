@@ -110,7 +110,7 @@ _CHILD = textwrap.dedent(
     kw = dict(n_starts=7, batch_size=3, n_steps=150, seed=2, log_every=0, resurrect=2,
               n_candidates=0, sync_every=3)
     if mode != "full":
-        kw.update(checkpoint_dir=folder, checkpoint_every=20)
+        kw.update(checkpoint_dir=folder, checkpoint_every=int(os.environ["MS_EVERY"]))
     if mode == "kill":
         calls = {"n": 0}
         original = ChunkSweep.step
@@ -120,14 +120,16 @@ _CHILD = textwrap.dedent(
                 os.kill(os.getpid(), signal.SIGKILL)
             return original(self, pop, row)
         ChunkSweep.step = step
-    result = ms.MultiStartAdam(**kw).fit(objective, space, resume=(mode == "resume"))
+    rule = ms.MultiStartLBFGS if os.environ["MS_RULE"] == "lbfgs" else ms.MultiStartAdam
+    result = rule(**kw).fit(objective, space, resume=(mode == "resume"))
     result.save(out)
     """
 )
 
 
-def _child(tmp_path, *args):
+def _child(tmp_path, *args, rule="adam", every=20):
     env = dict(os.environ, MULTISTART_LOG_LEVEL="WARNING", MULTISTART_CACHE_DIR="")
+    env.update(MS_RULE=rule, MS_EVERY=str(every))
     script = tmp_path / "child.py"
     script.write_text(_CHILD)
     return subprocess.run(
@@ -140,23 +142,31 @@ def _child(tmp_path, *args):
 
 
 @pytest.mark.subprocess
-def test_killed_with_sigkill_at_an_arbitrary_step_resumes_bit_identically(tmp_path):
+@pytest.mark.parametrize(
+    "rule, kill_at, every, kept",
+    [("adam", 97, 20, [60, 80]), ("lbfgs", 12, 5, [5, 10])],  # L-BFGS: mid line search
+)
+def test_killed_with_sigkill_at_an_arbitrary_step_resumes_bit_identically(
+    tmp_path, rule, kill_at, every, kept
+):
     folder = tmp_path / "ck"
-    full = _child(tmp_path, "full", folder, tmp_path / "full.npz")
+    kw = dict(rule=rule, every=every)
+    full = _child(tmp_path, "full", folder, tmp_path / "full.npz", **kw)
     assert full.returncode == 0, full.stderr
 
-    killed = _child(tmp_path, "kill", folder, tmp_path / "never.npz", 97)
+    killed = _child(tmp_path, "kill", folder, tmp_path / "never.npz", kill_at, **kw)
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     assert not (tmp_path / "never.npz").exists()
-    assert Checkpointer(folder).steps() == [60, 80]
+    assert Checkpointer(folder).steps() == kept
     # a write torn by the kill leaves orbax's temporary folder behind; it must be ignored
-    (folder / "100.orbax-checkpoint-tmp-1234567").mkdir()
+    (folder / f"{kept[-1] + every}.orbax-checkpoint-tmp-1234567").mkdir()
 
-    resumed = _child(tmp_path, "resume", folder, tmp_path / "resumed.npz")
+    resumed = _child(tmp_path, "resume", folder, tmp_path / "resumed.npz", **kw)
     assert resumed.returncode == 0, resumed.stderr
     a, b = ms.Result.load(tmp_path / "full.npz"), ms.Result.load(tmp_path / "resumed.npz")
-    assert b.stats["resumed_from"] == 80
+    assert b.stats["resumed_from"] == kept[-1]
     assert a.stats["n_resurrections"] > 0  # the host state (resurrection) was exercised
+    assert a.config["rule"] == rule
     assert_same_result(a, b)
 
 
