@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 
 # The suite never reads or writes a persistent compilation cache in its own process (the user's
 # or ours): results and compile counts must not depend on what earlier runs left on disk. The
@@ -158,3 +159,19 @@ def assert_same_result(
 def same_result(a: ms.Result, b: ms.Result) -> bool:
     """Kept for the test files that still call it: ``assert_same_result(a, b)``, exact."""
     return assert_same_result(a, b)
+
+
+def signal_at_step(monkeypatch, k: int, sig=signal.SIGINT):
+    """Send ``sig`` to this process during the k-th step of the search (deterministic)."""
+    from multistart.sweep import ChunkSweep
+
+    calls = {"n": 0}
+    original = ChunkSweep.step
+
+    def step(self, pop, row):
+        calls["n"] += 1
+        if calls["n"] == k:
+            os.kill(os.getpid(), sig)
+        return original(self, pop, row)
+
+    monkeypatch.setattr(ChunkSweep, "step", step)

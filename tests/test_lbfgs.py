@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-import os
-import signal
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
 import scipy.optimize
-from conftest import NoCompile, rosenbrock, same_result
+from conftest import NoCompile, rosenbrock, same_result, signal_at_step
 
 import multistart as ms
 from multistart.solvers import LBFGS, Solver, SolverStep
-from multistart.sweep import ChunkSweep
 
 # Normal priors map affinely to the unconstrained coordinates, so the engine steps the same
 # problem scipy sees (no logit in between) and the minima can be compared directly.
@@ -206,16 +202,7 @@ def test_a_signal_mid_line_search_resumes_bit_identically(tmp_path, monkeypatch,
     pytest.importorskip("orbax.checkpoint")
     kw = dict(n_starts=5, batch_size=2, n_steps=60, convergence=None)
     full = _lbfgs(**kw).fit(rosenbrock, ROSEN_SPACE)
-    calls = {"n": 0}
-    original = ChunkSweep.step
-
-    def step(self, pop, row):
-        calls["n"] += 1
-        if calls["n"] == 23:
-            os.kill(os.getpid(), signal.SIGINT)
-        return original(self, pop, row)
-
-    monkeypatch.setattr(ChunkSweep, "step", step)
+    signal_at_step(monkeypatch, 23)
     ck = dict(checkpoint_dir=str(tmp_path / "ck"), checkpoint_every=10)
     with pytest.raises(ms.SearchInterrupted):
         _lbfgs(**kw, **ck).fit(rosenbrock, ROSEN_SPACE)

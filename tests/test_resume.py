@@ -10,11 +10,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import MULTIMODAL_SPACE, assert_same_result, multimodal
+from conftest import MULTIMODAL_SPACE, assert_same_result, multimodal, signal_at_step
 
 import multistart as ms
 from multistart.checkpoint import Checkpointer
-from multistart.sweep import ChunkSweep
 
 pytest.importorskip("orbax.checkpoint")
 
@@ -24,20 +23,6 @@ def search(tmp_path=None, **kw):
     if tmp_path is not None:
         base.update(checkpoint_dir=str(tmp_path / "ck"), checkpoint_every=10)
     return ms.MultiStartAdam(**{**base, **kw})
-
-
-def _signal_at_call(monkeypatch, k: int, sig):
-    """Send ``sig`` to this process during the k-th step of the search (deterministic)."""
-    calls = {"n": 0}
-    original = ChunkSweep.step
-
-    def step(self, pop, row):
-        calls["n"] += 1
-        if calls["n"] == k:
-            os.kill(os.getpid(), sig)
-        return original(self, pop, row)
-
-    monkeypatch.setattr(ChunkSweep, "step", step)
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +46,7 @@ def test_a_signal_checkpoints_returns_the_partial_result_and_resume_completes_it
 ):
     full = uninterrupted
 
-    _signal_at_call(monkeypatch, 37, sig)
+    signal_at_step(monkeypatch, 37, sig)
     with pytest.raises(ms.SearchInterrupted) as info:
         search(tmp_path, convergence=None).fit(multimodal, MULTIMODAL_SPACE)
     monkeypatch.undo()
@@ -81,7 +66,7 @@ def test_a_signal_checkpoints_returns_the_partial_result_and_resume_completes_it
 
 
 def test_ctrl_c_without_checkpoints_still_returns_the_partial_result(monkeypatch):
-    _signal_at_call(monkeypatch, 5, signal.SIGINT)
+    signal_at_step(monkeypatch, 5, signal.SIGINT)
     with pytest.raises(ms.SearchInterrupted) as info:
         search().fit(multimodal, MULTIMODAL_SPACE)
     assert info.value.checkpoint is None

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import os
-import signal
-
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import NoCompile, same_result
+from conftest import NoCompile, same_result, signal_at_step
 
 import multistart as ms
 from multistart.priors import Space
-from multistart.sweep import ChunkSweep
 from multistart.tiktak import TikTakQueue, theta
 
 
@@ -103,16 +99,7 @@ def test_resume_mid_wave_equals_an_uninterrupted_run(tmp_path, monkeypatch, x64)
     kw = dict(KW, start_strategy="tiktak", n_steps=80, convergence=None)
     full = ms.MultiStartLBFGS(**kw).fit(rastrigin, SPACE)
     assert full.stats["n_resurrections"] > 0
-    calls = {"n": 0}
-    original = ChunkSweep.step
-
-    def step(self, pop, row):
-        calls["n"] += 1
-        if calls["n"] == 17:
-            os.kill(os.getpid(), signal.SIGINT)
-        return original(self, pop, row)
-
-    monkeypatch.setattr(ChunkSweep, "step", step)
+    signal_at_step(monkeypatch, 17)
     ck = dict(checkpoint_dir=str(tmp_path / "ck"), checkpoint_every=5)
     with pytest.raises(ms.SearchInterrupted):
         ms.MultiStartLBFGS(**kw, **ck).fit(rastrigin, SPACE)
