@@ -35,7 +35,7 @@ from .checkpoint import CheckpointError, SearchCheckpoints, SearchInterrupted
 from .identity import SearchIdentity, search_identity, starts_hash
 from .minima import default_tolerances
 from .monitor import CompileCounter
-from .parts import Part, check_part
+from .parts import Part, best_fit, check_part
 from .parts import select as select_part
 from .problem import Problem, as_problem, check_objective
 from .progress import Progress, interactive
@@ -572,21 +572,15 @@ def records(search, problem: Problem, engine: Engine, outcome: Outcome) -> dict:
 
 def _best(rec: dict, n_starts: int, name: str):
     """``(best_index, best_fom, best_params)``; warns when no start was ever finite."""
-    foms, params = rec["foms"], rec["params"]
-    finite = np.isfinite(foms)
-    if finite.any():
-        i = int(np.argmin(np.where(finite, foms, np.inf)))
-        return i, float(foms[i]), jax.tree_util.tree_map(lambda a: np.asarray(a)[i], params)
-    warnings.warn(
-        f"every one of the {n_starts} starts was non-finite (nan or inf) for {name!r}: no fit "
-        "was found; check the objective and the space",
-        RuntimeWarning,
-        stacklevel=5,
-    )
-    blank = jax.tree_util.tree_map(
-        lambda a: np.full(np.shape(a)[1:], np.nan, np.asarray(a).dtype), params
-    )
-    return -1, float("inf"), blank
+    best = best_fit(rec["foms"], rec["params"])
+    if best[0] < 0:
+        warnings.warn(
+            f"every one of the {n_starts} starts was non-finite (nan or inf) for {name!r}: no "
+            "fit was found; check the objective and the space",
+            RuntimeWarning,
+            stacklevel=5,
+        )
+    return best
 
 
 def stats(search, start_plan: StartPlan, engine: Engine, outcome: Outcome, rec, t_start) -> dict:

@@ -176,7 +176,7 @@ def merge(cls, parts) -> Any:
     foms = cat("foms").astype(np.float64, copy=False)
     params = cat_tree("params")
     history, history_steps = _histories(parts)
-    best_index, best_fom, best_params = _best(foms, params)
+    best_index, best_fom, best_params = best_fit(foms, params)
     result = cls(
         best_params=best_params,
         best_fom=best_fom,
@@ -295,8 +295,9 @@ def _last(steps) -> int:
     return int(steps[-1]) if len(steps) else 0
 
 
-def _best(foms: np.ndarray, params):
-    """``(best_index, best_fom, best_params)``, chosen as the driver chooses them."""
+def best_fit(foms: np.ndarray, params):
+    """``(best_index, best_fom, best_params)``: the lowest finite figure of merit (the first on
+    ties), or ``(-1, inf, nan params)`` when none is finite. A run and a merge choose alike."""
     finite = np.isfinite(foms)
     if finite.any():
         i = int(np.argmin(np.where(finite, foms, np.inf)))
