@@ -43,10 +43,15 @@ def _hash_array(h, a) -> None:
     h.update(np.ascontiguousarray(a).tobytes())
 
 
+def _trace(fn, *args):
+    """``(lowered text, captured arrays)`` of ``jit(fn)`` at ``args``, from one trace."""
+    traced = jax.jit(fn).trace(*args)
+    return traced.lower().as_text(), traced.jaxpr.consts
+
+
 def step_program_hash(start_step, one_start, data) -> str:
     """SHA-256 of the lowered per-start step for one start's state (shapes only, no values)."""
-    text = jax.jit(start_step).lower(one_start, data).as_text()
-    return hashlib.sha256(text.encode()).hexdigest()
+    return hashlib.sha256(_trace(start_step, one_start, data)[0].encode()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -89,15 +94,18 @@ def search_identity(problem, dtype, start_step, one_start, config: dict) -> Sear
     model = hashlib.sha256()
     model.update(repr(problem.space).encode())
     model.update(str(np.dtype(dtype)).encode())
-    model.update(jax.jit(problem.fom).lower(example, problem.data).as_text().encode())
-    for const in jax.make_jaxpr(problem.fom)(example, problem.data).consts:
+    # one trace each of the figure of merit and of the step (tracing a large model is not free)
+    text, consts = _trace(problem.fom, example, problem.data)
+    model.update(text.encode())
+    for const in consts:
         _hash_array(model, const)
     for leaf in jax.tree_util.tree_leaves(problem.data):
         _hash_array(model, leaf)
-    program = step_program_hash(start_step, one_start, problem.data)
+    text, consts = _trace(start_step, one_start, problem.data)
+    program = hashlib.sha256(text.encode()).hexdigest()
     rule = hashlib.sha256(program.encode())
     rule.update(model.hexdigest().encode())
-    for const in jax.make_jaxpr(start_step)(one_start, problem.data).consts:
+    for const in consts:
         _hash_array(rule, const)
     values = json.loads(json.dumps(config, default=str))
     return SearchIdentity(
