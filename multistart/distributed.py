@@ -25,7 +25,7 @@ import os
 
 import jax
 
-__all__ = ["initialize", "CPU_COLLECTIVES"]
+__all__ = ["initialize", "CPU_COLLECTIVES", "check_devices", "resolve_devices"]
 
 #: The cross-process collectives a CPU process uses (JAX's own choice; "mpi" needs an MPI).
 CPU_COLLECTIVES = "gloo"
@@ -63,3 +63,64 @@ def _uses_cpu() -> bool:
     """Whether this process may run on the CPU backend (its platforms unset, or list cpu)."""
     platforms = jax.config.jax_platforms or os.environ.get("JAX_PLATFORMS", "")
     return not platforms or "cpu" in platforms.split(",")
+
+
+def check_devices(devices):
+    """Validate ``devices=`` of a search (no device is touched: JAX may not be started yet).
+
+    ``None`` (every local device), an int ``>= 1`` (the first that many local devices) or a
+    non-empty sequence of distinct ``jax.Device`` objects.
+    """
+    if devices is None:
+        return None
+    if isinstance(devices, bool):
+        raise ValueError(
+            f"devices must be None, an int >= 1 or a list of jax devices; got {devices!r}"
+        )
+    if isinstance(devices, int):
+        if devices < 1:
+            raise ValueError(
+                f"devices must be None, an int >= 1 or a list of jax devices; got {devices!r}"
+            )
+        return devices
+    if isinstance(devices, (str, bytes)) or not hasattr(devices, "__iter__"):
+        raise ValueError(
+            f"devices must be None, an int >= 1 or a list of jax devices; got {devices!r}"
+        )
+    devices = tuple(devices)
+    if not devices:
+        raise ValueError("devices must not be empty; pass None for every local device")
+    bad = [d for d in devices if not isinstance(d, jax.Device)]
+    if bad:
+        raise ValueError(f"devices must be jax.Device objects (from jax.devices()); got {bad[0]!r}")
+    if len(set(devices)) != len(devices):
+        raise ValueError(f"devices lists a device twice: {list(devices)}")
+    if len({d.platform for d in devices}) > 1:
+        raise ValueError(f"devices must all be of one platform; got {list(devices)}")
+    return devices
+
+
+def resolve_devices(devices) -> list:
+    """The devices a search runs on, from its checked ``devices=`` (at fit time).
+
+    The mesh spans this process's devices only (``jax.local_devices()``): in a job of several
+    processes each process runs its own part (``fit(..., part=(i, k))``).
+    """
+    local = jax.local_devices()
+    if devices is None:
+        return list(local)
+    if isinstance(devices, int):
+        if devices > len(local):
+            raise ValueError(
+                f"devices={devices} but this process has {len(local)} local device"
+                f"{'' if len(local) == 1 else 's'} ({local[0].platform}); on a CPU, "
+                "XLA_FLAGS=--xla_force_host_platform_device_count=N (set before JAX starts) "
+                "makes N logical devices"
+            )
+        return list(local[:devices])
+    foreign = [d for d in devices if d not in local]
+    if foreign:
+        raise ValueError(
+            f"devices must be this process's own devices (jax.local_devices()); {foreign[0]} is not"
+        )
+    return list(devices)

@@ -32,6 +32,8 @@ import numpy as np
 from . import log, memory
 from .cache import configure_compilation_cache
 from .checkpoint import CheckpointError, SearchCheckpoints, SearchInterrupted
+from .chunking import pad_rows
+from .distributed import resolve_devices
 from .identity import SearchIdentity, search_identity, starts_hash
 from .minima import default_tolerances
 from .monitor import CompileCounter
@@ -69,6 +71,7 @@ class Setup:
     resume: bool
     t_start: float
     part: Part | None = None  # fit(..., part=(i, k)): only these slots of the plan run
+    devices: list = field(default_factory=list)  # where the starts run (a mesh if several)
 
 
 def prepare(search, objective, space, starts, resume: bool, part=None) -> Setup:
@@ -94,8 +97,9 @@ def prepare(search, objective, space, starts, resume: bool, part=None) -> Setup:
                 "array, each with its own checkpoint_dir) to checkpoint them"
             )
         Checkpointer.check_folder(search.checkpoint_dir)
+    devices = resolve_devices(search.devices)
     configure_compilation_cache()
-    return Setup(problem, dtype, user, resume, t_start, part)
+    return Setup(problem, dtype, user, resume, t_start, part, devices)
 
 
 # -- 2. the starts ------------------------------------------------------------------------------
@@ -131,8 +135,9 @@ def plan(search, setup: Setup) -> StartPlan:
 class Engine:
     """The built search: compiled step, population, sweep at its width, and the extras."""
 
-    pop: PopState
+    pop: PopState  # on several devices, padded to a multiple of their number (inert rows)
     sweep: Sweep
+    n: int  # the starts (the population's first n rows)
     u0: Any  # the starts in unconstrained coordinates (the population's layout)
     to_physical: Any  # one start's unconstrained parameters to the physical pytree
     stride: int  # history rows are every `stride` steps
@@ -170,15 +175,18 @@ def build(search, setup: Setup, start_plan: StartPlan, compiles: CompileCounter)
     stride = math.ceil(search.n_steps / search.max_history)
     window = 1 if search.convergence is None else search.convergence.window
     u0, to_physical = _layout(search, space, start_plan.x0, dtype)
+    n_dev = len(setup.devices)
     log.logger.info(
-        "fitting %s: %d starts%s x %d parameters, %s, batch_size %r, %s backend",
+        "fitting %s: %d starts%s x %d parameters, %s, batch_size %r%s, %s backend%s",
         problem.name,
         n,
         _part_words(setup.part, search.n_starts),
         space.n_dims,
         type(search).__name__,
         search.batch_size,
+        " per device" if n_dev > 1 else "",
         search.backend,
+        f", {n_dev} {setup.devices[0].platform} devices" if n_dev > 1 else "",
     )
 
     def fom_u(u, d):
@@ -203,6 +211,8 @@ def build(search, setup: Setup, start_plan: StartPlan, compiles: CompileCounter)
     config["starts"] = starts_hash(start_plan.x0)
     if setup.part is not None:  # each part's checkpoints are its own
         config["part"] = [setup.part.index, setup.part.count]
+    if n_dev > 1:  # the population's padded layout is the device count's
+        config["n_devices"] = n_dev
     identity = search_identity(problem, dtype, start_step, one, config)
     checkpoints = None
     if search.checkpoint_dir is not None:
@@ -216,16 +226,27 @@ def build(search, setup: Setup, start_plan: StartPlan, compiles: CompileCounter)
         if setup.resume:
             checkpoints.check()  # another search's checkpoint: refused before any compile
 
-    pop = jax.jit(init)(u0, status0.astype(np.int8))
-    sweep = BACKENDS[search.backend](chunk_step, n_total=n, data=jax.device_put(problem.data))
-    if not start_plan.started.all():
-        sweep.set_rows(np.flatnonzero(start_plan.started))
+    # Several devices hold equal blocks of rows: pad with inert rows (never started).
+    n_pop = n_dev * math.ceil(n / n_dev) if n_dev > 1 else n
+    u_pop = (
+        u0
+        if n_pop == n
+        else jax.tree_util.tree_map(lambda a: pad_rows(np.asarray(a), n_pop - n), u0)
+    )
+    status_pop = np.concatenate([status0, np.full(n_pop - n, Status.UNSTARTED.code)])
+    data = jax.device_put(problem.data) if n_dev == 1 else problem.data  # the sweep places it
+    sweep = BACKENDS[search.backend](
+        chunk_step, n_total=n_pop, data=data, devices=setup.devices if n_dev > 1 else None
+    )
+    pop = sweep.place(jax.jit(init)(u_pop, status_pop.astype(np.int8)))
+    if not (status_pop == Status.RUNNING.code).all():
+        sweep.set_rows(np.flatnonzero(status_pop == Status.RUNNING.code))
     choice = resolve_width(
         search.batch_size,
         sweep,
         pop,
-        n_starts=n,
-        device=next(iter(pop.history.devices())),
+        n_starts=math.ceil(n / n_dev),  # per device
+        device=setup.devices[0],
         start_step=start_step,
         backend=search.backend,
     )
@@ -235,9 +256,11 @@ def build(search, setup: Setup, start_plan: StartPlan, compiles: CompileCounter)
         math.ceil(n / choice.width),
         sweep.compile_s,
     )
-    resurrector = _replacer(search, problem, start_plan, choice.width, u0, to_physical, dtype)
+    resurrector = _replacer(
+        search, problem, start_plan, choice.width, u0, to_physical, dtype, n_rows=n_pop
+    )
     return Engine(
-        pop, sweep, u0, to_physical, stride, choice, identity, resurrector, checkpoints, compiles
+        pop, sweep, n, u0, to_physical, stride, choice, identity, resurrector, checkpoints, compiles
     )
 
 
@@ -247,7 +270,7 @@ def _part_words(part: Part | None, n_total: int) -> str:
     return f" (slots {part.lo}..{part.hi - 1} of {n_total}: part {part.index} of {part.count})"
 
 
-def _replacer(search, problem, start_plan, width, u0, to_physical, dtype):
+def _replacer(search, problem, start_plan, width, u0, to_physical, dtype, n_rows):
     """What gives ended starts' slots new starts: resurrection, TikTak, or nothing."""
     tiktak = search.start_strategy == "tiktak"
     if not (search.resurrect or tiktak) or start_plan.reserve is None:
@@ -258,6 +281,7 @@ def _replacer(search, problem, start_plan, width, u0, to_physical, dtype):
         window=window,
         width=width,
         n_total=search.n_starts,
+        n_rows=n_rows,
         to_u=to_unconstrained(search, problem.space, dtype),
         u0=u0,
     )
@@ -307,7 +331,7 @@ def restore(search, engine: Engine, resume: bool) -> Resumed:
         log.logger.info("no checkpoint in %s yet: starting afresh", search.checkpoint_dir)
         return Resumed()
     pop, step, loop_meta = restored
-    engine.pop = pop
+    pop = engine.pop = engine.sweep.place(pop)
     engine.sweep.rebase(pop)
     status = np.asarray(pop.starts.status)
     if engine.resurrector is not None and loop_meta.get("resurrect_pending"):
@@ -359,7 +383,7 @@ class Loop:
             interactive() if s.progress is None else s.progress,
             total=s.n_steps,
             initial=resumed.step,
-            n=e.sweep.n_total,
+            n=e.n,
         )
         try:
             return self._run(resumed, stop, progress)
@@ -372,7 +396,7 @@ class Loop:
         pop, start = e.pop, resumed.step
         n_calls = int(resumed.loop.get("n_chunk_calls", 0))
         t_first, evals = None, 0
-        log_rate = _RateLog(s.log_every, s.n_steps, sweep.n_total)
+        log_rate = _RateLog(s.log_every, s.n_steps, e.n)
         steps_run, reason, error = start, "n_steps", None
         for t in range(start, s.n_steps):
             pop = sweep.step(pop, t // e.stride)
@@ -541,7 +565,8 @@ def records(search, problem: Problem, engine: Engine, outcome: Outcome) -> dict:
     pop, stride, resurrector = outcome.pop, engine.stride, engine.resurrector
     to_physical = jax.jit(jax.vmap(engine.to_physical))
     writable = lambda tree: jax.tree_util.tree_map(np.array, jax.device_get(tree))  # noqa: E731
-    s = jax.device_get(pop.starts)
+    n = engine.n  # the population's rows past n pad it for a mesh of devices
+    s = jax.tree_util.tree_map(lambda a: np.asarray(a)[:n], jax.device_get(pop.starts))
     codes = np.asarray(s.status).astype(np.int64)
     still = _STILL_RUNNING.get(outcome.stop_reason, Status.INTERRUPTED)
     codes[codes == Status.RUNNING.code] = still.code
@@ -553,13 +578,13 @@ def records(search, problem: Problem, engine: Engine, outcome: Outcome) -> dict:
     rows = math.ceil(n_steps_run / stride)
     rec = {
         "foms": np.asarray(s.best_fom, dtype=np.float64).copy(),
-        "params": writable(to_physical(pop.starts.best_u)),
+        "params": writable(to_physical(s.best_u)),
         "start_params": writable(to_physical(engine.u0)),
         "status": np.array([Status.from_code(c) for c in codes], dtype=object),
         "n_steps": np.asarray(s.n_steps, dtype=np.int64).copy(),
         "n_evals": np.asarray(s.n_evals, dtype=np.int64).copy(),
         "best_step": np.asarray(s.best_step, dtype=np.int64).copy(),
-        "history": _forward_fill(np.asarray(pop.history)[:rows].astype(np.float64)),
+        "history": _forward_fill(np.asarray(pop.history)[:rows, :n].astype(np.float64)),
         "history_steps": np.minimum((np.arange(rows) + 1) * stride, n_steps_run),
     }
     merged = {} if resurrector is None else resurrector.merge(rec, to_physical)
@@ -603,7 +628,8 @@ def stats(search, start_plan: StartPlan, engine: Engine, outcome: Outcome, rec, 
         compile_s=sweep.compile_s,
         select_s=choice.select_s,
         wall_s=time.perf_counter() - t_start,
-        batch_size=sweep.width,  # the width the search ran at
+        batch_size=sweep.width,  # the width the search ran at (per device)
+        n_devices=sweep.n_devices,
         backend=search.backend,
         width_choice=choice.info,  # how that width was chosen
         backoffs=list(sweep.backoffs),

@@ -78,6 +78,8 @@ class Resurrector:
       solver, window: to build the fresh solver state and convergence window.
       width: rows per compiled replacement call (the search's chunk width).
       n_total: population size.
+      n_rows: the population's rows when padded past ``n_total`` (a mesh of devices); the
+        replacement writer's out-of-bounds index.
       to_u: physical starts (leading axis) to unconstrained NumPy, in the population's layout.
       u0: the population's initial unconstrained starts (host copy).
     """
@@ -92,6 +94,7 @@ class Resurrector:
         n_total,
         to_u,
         u0,
+        n_rows=None,
         codes=(Status.NONFINITE,),
         to_x=None,
         discoveries: Discoveries | None = None,
@@ -105,6 +108,7 @@ class Resurrector:
         self.compile_s = 0.0
         self.width = width
         self.n_total = n_total
+        self.n_rows = n_total if n_rows is None else n_rows  # padded for a mesh of devices
         self.to_u = to_u
         self.start_u = jax.tree_util.tree_map(lambda a: np.array(a), u0)
         self.started_at = np.zeros(n_total, np.int64)
@@ -150,7 +154,7 @@ class Resurrector:
                 self._jit, "the resurrection writer", pop, np.zeros(self.width, np.int32), example
             )
         for lo, hi, pad in chunk_slices(k, self.width):
-            scatter = np.concatenate([rows[lo:hi], np.full(pad, self.n_total)]).astype(np.int32)
+            scatter = np.concatenate([rows[lo:hi], np.full(pad, self.n_rows)]).astype(np.int32)
             chunk = jax.tree_util.tree_map(
                 lambda a, lo=lo, hi=hi, pad=pad: pad_rows(a[lo:hi], pad), u_new
             )

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import numbers
 import os
+from collections.abc import Sequence
 from typing import Any
 
+import jax
 import optax
 
 from . import checks, driver
 from .checkpoint import require_orbax
 from .convergence import Convergence
+from .distributed import check_devices
 from .result import Result
 from .solvers import LBFGS, OptaxSolver, Solver, as_solver
 from .starts import check_band, check_max_candidates, check_strategy
@@ -128,6 +131,12 @@ class MultiStartGradient:
         notebook), not in a batch job's log; ``True``/``False`` force it.
       sync_every: the host reads which starts ended every this many steps, to drop them from
         the sweep. Results do not depend on it (ended starts are frozen on the device).
+      devices: where the starts run. ``None`` (the default): every local device of JAX's
+        default backend (one on a CPU unless ``XLA_FLAGS`` makes more). An int: the first that
+        many; or a list of ``jax.Device``. On several devices the population is sharded on a
+        one-axis mesh, each device sweeps its own chunks of ``batch_size`` starts with the one
+        compiled step (``shard_map``), and the result is the one-device result, per start.
+        ``batch_size`` is then per device. See ``docs/scale-out.md``.
       max_history: at most this many rows of best-so-far history are kept (evenly strided).
       checkpoint_dir: write checkpoints of the whole search here (needs the ``checkpoint``
         extra, orbax-checkpoint): every ``checkpoint_every`` steps and on Ctrl-C or SIGTERM.
@@ -186,6 +195,7 @@ class MultiStartGradient:
         n_local: int | None = None,
         local_steps: int | None = None,
         max_discoveries: int | None = None,
+        devices: int | Sequence[jax.Device] | None = None,
     ):
         if convergence is not None and not isinstance(convergence, Convergence):
             raise TypeError(
@@ -237,6 +247,7 @@ class MultiStartGradient:
         self.max_evals = None if max_evals is None else _check_int(max_evals, "max_evals", 1)
         self.max_time_s = _check_real(max_time_s, "max_time_s", positive=True)
         self._check_tiktak(n_local, local_steps, max_discoveries)
+        self.devices = check_devices(devices)
 
     def _check_tiktak(self, n_local, local_steps, max_discoveries) -> None:
         tiktak = self.start_strategy == "tiktak"

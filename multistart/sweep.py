@@ -15,6 +15,12 @@ does not care which one runs:
   in the loop backend, without a recompile (the chunk table has a fixed shape and the loop a
   dynamic trip count).
 
+On several devices (``devices=`` on the search) the population is sharded on a one-axis mesh
+(``"starts"``: device ``d`` holds a contiguous block of rows) and the program is one
+``shard_map`` of the same chunk body: each call runs one chunk on every device at once, each
+device sweeping its own running rows (a device with no chunk left skips the body). One
+compile serves every device; each start's arithmetic is that of one device at the same width.
+
 Both keep a copy of the population from a recent host sync, so a chunk call that runs out of
 memory costs no state: the width is halved, the program recompiled and the steps since that
 copy are run again (see :meth:`Sweep.step`).
@@ -35,10 +41,13 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from . import log
 from .chunking import chunk_indices, chunk_slices, pad_rows
 from .memory import is_out_of_memory
+from .step import PopState
 
 __all__ = [
     "Sweep",
@@ -52,6 +61,9 @@ __all__ = [
 ]
 
 FILTER_NAME = "multistart_filter_chunk"
+AXIS = "starts"  # the mesh axis the population is sharded on
+# Where each population leaf keeps its starts: the start state on axis 0, the history on axis 1.
+_POP_SPEC = PopState(P(AXIS), P(None, AXIS))
 
 # The population is copied at a host sync once this many steps have run since the last copy.
 # A copy is one dispatch, which for a cheap objective costs as much as a step: copying at every
@@ -115,6 +127,10 @@ class Sweep:
     :meth:`_layout`, :meth:`_run`). The population ``pop`` is donated to every call, so it is
     updated in place and the caller must use the returned state.
 
+    With ``devices`` (two or more), ``n_total`` must be a multiple of their number: device
+    ``d`` holds rows ``d * n_local`` to ``(d + 1) * n_local - 1`` and ``width`` is the width of
+    each device's chunk. :meth:`place` puts a population (or anything shaped like one) there.
+
     Attributes:
       width: the current batch width (rows per chunk).
       rows: the population rows swept (the running starts).
@@ -124,10 +140,24 @@ class Sweep:
 
     backend = ""
 
-    def __init__(self, chunk_step, *, n_total: int, data, width: int | None = None):
-        self._jit = jax.jit(self._build(chunk_step), donate_argnums=0)
+    def __init__(self, chunk_step, *, n_total: int, data, width: int | None = None, devices=None):
+        devices = [] if devices is None else list(devices)
+        self.n_devices = max(1, len(devices))
+        if n_total % self.n_devices:
+            raise ValueError(
+                f"n_total ({n_total}) must be a multiple of the number of devices "
+                f"({self.n_devices})"
+            )
+        self.n_local = n_total // self.n_devices  # rows per device
+        self.mesh = Mesh(np.array(devices), (AXIS,)) if self.n_devices > 1 else None
+        program = self._build(chunk_step)
+        if self.mesh is None:
+            self._jit = jax.jit(program, donate_argnums=0)
+            self.data = data
+        else:
+            self._jit = self._sharded(program)
+            self.data = jax.device_put(data, NamedSharding(self.mesh, P()))
         self.n_total = n_total
-        self.data = data
         self.width = width
         self.rows = np.arange(n_total)
         self.chunks: list = []
@@ -145,6 +175,71 @@ class Sweep:
 
     def _build(self, chunk_step):
         raise NotImplementedError
+
+    # The number of per-device index arguments after ``pop`` (the rest are replicated).
+    _n_index_args = 0
+
+    def _local(self, program):
+        """The body one device runs under ``shard_map`` (index arguments arrive as ``[1, ...]``)."""
+        raise NotImplementedError
+
+    def _sharded(self, program):
+        """``jit(shard_map(...))`` of ``program`` over the mesh: one compile for every device."""
+        mesh, k = self.mesh, self._n_index_args
+        mapped = jax.shard_map(
+            self._local(program),
+            mesh=mesh,
+            in_specs=(_POP_SPEC, *[P(AXIS)] * k, P(), P()),
+            out_specs=_POP_SPEC,
+        )
+
+        def sharded(pop, *args):
+            return mapped(pop, *args)
+
+        # The chunk step's name, so the compile counter and the persistent cache see it as such.
+        sharded.__name__ = sharded.__qualname__ = program.__name__
+        pop_sh = self._pop_shardings()
+        rows = NamedSharding(mesh, P(AXIS))
+        rep = NamedSharding(mesh, P())
+        return jax.jit(
+            sharded,
+            in_shardings=(pop_sh, *[rows] * k, rep, rep),
+            out_shardings=pop_sh,
+            donate_argnums=0,
+        )
+
+    def _pop_shardings(self):
+        return PopState(*(NamedSharding(self.mesh, spec) for spec in _POP_SPEC))
+
+    def place(self, pop):
+        """``pop`` on the sweep's devices (sharded on the mesh); as it is on one device.
+
+        A no-op for arrays already placed so. A population changed outside the sweep (rows
+        replaced, a checkpoint restored) may come back laid out otherwise: every step places it.
+        """
+        if self.mesh is None:
+            return pop
+        return jax.device_put(pop, self._pop_shardings())
+
+    def _per_device(self, rows: np.ndarray) -> list[np.ndarray]:
+        """Each device's rows among ``rows``, as local indices into its block."""
+        rows = np.asarray(rows)
+        owner = rows // self.n_local
+        return [rows[owner == d] - d * self.n_local for d in range(self.n_devices)]
+
+    def _first_rows(self, k: int, width: int) -> np.ndarray:
+        """The swept rows of the first ``k`` calls at ``width`` (on every device)."""
+        if self.mesh is None:
+            return self.rows[: k * width]
+        return np.concatenate(
+            [r[: k * width] + d * self.n_local for d, r in enumerate(self._per_device(self.rows))]
+        )
+
+    def _put_rows(self, table: np.ndarray):
+        """A per-device index table (leading axis: devices) placed one row per device."""
+        if self.mesh is None:
+            return jax.device_put(table)
+        return jax.device_put(table, NamedSharding(self.mesh, P(AXIS)))
 
     def _lower_args(self, width: int) -> tuple:
         """Index arguments with the shapes of one call at ``width`` (for lowering)."""
@@ -216,7 +311,7 @@ class Sweep:
     def run_with(self, compiled, pop, row: int = 0):
         """One step of every swept row with a given compiled program (no back-off, no
         bookkeeping): what the compile census measures."""
-        return self._run(compiled, pop, self._args, np.int32(row))
+        return self._run(compiled, self.place(pop), self._args, np.int32(row))
 
     def step(self, pop, row: int):
         """One step of every swept row; ``row`` is the history row the step writes.
@@ -225,6 +320,7 @@ class Sweep:
         :meth:`sync`. Either way, if it is an out-of-memory error, the steps since the
         population was last saved are run again from that copy, at half the width.
         """
+        pop = self.place(pop)
         if self._saved is None:
             self._saved = _copy_tree(pop)
         self._replay.append((int(row), self.rows))
@@ -259,7 +355,7 @@ class Sweep:
     def rebase(self, pop) -> None:
         """``pop`` changed outside the sweep (rows replaced, a checkpoint restored): make it
         the point a later back-off restarts from, as replaying steps over it would undo it."""
-        self._saved = _copy_tree(pop)
+        self._saved = _copy_tree(self.place(pop))
         self._replay.clear()
 
     def _back_off(self, exc: BaseException):
@@ -322,9 +418,9 @@ class Sweep:
           calls were made in all, the warm-up included.
         """
         compiled = self.compiled_for(width)
-        k = max(1, min(calls, -(-self.rows.size // width)))
-        _, args = self._layout(self.rows[: k * width], width)
-        p = self._run(compiled, _copy_tree(pop), args, np.int32(0))
+        k = max(1, min(calls, self.calls_per_step(width)))
+        _, args = self._layout(self._first_rows(k, width), width)
+        p = self._run(compiled, _copy_tree(self.place(pop)), args, np.int32(0))
         jax.block_until_ready(p)
         seconds: list[float] = []
         t_end = time.perf_counter() + target_s
@@ -336,8 +432,11 @@ class Sweep:
         return seconds, k * (1 + len(seconds))
 
     def calls_per_step(self, width: int) -> int:
-        """Chunk evaluations one step of every swept row runs at ``width``."""
-        return -(-self.rows.size // width)
+        """Chunk evaluations one step of every swept row runs at ``width`` (on several devices,
+        the calls of the device with the most rows)."""
+        if self.mesh is None:
+            return -(-self.rows.size // width)
+        return max(-(-r.size // width) for r in self._per_device(self.rows))
 
 
 class ChunkSweep(Sweep):
@@ -351,16 +450,49 @@ class ChunkSweep(Sweep):
 
     backend = "loop"
 
+    _n_index_args = 2
+
     def _build(self, chunk_step):
         return chunk_step
 
+    def _local(self, program):
+        n_local = self.n_local
+
+        def local(pop, gather, scatter, row, data):
+            gather, scatter = gather[0], scatter[0]
+            # A device with no chunk left this call gets an all-padding chunk: skip the body.
+            return jax.lax.cond(
+                scatter[0] < n_local,
+                lambda p: program(p, gather, scatter, row, data),
+                lambda p: p,
+                pop,
+            )
+
+        return local
+
     def _lower_args(self, width):
-        gather, scatter = device_chunks(np.arange(1), width, self.n_total)[0]
-        return gather, scatter, np.int32(0)
+        if self.mesh is None:
+            gather, scatter = device_chunks(np.arange(1), width, self.n_total)[0]
+            return gather, scatter, np.int32(0)
+        table = np.zeros((self.n_devices, width), np.int32)
+        return table, table, np.int32(0)
 
     def _layout(self, rows, width):
-        chunks = device_chunks(rows, width, self.n_total)
-        return chunks, chunks
+        if self.mesh is None:
+            chunks = device_chunks(rows, width, self.n_total)
+            return chunks, chunks
+        per = [chunk_indices(r, width, self.n_local) for r in self._per_device(rows)]
+        idle = (np.zeros(width, np.int32), np.full(width, self.n_local, np.int32))
+        calls = []
+        for i in range(max(len(c) for c in per)):
+            pairs = [c[i] if i < len(c) else idle for c in per]
+            calls.append(
+                (
+                    self._put_rows(np.stack([g for g, _ in pairs])),
+                    self._put_rows(np.stack([s for _, s in pairs])),
+                )
+            )
+        return calls, calls
 
     def _run(self, compiled, pop, args, row):
         for gather, scatter in args:
@@ -484,26 +616,51 @@ class ScanSweep(Sweep):
 
     backend = "scan"
 
+    _n_index_args = 3
+
     def _build(self, chunk_step):
         tick = _scan_tick if log.logger.isEnabledFor(logging.DEBUG) else None
         self.ticks = tick is not None
         return make_scan_step(chunk_step, tick)
 
+    def _local(self, program):
+        def local(pop, gathers, scatters, n_chunks, row, data):
+            return program(pop, gathers[0], scatters[0], n_chunks[0], row, data)
+
+        return local
+
     def _max_chunks(self, width):
-        return -(-self.n_total // width)
+        return -(-self.n_local // width)
 
     def _lower_args(self, width):
         table = np.zeros((self._max_chunks(width), width), np.int32)
-        return table, table, np.int32(0), np.int32(0)
+        if self.mesh is None:
+            return table, table, np.int32(0), np.int32(0)
+        tables = np.zeros((self.n_devices, *table.shape), np.int32)
+        return tables, tables, np.zeros(self.n_devices, np.int32), np.int32(0)
 
-    def _layout(self, rows, width):
-        chunks = chunk_indices(rows, width, self.n_total)
+    def _tables(self, rows, width):
+        """``(chunks, gathers, scatters)`` of one device's local ``rows``."""
+        chunks = chunk_indices(rows, width, self.n_local)
         gathers = np.zeros((self._max_chunks(width), width), np.int32)
-        scatters = np.full_like(gathers, self.n_total)  # unused rows write out of bounds
+        scatters = np.full_like(gathers, self.n_local)  # unused rows write out of bounds
         for i, (g, s) in enumerate(chunks):
             gathers[i], scatters[i] = g, s
-        args = (jax.device_put(gathers), jax.device_put(scatters), np.int32(len(chunks)))
-        return chunks, args
+        return chunks, gathers, scatters
+
+    def _layout(self, rows, width):
+        if self.mesh is None:
+            chunks, gathers, scatters = self._tables(rows, width)
+            args = (jax.device_put(gathers), jax.device_put(scatters), np.int32(len(chunks)))
+            return chunks, args
+        per = [self._tables(r, width) for r in self._per_device(rows)]
+        counts = np.array([len(c) for c, _, _ in per], np.int32)
+        args = (
+            self._put_rows(np.stack([g for _, g, _ in per])),
+            self._put_rows(np.stack([s for _, _, s in per])),
+            self._put_rows(counts),
+        )
+        return [None] * int(counts.max(initial=0)), args  # one entry per chunk call
 
     def _run(self, compiled, pop, args, row):
         gathers, scatters, n_chunks = args

@@ -127,8 +127,8 @@ def resolve_width(
       spec: ``None``, an int, ``"auto"`` or ``"tune"`` (already validated).
       sweep: a :class:`multistart.sweep.Sweep`.
       pop: the initial population (never stepped here: tuning steps a copy).
-      n_starts: the number of starts.
-      device: the device the search runs on.
+      n_starts: the number of starts (on each device, on several).
+      device: the device the search runs on (the first, on several: widths are per device).
       start_step: the per-start step, for the tuning record's key (``"tune"``, and
         ``"auto"`` on a CPU).
       backend: ``"loop"`` or ``"scan"``, for the tuning key.
@@ -153,8 +153,11 @@ def resolve_width(
             log.logger.info("batch_size %d capped to %d by MULTISTART_MAX_BATCH", asked, width)
         info["selected_by"] = "explicit"
     else:
-        start_bytes = tree_bytes(pop.starts) // n_starts
-        checkpoint_bytes = tree_bytes(pop)
+        # On a mesh each device holds 1 / n_devices of the population (and n_starts is per
+        # device): the memory bound is one device's.
+        n_dev = getattr(sweep, "n_devices", 1)
+        start_bytes = tree_bytes(pop.starts) // sweep.n_total
+        checkpoint_bytes = tree_bytes(pop) // n_dev
         info["checkpoint_bytes"] = checkpoint_bytes
         measure = spec == "tune" or _auto_measures(device)
         width = None
@@ -368,7 +371,7 @@ def _log_table(spec, table, best) -> None:
 # -- persistence ----------------------------------------------------------------------------
 
 
-def tune_key(start_step, pop, data, *, device, backend: str, n_starts: int):
+def tune_key(start_step, pop, data, *, device, backend: str, n_starts: int, sweep=None):
     """``(key, parts)``: the tuning record's key and what it was hashed from (see module doc)."""
     one = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype), pop.starts)
     parts = {
@@ -382,6 +385,9 @@ def tune_key(start_step, pop, data, *, device, backend: str, n_starts: int):
         "n_starts_bucket": 1 << max(0, n_starts - 1).bit_length(),
         "jax": jax.__version__,
     }
+    n_dev = getattr(sweep, "n_devices", 1) if sweep is not None else 1
+    if n_dev > 1:  # devices sharing a host's cores time differently from one
+        parts["n_devices"] = n_dev
     key = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
     return key, parts
 
@@ -394,7 +400,7 @@ def _record_path(key: str) -> Path | None:
 def _cached_width(spec, sweep, pop, n_starts, device, start_step, backend):
     """The persisted width for this model and device, if any and if it still fits."""
     key, parts = tune_key(
-        start_step, pop, sweep.data, device=device, backend=backend, n_starts=n_starts
+        start_step, pop, sweep.data, device=device, backend=backend, n_starts=n_starts, sweep=sweep
     )
     path = _record_path(key)
     tuning = {"key": key, "key_parts": parts, "path": None if path is None else str(path)}
@@ -411,7 +417,7 @@ def _cached_width(spec, sweep, pop, n_starts, device, start_step, backend):
     width = cap_width(width, n_starts, max_batch_from_env())
     budget = memory_budget(device)
     if budget.nbytes is not None:
-        est = step_memory(sweep.compiled_for(width), width, tree_bytes(pop.starts) // n_starts)
+        est = step_memory(sweep.compiled_for(width), width, tree_bytes(pop.starts) // sweep.n_total)
         if est.extra + tree_bytes(pop) > budget.nbytes:
             log.logger.info(
                 "batch_size %s: the recorded width %d no longer fits the memory budget; "

@@ -1,0 +1,137 @@
+"""Several devices in one process: ``devices=`` shards the starts on a mesh (one compile).
+
+The mesh cases run in one subprocess with four logical CPU devices
+(``XLA_FLAGS=--xla_force_host_platform_device_count=4``, which must be set before JAX starts);
+the bad-input cases run here, on this process's one CPU device.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import pytest
+from conftest import PARABOLA_SPACE, NoCompile, parabola
+
+import multistart as ms
+
+REPO = Path(__file__).resolve().parents[1]
+
+_WORKER = r"""
+import sys, tempfile
+import jax
+jax.config.update("jax_enable_x64", True)
+import jax.numpy as jnp, numpy as np
+import multistart as ms
+from conftest import assert_same_result
+
+assert len(jax.devices()) == 4, jax.devices()
+SPACE = {"x": ms.Uniform(-4.0, 4.0, shape=(2,))}
+
+def nan_right(p):  # starts that begin right of 1 die at once and are resurrected
+    x = p["x"]
+    return jnp.where(x[0] > 1.0, jnp.nan, jnp.sum((x - 0.5) ** 2))
+
+def search(**kw):
+    base = dict(n_starts=10, n_steps=60, seed=0, n_candidates=0, batch_size=2, resurrect=1,
+                log_every=0, progress=False)
+    return ms.MultiStartAdam(**{**base, **kw})
+
+for backend in ("loop", "scan"):
+    one = search(devices=1, backend=backend).fit(nan_right, SPACE)
+    four = search(backend=backend).fit(nan_right, SPACE)  # default: every local device
+    assert one.stats["n_resurrections"] > 0, one.stats  # the case under test
+    assert_same_result(one, four)
+    assert (one.stats["n_devices"], four.stats["n_devices"]) == (1, 4)
+    assert four.stats["n_compiles"] == 1, four.stats
+    assert four.stats["batch_size"] == 2  # per device
+    # each call steps a chunk on every device: fewer calls than on one device
+    assert four.stats["n_chunk_calls"] < one.stats["n_chunk_calls"], backend
+    print("ok", backend, one.stats["n_chunk_calls"], four.stats["n_chunk_calls"])
+
+# two of the four, as a list; TikTak (slots reused as starts end)
+two = jax.devices()[1:3]
+kt = dict(start_strategy="tiktak", n_candidates=40, resurrect=0, n_steps=80)
+assert_same_result(search(devices=1, **kt).fit(nan_right, SPACE),
+                   search(devices=two, **kt).fit(nan_right, SPACE))
+print("ok tiktak")
+
+# a checkpointed search resumed longer gives the uninterrupted run; another device count refuses
+d = tempfile.mkdtemp()
+kc = dict(checkpoint_dir=d, checkpoint_every=20)
+search(n_steps=30, **kc).fit(nan_right, SPACE)
+resumed = search(n_steps=60, **kc).fit(nan_right, SPACE, resume=True)
+assert resumed.stats["resumed_from"] == 30
+assert_same_result(resumed, search().fit(nan_right, SPACE))
+try:
+    search(n_steps=60, devices=2, **kc).fit(nan_right, SPACE, resume=True)
+except ms.CheckpointMismatch as e:
+    assert "n_devices 4 -> 2" in str(e), e
+else:
+    raise AssertionError("a checkpoint of 4 devices was resumed on 2")
+print("ok resume")
+
+# "auto": a width per device, within that device's share of the starts
+auto = search(batch_size="auto", resurrect=0).fit(nan_right, SPACE)
+assert 1 <= auto.stats["batch_size"] <= 3, auto.stats["batch_size"]  # ceil(10 / 4)
+print("ok auto")
+"""
+
+
+@pytest.mark.subprocess
+def test_four_logical_devices_give_the_one_device_result_with_one_compile():
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])}
+    env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
+    env["MULTISTART_AUTO_WIDTH"] = "memory"
+    env["MULTISTART_CACHE_DIR"] = ""
+    env["MULTISTART_LOG_LEVEL"] = "WARNING"
+    out = subprocess.run(
+        [sys.executable, "-c", _WORKER],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.split("\n").count("ok tiktak") == 1, out.stdout
+    for word in ("ok loop", "ok scan", "ok resume", "ok auto"):
+        assert word in out.stdout, out.stdout
+
+
+@pytest.mark.parametrize(
+    "devices, match",
+    [
+        (0, "devices must be None, an int >= 1"),
+        (-2, "devices must be None, an int >= 1"),
+        (True, "devices must be None, an int >= 1"),
+        ("cpu", "devices must be None, an int >= 1"),
+        ([], "devices must not be empty"),
+        ([0, 1], "jax.Device objects"),
+    ],
+)
+def test_bad_devices_are_refused_when_the_search_is_built(devices, match):
+    with pytest.raises(ValueError, match=match):
+        ms.MultiStartAdam(devices=devices)
+
+
+def test_a_device_twice_is_refused():
+    d = jax.devices()[0]
+    with pytest.raises(ValueError, match="twice"):
+        ms.MultiStartAdam(devices=[d, d])
+
+
+def test_more_devices_than_the_process_has_is_a_clear_error_before_any_compile():
+    n = len(jax.local_devices())
+    search = ms.MultiStartAdam(n_starts=4, n_steps=5, devices=n + 1)
+    with NoCompile(), pytest.raises(ValueError, match="xla_force_host_platform_device_count"):
+        search.fit(parabola, PARABOLA_SPACE)
+
+
+def test_one_device_records_it():
+    r = ms.MultiStartAdam(n_starts=3, n_steps=3, n_candidates=0, devices=1).fit(
+        parabola, PARABOLA_SPACE
+    )
+    assert r.stats["n_devices"] == 1
