@@ -72,15 +72,38 @@ def cluster_minima(x: np.ndarray, f: np.ndarray, *, xtol: float, ftol: float) ->
         if not (isinstance(tol, (int, float)) and not isinstance(tol, bool) and tol >= 0):
             raise ValueError(f"{name} must be a number >= 0; got {tol!r}")
     labels = np.full(f.shape, -1, dtype=np.int64)
-    heads: list[int] = []  # the best start of each minimum
     finite = np.isfinite(f) & np.all(np.isfinite(x), axis=1)
-    for i in np.flatnonzero(finite)[np.argsort(f[finite], kind="stable")]:
-        for label, h in enumerate(heads):
-            same_f = abs(f[i] - f[h]) <= ftol * max(1.0, abs(f[h]))
-            if same_f and np.all(np.abs(x[i] - x[h]) <= xtol * np.maximum(1.0, np.abs(x[h]))):
-                labels[i] = label
-                break
-        else:
-            labels[i] = len(heads)
-            heads.append(i)
+    order = np.flatnonzero(finite)[np.argsort(f[finite], kind="stable")]
+    # The minima's best starts, in the order they were founded (so by figure of merit, as the
+    # starts come best first): their f, x and x's scale, filled up to `k`.
+    head_f = np.empty(order.size)
+    head_x = np.empty((order.size, x.shape[1]))
+    head_scale = np.empty_like(head_x)
+    k = 0
+    # A head can match only if f_i - f_h <= ftol * max(1, |f_h|) <= ftol * (1 + |f_i| + f_i - f_h),
+    # so (ftol < 1) only heads with f_h >= f_i - ftol * (1 + |f_i|) / (1 - ftol) can: a window
+    # found by bisection, checked exactly. Linear in the starts when minima are spread out.
+    reach = ftol / (1.0 - ftol) if ftol < 1.0 else np.inf
+    for i in order:
+        fi = f[i]
+        lo = (
+            0
+            if not np.isfinite(reach)
+            else int(
+                np.searchsorted(head_f[:k], fi - reach * (1.0 + abs(fi)) * (1.0 + 1e-12) - 1e-300)
+            )
+        )
+        label = -1
+        if lo < k:
+            same_f = np.abs(fi - head_f[lo:k]) <= ftol * np.maximum(1.0, np.abs(head_f[lo:k]))
+            same_x = np.all(np.abs(x[i] - head_x[lo:k]) <= xtol * head_scale[lo:k], axis=1)
+            hit = np.flatnonzero(same_f & same_x)
+            if hit.size:
+                label = lo + int(hit[0])
+        if label < 0:
+            label = k
+            head_f[k], head_x[k] = fi, x[i]
+            head_scale[k] = np.maximum(1.0, np.abs(x[i]))
+            k += 1
+        labels[i] = label
     return labels

@@ -94,3 +94,36 @@ def test_default_tolerances_follow_the_rule_and_the_float_type():
         default_tolerances(np.float32, None)
     )
     assert default_tolerances(np.float64, None)[0] < 1e-7
+
+
+def _reference_labels(x, f, *, xtol, ftol):
+    """The grouping rule as first written: every start against every minimum so far."""
+    x = np.asarray(x, dtype=np.float64).reshape(len(f), -1)
+    labels = np.full(len(f), -1)
+    heads = []
+    finite = np.isfinite(f) & np.all(np.isfinite(x), axis=1)
+    for i in np.flatnonzero(finite)[np.argsort(f[finite], kind="stable")]:
+        for label, h in enumerate(heads):
+            same_f = abs(f[i] - f[h]) <= ftol * max(1.0, abs(f[h]))
+            if same_f and np.all(np.abs(x[i] - x[h]) <= xtol * np.maximum(1.0, np.abs(x[h]))):
+                labels[i] = label
+                break
+        else:
+            labels[i] = len(heads)
+            heads.append(i)
+    return labels
+
+
+def test_windowed_grouping_labels_as_the_all_pairs_rule_does():
+    # Near-ties in f and x, magnitudes above and below 1, non-finite rows, tolerances from 0
+    # to above 1 (no window): the bisection window must never drop a matching minimum.
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        n, d = rng.integers(1, 60), rng.integers(1, 4)
+        x = rng.choice([0.0, 1e-4, 1.0, 1.0005, 2.0, -3.0], size=(n, d))
+        x = x + rng.normal(0, rng.choice([0, 1e-5, 1e-3]), size=(n, d))
+        f = rng.choice([0.0, 1e-4, 1.0, 1.0001, 5.0, -2.0, np.nan, np.inf, 1e6, 1e6 + 0.5], n)
+        f = f + rng.normal(0, rng.choice([0, 1e-5, 1e-2]), size=n)
+        xtol, ftol = (float(v) for v in rng.choice([0.0, 1e-4, 1e-3, 0.1, 0.5, 2.0], size=2))
+        got = cluster_minima(x, f, xtol=xtol, ftol=ftol)
+        np.testing.assert_array_equal(got, _reference_labels(x, f, xtol=xtol, ftol=ftol))
