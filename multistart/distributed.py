@@ -1,11 +1,17 @@
 """Several processes, one job: :func:`initialize`, JAX's distributed runtime with CPU defaults.
 
 Call :func:`initialize` in every process of the job before its first fit (before anything
-else touches JAX), then give each process its own part of the search and merge the parts::
+else touches JAX). A fit without ``part=`` then runs one part per process, on that process's
+devices, and every process returns the merged Result (the parts are exchanged once, at the
+end, by :func:`allgather_bytes`)::
 
     import jax, multistart as ms
 
     ms.distributed.initialize()  # on Slurm, JAX finds the coordinator itself
+    result = search.fit(objective, space)  # the whole Result, in every process
+
+or give each process its part explicitly and merge the saved files later::
+
     i, k = jax.process_index(), jax.process_count()
     search.fit(objective, space, part=(i, k)).save(f"part-{i}.npz")
     # afterwards, anywhere: ms.Result.merge([f"part-{i}.npz" for i in range(k)])
@@ -24,8 +30,15 @@ from __future__ import annotations
 import os
 
 import jax
+import numpy as np
 
-__all__ = ["initialize", "CPU_COLLECTIVES", "check_devices", "resolve_devices"]
+__all__ = [
+    "initialize",
+    "CPU_COLLECTIVES",
+    "allgather_bytes",
+    "check_devices",
+    "resolve_devices",
+]
 
 #: The cross-process collectives a CPU process uses (JAX's own choice; "mpi" needs an MPI).
 CPU_COLLECTIVES = "gloo"
@@ -124,3 +137,15 @@ def resolve_devices(devices) -> list:
             f"devices must be this process's own devices (jax.local_devices()); {foreign[0]} is not"
         )
     return list(devices)
+
+
+def allgather_bytes(blob: bytes) -> list[bytes]:
+    """Every process's ``blob``, in process order, in every process (a collective: every
+    process of the job must call it, in the same order as its other collectives)."""
+    from jax.experimental import multihost_utils
+
+    sizes = multihost_utils.process_allgather(np.array([len(blob)], np.int64)).reshape(-1)
+    buf = np.zeros(max(1, int(sizes.max())), np.uint8)
+    buf[: len(blob)] = np.frombuffer(blob, np.uint8)
+    rows = multihost_utils.process_allgather(buf).reshape(len(sizes), -1)
+    return [rows[p, : sizes[p]].tobytes() for p in range(len(sizes))]

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import signal
+import tempfile
 import threading
 import time
 import warnings
@@ -33,11 +35,11 @@ from . import log, memory
 from .cache import configure_compilation_cache
 from .checkpoint import CheckpointError, SearchCheckpoints, SearchInterrupted
 from .chunking import pad_rows
-from .distributed import resolve_devices
+from .distributed import allgather_bytes, resolve_devices
 from .identity import SearchIdentity, search_identity, starts_hash
 from .minima import default_tolerances
 from .monitor import CompileCounter
-from .parts import Part, best_fit, check_part
+from .parts import Part, best_fit, check_part, coupling
 from .parts import select as select_part
 from .problem import Problem, as_problem, check_objective
 from .progress import Progress, interactive
@@ -380,7 +382,7 @@ class Loop:
     def run(self, resumed: Resumed, stop: dict) -> Outcome:
         s, e = self.search, self.engine
         progress = Progress(
-            interactive() if s.progress is None else s.progress,
+            (interactive() if s.progress is None else s.progress) and jax.process_index() == 0,
             total=s.n_steps,
             initial=resumed.step,
             n=e.n,
@@ -731,15 +733,90 @@ def _raise_if_interrupted(engine: Engine, outcome: Outcome, result: Result) -> N
 
 
 def run(search, objective, space=None, *, starts=None, resume: bool = False, part=None) -> Result:
-    """One fit of ``search`` (see :meth:`multistart.MultiStartGradient.fit`)."""
-    setup = prepare(search, objective, space, starts, resume, part)
-    start_plan = select_part(plan(search, setup), setup.part)  # the whole plan, then a part
-    with CompileCounter() as compiles:
-        engine = build(search, setup, start_plan, compiles)
-        resumed = restore(search, engine, resume)
-        with signals_to_flag() as stop:
-            outcome = Loop(search, engine, setup.t_start).run(resumed, stop)
-        result = assemble(search, setup, start_plan, engine, outcome)
-    _log_end(result)
+    """One fit of ``search`` (see :meth:`multistart.MultiStartGradient.fit`).
+
+    In a job of several JAX processes (:func:`multistart.distributed.initialize`) a fit
+    without ``part=`` runs part ``(process_index, process_count)`` in each process and every
+    process returns the merged Result (see :func:`_split_over_processes`).
+    """
+    auto = part is None and _split_over_processes(search)
+    if auto:
+        part = (jax.process_index(), jax.process_count())
+    with _first_process_logs():
+        setup = prepare(search, objective, space, starts, resume, part)
+        start_plan = select_part(plan(search, setup), setup.part)  # the whole plan, then a part
+        with CompileCounter() as compiles:
+            engine = build(search, setup, start_plan, compiles)
+            resumed = restore(search, engine, resume)
+            with signals_to_flag() as stop:
+                outcome = Loop(search, engine, setup.t_start).run(resumed, stop)
+            result = assemble(search, setup, start_plan, engine, outcome)
+        if auto:
+            result = _merge_over_processes(result, setup.problem)
+        _log_end(result)
     _raise_if_interrupted(engine, outcome, result)
     return result
+
+
+# -- several processes --------------------------------------------------------------------------
+
+
+def _split_over_processes(search) -> bool:
+    """Whether a fit without ``part=`` is split over the job's processes.
+
+    Yes in a job of several processes, unless the search couples its slots (resurrection,
+    TikTak, ``target_fom``, ``max_evals``: a part could not give the whole run's records) or
+    has fewer starts than processes: then every process runs the whole search, as it does with
+    one process, and says so.
+    """
+    k = jax.process_count()
+    if k == 1:
+        return False
+    why = coupling(search)
+    if why is None and search.n_starts < k:
+        why = f"n_starts ({search.n_starts}) is below the number of processes ({k})"
+    if why is not None:
+        if jax.process_index() == 0:
+            log.logger.warning(
+                "a job of %d processes: every process runs the whole search, as %s", k, why
+            )
+        return False
+    return True
+
+
+def _merge_over_processes(result: Result, problem: Problem) -> Result:
+    """Every process's part, exchanged through JAX's runtime and merged, in every process."""
+    k = jax.process_count()
+    result._problem = None  # saving would compute the covariance; the merge gets it lazily
+    with tempfile.TemporaryDirectory(prefix="multistart-parts-") as folder:
+        mine = os.path.join(folder, "mine.npz")
+        result.save(mine)
+        with open(mine, "rb") as f:
+            blobs = allgather_bytes(f.read())
+        paths = []
+        for i, blob in enumerate(blobs):
+            paths.append(os.path.join(folder, f"part-{i}-of-{k}.npz"))
+            with open(paths[-1], "wb") as f:
+                f.write(blob)
+        merged = Result.merge(paths)
+    merged.stats["n_processes"] = k
+    return merged.attach_problem(problem)
+
+
+@contextmanager
+def _first_process_logs():
+    """Only process 0 of a job logs below WARNING (and draws the progress bar)."""
+    if jax.process_count() == 1 or jax.process_index() == 0:
+        yield
+        return
+    quiet = _BelowWarning()
+    log.logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        log.logger.removeFilter(quiet)
+
+
+class _BelowWarning(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.WARNING

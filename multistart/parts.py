@@ -103,6 +103,17 @@ def check_part(part, search) -> Part | None:
             f"part=(i, k) needs 1 <= k <= n_starts ({n}) and 0 <= i < k "
             f"(parts are numbered from 0); got part={part!r}"
         )
+    why = coupling(search)
+    if why is not None:
+        raise ValueError(
+            f"part={part!r} cannot be used with {why}, so a part could not give the whole "
+            "run's records; run the search whole, or drop it"
+        )
+    return Part(i, k, *part_slots(i, k, n))
+
+
+def coupling(search) -> str | None:
+    """What couples the search's slots (so it cannot run in parts), in words, or ``None``."""
     coupled = {
         "resurrect": search.resurrect
         and "resurrection draws every slot's replacements from one shared reserve",
@@ -116,11 +127,8 @@ def check_part(part, search) -> Part | None:
     }
     for name, why in coupled.items():
         if why:
-            raise ValueError(
-                f"part={part!r} cannot be used with {name}: {why}, so a part could not give "
-                "the whole run's records; run the search whole, or drop it"
-            )
-    return Part(i, k, *part_slots(i, k, n))
+            return f"{name}: {why}"
+    return None
 
 
 def select(start_plan, part: Part | None):

@@ -135,3 +135,75 @@ def test_one_device_records_it():
         parabola, PARABOLA_SPACE
     )
     assert r.stats["n_devices"] == 1
+
+
+# -- several processes: a fit without part= is split over them and merged in each -------------
+
+_PROCESS = r"""
+import sys
+import multistart as ms
+
+address, process_id, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+ms.distributed.initialize(
+    coordinator_address=address, num_processes=2, process_id=process_id,
+    initialization_timeout=60,
+)
+import jax
+assert jax.process_count() == 2
+from conftest import MULTIMODAL_SPACE, multimodal
+
+kw = dict(n_starts=5, batch_size=2, n_steps=40, seed=3, progress=False)
+ms.MultiStartAdam(**kw).fit(multimodal, MULTIMODAL_SPACE).save(out)
+ms.MultiStartAdam(resurrect=1, **kw).fit(multimodal, MULTIMODAL_SPACE).save(out + ".whole.npz")
+"""
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.subprocess
+def test_two_processes_split_a_fit_and_each_gets_the_whole_result(tmp_path):
+    from conftest import MULTIMODAL_SPACE, assert_same_result, multimodal
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])}
+    env.pop("XLA_FLAGS", None)
+    env["MULTISTART_LOG_LEVEL"] = "INFO"
+    address = f"127.0.0.1:{_free_port()}"
+    outs = [str(tmp_path / f"out-{i}.npz") for i in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _PROCESS, address, str(i), outs[i]],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for i in range(2)
+    ]
+    try:
+        logs = [p.communicate(timeout=240)[0] for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    assert [p.returncode for p in procs] == [0, 0], logs
+    kw = dict(n_starts=5, batch_size=2, n_steps=40, seed=3, progress=False)
+    whole = ms.MultiStartAdam(**kw).fit(multimodal, MULTIMODAL_SPACE)
+    for out in outs:  # the split run: each process holds every start's record
+        r = ms.Result.load(out)
+        assert_same_result(r, whole)
+        assert (r.stats["n_processes"], r.stats["n_parts"]) == (2, 2)
+        assert r.stats["n_evals"] == whole.stats["n_evals"]
+    # a search whose slots are coupled runs whole in every process, and says so once
+    coupled = ms.MultiStartAdam(resurrect=1, **kw).fit(multimodal, MULTIMODAL_SPACE)
+    for out in outs:
+        r = ms.Result.load(out + ".whole.npz")
+        assert_same_result(r, coupled)
+        assert "n_processes" not in r.stats
+    assert "every process runs the whole search, as resurrect" in logs[0]
+    # only process 0 logs progress
+    assert "fitting multimodal" in logs[0] and "fitting multimodal" not in logs[1], logs
