@@ -21,10 +21,10 @@ import jax
 import numpy as np
 
 from . import log
-from .chunking import chunk_slices, pad_rows
+from .chunking import pad_rows
 from .status import Status
 from .step import PopState, init_population
-from .sweep import lower_and_compile
+from .sweep import lower_and_compile, padded_chunks
 
 __all__ = ["REPLACE_NAME", "make_replace_rows", "Resurrector", "Discoveries"]
 
@@ -153,11 +153,10 @@ class Resurrector:
             self.compiled, self.compile_s = lower_and_compile(
                 self._jit, "the resurrection writer", pop, np.zeros(self.width, np.int32), example
             )
-        for lo, hi, pad in chunk_slices(k, self.width):
-            scatter = np.concatenate([rows[lo:hi], np.full(pad, self.n_rows)]).astype(np.int32)
-            chunk = jax.tree_util.tree_map(
-                lambda a, lo=lo, hi=hi, pad=pad: pad_rows(a[lo:hi], pad), u_new
-            )
+        for lo, hi, chunk in padded_chunks(u_new, self.width):
+            # the padded rows write out of bounds (dropped)
+            scatter = np.full(self.width, self.n_rows, np.int32)
+            scatter[: hi - lo] = rows[lo:hi]
             pop = self.compiled(pop, scatter, chunk)
         for leaf, new in zip(
             jax.tree_util.tree_leaves(self.start_u), jax.tree_util.tree_leaves(u_new), strict=True
@@ -345,14 +344,12 @@ class Resurrector:
     def _physical(self, to_physical_n, rows: list):
         """Physical params of unconstrained rows, through the ``n_total``-row compiled map."""
         stacked = jax.tree_util.tree_map(lambda *a: np.stack(a), *rows)
-        parts = []
-        n = len(rows)
-        for lo, hi, pad in chunk_slices(n, self.n_total):
-            chunk = jax.tree_util.tree_map(
-                lambda a, lo=lo, hi=hi, pad=pad: pad_rows(a[lo:hi], pad), stacked
+        parts = [
+            jax.tree_util.tree_map(
+                lambda a, k=hi - lo: np.asarray(a)[:k], jax.device_get(to_physical_n(chunk))
             )
-            phys = jax.device_get(to_physical_n(chunk))
-            parts.append(jax.tree_util.tree_map(lambda a, k=hi - lo: np.asarray(a)[:k], phys))
+            for lo, hi, chunk in padded_chunks(stacked, self.n_total)
+        ]
         return jax.tree_util.tree_map(lambda *a: np.concatenate(a), *parts)
 
     @staticmethod

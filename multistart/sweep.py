@@ -58,6 +58,7 @@ __all__ = [
     "device_chunks",
     "lower_and_compile",
     "make_scan_step",
+    "padded_chunks",
 ]
 
 FILTER_NAME = "multistart_filter_chunk"
@@ -88,6 +89,20 @@ def device_chunks(rows: np.ndarray, batch_size: int, n_total: int) -> list[tuple
     return [
         (jax.device_put(g), jax.device_put(s)) for g, s in chunk_indices(rows, batch_size, n_total)
     ]
+
+
+def padded_chunks(tree, width: int):
+    """``(lo, hi, chunk)`` for each fixed-width chunk of the rows (leading axis) of ``tree``.
+
+    ``chunk`` holds rows ``lo:hi`` as NumPy, the ragged last one padded to ``width`` rows with
+    copies of its last row (:func:`multistart.chunking.pad_rows`), so one program compiled for
+    ``width`` rows serves every chunk; the caller keeps the first ``hi - lo`` rows of each
+    output. The one chunk-pad loop of the filter, the resurrection writer and the records.
+    """
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    leaves = [np.asarray(a) for a in leaves]
+    for lo, hi, pad in chunk_slices(len(leaves[0]), width):
+        yield lo, hi, treedef.unflatten([pad_rows(a[lo:hi], pad) for a in leaves])
 
 
 def _first_line(exc: BaseException) -> str:
@@ -572,9 +587,9 @@ class ValueSweep:
         )
 
     def _evaluate(self, u: np.ndarray) -> np.ndarray:
-        outs = []
-        for lo, hi, pad in chunk_slices(len(u), self.width):
-            outs.append((self.compiled(pad_rows(u[lo:hi], pad), self.data), hi - lo))
+        outs = [
+            (self.compiled(c, self.data), hi - lo) for lo, hi, c in padded_chunks(u, self.width)
+        ]
         if not outs:
             return np.zeros((0,), dtype=u.dtype)
         return np.concatenate([np.asarray(out)[:n] for out, n in outs])
