@@ -366,6 +366,23 @@ class Outcome:
         return self.stop_reason in ("SIGINT", "SIGTERM") or self.error is not None
 
 
+@dataclass(frozen=True)
+class _Due:
+    """What the end of a step asks of the host; any of it means a sync (a status read)."""
+
+    first: bool  # the first step of this run (its time is reported)
+    last: bool  # n_steps reached
+    logging: bool  # a progress line is due
+    drawing: bool  # the progress bar is due
+    checkpoint: bool  # a checkpoint is due
+    signalled: bool  # SIGINT/SIGTERM arrived
+    on_schedule: bool  # the sync_every schedule (the only time replacements are made)
+
+    @property
+    def sync(self) -> bool:
+        return any(vars(self).values())
+
+
 class Loop:
     """Step every running start until all ended, ``n_steps``, a budget, or a signal.
 
@@ -394,77 +411,90 @@ class Loop:
 
     def _run(self, resumed: Resumed, stop: dict, progress: Progress) -> Outcome:
         s, e = self.search, self.engine
-        sweep, resurrector, checkpoints = e.sweep, e.resurrector, e.checkpoints
-        pop, start = e.pop, resumed.step
-        n_calls = int(resumed.loop.get("n_chunk_calls", 0))
-        t_first, evals = None, 0
-        log_rate = _RateLog(s.log_every, s.n_steps, e.n)
+        self.pop, start = e.pop, resumed.step
+        self.n_calls = int(resumed.loop.get("n_chunk_calls", 0))
+        self.t_first, self.evals = None, 0
+        self.log_rate = _RateLog(s.log_every, s.n_steps, e.n)
         steps_run, reason, error = start, "n_steps", None
         for t in range(start, s.n_steps):
-            pop = sweep.step(pop, t // e.stride)
-            n_calls += len(sweep.chunks)
-            evals += sweep.rows.size
+            self.pop = e.sweep.step(self.pop, t // e.stride)
+            self.n_calls += len(e.sweep.chunks)
+            self.evals += e.sweep.rows.size
             steps_run = t + 1
-            last = steps_run == s.n_steps
-            logging_now = log_rate.due(steps_run, last)
-            drawing = progress.due() or last
-            checkpoint_now = checkpoints is not None and (checkpoints.due(steps_run) or last)
-            signalled = stop.get("reason") is not None
-            on_schedule = steps_run % s.sync_every == 0
-            wanted = t == start or last or logging_now or drawing or checkpoint_now or signalled
-            if not (wanted or on_schedule):
-                continue
-            pop, status = sweep.sync(pop)  # where a deferred out-of-memory error shows
-            if t == start:
-                t_first = time.perf_counter() - self.t_start
-            budget = self._budget(pop, resurrector)
-            stopping = signalled or budget is not None
-            # Replacements are due on the sync_every schedule; a run that stops here (its last
-            # step, a signal, a budget) leaves them to the run that resumes from its checkpoint.
-            replace_due = resurrector is not None and on_schedule
-            replaced = replace_due and not (last or stopping)
-            if replaced:
-                before = resurrector.n_resurrections
-                pop, status = resurrector(pop, status, steps_run)
-                if resurrector.n_resurrections != before:
-                    sweep.rebase(pop)  # a back-off must not replay over the replaced rows
-                if resurrector.stop_reason is not None:  # TikTak re-found its best enough
-                    stopping, budget = True, resurrector.stop_reason
-            running = np.flatnonzero(status == Status.RUNNING.code)
-            if logging_now or drawing:
-                best = float(np.asarray(pop.starts.best_fom).min())
-                log_rate.log(steps_run, best, status, evals)
-                progress.update(steps_run, best, running.size, evals)
-            done = running.size == 0
-            if checkpoints is not None and (checkpoint_now or stopping or done):
-                record = {
-                    "n_chunk_calls": n_calls,
-                    "resurrect_pending": bool(replace_due and not replaced),
-                }
-                try:
-                    checkpoints.save(steps_run, pop, resurrector, record)
-                except CheckpointError as exc:
-                    reason, error = "a failed checkpoint", exc
+            due = _Due(
+                first=t == start,
+                last=steps_run == s.n_steps,
+                logging=self.log_rate.due(steps_run, steps_run == s.n_steps),
+                drawing=progress.due() or steps_run == s.n_steps,
+                checkpoint=e.checkpoints is not None
+                and (e.checkpoints.due(steps_run) or steps_run == s.n_steps),
+                signalled=stop.get("reason") is not None,
+                on_schedule=steps_run % s.sync_every == 0,
+            )
+            if due.sync:
+                ended, error = self._sync_point(steps_run, due, stop, progress)
+                if ended is not None:
+                    reason = ended
                     break
-            if stopping:
-                reason = stop["reason"] if signalled else budget
-                break
-            if done:
-                reason = "all ended"
-                break
-            if running.size != sweep.rows.size:
-                sweep.set_rows(running)
-        jax.block_until_ready(pop)
+        jax.block_until_ready(self.pop)
         return Outcome(
-            pop=pop,
+            pop=self.pop,
             steps_run=steps_run,
-            n_chunk_calls=n_calls,
-            first_step_s=t_first,
+            n_chunk_calls=self.n_calls,
+            first_step_s=self.t_first,
             loop_s=time.perf_counter() - self.t_start,
             stop_reason=reason,
             error=error,
             resumed_from=start or None,
         )
+
+    def _sync_point(self, steps_run: int, due: _Due, stop: dict, progress: Progress):
+        """Read the statuses; replace ended starts, log, checkpoint, repack.
+
+        Returns ``(reason, error)``: why the loop ends here (``None`` to go on), and the
+        checkpoint error that ended it, if one did.
+        """
+        e = self.engine
+        sweep, resurrector, checkpoints = e.sweep, e.resurrector, e.checkpoints
+        pop, status = sweep.sync(self.pop)  # where a deferred out-of-memory error shows
+        if due.first:
+            self.t_first = time.perf_counter() - self.t_start
+        budget = self._budget(pop, resurrector)
+        stopping = due.signalled or budget is not None
+        # Replacements are due on the sync_every schedule; a run that stops here (its last
+        # step, a signal, a budget) leaves them to the run that resumes from its checkpoint.
+        replace_due = resurrector is not None and due.on_schedule
+        replaced = replace_due and not (due.last or stopping)
+        if replaced:
+            before = resurrector.n_resurrections
+            pop, status = resurrector(pop, status, steps_run)
+            if resurrector.n_resurrections != before:
+                sweep.rebase(pop)  # a back-off must not replay over the replaced rows
+            if resurrector.stop_reason is not None:  # TikTak re-found its best enough
+                stopping, budget = True, resurrector.stop_reason
+        self.pop = pop
+        running = np.flatnonzero(status == Status.RUNNING.code)
+        if due.logging or due.drawing:
+            best = float(np.asarray(pop.starts.best_fom).min())
+            self.log_rate.log(steps_run, best, status, self.evals)
+            progress.update(steps_run, best, running.size, self.evals)
+        done = running.size == 0
+        if checkpoints is not None and (due.checkpoint or stopping or done):
+            record = {
+                "n_chunk_calls": self.n_calls,
+                "resurrect_pending": bool(replace_due and not replaced),
+            }
+            try:
+                checkpoints.save(steps_run, pop, resurrector, record)
+            except CheckpointError as exc:
+                return "a failed checkpoint", exc
+        if stopping:
+            return (stop["reason"] if due.signalled else budget), None
+        if done:
+            return "all ended", None
+        if running.size != sweep.rows.size:
+            sweep.set_rows(running)
+        return None, None
 
     def _budget(self, pop: PopState, resurrector) -> str | None:
         """The first budget or target that is met, by name, or ``None``."""
