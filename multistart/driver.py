@@ -173,34 +173,11 @@ def build(search, setup: Setup, start_plan: StartPlan, compiles: CompileCounter)
     """The step, the population, its identity (checked against a checkpoint before any
     compile), the sweep at its chosen width, and resurrection."""
     problem, dtype, n = setup.problem, setup.dtype, start_plan.started.size  # a part's slots
-    space = problem.space
     stride = math.ceil(search.n_steps / search.max_history)
     window = 1 if search.convergence is None else search.convergence.window
-    u0, to_physical = _layout(search, space, start_plan.x0, dtype)
-    n_dev = len(setup.devices)
-    log.logger.info(
-        "fitting %s: %d starts%s x %d parameters, %s, batch_size %r%s, %s backend%s",
-        problem.name,
-        n,
-        _part_words(setup.part, search.n_starts),
-        space.n_dims,
-        type(search).__name__,
-        search.batch_size,
-        " per device" if n_dev > 1 else "",
-        search.backend,
-        f", {n_dev} {setup.devices[0].platform} devices" if n_dev > 1 else "",
-    )
-
-    def fom_u(u, d):
-        return problem.fom(to_physical(u), d)
-
-    # With resurrection a start gives up (and is replaced) after `resurrect` failures.
-    give_up = search.resurrect or search.max_nonfinite
-    start_step = make_start_step(
-        fom_u, search.solver, search.convergence, give_up, max_start_steps=search.local_steps
-    )
-    chunk_step = make_chunk_step(start_step)
-    chunk_step.__name__ = chunk_step.__qualname__ = CHUNK_STEP_NAME
+    u0, to_physical = _layout(search, problem.space, start_plan.x0, dtype)
+    _log_start(search, setup, n)
+    start_step, chunk_step = _steps(search, problem, to_physical)
     n_rows = math.ceil(search.n_steps / stride)
     status0 = np.where(start_plan.started, Status.RUNNING.code, Status.UNSTARTED.code)
 
@@ -209,13 +186,7 @@ def build(search, setup: Setup, start_plan: StartPlan, compiles: CompileCounter)
 
     one = jax.eval_shape(init, _one_row(u0), status0[:1].astype(np.int8)).starts
     one = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype), one)
-    config = search.config()
-    config["starts"] = starts_hash(start_plan.x0)
-    if setup.part is not None:  # each part's checkpoints are its own
-        config["part"] = [setup.part.index, setup.part.count]
-    if n_dev > 1:  # the population's padded layout is the device count's
-        config["n_devices"] = n_dev
-    identity = search_identity(problem, dtype, start_step, one, config)
+    identity = search_identity(problem, dtype, start_step, one, _config(search, setup, start_plan))
     checkpoints = None
     if search.checkpoint_dir is not None:
         checkpoints = SearchCheckpoints(
@@ -227,22 +198,8 @@ def build(search, setup: Setup, start_plan: StartPlan, compiles: CompileCounter)
         )
         if setup.resume:
             checkpoints.check()  # another search's checkpoint: refused before any compile
-
-    # Several devices hold equal blocks of rows: pad with inert rows (never started).
-    n_pop = n_dev * math.ceil(n / n_dev) if n_dev > 1 else n
-    u_pop = (
-        u0
-        if n_pop == n
-        else jax.tree_util.tree_map(lambda a: pad_rows(np.asarray(a), n_pop - n), u0)
-    )
-    status_pop = np.concatenate([status0, np.full(n_pop - n, Status.UNSTARTED.code)])
-    data = jax.device_put(problem.data) if n_dev == 1 else problem.data  # the sweep places it
-    sweep = BACKENDS[search.backend](
-        chunk_step, n_total=n_pop, data=data, devices=setup.devices if n_dev > 1 else None
-    )
-    pop = sweep.place(jax.jit(init)(u_pop, status_pop.astype(np.int8)))
-    if not (status_pop == Status.RUNNING.code).all():
-        sweep.set_rows(np.flatnonzero(status_pop == Status.RUNNING.code))
+    pop, sweep = _population(search, setup, chunk_step, init, u0, status0)
+    n_dev = sweep.n_devices
     choice = resolve_width(
         search.batch_size,
         sweep,
@@ -255,15 +212,79 @@ def build(search, setup: Setup, start_plan: StartPlan, compiles: CompileCounter)
     log.logger.debug(
         "compiled the chunk step (width %d, %d chunks) in %.2f s",
         choice.width,
-        math.ceil(n / choice.width),
+        math.ceil(n / n_dev / choice.width),
         sweep.compile_s,
     )
     resurrector = _replacer(
-        search, problem, start_plan, choice.width, u0, to_physical, dtype, n_rows=n_pop
+        search, problem, start_plan, choice.width, u0, to_physical, dtype, n_rows=sweep.n_total
     )
     return Engine(
         pop, sweep, n, u0, to_physical, stride, choice, identity, resurrector, checkpoints, compiles
     )
+
+
+def _log_start(search, setup: Setup, n: int) -> None:
+    n_dev = len(setup.devices)
+    log.logger.info(
+        "fitting %s: %d starts%s x %d parameters, %s, batch_size %r%s, %s backend%s",
+        setup.problem.name,
+        n,
+        _part_words(setup.part, search.n_starts),
+        setup.problem.space.n_dims,
+        type(search).__name__,
+        search.batch_size,
+        " per device" if n_dev > 1 else "",
+        search.backend,
+        f", {n_dev} {setup.devices[0].platform} devices" if n_dev > 1 else "",
+    )
+
+
+def _steps(search, problem: Problem, to_physical):
+    """``(start_step, chunk_step)``: one start's step and the compiled chunk's body."""
+
+    def fom_u(u, d):
+        return problem.fom(to_physical(u), d)
+
+    # With resurrection a start gives up (and is replaced) after `resurrect` failures.
+    give_up = search.resurrect or search.max_nonfinite
+    start_step = make_start_step(
+        fom_u, search.solver, search.convergence, give_up, max_start_steps=search.local_steps
+    )
+    chunk_step = make_chunk_step(start_step)
+    chunk_step.__name__ = chunk_step.__qualname__ = CHUNK_STEP_NAME
+    return start_step, chunk_step
+
+
+def _config(search, setup: Setup, start_plan: StartPlan) -> dict:
+    """The configuration the identity (and so a checkpoint) records."""
+    config = search.config()
+    config["starts"] = starts_hash(start_plan.x0)
+    if setup.part is not None:  # each part's checkpoints are its own
+        config["part"] = [setup.part.index, setup.part.count]
+    if len(setup.devices) > 1:  # the population's padded layout is the device count's
+        config["n_devices"] = len(setup.devices)
+    return config
+
+
+def _population(search, setup: Setup, chunk_step, init, u0, status0) -> tuple[PopState, Sweep]:
+    """The initial population on the search's devices, and the sweep over it (no width yet).
+
+    On several devices each holds an equal block of rows: the population is padded with inert
+    rows (never started, never in the Result).
+    """
+    n, n_dev = len(status0), len(setup.devices)
+    n_pop = n_dev * math.ceil(n / n_dev)
+    if n_pop > n:
+        u0 = jax.tree_util.tree_map(lambda a: pad_rows(np.asarray(a), n_pop - n), u0)
+    status = np.concatenate([status0, np.full(n_pop - n, Status.UNSTARTED.code)]).astype(np.int8)
+    data = jax.device_put(setup.problem.data) if n_dev == 1 else setup.problem.data
+    sweep = BACKENDS[search.backend](
+        chunk_step, n_total=n_pop, data=data, devices=setup.devices if n_dev > 1 else None
+    )
+    pop = sweep.place(jax.jit(init)(u0, status))
+    if not (status == Status.RUNNING.code).all():
+        sweep.set_rows(np.flatnonzero(status == Status.RUNNING.code))
+    return pop, sweep
 
 
 def _part_words(part: Part | None, n_total: int) -> str:
