@@ -48,7 +48,7 @@ from .resurrect import REPLACE_NAME, Discoveries, Resurrector
 from .starts import StartPlan, check_strategy_space, plan_starts, user_starts
 from .status import Status
 from .step import PopState, init_population, make_chunk_step, make_start_step
-from .sweep import BACKENDS, FILTER_NAME, Sweep
+from .sweep import BACKENDS, FILTER_NAME, Stepper, Sweep
 from .tiktak import TikTakQueue
 from .tuning import WidthChoice, resolve_width
 
@@ -138,7 +138,7 @@ class Engine:
     """The built search: compiled step, population, sweep at its width, and the extras."""
 
     pop: PopState  # on several devices, padded to a multiple of their number (inert rows)
-    sweep: Sweep
+    sweep: Stepper  # the sweep at its width
     n: int  # the starts (the population's first n rows)
     u0: Any  # the starts in unconstrained coordinates (the population's layout)
     to_physical: Any  # one start's unconstrained parameters to the physical pytree
@@ -209,17 +209,28 @@ def build(search, setup: Setup, start_plan: StartPlan, compiles: CompileCounter)
         start_step=start_step,
         backend=search.backend,
     )
+    stepper = sweep.at(choice.width)  # the only object that steps
     log.logger.debug(
         "compiled the chunk step (width %d, %d chunks) in %.2f s",
         choice.width,
         math.ceil(n / n_dev / choice.width),
-        sweep.compile_s,
+        stepper.compile_s,
     )
     resurrector = _replacer(
         search, problem, start_plan, choice.width, u0, to_physical, dtype, n_rows=sweep.n_total
     )
     return Engine(
-        pop, sweep, n, u0, to_physical, stride, choice, identity, resurrector, checkpoints, compiles
+        pop,
+        stepper,
+        n,
+        u0,
+        to_physical,
+        stride,
+        choice,
+        identity,
+        resurrector,
+        checkpoints,
+        compiles,
     )
 
 
@@ -267,7 +278,7 @@ def _config(search, setup: Setup, start_plan: StartPlan) -> dict:
 
 
 def _population(search, setup: Setup, chunk_step, init, u0, status0) -> tuple[PopState, Sweep]:
-    """The initial population on the search's devices, and the sweep over it (no width yet).
+    """The initial population on the search's devices, and its programs (no width yet).
 
     On several devices each holds an equal block of rows: the population is padded with inert
     rows (never started, never in the Result).
@@ -278,13 +289,16 @@ def _population(search, setup: Setup, chunk_step, init, u0, status0) -> tuple[Po
         u0 = jax.tree_util.tree_map(lambda a: pad_rows(np.asarray(a), n_pop - n), u0)
     status = np.concatenate([status0, np.full(n_pop - n, Status.UNSTARTED.code)]).astype(np.int8)
     data = jax.device_put(setup.problem.data) if n_dev == 1 else setup.problem.data
+    pop = jax.jit(init)(u0, status)
     sweep = BACKENDS[search.backend](
-        chunk_step, n_total=n_pop, data=data, devices=setup.devices if n_dev > 1 else None
+        chunk_step,
+        n_total=n_pop,
+        data=data,
+        pop=pop,
+        rows=np.flatnonzero(status == Status.RUNNING.code),
+        devices=setup.devices if n_dev > 1 else None,
     )
-    pop = sweep.place(jax.jit(init)(u0, status))
-    if not (status == Status.RUNNING.code).all():
-        sweep.set_rows(np.flatnonzero(status == Status.RUNNING.code))
-    return pop, sweep
+    return sweep.place(pop), sweep
 
 
 def _part_words(part: Part | None, n_total: int) -> str:

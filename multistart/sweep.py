@@ -21,9 +21,10 @@ On several devices (``devices=`` on the search) the population is sharded on a o
 device sweeping its own running rows (a device with no chunk left skips the body). One
 compile serves every device; each start's arithmetic is that of one device at the same width.
 
-Both keep a copy of the population from a recent host sync, so a chunk call that runs out of
+Both step through a :class:`Stepper` (:meth:`Sweep.at`), which keeps a copy of the
+population from a recent host sync, so a chunk call that runs out of
 memory costs no state: the width is halved, the program recompiled and the steps since that
-copy are run again (see :meth:`Sweep.step`).
+copy are run again (see :meth:`Stepper.step`).
 
 Beside them, :class:`ValueSweep` evaluates only the figure of merit at many candidate
 points (the broad-start filter). Every program here compiles once per width and is built so that
@@ -51,6 +52,7 @@ from .step import PopState
 
 __all__ = [
     "Sweep",
+    "Stepper",
     "ChunkSweep",
     "ScanSweep",
     "ValueSweep",
@@ -136,26 +138,31 @@ def _copy_tree(tree):
 
 
 class Sweep:
-    """One compiled program per width, the rows it sweeps, and the out-of-memory back-off.
+    """The chunk step's programs, one per width, for a population shaped like ``pop``.
 
-    Subclasses say how a step is laid out in calls (:meth:`_build`, :meth:`_lower_args`,
-    :meth:`_layout`, :meth:`_run`). The population ``pop`` is donated to every call, so it is
-    updated in place and the caller must use the returned state.
+    The lifecycle is in the types: a ``Sweep`` compiles and times programs at any width
+    (:meth:`compiled_for`, :meth:`time_chunks`: what choosing a width needs) but cannot step;
+    :meth:`at` returns the :class:`Stepper` that steps at the width chosen, and backs off from
+    it. Subclasses say how a step is laid out in calls (:meth:`_build`, :meth:`_lower_args`,
+    :meth:`layout`, :meth:`run`). The population is donated to every call, so it is updated in
+    place and the caller must use the returned state.
 
     With ``devices`` (two or more), ``n_total`` must be a multiple of their number: device
-    ``d`` holds rows ``d * n_local`` to ``(d + 1) * n_local - 1`` and ``width`` is the width of
+    ``d`` holds rows ``d * n_local`` to ``(d + 1) * n_local - 1`` and a width is the width of
     each device's chunk. :meth:`place` puts a population (or anything shaped like one) there.
 
-    Attributes:
-      width: the current batch width (rows per chunk).
-      rows: the population rows swept (the running starts).
-      chunks: the chunks of ``rows`` at ``width``, one entry per chunk evaluation a step runs.
-      backoffs: one record per out-of-memory back-off.
+    Args:
+      chunk_step: ``chunk_step(pop, gather, scatter, row, data) -> pop`` (see subclasses).
+      n_total: the population's rows.
+      data: the model's data (an argument of every program).
+      pop: the population, or its shapes: programs are compiled for them.
+      rows: the rows to sweep at first (default: every row).
+      devices: two or more devices: the population is sharded over them.
     """
 
     backend = ""
 
-    def __init__(self, chunk_step, *, n_total: int, data, width: int | None = None, devices=None):
+    def __init__(self, chunk_step, *, n_total: int, data, pop, rows=None, devices=None):
         devices = [] if devices is None else list(devices)
         self.n_devices = max(1, len(devices))
         if n_total % self.n_devices:
@@ -173,18 +180,13 @@ class Sweep:
             self._jit = self._sharded(program)
             self.data = jax.device_put(data, NamedSharding(self.mesh, P()))
         self.n_total = n_total
-        self.width = width
-        self.rows = np.arange(n_total)
-        self.chunks: list = []
-        self.compiled = None
-        self.compile_s = 0.0  # compile seconds of the program(s) the search used
-        self.backoffs: list[dict[str, Any]] = []
+        self.rows = np.arange(n_total) if rows is None else np.asarray(rows)
+        # Shapes only, no sharding: lowering for committed arrays would make the outputs
+        # committed, and every helper later jitted on them would compile a second time.
+        self._pop_spec = jax.tree_util.tree_map(
+            lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), pop
+        )
         self._programs: dict[int, tuple[Any, float]] = {}  # width -> (compiled, seconds)
-        self._pop_spec = None
-        self._saved = None  # the population at a recent host sync
-        self._replay: list[tuple[int, np.ndarray]] = []  # (history row, rows) of steps since
-        self._n_steps = 0
-        self._args: Any = None
 
     # -- layout, per backend ---------------------------------------------------------------
 
@@ -260,28 +262,19 @@ class Sweep:
         """Index arguments with the shapes of one call at ``width`` (for lowering)."""
         raise NotImplementedError
 
-    def _layout(self, rows: np.ndarray, width: int) -> tuple[list, Any]:
+    def layout(self, rows: np.ndarray, width: int) -> tuple[list, Any]:
         """``(chunks, args)``: the host-side chunks of ``rows`` and the device arguments."""
         raise NotImplementedError
 
-    def _run(self, compiled, pop, args, row):
+    def run(self, compiled, pop, args, row):
+        """One step of the rows laid out in ``args`` (from :meth:`layout`) with ``compiled``."""
         raise NotImplementedError
 
     # -- programs ---------------------------------------------------------------------------
 
-    def prepare(self, pop) -> None:
-        """Remember the population's shapes, so a program can be compiled at any width."""
-        # Shapes only, no sharding: lowering for committed arrays would make the outputs
-        # committed, and every helper later jitted on them would compile a second time.
-        self._pop_spec = jax.tree_util.tree_map(
-            lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), pop
-        )
-
     def compiled_for(self, width: int):
         """The program at ``width``, compiled on first use and kept until :meth:`release`."""
         if width not in self._programs:
-            if self._pop_spec is None:
-                raise RuntimeError("call prepare(pop) before compiling")
             self._programs[width] = lower_and_compile(
                 self._jit,
                 f"the chunk step (width {width})",
@@ -297,36 +290,113 @@ class Sweep:
     def compiled_widths(self) -> list[int]:
         return sorted(self._programs)
 
+    def release_width(self, width: int) -> None:
+        """Drop the program at ``width`` (one that ran out of memory)."""
+        self._programs.pop(width, None)
+
     def release(self, keep: int | None = None) -> None:
         """Drop the compiled programs of every width but ``keep`` (their memory too)."""
         for w in list(self._programs):
             if w != keep:
                 del self._programs[w]
 
-    def trace(self, pop) -> jax.stages.Traced:
-        """Trace the program at :attr:`width` for ``pop``, so the compile census can time its
+    def trace(self, pop, width: int) -> jax.stages.Traced:
+        """Trace the program at ``width`` for ``pop``, so the compile census can time its
         lowering and its compile apart (``multistart profile``)."""
-        return self._jit.trace(pop, *self._lower_args(self.width), self.data)
+        return self._jit.trace(pop, *self._lower_args(width), self.data)
 
-    def set_width(self, width: int) -> None:
-        """Sweep at ``width`` from now on (compiling it unless it already is)."""
-        self.compiled = self.compiled_for(width)
+    def at(self, width: int) -> Stepper:
+        """The sweep ready to step at ``width`` (compiled now unless it already is)."""
+        return Stepper(self, width)
+
+    def time_chunks(
+        self, pop, width: int, *, calls: int, target_s: float, min_reps: int, max_reps: int
+    ) -> tuple[list[float], int]:
+        """Seconds per chunk call at ``width``, from a bounded number of calls.
+
+        The first ``k = min(calls, chunks a step has)`` chunks of the swept rows are laid out
+        (never every start) and run once to warm up, then ``k`` at a time, dispatched as a
+        step dispatches them and waited for at the end, at least ``min_reps`` and at most
+        ``max_reps`` times, until ``target_s`` seconds have passed. They step a copy of
+        ``pop`` that is then discarded: ``pop`` is not touched.
+
+        Returns:
+          ``(seconds, n_calls)``: per repeat, its seconds divided by ``k``; and how many chunk
+          calls were made in all, the warm-up included.
+        """
+        compiled = self.compiled_for(width)
+        k = max(1, min(calls, self.calls_per_step(width)))
+        _, args = self.layout(self._first_rows(k, width), width)
+        p = self.run(compiled, _copy_tree(self.place(pop)), args, np.int32(0))
+        jax.block_until_ready(p)
+        seconds: list[float] = []
+        t_end = time.perf_counter() + target_s
+        while len(seconds) < min_reps or (len(seconds) < max_reps and time.perf_counter() < t_end):
+            t0 = time.perf_counter()
+            p = self.run(compiled, p, args, np.int32(0))
+            jax.block_until_ready(p)
+            seconds.append((time.perf_counter() - t0) / k)
+        return seconds, k * (1 + len(seconds))
+
+    def calls_per_step(self, width: int) -> int:
+        """Chunk evaluations one step of every swept row runs at ``width`` (on several devices,
+        the calls of the device with the most rows)."""
+        if self.mesh is None:
+            return -(-self.rows.size // width)
+        return max(-(-r.size // width) for r in self._per_device(self.rows))
+
+
+class Stepper:
+    """A :class:`Sweep` at a chosen width: steps, reads statuses, repacks, backs off.
+
+    Made by :meth:`Sweep.at`. It keeps a copy of the population from a recent host sync, so a
+    chunk call that runs out of memory costs no state: the width is halved, the program
+    recompiled and the steps since that copy are run again (see :meth:`step`).
+
+    Attributes:
+      programs: the :class:`Sweep` it steps with.
+      width: the current batch width (rows per chunk, per device on several).
+      rows: the population rows swept (the running starts).
+      chunks: one entry per chunk evaluation a step runs.
+      compiled: the program at ``width``.
+      compile_s: compile seconds of the program(s) it stepped with.
+      backoffs: one record per out-of-memory back-off.
+    """
+
+    def __init__(self, programs: Sweep, width: int):
+        self.programs = programs
+        self.rows = programs.rows
+        self.chunks: list = []
+        self.compile_s = 0.0
+        self.backoffs: list[dict[str, Any]] = []
+        self._saved = None  # the population at a recent host sync
+        self._replay: list[tuple[int, np.ndarray]] = []  # (history row, rows) of steps since
+        self._n_steps = 0
+        self._args: Any = None
+        self._set_width(width)
+
+    @property
+    def n_total(self) -> int:
+        return self.programs.n_total
+
+    @property
+    def n_devices(self) -> int:
+        return self.programs.n_devices
+
+    def place(self, pop):
+        """See :meth:`Sweep.place`."""
+        return self.programs.place(pop)
+
+    def _set_width(self, width: int) -> None:
+        self.compiled = self.programs.compiled_for(width)
         self.width = width
-        self.compile_s += self.compile_seconds(width)
+        self.compile_s += self.programs.compile_seconds(width)
         self.set_rows(self.rows)
 
     def set_rows(self, rows: np.ndarray) -> None:
         """Sweep only ``rows`` from now on (repacked into full chunks)."""
         self.rows = np.asarray(rows)
-        if self.width is not None:
-            self.chunks, self._args = self._layout(self.rows, self.width)
-
-    # -- stepping ---------------------------------------------------------------------------
-
-    def run_with(self, compiled, pop, row: int = 0):
-        """One step of every swept row with a given compiled program (no back-off, no
-        bookkeeping): what the compile census measures."""
-        return self._run(compiled, self.place(pop), self._args, np.int32(row))
+        self.chunks, self._args = self.programs.layout(self.rows, self.width)
 
     def step(self, pop, row: int):
         """One step of every swept row; ``row`` is the history row the step writes.
@@ -335,13 +405,13 @@ class Sweep:
         :meth:`sync`. Either way, if it is an out-of-memory error, the steps since the
         population was last saved are run again from that copy, at half the width.
         """
-        pop = self.place(pop)
+        pop = self.programs.place(pop)
         if self._saved is None:
             self._saved = _copy_tree(pop)
         self._replay.append((int(row), self.rows))
         self._n_steps += 1
         try:
-            return self._run(self.compiled, pop, self._args, np.int32(row))
+            return self.programs.run(self.compiled, pop, self._args, np.int32(row))
         except Exception as exc:
             if not is_out_of_memory(exc):
                 raise
@@ -370,7 +440,7 @@ class Sweep:
     def rebase(self, pop) -> None:
         """``pop`` changed outside the sweep (rows replaced, a checkpoint restored): make it
         the point a later back-off restarts from, as replaying steps over it would undo it."""
-        self._saved = _copy_tree(self.place(pop))
+        self._saved = _copy_tree(self.programs.place(pop))
         self._replay.clear()
 
     def _back_off(self, exc: BaseException):
@@ -388,9 +458,9 @@ class Sweep:
                 len(self._replay),
                 new,
             )
-            self._programs.pop(old, None)  # the program that did not fit
+            self.programs.release_width(old)  # the program that did not fit
             self.compiled = None
-            self.set_width(new)
+            self._set_width(new)
             return new
 
         current = self.rows  # the rows to sweep afterwards (a failed replay may move them)
@@ -400,7 +470,7 @@ class Sweep:
             for row, rows in self._replay:  # each step with the rows it swept
                 if rows is not self.rows:
                     self.set_rows(rows)
-                pop = self._run(self.compiled, pop, self._args, np.int32(row))
+                pop = self.programs.run(self.compiled, pop, self._args, np.int32(row))
             jax.block_until_ready(pop)  # an asynchronous failure shows here, not later
             self.set_rows(current)
             return pop
@@ -411,47 +481,11 @@ class Sweep:
             width=self.width,
             halve=halve,
             fatal=(
-                f"the chunk step ran out of memory even at batch_size 1 ({self.backend} "
+                f"the chunk step ran out of memory even at batch_size 1 ({self.programs.backend} "
                 f"backend, after {self._n_steps} steps): one start of this model does not fit "
                 "the device; use a device with more memory or a smaller model"
             ),
         )
-
-    def time_chunks(
-        self, pop, width: int, *, calls: int, target_s: float, min_reps: int, max_reps: int
-    ) -> tuple[list[float], int]:
-        """Seconds per chunk call at ``width``, from a bounded number of calls.
-
-        The first ``k = min(calls, chunks a step has)`` chunks of the swept rows are laid out
-        (never every start) and run once to warm up, then ``k`` at a time, dispatched as a
-        step dispatches them and waited for at the end, at least ``min_reps`` and at most
-        ``max_reps`` times, until ``target_s`` seconds have passed. They step a copy of
-        ``pop`` that is then discarded: ``pop`` is not touched.
-
-        Returns:
-          ``(seconds, n_calls)``: per repeat, its seconds divided by ``k``; and how many chunk
-          calls were made in all, the warm-up included.
-        """
-        compiled = self.compiled_for(width)
-        k = max(1, min(calls, self.calls_per_step(width)))
-        _, args = self._layout(self._first_rows(k, width), width)
-        p = self._run(compiled, _copy_tree(self.place(pop)), args, np.int32(0))
-        jax.block_until_ready(p)
-        seconds: list[float] = []
-        t_end = time.perf_counter() + target_s
-        while len(seconds) < min_reps or (len(seconds) < max_reps and time.perf_counter() < t_end):
-            t0 = time.perf_counter()
-            p = self._run(compiled, p, args, np.int32(0))
-            jax.block_until_ready(p)
-            seconds.append((time.perf_counter() - t0) / k)
-        return seconds, k * (1 + len(seconds))
-
-    def calls_per_step(self, width: int) -> int:
-        """Chunk evaluations one step of every swept row runs at ``width`` (on several devices,
-        the calls of the device with the most rows)."""
-        if self.mesh is None:
-            return -(-self.rows.size // width)
-        return max(-(-r.size // width) for r in self._per_device(self.rows))
 
 
 class ChunkSweep(Sweep):
@@ -492,7 +526,7 @@ class ChunkSweep(Sweep):
         table = np.zeros((self.n_devices, width), np.int32)
         return table, table, np.int32(0)
 
-    def _layout(self, rows, width):
+    def layout(self, rows, width):
         if self.mesh is None:
             chunks = device_chunks(rows, width, self.n_total)
             return chunks, chunks
@@ -509,7 +543,7 @@ class ChunkSweep(Sweep):
             )
         return calls, calls
 
-    def _run(self, compiled, pop, args, row):
+    def run(self, compiled, pop, args, row):
         for gather, scatter in args:
             pop = compiled(pop, gather, scatter, row, self.data)
         return pop
@@ -663,7 +697,7 @@ class ScanSweep(Sweep):
             gathers[i], scatters[i] = g, s
         return chunks, gathers, scatters
 
-    def _layout(self, rows, width):
+    def layout(self, rows, width):
         if self.mesh is None:
             chunks, gathers, scatters = self._tables(rows, width)
             args = (jax.device_put(gathers), jax.device_put(scatters), np.int32(len(chunks)))
@@ -677,7 +711,7 @@ class ScanSweep(Sweep):
         )
         return [None] * int(counts.max(initial=0)), args  # one entry per chunk call
 
-    def _run(self, compiled, pop, args, row):
+    def run(self, compiled, pop, args, row):
         gathers, scatters, n_chunks = args
         return compiled(pop, gathers, scatters, n_chunks, row, self.data)
 

@@ -118,7 +118,7 @@ def resolve_width(
     start_step=None,
     backend: str = "loop",
 ) -> WidthChoice:
-    """Choose the batch width for ``spec`` and leave ``sweep`` compiled at it.
+    """Choose the batch width for ``spec`` (``sweep.at(choice.width)`` then steps at it).
 
     Programs compiled on the way (memory probes, tuning candidates) are released, except the
     chosen one, which the search then uses without compiling it again.
@@ -142,7 +142,6 @@ def resolve_width(
       record's key and path.
     """
     t0 = time.perf_counter()
-    sweep.prepare(pop)
     max_batch = max_batch_from_env()
     info: dict[str, Any] = {"spec": spec, "max_batch": max_batch}
     tuning = None
@@ -188,7 +187,7 @@ def resolve_width(
         info["selected_by"] = spec if tuning is None else f"{spec} ({tuning['source']})"
     n_tune = len([w for w in sweep.compiled_widths() if w != width])
     sweep.release(keep=width)
-    sweep.set_width(width)
+    sweep.compiled_for(width)  # compiled here, so select_s includes it
     return WidthChoice(width, info, tuning, n_tune, time.perf_counter() - t0)
 
 

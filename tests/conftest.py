@@ -163,10 +163,10 @@ def same_result(a: ms.Result, b: ms.Result) -> bool:
 
 def signal_at_step(monkeypatch, k: int, sig=signal.SIGINT):
     """Send ``sig`` to this process during the k-th step of the search (deterministic)."""
-    from multistart.sweep import ChunkSweep
+    from multistart.sweep import Stepper
 
     calls = {"n": 0}
-    original = ChunkSweep.step
+    original = Stepper.step
 
     def step(self, pop, row):
         calls["n"] += 1
@@ -174,4 +174,4 @@ def signal_at_step(monkeypatch, k: int, sig=signal.SIGINT):
             os.kill(os.getpid(), sig)
         return original(self, pop, row)
 
-    monkeypatch.setattr(ChunkSweep, "step", step)
+    monkeypatch.setattr(Stepper, "step", step)

@@ -81,7 +81,7 @@ _CHILD = textwrap.dedent(
     jax.config.update("jax_enable_x64", True)
     import jax.numpy as jnp
     import multistart as ms
-    from multistart.sweep import ChunkSweep
+    from multistart.sweep import Stepper
 
     mode, folder, out = sys.argv[1], sys.argv[2], sys.argv[3]
     kill_at = int(sys.argv[4]) if len(sys.argv) > 4 else 0
@@ -98,13 +98,13 @@ _CHILD = textwrap.dedent(
         kw.update(checkpoint_dir=folder, checkpoint_every=int(os.environ["MS_EVERY"]))
     if mode == "kill":
         calls = {"n": 0}
-        original = ChunkSweep.step
+        original = Stepper.step
         def step(self, pop, row):
             calls["n"] += 1
             if calls["n"] == kill_at:
                 os.kill(os.getpid(), signal.SIGKILL)
             return original(self, pop, row)
-        ChunkSweep.step = step
+        Stepper.step = step
     rule = ms.MultiStartLBFGS if os.environ["MS_RULE"] == "lbfgs" else ms.MultiStartAdam
     result = rule(**kw).fit(objective, space, resume=(mode == "resume"))
     result.save(out)

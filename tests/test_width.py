@@ -526,8 +526,7 @@ def _scan_program_text(level):
         def chunk_step(pop, gather, scatter, row, data):
             return {"starts": pop["starts"].at[scatter].add(1.0, mode="drop")}
 
-        sweep = ScanSweep(chunk_step, n_total=4, data=data, width=2)
-        sweep.prepare(pop)
+        sweep = ScanSweep(chunk_step, n_total=4, data=data, pop=pop)
         return sweep.ticks, sweep.compiled_for(2).as_text()
     finally:
         log.logger.setLevel(logging.WARNING)

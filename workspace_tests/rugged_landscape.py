@@ -25,7 +25,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import multistart as ms  # noqa: E402
-from multistart.sweep import ChunkSweep  # noqa: E402
+from multistart.sweep import Stepper  # noqa: E402
 
 
 def rugged(p):
@@ -65,7 +65,7 @@ def main() -> None:
 
     # Stop the same search half-way (as Ctrl-C would), then resume it from its checkpoint.
     with tempfile.TemporaryDirectory() as folder:
-        calls, stop_at, original = {"n": 0}, n_steps // 2, ChunkSweep.step
+        calls, stop_at, original = {"n": 0}, n_steps // 2, Stepper.step
 
         def step(self, pop, row):
             calls["n"] += 1
@@ -73,7 +73,7 @@ def main() -> None:
                 signal.raise_signal(signal.SIGINT)
             return original(self, pop, row)
 
-        ChunkSweep.step = step
+        Stepper.step = step
         search = ms.MultiStartAdam(**base, checkpoint_dir=folder, checkpoint_every=50)
         try:
             search.fit(rugged, space)
@@ -84,7 +84,7 @@ def main() -> None:
                 f"checkpoint {stopped.checkpoint}"
             )
         finally:
-            ChunkSweep.step = original
+            Stepper.step = original
         resumed = search.fit(rugged, space, resume=True)
     np.testing.assert_array_equal(resumed.foms, result.foms)
     np.testing.assert_array_equal(resumed.params["x"], result.params["x"])

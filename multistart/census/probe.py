@@ -156,6 +156,7 @@ def _laxmap_vag(vag, u_all, data, width, n_starts) -> Program:
 
 def _pyloop_vag(fom_u, u_all, data, width, n_starts) -> Program:
     import jax
+    import numpy as np
     import optax
 
     from ..solvers import OptaxSolver
@@ -165,15 +166,20 @@ def _pyloop_vag(fom_u, u_all, data, width, n_starts) -> Program:
     solver = OptaxSolver(optax.contrib.prodigy(1.0))
     chunk_step = make_chunk_step(make_start_step(fom_u, solver, None, 8))
     pop = jax.jit(lambda u: init_population(solver, u, 1, 1))(u_all)
-    sweep = ChunkSweep(chunk_step, width=width, n_total=n_starts, data=data)
-    sweep.set_rows(sweep.rows)  # lay out the chunks at this width
+    sweep = ChunkSweep(chunk_step, n_total=n_starts, data=data, pop=pop)
+    chunks, args = sweep.layout(sweep.rows, width)  # every start, in chunks of this width
     state = {"pop": pop}
 
     def run(compiled):  # the program measured is the one swept: one step of every start
-        state["pop"] = jax.block_until_ready(sweep.run_with(compiled, state["pop"]))
+        state["pop"] = jax.block_until_ready(sweep.run(compiled, state["pop"], args, np.int32(0)))
 
-    extra = {"chunk_calls_per_sweep": len(sweep.chunks)}
-    return Program(sweep, (pop,), run, n_starts, extra)
+    class AtWidth:  # what the census traces: the sweep's program at this width
+        @staticmethod
+        def trace(pop):
+            return sweep.trace(pop, width)
+
+    extra = {"chunk_calls_per_sweep": len(chunks)}
+    return Program(AtWidth, (pop,), run, n_starts, extra)
 
 
 _BUILDERS = {"vag": _vag, "vmap_vag": _vmap_vag, "laxmap_vag": _laxmap_vag}
