@@ -27,6 +27,7 @@ never talk to each other, do not use the runtime at all and run the parts as ind
 
 from __future__ import annotations
 
+import numbers
 import os
 
 import jax
@@ -86,16 +87,13 @@ def check_devices(devices):
     """
     if devices is None:
         return None
+    wrong = f"devices must be None, an int >= 1 or a list of jax devices; got {devices!r}"
     if isinstance(devices, bool):
-        raise ValueError(
-            f"devices must be None, an int >= 1 or a list of jax devices; got {devices!r}"
-        )
-    if isinstance(devices, int):
+        raise ValueError(wrong)
+    if isinstance(devices, numbers.Integral):
         if devices < 1:
-            raise ValueError(
-                f"devices must be None, an int >= 1 or a list of jax devices; got {devices!r}"
-            )
-        return devices
+            raise ValueError(wrong)
+        return int(devices)
     if isinstance(devices, (str, bytes)) or not hasattr(devices, "__iter__"):
         raise ValueError(
             f"devices must be None, an int >= 1 or a list of jax devices; got {devices!r}"
