@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import checks
+
 __all__ = ["Convergence", "window_converged"]
 
 
@@ -34,11 +36,8 @@ class Convergence:
     min_steps: int = 0
 
     def __post_init__(self):
-        for name in ("window", "min_steps"):
-            v = getattr(self, name)
-            lo = 1 if name == "window" else 0
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
-                raise ValueError(f"Convergence.{name} must be an int >= {lo}; got {v!r}")
+        for name, lo in (("window", 1), ("min_steps", 0)):
+            checks.integer(getattr(self, name), f"Convergence.{name}", lo)
         for name in ("rtol", "atol"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0:
