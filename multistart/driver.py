@@ -208,6 +208,7 @@ def build(search, setup: Setup, start_plan: StartPlan, compiles: CompileCounter)
         device=setup.devices[0],
         start_step=start_step,
         backend=search.backend,
+        program_hash=identity.program,  # lowered once, for the identity
     )
     stepper = sweep.at(choice.width)  # the only object that steps
     log.logger.debug(

@@ -117,6 +117,7 @@ def resolve_width(
     device,
     start_step=None,
     backend: str = "loop",
+    program_hash: str | None = None,
 ) -> WidthChoice:
     """Choose the batch width for ``spec`` (``sweep.at(choice.width)`` then steps at it).
 
@@ -132,6 +133,8 @@ def resolve_width(
       start_step: the per-start step, for the tuning record's key (``"tune"``, and
         ``"auto"`` on a CPU).
       backend: ``"loop"`` or ``"scan"``, for the tuning key.
+      program_hash: the per-start step's hash when the caller has it (the search identity's
+        ``program``), so the key does not lower the step a second time.
 
     Returns:
       A :class:`WidthChoice`. Its ``info`` (``result.stats["width_choice"]``) says how:
@@ -161,7 +164,9 @@ def resolve_width(
         measure = spec == "tune" or _auto_measures(device)
         width = None
         if measure:
-            width, tuning = _cached_width(spec, sweep, pop, n_starts, device, start_step, backend)
+            width, tuning = _cached_width(
+                spec, sweep, pop, n_starts, device, start_step, backend, program_hash
+            )
         if width is None:
             bound = auto_width(
                 sweep.compiled_for,
@@ -370,13 +375,27 @@ def _log_table(spec, table, best) -> None:
 # -- persistence ----------------------------------------------------------------------------
 
 
-def tune_key(start_step, pop, data, *, device, backend: str, n_starts: int, sweep=None):
+def tune_key(
+    start_step,
+    pop,
+    data,
+    *,
+    device,
+    backend: str,
+    n_starts: int,
+    sweep=None,
+    program_hash: str | None = None,
+):
     """``(key, parts)``: the tuning record's key and what it was hashed from (see module doc)."""
-    one = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype), pop.starts)
+    if program_hash is None:
+        one = jax.tree_util.tree_map(
+            lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype), pop.starts
+        )
+        program_hash = step_program_hash(start_step, one, data)
     parts = {
         "format": _RECORD_FORMAT,
         # the same hash of the lowered per-start step as the search's identity (checkpoints)
-        "program_sha256": step_program_hash(start_step, one, data),
+        "program_sha256": program_hash,
         "backend": backend,
         "platform": device.platform,
         "device_kind": device.device_kind,
@@ -396,10 +415,17 @@ def _record_path(key: str) -> Path | None:
     return None if folder is None else folder / "tuning" / f"{key}.json"
 
 
-def _cached_width(spec, sweep, pop, n_starts, device, start_step, backend):
+def _cached_width(spec, sweep, pop, n_starts, device, start_step, backend, program_hash):
     """The persisted width for this model and device, if any and if it still fits."""
     key, parts = tune_key(
-        start_step, pop, sweep.data, device=device, backend=backend, n_starts=n_starts, sweep=sweep
+        start_step,
+        pop,
+        sweep.data,
+        device=device,
+        backend=backend,
+        n_starts=n_starts,
+        sweep=sweep,
+        program_hash=program_hash,
     )
     path = _record_path(key)
     tuning = {"key": key, "key_parts": parts, "path": None if path is None else str(path)}
