@@ -14,12 +14,17 @@ and no finer: tighter ones split one minimum into as many "minima" as there were
 
 from __future__ import annotations
 
+import bisect
+import math
+
 import numpy as np
 
 __all__ = ["cluster_minima", "default_tolerances"]
 
 # The figure of merit is a sum of many rounded terms: a few ulps is the best it resolves.
 _ROUNDING_ULPS = 10
+# Past this many candidate minima in a start's window they are compared in one NumPy call.
+_VECTOR_FROM = 8
 
 
 def default_tolerances(dtype, convergence: dict | None) -> tuple[float, float]:
@@ -74,36 +79,44 @@ def cluster_minima(x: np.ndarray, f: np.ndarray, *, xtol: float, ftol: float) ->
     labels = np.full(f.shape, -1, dtype=np.int64)
     finite = np.isfinite(f) & np.all(np.isfinite(x), axis=1)
     order = np.flatnonzero(finite)[np.argsort(f[finite], kind="stable")]
+    f_list = f.tolist()  # Python floats: the per-start work below is scalar
     # The minima's best starts, in the order they were founded (so by figure of merit, as the
-    # starts come best first): their f, x and x's scale, filled up to `k`.
-    head_f = np.empty(order.size)
+    # starts come best first): their f (sorted, for bisection), x and x's scale.
+    head_f: list[float] = []
+    head_f_array = np.empty(order.size)  # the same, for the vectorised comparison
     head_x = np.empty((order.size, x.shape[1]))
     head_scale = np.empty_like(head_x)
-    k = 0
     # A head can match only if f_i - f_h <= ftol * max(1, |f_h|) <= ftol * (1 + |f_i| + f_i - f_h),
     # so (ftol < 1) only heads with f_h >= f_i - ftol * (1 + |f_i|) / (1 - ftol) can: a window
     # found by bisection, checked exactly. Linear in the starts when minima are spread out.
-    reach = ftol / (1.0 - ftol) if ftol < 1.0 else np.inf
-    for i in order:
-        fi = f[i]
-        lo = (
-            0
-            if not np.isfinite(reach)
-            else int(
-                np.searchsorted(head_f[:k], fi - reach * (1.0 + abs(fi)) * (1.0 + 1e-12) - 1e-300)
-            )
-        )
+    reach = ftol / (1.0 - ftol) if ftol < 1.0 else math.inf
+    for i in order.tolist():
+        fi = f_list[i]
+        k = len(head_f)
+        lo = 0
+        if reach != math.inf:
+            lo = bisect.bisect_left(head_f, fi - reach * (1.0 + abs(fi)) * (1.0 + 1e-12) - 1e-300)
         label = -1
-        if lo < k:
-            same_f = np.abs(fi - head_f[lo:k]) <= ftol * np.maximum(1.0, np.abs(head_f[lo:k]))
+        if k - lo > _VECTOR_FROM:  # many candidates: test them at once
+            window = head_f_array[lo:k]
+            same_f = np.abs(fi - window) <= ftol * np.maximum(1.0, np.abs(window))
             same_x = np.all(np.abs(x[i] - head_x[lo:k]) <= xtol * head_scale[lo:k], axis=1)
             hit = np.flatnonzero(same_f & same_x)
             if hit.size:
                 label = lo + int(hit[0])
+        else:
+            for h in range(lo, k):
+                fh = head_f[h]
+                if abs(fi - fh) <= ftol * max(1.0, abs(fh)) and bool(
+                    np.all(np.abs(x[i] - head_x[h]) <= xtol * head_scale[h])
+                ):
+                    label = h
+                    break
         if label < 0:
             label = k
-            head_f[k], head_x[k] = fi, x[i]
+            head_f.append(fi)
+            head_f_array[k] = fi
+            head_x[k] = x[i]
             head_scale[k] = np.maximum(1.0, np.abs(x[i]))
-            k += 1
         labels[i] = label
     return labels

@@ -303,15 +303,19 @@ class Result:
             moving = ~converged & np.array([s is not Status.NONFINITE for s in self.status])
             f[moving] = np.inf
         labels = cluster_minima(x, f, xtol=xtol, ftol=ftol)
+        # Every minimum's starts, best first, from one sort (by label, then f, then index).
+        order = np.lexsort((np.arange(f.size), f, labels))
+        order = order[labels[order] >= 0]
+        bounds = np.flatnonzero(np.diff(labels[order])) + 1
+        leaves, treedef = jax.tree_util.tree_flatten(self.params)
+        leaves = [np.asarray(a) for a in leaves]
+        dtype = self.fit_dtype
         minima = []
-        for label in range(labels.max(initial=-1) + 1):
-            members = np.flatnonzero(labels == label)
-            members = members[np.argsort(f[members], kind="stable")]
+        for members in np.split(order, bounds) if order.size else []:
             head = int(members[0])
-            params = jax.tree_util.tree_map(lambda a, h=head: np.asarray(a)[h], self.params)
+            params = treedef.unflatten([a[head] for a in leaves])
             fit = self._laplace_at(params) if errors else None
-            fom = Fom(f[head], self.fit_dtype)
-            minima.append(Minimum(fom, params, tuple(int(m) for m in members), fit))
+            minima.append(Minimum(Fom(f[head], dtype), params, tuple(members.tolist()), fit))
         return minima
 
     def minimum_labels(self) -> np.ndarray:
