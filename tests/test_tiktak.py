@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -44,9 +47,22 @@ def test_the_queue_stops_at_n_local():
     assert len(queue.take(5)["a"]) == 2 and queue.take(1) is None
 
 
-def test_tiktak_finds_what_independent_starts_miss_and_runs_n_local_searches(x64):
+@pytest.fixture(scope="module")
+def tiktak_fit():
+    """``tiktak_fit()``: the float64 TikTak L-BFGS search of ``KW`` on Rastrigin, fitted once
+    for the tests that only read it (lazy: it runs inside the first test that asks)."""
+
+    @functools.cache
+    def run():
+        with jax.enable_x64(True):
+            return ms.MultiStartLBFGS(**KW, start_strategy="tiktak").fit(rastrigin, SPACE)
+
+    return run
+
+
+def test_tiktak_finds_what_independent_starts_miss_and_runs_n_local_searches(x64, tiktak_fit):
     independent = ms.MultiStartLBFGS(**KW).fit(rastrigin, SPACE)
-    tiktak = ms.MultiStartLBFGS(**KW, start_strategy="tiktak").fit(rastrigin, SPACE)
+    tiktak = tiktak_fit()
     assert tiktak.best_fom < independent.best_fom
     assert tiktak.best_fom < 1e-8  # the global minimum
     assert tiktak.stats["n_local"] == 32  # the default, 4 per slot
@@ -54,8 +70,9 @@ def test_tiktak_finds_what_independent_starts_miss_and_runs_n_local_searches(x64
     assert tiktak.stats["n_compiles"] == 1 and tiktak.stats["n_replace_compiles"] == 1
 
 
-def test_tiktak_does_not_depend_on_the_batch_width(x64):
-    a = ms.MultiStartLBFGS(**KW, start_strategy="tiktak").fit(rastrigin, SPACE)
+def test_tiktak_does_not_depend_on_the_batch_width(x64, tiktak_fit):
+    a = tiktak_fit()
+    assert a.stats["batch_size"] == 4
     b = ms.MultiStartLBFGS(**{**KW, "batch_size": 3}, start_strategy="tiktak").fit(rastrigin, SPACE)
     np.testing.assert_allclose(a.foms, b.foms, rtol=1e-9, atol=1e-12)
     np.testing.assert_array_equal(a.resurrections, b.resurrections)

@@ -3,6 +3,7 @@ the scan backend, on tiny objectives."""
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -96,8 +97,24 @@ def test_auto_is_the_default_and_by_memory_fits_the_count_cap_with_a_single_comp
     assert result.stats["n_compiles"] == 1 and result.stats["n_tune_compiles"] == 0
 
 
-def test_auto_narrows_under_a_small_memory_budget(monkeypatch, x64):
-    free = fit(wide, WIDE_SPACE, batch_size="auto")
+@pytest.fixture(scope="module")
+def wide_auto_fit():
+    """``wide_auto_fit()``: the float64 ``wide`` search at ``batch_size="auto"`` under the
+    memory bound alone (no budget, no timing), fitted once for the tests that tighten it.
+    Lazy, so it runs inside a test, under the autouse environment of conftest."""
+
+    @functools.cache
+    def run():
+        assert os.environ["MULTISTART_AUTO_WIDTH"] == "memory"
+        assert "MULTISTART_MEMORY_BUDGET_GB" not in os.environ
+        with jax.enable_x64(True):
+            return fit(wide, WIDE_SPACE, batch_size="auto")
+
+    return run
+
+
+def test_auto_narrows_under_a_small_memory_budget(monkeypatch, x64, wide_auto_fit):
+    free = wide_auto_fit()
     w_free = free.stats["batch_size"]
     assert w_free >= 4
     est = free.stats["width_choice"]["estimates"][0]
@@ -225,8 +242,8 @@ def test_timing_logs_each_width(monkeypatch, caplog):
     assert len(lines) >= len(result.stats["tuning"]["table"])
 
 
-def test_auto_measures_within_the_memory_bound(monkeypatch, x64):
-    free = fit(wide, WIDE_SPACE, batch_size="auto")  # memory bound only (conftest)
+def test_auto_measures_within_the_memory_bound(monkeypatch, x64, wide_auto_fit):
+    free = wide_auto_fit()  # memory bound only (conftest)
     est = free.stats["width_choice"]["estimates"][0]
     budget = free.stats["width_choice"]["checkpoint_bytes"] + est["extra"] // 2
     monkeypatch.setenv("MULTISTART_MEMORY_BUDGET_GB", repr(budget / 2**30))
