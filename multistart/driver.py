@@ -584,7 +584,8 @@ def signals_to_flag():
 
     The loop then finishes its step, writes a checkpoint and raises SearchInterrupted with the
     partial result; a second Ctrl-C interrupts at once. Signal handlers can only be set from
-    the main thread; elsewhere the default behaviour stays.
+    the main thread; elsewhere the default behaviour stays. A signal the process ignores (a
+    job started in the background or under ``nohup``) stays ignored.
     """
     stop: dict = {"reason": None}
     if threading.current_thread() is not threading.main_thread():
@@ -598,7 +599,11 @@ def signals_to_flag():
         stop["reason"] = name
         log.logger.warning("%s: stopping after this step (again to stop at once)", name)
 
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = {
+        sig: signal.signal(sig, handler)
+        for sig in (signal.SIGINT, signal.SIGTERM)
+        if signal.getsignal(sig) is not signal.SIG_IGN
+    }
     try:
         yield stop
     finally:

@@ -162,7 +162,13 @@ def same_result(a: ms.Result, b: ms.Result) -> bool:
 
 
 def signal_at_step(monkeypatch, k: int, sig=signal.SIGINT):
-    """Send ``sig`` to this process during the k-th step of the search (deterministic)."""
+    """Send ``sig`` to this process during the k-th step of the search (deterministic).
+
+    A signal this process ignores (pytest started in the background) gets Python's default
+    handler first: a search leaves an ignored signal ignored, and the test is of a signal.
+    """
+    if signal.getsignal(sig) is signal.SIG_IGN:
+        signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
     from multistart.sweep import Stepper
 
     calls = {"n": 0}

@@ -65,6 +65,28 @@ def test_a_signal_checkpoints_returns_the_partial_result_and_resume_completes_it
     assert_same_result(full, resumed)
 
 
+def test_an_ignored_signal_stays_ignored_through_a_fit(monkeypatch):
+    # A job started in the background ignores SIGINT: a Ctrl-C meant for the shell must not
+    # stop its fit.
+    from multistart.sweep import Stepper
+
+    original = Stepper.step
+
+    def step(self, pop, row):
+        if row == 3:
+            os.kill(os.getpid(), signal.SIGINT)
+        return original(self, pop, row)
+
+    monkeypatch.setattr(Stepper, "step", step)
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        result = search(convergence=None).fit(multimodal, MULTIMODAL_SPACE)
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, before)
+    assert result.stats["stop_reason"] == "n_steps"
+
+
 def test_ctrl_c_without_checkpoints_still_returns_the_partial_result(monkeypatch):
     signal_at_step(monkeypatch, 5, signal.SIGINT)
     with pytest.raises(ms.SearchInterrupted) as info:
