@@ -64,6 +64,10 @@ def main() -> None:
     assert len(minima) > 1 and minima[0].fom == result.best_fom
 
     # Stop the same search half-way (as Ctrl-C would), then resume it from its checkpoint.
+    # A process started in the background ignores SIGINT, and a search leaves it ignored:
+    # give it Python's default handler, as an interactive session has.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     with tempfile.TemporaryDirectory() as folder:
         calls, stop_at, original = {"n": 0}, n_steps // 2, Stepper.step
 
