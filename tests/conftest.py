@@ -181,3 +181,38 @@ def signal_at_step(monkeypatch, k: int, sig=signal.SIGINT):
         return original(self, pop, row)
 
     monkeypatch.setattr(Stepper, "step", step)
+
+
+def run_two_processes(code: str, args, *, env_extra=None, timeout: float = 240) -> list[str]:
+    """Run ``python -c code ADDRESS i *args(i)`` for i = 0, 1: two processes of one JAX job on
+    127.0.0.1 (``ms.distributed.initialize`` in ``code``), the repository and ``tests/`` on
+    their path. Returns both logs; fails the test unless both exit 0."""
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo), str(repo / "tests")])}
+    env.pop("XLA_FLAGS", None)
+    env.update(env_extra or {})
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{s.getsockname()[1]}"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, address, str(i), *map(str, args(i))],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for i in range(2)
+    ]
+    try:
+        logs = [p.communicate(timeout=timeout)[0] for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    assert [p.returncode for p in procs] == [0, 0], logs
+    return logs

@@ -158,39 +158,14 @@ ms.MultiStartAdam(resurrect=1, **kw).fit(multimodal, MULTIMODAL_SPACE).save(out 
 """
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.subprocess
 def test_two_processes_split_a_fit_and_each_gets_the_whole_result(tmp_path):
-    from conftest import MULTIMODAL_SPACE, assert_same_result, multimodal
+    from conftest import MULTIMODAL_SPACE, assert_same_result, multimodal, run_two_processes
 
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])}
-    env.pop("XLA_FLAGS", None)
-    env["MULTISTART_LOG_LEVEL"] = "INFO"
-    address = f"127.0.0.1:{_free_port()}"
     outs = [str(tmp_path / f"out-{i}.npz") for i in range(2)]
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", _PROCESS, address, str(i), outs[i]],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for i in range(2)
-    ]
-    try:
-        logs = [p.communicate(timeout=240)[0] for p in procs]
-    finally:
-        for p in procs:
-            p.kill()
-    assert [p.returncode for p in procs] == [0, 0], logs
+    logs = run_two_processes(
+        _PROCESS, lambda i: [outs[i]], env_extra={"MULTISTART_LOG_LEVEL": "INFO"}
+    )
     kw = dict(n_starts=5, batch_size=2, n_steps=40, seed=3, progress=False)
     whole = ms.MultiStartAdam(**kw).fit(multimodal, MULTIMODAL_SPACE)
     for out in outs:  # the split run: each process holds every start's record

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import copy
-import os
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import jax
 import numpy as np
 import pytest
-from conftest import MULTIMODAL_SPACE, NoCompile, assert_same_result, multimodal, same_result
+from conftest import (
+    MULTIMODAL_SPACE,
+    NoCompile,
+    assert_same_result,
+    multimodal,
+    run_two_processes,
+    same_result,
+)
 
 import multistart as ms
 from multistart.parts import part_slots
@@ -199,34 +202,10 @@ search(n_steps=20).fit(multimodal, MULTIMODAL_SPACE, part=part).save(out)
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.subprocess
 def test_two_processes_each_run_a_part_and_the_parts_merge(tmp_path):
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])}
-    env.pop("XLA_FLAGS", None)
-    address = f"127.0.0.1:{_free_port()}"
     outs = [tmp_path / f"part-{i}.npz" for i in range(2)]
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", _WORKER, address, str(i), str(outs[i]), str(REPO / "tests")],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for i in range(2)
-    ]
-    try:
-        logs = [p.communicate(timeout=240)[0] for p in procs]
-    finally:
-        for p in procs:
-            p.kill()
-    assert [p.returncode for p in procs] == [0, 0], logs
+    run_two_processes(_WORKER, lambda i: [outs[i], REPO / "tests"])
     merged = ms.Result.merge(outs)
     whole = search(n_steps=20).fit(multimodal, MULTIMODAL_SPACE)
     assert same_result(merged, whole)
