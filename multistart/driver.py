@@ -289,12 +289,11 @@ def _population(search, setup: Setup, chunk_step, init, u0, status0) -> tuple[Po
     if n_pop > n:
         u0 = jax.tree_util.tree_map(lambda a: pad_rows(np.asarray(a), n_pop - n), u0)
     status = np.concatenate([status0, np.full(n_pop - n, Status.UNSTARTED.code)]).astype(np.int8)
-    data = jax.device_put(setup.problem.data) if n_dev == 1 else setup.problem.data
     pop = jax.jit(init)(u0, status)
     sweep = BACKENDS[search.backend](
         chunk_step,
         n_total=n_pop,
-        data=data,
+        data=setup.problem.data,  # the sweep places it on its device(s)
         pop=pop,
         rows=np.flatnonzero(status == Status.RUNNING.code),
         devices=setup.devices if n_dev > 1 else None,

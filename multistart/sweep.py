@@ -175,7 +175,7 @@ class Sweep:
         program = self._build(chunk_step)
         if self.mesh is None:
             self._jit = jax.jit(program, donate_argnums=0)
-            self.data = data
+            self.data = jax.device_put(data)  # once, not at every call
         else:
             self._jit = self._sharded(program)
             self.data = jax.device_put(data, NamedSharding(self.mesh, P()))

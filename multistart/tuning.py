@@ -157,7 +157,7 @@ def resolve_width(
     else:
         # On a mesh each device holds 1 / n_devices of the population (and n_starts is per
         # device): the memory bound is one device's.
-        n_dev = getattr(sweep, "n_devices", 1)
+        n_dev = sweep.n_devices
         start_bytes = tree_bytes(pop.starts) // sweep.n_total
         checkpoint_bytes = tree_bytes(pop) // n_dev
         info["checkpoint_bytes"] = checkpoint_bytes
@@ -403,7 +403,7 @@ def tune_key(
         "n_starts_bucket": 1 << max(0, n_starts - 1).bit_length(),
         "jax": jax.__version__,
     }
-    n_dev = getattr(sweep, "n_devices", 1) if sweep is not None else 1
+    n_dev = 1 if sweep is None else sweep.n_devices
     if n_dev > 1:  # devices sharing a host's cores time differently from one
         parts["n_devices"] = n_dev
     key = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
