@@ -6,12 +6,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import jax
 import jax.numpy as jnp
 import pytest
 
 import multistart as ms
-from multistart.cache import cache_dir, cache_setup, plan_cache
+from multistart.cache import cache_dir, plan_cache
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -36,15 +35,6 @@ def test_plan_precedence_user_folder_then_ours_then_off():
     assert plan_cache(True, "/mine", None) == ("/mine", "user")
     assert plan_cache(True, None, None) == (None, "off")
     assert plan_cache(False, "/mine", ours) == (None, "off")
-
-
-def test_an_empty_multistart_cache_dir_turns_the_cache_off():
-    # conftest sets MULTISTART_CACHE_DIR="" for this process before anything is fitted
-    ms.MultiStartAdam(n_starts=2, n_steps=2).fit(lambda p: p["x"] ** 2, {"x": ms.Uniform(-1, 1)})
-    setup = cache_setup()
-    assert setup.source == "off" and setup.path is None
-    assert "MULTISTART_CACHE_DIR is empty" in setup.reason
-    assert jax.config.jax_compilation_cache_dir is None
 
 
 _SCRIPT = r"""
@@ -90,6 +80,7 @@ print(json.dumps({
     "n_cache_hits": result.stats["n_cache_hits"],
     "jax_dir": jax.config.jax_compilation_cache_dir,
     "source": ms.cache.cache_setup().source,
+    "reason": ms.cache.cache_setup().reason,
     "min_compile_time": jax.config.jax_persistent_cache_min_compile_time_secs,
 }))
 """
@@ -126,6 +117,14 @@ def test_a_second_process_loads_the_chunk_step_and_the_filter_from_the_cache(tmp
     assert "jit_multistart_chunk_step" in second["hits"]
     assert "jit_multistart_filter_chunk" in second["hits"]
     assert second["hit_events"] >= 2 and second["n_cache_hits"] >= 2
+
+
+@pytest.mark.subprocess
+def test_an_empty_multistart_cache_dir_turns_the_cache_off():
+    out = _run("plain", MULTISTART_CACHE_DIR="")
+    assert out["source"] == "off" and out["jax_dir"] is None
+    assert "MULTISTART_CACHE_DIR is empty" in out["reason"]
+    assert out["hits"] == [] and out["n_cache_hits"] == 0
 
 
 @pytest.mark.subprocess
