@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
+
+from .distributed import to_host
 
 __all__ = [
     "Checkpointer",
@@ -254,8 +255,12 @@ class SearchCheckpoints:
         """
 
         def target(meta):
+            # Shapes, dtypes and shardings (the restored arrays are laid out as ``pop``'s, a
+            # global array over several processes included); the history's rows are the
+            # checkpoint's.
             rows = int(meta.get("history_rows", pop.history.shape[0]))
-            history = np.zeros((rows, *pop.history.shape[1:]), pop.history.dtype)
+            h = pop.history
+            history = jax.ShapeDtypeStruct((rows, *h.shape[1:]), h.dtype, sharding=h.sharding)
             state = {"pop": pop._replace(history=history)}
             if resurrector is not None:
                 state["resurrector"] = resurrector.state_like(meta["resurrector"])
@@ -267,9 +272,9 @@ class SearchCheckpoints:
         step, state, meta = found
         restored = state["pop"]
         missing = pop.history.shape[0] - restored.history.shape[0]
-        if missing:
-            pad = jnp.full((missing, *pop.history.shape[1:]), jnp.nan, pop.history.dtype)
-            restored = restored._replace(history=jnp.concatenate([restored.history, pad]))
+        if missing:  # on the host: the caller places the population again
+            pad = np.full((missing, *pop.history.shape[1:]), np.nan, pop.history.dtype)
+            restored = restored._replace(history=np.concatenate([to_host(restored.history), pad]))
         if resurrector is not None:
             resurrector.restore(state["resurrector"], meta["resurrector"])
         logger.info("resuming from the checkpoint of step %d in %s", step, self.store.directory)

@@ -1,14 +1,25 @@
 """Several processes, one job: :func:`initialize`, JAX's distributed runtime with CPU defaults.
 
 Call :func:`initialize` in every process of the job before its first fit (before anything
-else touches JAX). A fit without ``part=`` then runs one part per process, on that process's
-devices, and every process returns the merged Result (the parts are exchanged once, at the
-end, by :func:`allgather_bytes`)::
+else touches JAX). A fit without ``part=`` then runs in one of two ways, and every process
+returns the whole Result::
 
     import jax, multistart as ms
 
     ms.distributed.initialize()  # on Slurm, JAX finds the coordinator itself
     result = search.fit(objective, space)  # the whole Result, in every process
+
+- **Split** (a search whose starts are independent, without ``checkpoint_dir``): one part per
+  process, on that process's devices, with no traffic between processes until the end, when
+  the parts are exchanged once (:func:`allgather_bytes`) and merged.
+- **One mesh over every process's devices** (a search that couples its starts: resurrection,
+  TikTak, ``target_fom``, ``max_evals``; or one with ``checkpoint_dir``): the population is one
+  global array sharded over the job's devices; each process steps its own devices' rows, and
+  at each host sync the statuses are gathered (:func:`to_host`) so every process makes the same
+  decisions. Checkpoints are orbax's multi-host saves: ``checkpoint_dir`` must be one folder
+  every process sees (a shared filesystem). Sync points follow the step count alone (never a
+  clock), so a signal or ``max_time_s`` is acted on, by every process together, at the next
+  scheduled sync (``sync_every``).
 
 or give each process its part explicitly and merge the saved files later::
 
@@ -19,26 +30,34 @@ or give each process its part explicitly and merge the saved files later::
 Fault model: this is JAX's runtime, and in it one process lost (a node that dies, a task the
 scheduler kills) stops every process of the job: the survivors' heartbeats to the coordinator
 fail and they exit. Nothing is resumed by the runtime. The restart recipe is the scheduler's:
-run the job again with the same script (with ``checkpoint_dir`` per part and
-``fit(..., resume=True)`` each part continues from its newest checkpoint), or, since parts
-never talk to each other, do not use the runtime at all and run the parts as independent tasks
-(a Slurm job array), where a failed part is re-run alone. See ``docs/scale-out.md``.
+run the job again with the same script and ``fit(..., resume=True)``: a search with
+``checkpoint_dir`` (on one mesh) continues from its newest checkpoint, with the same number of
+processes and devices. Or, since split parts never talk to each other, do not use the runtime
+at all and run the parts as independent tasks (a Slurm job array), each with its own
+``checkpoint_dir``, where a failed part is re-run alone. See ``docs/scale-out.md``.
 """
 
 from __future__ import annotations
 
+import functools
 import numbers
 import os
 
 import jax
 import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 __all__ = [
     "initialize",
     "CPU_COLLECTIVES",
     "allgather_bytes",
+    "agree_max",
     "check_devices",
+    "put",
     "resolve_devices",
+    "spans_processes",
+    "to_host",
 ]
 
 #: The cross-process collectives a CPU process uses (JAX's own choice; "mpi" needs an MPI).
@@ -111,13 +130,28 @@ def check_devices(devices):
     return devices
 
 
-def resolve_devices(devices) -> list:
+def resolve_devices(devices, *, every_process: bool = False) -> list:
     """The devices a search runs on, from its checked ``devices=`` (at fit time).
 
-    The mesh spans this process's devices only (``jax.local_devices()``): in a job of several
-    processes each process runs its own part (``fit(..., part=(i, k))``).
+    The mesh spans this process's devices (``jax.local_devices()``), or with ``every_process``
+    those of every process of the job, in process order (``None``: all of each; ``k``: the
+    first ``k`` of each; a list of devices is refused there, as it can only name this
+    process's own).
     """
     local = jax.local_devices()
+    if every_process:
+        if devices is not None and not isinstance(devices, int):
+            raise ValueError(
+                "devices must be None or an int (per process) when one search spans the "
+                f"processes of a job; got a list of {len(devices)} device(s)"
+            )
+        resolve_devices(devices)  # each process checks it has them
+        k = len(local) if devices is None else devices
+        return [
+            d
+            for p in range(jax.process_count())
+            for d in [d for d in jax.devices() if d.process_index == p][:k]
+        ]
     if devices is None:
         return list(local)
     if isinstance(devices, int):
@@ -147,3 +181,84 @@ def allgather_bytes(blob: bytes) -> list[bytes]:
     buf[: len(blob)] = np.frombuffer(blob, np.uint8)
     rows = multihost_utils.process_allgather(buf).reshape(len(sizes), -1)
     return [rows[p, : sizes[p]].tobytes() for p in range(len(sizes))]
+
+
+def spans_processes(devices) -> bool:
+    """Whether ``devices`` include another process's (the population is then a global array)."""
+    me = jax.process_index()
+    return any(d.process_index != me for d in devices)
+
+
+def to_host(tree):
+    """Every leaf of ``tree`` as a NumPy array on this host.
+
+    Leaves sharded over several processes' devices are gathered from every process, in one
+    program per mesh (compiled once, then one collective per call): so every process of the
+    job must call this at the same point of its program. Otherwise it is ``jax.device_get``.
+    """
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    spread: dict = {}  # mesh -> indices of the leaves sharded on it
+    for i, a in enumerate(leaves):
+        if isinstance(a, jax.Array) and not a.is_fully_addressable:
+            spread.setdefault(a.sharding.mesh, []).append(i)
+    for mesh, idx in spread.items():
+        gathered = _replicated(mesh)([leaves[i] for i in idx])
+        for i, g in zip(idx, gathered, strict=True):
+            leaves[i] = g.addressable_data(0)  # this process's full copy
+    return treedef.unflatten([np.asarray(a) for a in jax.device_get(leaves)])
+
+
+@functools.cache
+def _replicated(mesh):
+    """The identity, its outputs replicated on every device of ``mesh`` (all-gathers)."""
+    return jax.jit(lambda tree: tree, out_shardings=NamedSharding(mesh, P()))
+
+
+def agree_max(values) -> np.ndarray:
+    """The elementwise maximum of every process's ``values`` (small ints), in every process:
+    how processes that step together agree on what only one of them may have seen (a signal, a
+    clock past ``max_time_s``). A collective; one process alone returns ``values``."""
+    values = np.asarray(values, np.int32).reshape(-1)
+    if jax.process_count() == 1:
+        return values
+    sharding, program = _max_over_processes()
+    x = jax.make_array_from_process_local_data(sharding, values[None])
+    return np.asarray(program(x).addressable_data(0))
+
+
+@functools.cache
+def _max_over_processes():
+    """A mesh of each process's first device, and the max over it (compiled once)."""
+    first = [
+        min((d for d in jax.devices() if d.process_index == p), key=lambda d: d.id)
+        for p in range(jax.process_count())
+    ]
+    mesh = Mesh(np.array(first), ("process",))
+    program = jax.jit(lambda x: x.max(0), out_shardings=NamedSharding(mesh, P()))
+    return NamedSharding(mesh, P("process")), program
+
+
+def put(tree, shardings):
+    """``jax.device_put(tree, shardings)``, also onto devices of several processes.
+
+    ``shardings`` is one sharding or a tree of them that is a prefix of ``tree``. Over several
+    processes every process passes the same host value and places only its own devices'
+    shards (``jax.make_array_from_callback``), without the cross-process equality check
+    ``device_put`` makes there (one collective per leaf, and one that fails on nan). An array
+    already laid out so is returned as it is.
+    """
+    flat = jax.tree_util.tree_leaves(shardings)
+    if all(sh.is_fully_addressable for sh in flat):
+        return jax.device_put(tree, shardings)
+
+    def one(a, sh):
+        if isinstance(a, jax.Array) and not a.is_fully_addressable:
+            return a if a.sharding == sh else jax.device_put(a, sh)
+        host = np.asarray(jax.device_get(a))
+        return jax.make_array_from_callback(host.shape, sh, lambda index: host[index])
+
+    if isinstance(shardings, jax.sharding.Sharding):
+        return jax.tree_util.tree_map(lambda a: one(a, shardings), tree)
+    return jax.tree_util.tree_map(
+        lambda sh, sub: jax.tree_util.tree_map(lambda a: one(a, sh), sub), shardings, tree
+    )

@@ -24,7 +24,7 @@ import threading
 import time
 import warnings
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import jax
@@ -35,7 +35,7 @@ from . import log, memory
 from .cache import configure_compilation_cache
 from .checkpoint import CheckpointError, SearchCheckpoints, SearchInterrupted
 from .chunking import pad_rows
-from .distributed import allgather_bytes, resolve_devices
+from .distributed import agree_max, allgather_bytes, resolve_devices, to_host
 from .identity import SearchIdentity, search_identity, starts_hash
 from .minima import default_tolerances
 from .monitor import CompileCounter
@@ -76,8 +76,13 @@ class Setup:
     devices: list = field(default_factory=list)  # where the starts run (a mesh if several)
 
 
-def prepare(search, objective, space, starts, resume: bool, part=None) -> Setup:
-    """Validate the call: every error here is raised before any compile."""
+def prepare(
+    search, objective, space, starts, resume: bool, part=None, *, every_process: bool = False
+) -> Setup:
+    """Validate the call: every error here is raised before any compile.
+
+    ``every_process``: the search runs on one mesh over every process's devices.
+    """
     part = check_part(part, search)
     if resume and search.checkpoint_dir is None:
         raise ValueError("resume=True needs checkpoint_dir to be set on the search")
@@ -92,14 +97,15 @@ def prepare(search, objective, space, starts, resume: bool, part=None) -> Setup:
     if search.checkpoint_dir is not None:
         from .checkpoint import Checkpointer
 
-        if jax.process_count() > 1:  # orbax then wants global arrays; a part's are local
+        if jax.process_count() > 1 and part is not None:  # orbax wants global arrays there
             raise ValueError(
-                "checkpoint_dir is not supported yet in a job of several JAX processes "
-                "(ms.distributed.initialize): run the parts as independent tasks (a job "
-                "array, each with its own checkpoint_dir) to checkpoint them"
+                "checkpoint_dir with part= is not supported in a job of several JAX processes "
+                "(ms.distributed.initialize): fit without part= (the search then spans the "
+                "job's processes and checkpoints as one), or run the parts as independent "
+                "tasks (a job array, each with its own checkpoint_dir)"
             )
         Checkpointer.check_folder(search.checkpoint_dir)
-    devices = resolve_devices(search.devices)
+    devices = resolve_devices(search.devices, every_process=every_process)
     configure_compilation_cache()
     return Setup(problem, dtype, user, resume, t_start, part, devices)
 
@@ -205,11 +211,16 @@ def build(search, setup: Setup, start_plan: StartPlan, compiles: CompileCounter)
         sweep,
         pop,
         n_starts=math.ceil(n / n_dev),  # per device
-        device=setup.devices[0],
+        device=next(d for d in setup.devices if d.process_index == jax.process_index()),
         start_step=start_step,
         backend=search.backend,
         program_hash=identity.program,  # lowered once, for the identity
     )
+    if sweep.spans_processes:  # every process must step the same program: process 0's width
+        from jax.experimental import multihost_utils
+
+        width = int(multihost_utils.broadcast_one_to_all(np.int32(choice.width)))
+        choice = replace(choice, width=width)
     stepper = sweep.at(choice.width)  # the only object that steps
     log.logger.debug(
         "compiled the chunk step (width %d, %d chunks) in %.2f s",
@@ -370,7 +381,7 @@ def restore(search, engine: Engine, resume: bool) -> Resumed:
     pop, step, loop_meta = restored
     pop = engine.pop = engine.sweep.place(pop)
     engine.sweep.rebase(pop)
-    status = np.asarray(pop.starts.status)
+    status = to_host(pop.starts.status)
     if engine.resurrector is not None and loop_meta.get("resurrect_pending"):
         # The run that wrote this checkpoint stopped on a step where replacements were due
         # (its last step, or a signal): make them now, as an uninterrupted run would have.
@@ -446,6 +457,9 @@ class Loop:
 
     def _run(self, resumed: Resumed, stop: dict, progress: Progress) -> Outcome:
         s, e = self.search, self.engine
+        # On a mesh over several processes every process must sync at the same steps (a sync
+        # is a collective): no clock and no signal decides when, only the step count.
+        together = e.sweep.spans_processes
         self.pop, start = e.pop, resumed.step
         self.n_calls = int(resumed.loop.get("n_chunk_calls", 0))
         self.t_first, self.evals = None, 0
@@ -466,6 +480,13 @@ class Loop:
                 signalled=stop.get("reason") is not None,
                 on_schedule=steps_run % s.sync_every == 0,
             )
+            if together:
+                due = replace(
+                    due,
+                    logging=self.log_rate.due_by_steps(steps_run, steps_run == s.n_steps),
+                    drawing=False,
+                    signalled=False,
+                )
             if due.sync:
                 ended, error = self._sync_point(steps_run, due, stop, progress)
                 if ended is not None:
@@ -491,11 +512,22 @@ class Loop:
         """
         e = self.engine
         sweep, resurrector, checkpoints = e.sweep, e.resurrector, e.checkpoints
-        pop, status = sweep.sync(self.pop)  # where a deferred out-of-memory error shows
+        synced = sweep.sync(self.pop)  # where a deferred out-of-memory error shows
+        pop, status = synced.pop, synced.status
         if due.first:
             self.t_first = time.perf_counter() - self.t_start
-        budget = self._budget(pop, resurrector)
-        stopping = due.signalled or budget is not None
+        out_of_time = (
+            self.search.max_time_s is not None
+            and time.perf_counter() - self.t_start >= self.search.max_time_s
+        )
+        signalled = due.signalled
+        if sweep.spans_processes:  # what any process saw, every process acts on
+            code, late = agree_max([_SIGNAL_CODES.get(stop.get("reason"), 0), out_of_time])
+            signalled, out_of_time = code > 0, bool(late)
+            if signalled and stop.get("reason") is None:
+                stop["reason"] = _SIGNAL_NAMES[code]
+        budget = self._budget(synced, resurrector, out_of_time)
+        stopping = signalled or budget is not None
         # Replacements are due on the sync_every schedule; a run that stops here (its last
         # step, a signal, a budget) leaves them to the run that resumes from its checkpoint.
         replace_due = resurrector is not None and due.on_schedule
@@ -509,8 +541,8 @@ class Loop:
                 stopping, budget = True, resurrector.stop_reason
         self.pop = pop
         running = np.flatnonzero(status == Status.RUNNING.code)
-        if due.logging or due.drawing:
-            best = float(np.asarray(pop.starts.best_fom).min())
+        if due.logging or due.drawing or sweep.spans_processes:
+            best = float(synced.best_fom.min())  # the best so far, replaced starts' included
             self.log_rate.log(steps_run, best, status, self.evals)
             progress.update(steps_run, best, running.size, self.evals)
         done = running.size == 0
@@ -524,23 +556,23 @@ class Loop:
             except CheckpointError as exc:
                 return "a failed checkpoint", exc
         if stopping:
-            return (stop["reason"] if due.signalled else budget), None
+            return (stop["reason"] if signalled else budget), None
         if done:
             return "all ended", None
         if running.size != sweep.rows.size:
             sweep.set_rows(running)
         return None, None
 
-    def _budget(self, pop: PopState, resurrector) -> str | None:
+    def _budget(self, synced, resurrector, out_of_time: bool) -> str | None:
         """The first budget or target that is met, by name, or ``None``."""
         s = self.search
-        if s.max_time_s is not None and time.perf_counter() - self.t_start >= s.max_time_s:
+        if out_of_time:
             return "max_time_s"
         # NumPy on the host: an eager jnp reduction would be one more compile.
-        if s.target_fom is not None and np.asarray(pop.starts.best_fom).min() <= s.target_fom:
+        if s.target_fom is not None and synced.best_fom.min() <= s.target_fom:
             return "target_fom"
         if s.max_evals is not None:
-            evals = int(np.asarray(pop.starts.n_evals).sum())
+            evals = int(synced.n_evals.sum())
             if resurrector is not None:
                 evals += sum(r.n_evals for r in resurrector.records)
             if evals >= s.max_evals:
@@ -561,6 +593,10 @@ class _RateLog:
     def due(self, steps_run: int, last: bool) -> bool:
         if self.every is None:
             return time.perf_counter() - self.t_last >= LOG_EVERY_S
+        return self.due_by_steps(steps_run, last)
+
+    def due_by_steps(self, steps_run: int, last: bool) -> bool:
+        """Due by the step count alone (never, with the clock-driven ``log_every=None``)."""
         return bool(self.every) and (steps_run % self.every == 0 or last)
 
     def log(self, steps_run: int, best: float, status: np.ndarray, evals: int) -> None:
@@ -575,6 +611,10 @@ class _RateLog:
                 log.progress_line(steps_run, self.n_steps, best, alive, conv, self.n, rate)
             )
         self.t_last, self.evals_last = now, evals
+
+
+_SIGNAL_CODES = {"SIGINT": 1, "SIGTERM": 2}  # agreed across processes as the largest code
+_SIGNAL_NAMES = {v: k for k, v in _SIGNAL_CODES.items()}
 
 
 @contextmanager
@@ -638,7 +678,8 @@ def records(search, problem: Problem, engine: Engine, outcome: Outcome) -> dict:
     to_physical = jax.jit(jax.vmap(engine.to_physical))
     writable = lambda tree: jax.tree_util.tree_map(np.array, jax.device_get(tree))  # noqa: E731
     n = engine.n  # the population's rows past n pad it for a mesh of devices
-    s = jax.tree_util.tree_map(lambda a: np.asarray(a)[:n], jax.device_get(pop.starts))
+    starts, history = to_host((pop.starts, pop.history))  # gathered if over processes
+    s = jax.tree_util.tree_map(lambda a: a[:n], starts)
     codes = np.asarray(s.status).astype(np.int64)
     still = _STILL_RUNNING.get(outcome.stop_reason, Status.INTERRUPTED)
     codes[codes == Status.RUNNING.code] = still.code
@@ -656,7 +697,7 @@ def records(search, problem: Problem, engine: Engine, outcome: Outcome) -> dict:
         "n_steps": np.asarray(s.n_steps, dtype=np.int64).copy(),
         "n_evals": np.asarray(s.n_evals, dtype=np.int64).copy(),
         "best_step": np.asarray(s.best_step, dtype=np.int64).copy(),
-        "history": _forward_fill(np.asarray(pop.history)[:rows, :n].astype(np.float64)),
+        "history": _forward_fill(history[:rows, :n].astype(np.float64)),
         "history_steps": np.minimum((np.arange(rows) + 1) * stride, n_steps_run),
     }
     merged = {} if resurrector is None else resurrector.merge(rec, to_physical)
@@ -806,14 +847,23 @@ def run(search, objective, space=None, *, starts=None, resume: bool = False, par
     """One fit of ``search`` (see :meth:`multistart.MultiStartGradient.fit`).
 
     In a job of several JAX processes (:func:`multistart.distributed.initialize`) a fit
-    without ``part=`` runs part ``(process_index, process_count)`` in each process and every
-    process returns the merged Result (see :func:`_split_over_processes`).
+    without ``part=`` either runs part ``(process_index, process_count)`` in each process and
+    merges them, or runs on one mesh over every process's devices (see :func:`_over_processes`);
+    either way every process returns the whole Result.
     """
-    auto = part is None and _split_over_processes(search)
-    if auto:
+    mode, why = _over_processes(search) if part is None else (None, None)
+    if mode == "split":
         part = (jax.process_index(), jax.process_count())
     with _first_process_logs():
-        setup = prepare(search, objective, space, starts, resume, part)
+        mesh = mode == "mesh"
+        setup = prepare(search, objective, space, starts, resume, part, every_process=mesh)
+        if mesh:
+            log.logger.info(
+                "a job of %d processes: the search runs on one mesh over every process's "
+                "devices, as %s",
+                jax.process_count(),
+                why,
+            )
         start_plan = select_part(plan(search, setup), setup.part)  # the whole plan, then a part
         with CompileCounter() as compiles:
             engine = build(search, setup, start_plan, compiles)
@@ -821,8 +871,10 @@ def run(search, objective, space=None, *, starts=None, resume: bool = False, par
             with signals_to_flag() as stop:
                 outcome = Loop(search, engine, setup.t_start).run(resumed, stop)
             result = assemble(search, setup, start_plan, engine, outcome)
-        if auto:
+        if mode == "split":
             result = _merge_over_processes(result, setup.problem)
+        elif mode == "mesh":
+            result.stats["n_processes"] = jax.process_count()
         _log_end(result)
     _raise_if_interrupted(engine, outcome, result)
     return result
@@ -831,27 +883,26 @@ def run(search, objective, space=None, *, starts=None, resume: bool = False, par
 # -- several processes --------------------------------------------------------------------------
 
 
-def _split_over_processes(search) -> bool:
-    """Whether a fit without ``part=`` is split over the job's processes.
+def _over_processes(search) -> tuple[str | None, str | None]:
+    """How a fit without ``part=`` runs in a job of several processes, and why: ``(None,
+    None)`` in a job of one.
 
-    Yes in a job of several processes, unless the search couples its slots (resurrection,
-    TikTak, ``target_fom``, ``max_evals``: a part could not give the whole run's records) or
-    has fewer starts than processes: then every process runs the whole search, as it does with
-    one process, and says so.
+    ``"split"``: part ``(process_index, process_count)`` in each process, on its own devices,
+    the parts merged at the end (no traffic between processes until then). ``"mesh"``: one
+    search on a mesh over every process's devices, when a part could not give the whole run's
+    records (resurrection, TikTak, ``target_fom``, ``max_evals`` couple the slots), when the
+    search checkpoints (one checkpoint of the whole search, with orbax's multi-host saves), or
+    when there are fewer starts than processes.
     """
     k = jax.process_count()
     if k == 1:
-        return False
+        return None, None
     why = coupling(search)
+    if why is None and search.checkpoint_dir is not None:
+        why = "it checkpoints"
     if why is None and search.n_starts < k:
         why = f"n_starts ({search.n_starts}) is below the number of processes ({k})"
-    if why is not None:
-        if jax.process_index() == 0:
-            log.logger.warning(
-                "a job of %d processes: every process runs the whole search, as %s", k, why
-            )
-        return False
-    return True
+    return ("split", None) if why is None else ("mesh", why)
 
 
 def _merge_over_processes(result: Result, problem: Problem) -> Result:

@@ -22,6 +22,7 @@ import numpy as np
 
 from . import log
 from .chunking import pad_rows
+from .distributed import to_host
 from .status import Status
 from .step import PopState, init_population
 from .sweep import lower_and_compile, padded_chunks
@@ -178,7 +179,7 @@ class Resurrector:
 
     def _best_x(self, pop: PopState):
         """The physical params of the best point found so far (running starts and records)."""
-        f, u = jax.device_get((pop.starts.best_fom, pop.starts.best_u))
+        f, u = to_host((pop.starts.best_fom, pop.starts.best_u))
         f = np.where(np.isfinite(f), f, np.inf)
         i = int(np.argmin(f))
         best_f, best_u = float(f[i]), _rows(u, i)
@@ -190,7 +191,7 @@ class Resurrector:
     def _record(self, pop: PopState, rows: np.ndarray, step: int) -> None:
         # Whole small vectors to the host (one transfer each), indexed in NumPy.
         s = pop.starts
-        best_fom, best_step, n_steps, n_evals, codes, best_u = jax.device_get(
+        best_fom, best_step, n_steps, n_evals, codes, best_u = to_host(
             (s.best_fom, s.best_step, s.n_steps, s.n_evals, s.status, s.best_u)
         )
         for i in rows:

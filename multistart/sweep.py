@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -47,6 +47,7 @@ from jax.sharding import PartitionSpec as P
 
 from . import log
 from .chunking import chunk_indices, chunk_slices, pad_rows
+from .distributed import put, spans_processes, to_host
 from .memory import is_out_of_memory
 from .step import PopState
 
@@ -131,6 +132,10 @@ def retry_narrower(attempt, exc: BaseException, *, width: int, halve, fatal: str
             exc = again
 
 
+def _shape_of(a) -> jax.ShapeDtypeStruct:
+    return jax.ShapeDtypeStruct(a.shape, a.dtype)
+
+
 @jax.jit
 def _copy_tree(tree):
     # One program for the whole population: a copy per leaf would be a dispatch per leaf.
@@ -172,13 +177,16 @@ class Sweep:
             )
         self.n_local = n_total // self.n_devices  # rows per device
         self.mesh = Mesh(np.array(devices), (AXIS,)) if self.n_devices > 1 else None
+        # A mesh over several processes' devices: the population is one global array, each
+        # process steps its own devices' rows and reads the rest through collectives.
+        self.spans_processes = spans_processes(devices)
         program = self._build(chunk_step)
         if self.mesh is None:
             self._jit = jax.jit(program, donate_argnums=0)
             self.data = jax.device_put(data)  # once, not at every call
         else:
             self._jit = self._sharded(program)
-            self.data = jax.device_put(data, NamedSharding(self.mesh, P()))
+            self.data = put(data, NamedSharding(self.mesh, P()))
         self.n_total = n_total
         self.rows = np.arange(n_total) if rows is None else np.asarray(rows)
         # Shapes only, no sharding: lowering for committed arrays would make the outputs
@@ -236,7 +244,7 @@ class Sweep:
         """
         if self.mesh is None:
             return pop
-        return jax.device_put(pop, self._pop_shardings())
+        return put(pop, self._pop_shardings())
 
     def _per_device(self, rows: np.ndarray) -> list[np.ndarray]:
         """Each device's rows among ``rows``, as local indices into its block."""
@@ -256,7 +264,7 @@ class Sweep:
         """A per-device index table (leading axis: devices) placed one row per device."""
         if self.mesh is None:
             return jax.device_put(table)
-        return jax.device_put(table, NamedSharding(self.mesh, P(AXIS)))
+        return put(table, NamedSharding(self.mesh, P(AXIS)))
 
     def _lower_args(self, width: int) -> tuple:
         """Index arguments with the shapes of one call at ``width`` (for lowering)."""
@@ -275,11 +283,14 @@ class Sweep:
     def compiled_for(self, width: int):
         """The program at ``width``, compiled on first use and kept until :meth:`release`."""
         if width not in self._programs:
+            args = self._lower_args(width)
+            if self.spans_processes:  # JAX lowers host arrays as this process's only
+                args = jax.tree_util.tree_map(_shape_of, args)
             self._programs[width] = lower_and_compile(
                 self._jit,
                 f"the chunk step (width {width})",
                 self._pop_spec,
-                *self._lower_args(width),
+                *args,
                 self.data,
             )
         return self._programs[width][0]
@@ -346,6 +357,15 @@ class Sweep:
         return max(-(-r.size // width) for r in self._per_device(self.rows))
 
 
+class Synced(NamedTuple):
+    """What :meth:`Stepper.sync` read on the host (NumPy), with the population it read."""
+
+    pop: Any
+    status: np.ndarray
+    best_fom: np.ndarray
+    n_evals: np.ndarray
+
+
 class Stepper:
     """A :class:`Sweep` at a chosen width: steps, reads statuses, repacks, backs off.
 
@@ -383,6 +403,10 @@ class Stepper:
     def n_devices(self) -> int:
         return self.programs.n_devices
 
+    @property
+    def spans_processes(self) -> bool:
+        return self.programs.spans_processes
+
     def place(self, pop):
         """See :meth:`Sweep.place`."""
         return self.programs.place(pop)
@@ -417,25 +441,30 @@ class Stepper:
                 raise
             return self._back_off(exc)
 
-    def sync(self, pop) -> tuple[Any, np.ndarray]:
-        """Read the starts' status on the host; returns ``(pop, status)``.
+    def sync(self, pop) -> Synced:
+        """Read the starts' status, best figures of merit and evaluation counts on the host
+        (one transfer; one collective on a mesh over several processes).
 
         The read waits for the steps so far, so it is where an asynchronous failure shows.
         After it, once :data:`BACKOFF_COPY_STEPS` steps have run since the last copy, the
         population is copied (one device program, never per chunk) as the point a later
         back-off restarts from.
         """
+
+        def read(pop):
+            s = pop.starts
+            return Synced(pop, *to_host((s.status, s.best_fom, s.n_evals)))
+
         try:
-            status = np.asarray(pop.starts.status)
+            synced = read(pop)
         except Exception as exc:
             if not is_out_of_memory(exc):
                 raise
-            pop = self._back_off(exc)
-            status = np.asarray(pop.starts.status)
+            synced = read(self._back_off(exc))
         if len(self._replay) >= BACKOFF_COPY_STEPS:
-            self._saved = _copy_tree(pop)
+            self._saved = _copy_tree(synced.pop)
             self._replay.clear()
-        return pop, status
+        return synced
 
     def rebase(self, pop) -> None:
         """``pop`` changed outside the sweep (rows replaced, a checkpoint restored): make it
@@ -445,6 +474,14 @@ class Stepper:
 
     def _back_off(self, exc: BaseException):
         """Halve the width until the steps since the saved copy run; returns their result."""
+        if self.programs.spans_processes:
+            # One process backing off alone would step other programs than the rest of the
+            # job, which waits for it at the next collective: a clear error instead.
+            raise RuntimeError(
+                f"the chunk step ran out of memory at batch_size {self.width} in a search "
+                "spanning several processes, where the width is not halved on the fly; "
+                "set a smaller batch_size"
+            ) from exc
 
         def halve(old: int, failure: BaseException) -> int:
             new = old // 2

@@ -16,6 +16,12 @@ Arms (``W`` the width per device):
              overhead only, no speed-up to expect)
   2proc      two processes, each pinned to one core, each fitting half the starts
              (``fit(..., part=(i, 2))``); throughput from the slower of the two
+  2proc-split  two processes of one JAX job (``ms.distributed.initialize``, gloo), each
+             pinned to one core, ``fit`` without ``part=``: the job splits the search into
+             two parts and merges them (one exchange at the end); every process gets it all
+  2proc-mesh   the same job with a search that couples its starts (``max_evals``, never
+             reached): one mesh over both processes' devices, statuses gathered at every
+             host sync (``sync_every=1``)
 
 Models: ``image`` (image_model.py, 48 parameters, float64) and ``cheap`` (a 2-parameter
 parabola, float32, many starts: the dispatch overhead a mesh adds).
@@ -44,7 +50,11 @@ import json, sys, time
 sys.path.insert(0, sys.argv[1])
 import jax, jax.numpy as jnp
 import multistart as ms
-model, n_starts, steps, width, devices, part = json.loads(sys.argv[2])
+model, n_starts, steps, width, devices, part, job = json.loads(sys.argv[2])
+coupled = False
+if job is not None:  # [address, process id, coupled]: one process of a two-process JAX job
+    ms.distributed.initialize(coordinator_address=job[0], num_processes=2, process_id=job[1])
+    coupled = job[2]
 if model == "image":
     import image_model
     objective, space, _ = image_model.make_problem()
@@ -53,7 +63,8 @@ else:
         return jnp.sum((p["x"] - 0.3) ** 2)
     space = {"x": ms.Uniform(-2.0, 2.0, shape=(2,))}
 search = ms.MultiStartAdam(n_starts=n_starts, n_steps=steps, batch_size=width, convergence=None,
-                           n_candidates=0, devices=devices, log_every=0, progress=False)
+                           n_candidates=0, devices=devices, log_every=0, progress=False,
+                           max_evals=10**15 if coupled else None)
 part = None if part is None else tuple(part)
 out = []
 for _ in range(2):
@@ -66,6 +77,7 @@ steady = st["loop_s"] - st["first_step_s"]  # steps 2..n_steps, no compile or pl
 print("RESULT " + json.dumps({"wall": out, "start_steps": n, "steady_s": steady,
                               "steady_start_steps": n * (steps - 1) / steps,
                               "n_devices": st["n_devices"], "n_compiles": st["n_compiles"],
+                              "n_processes": st.get("n_processes", 1),
                               "best": float(r.best_fom)}))
 """
 
@@ -79,8 +91,8 @@ def _env(n_logical: int | None, cache: str) -> dict:
     return env
 
 
-def _spawn(args, *, n_logical=None, core=None, part=None, cache):
-    cmd = [sys.executable, "-c", _WORKER, str(HERE), json.dumps([*args, part])]
+def _spawn(args, *, n_logical=None, core=None, part=None, job=None, cache):
+    cmd = [sys.executable, "-c", _WORKER, str(HERE), json.dumps([*args, part, job])]
     if core is not None and shutil.which("taskset"):
         cmd = ["taskset", "-c", str(core), *cmd]
     return subprocess.Popen(
@@ -94,6 +106,14 @@ def _read(proc) -> dict:
         if line.startswith("RESULT "):
             return json.loads(line[7:])
     raise RuntimeError(f"worker failed:\n{out}\n{err}")
+
+
+def _free_address() -> str:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{s.getsockname()[1]}"
 
 
 def run_arm(arm: str, model: str, n_starts: int, steps: int, width: int) -> dict:
@@ -114,6 +134,27 @@ def run_arm(arm: str, model: str, n_starts: int, steps: int, width: int) -> dict
                 "steady_start_steps": sum(o["steady_start_steps"] for o in outs),
                 "n_compiles": [o["n_compiles"] for o in outs],
                 "best": min(o["best"] for o in outs),
+            }
+        if arm in ("2proc-split", "2proc-mesh"):
+            address = _free_address()
+            procs = [
+                _spawn(
+                    [model, n_starts, steps, width, 1],
+                    core=i,
+                    job=[address, i, arm == "2proc-mesh"],
+                    cache=cache,  # one folder for the job: JAX writes it from process 0
+                )
+                for i in range(2)
+            ]
+            outs = [_read(p) for p in procs]
+            assert all(o["n_processes"] == 2 for o in outs), outs
+            return {  # every process holds every start's record: count them once
+                "wall": max(o["wall"][1] for o in outs),
+                "start_steps": outs[0]["start_steps"],
+                "steady_s": max(o["steady_s"] for o in outs),
+                "steady_start_steps": outs[0]["steady_start_steps"],
+                "n_compiles": [o["n_compiles"] for o in outs],
+                "best": outs[0]["best"],
             }
         n_dev = {"1dev": 1, "1dev-1core": 1, "2dev": 2, "4dev": 4}[arm]
         core = 0 if arm == "1dev-1core" else None
@@ -145,7 +186,7 @@ def main(argv=None) -> None:
     ap.add_argument(
         "--width", type=int, default=None, help="per device; default 1 image, 512 cheap"
     )
-    ap.add_argument("--arms", default="1dev,1dev-1core,2dev,4dev,2proc")
+    ap.add_argument("--arms", default="1dev,1dev-1core,2dev,4dev,2proc,2proc-split,2proc-mesh")
     ap.add_argument("--quick", action="store_true", help="fewer starts and steps")
     ap.add_argument("--json", type=Path, default=None)
     a = ap.parse_args(argv)
@@ -167,18 +208,18 @@ def main(argv=None) -> None:
             r["steady"] = r["steady_start_steps"] / r["steady_s"]
             arm_s = time.perf_counter() - t0
             print(
-                f"  {model:5s} {arm:10s} {r['start_steps']:7d} start-steps: fit {r['wall']:.2f} s "
+                f"  {model:5s} {arm:11s} {r['start_steps']:7d} start-steps: fit {r['wall']:.2f} s "
                 f"({r['throughput']:.1f}/s), stepping {r['steady']:.1f}/s; compiles "
                 f"{r['n_compiles']}; arm {arm_s:.0f} s",
                 flush=True,
             )
         base = rows.get("1dev")
         print(f"{model}: {n} starts x {steps} steps, width {width} per device")
-        print("  arm        stepping / 1dev   whole fit / 1dev")
+        print("  arm         stepping / 1dev   whole fit / 1dev")
         for arm, r in rows.items():
             ratio = r["steady"] / base["steady"] if base else float("nan")
             whole = r["throughput"] / base["throughput"] if base else float("nan")
-            print(f"  {arm:10s} {ratio:14.2f}   {whole:16.2f}")
+            print(f"  {arm:11s} {ratio:14.2f}   {whole:16.2f}")
         table[model] = {"starts": n, "steps": steps, "width": width, "arms": rows}
     if a.json:
         a.json.write_text(json.dumps(table, indent=1))

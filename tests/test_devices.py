@@ -154,7 +154,8 @@ from conftest import MULTIMODAL_SPACE, multimodal
 
 kw = dict(n_starts=5, batch_size=2, n_steps=40, seed=3, progress=False)
 ms.MultiStartAdam(**kw).fit(multimodal, MULTIMODAL_SPACE).save(out)
-ms.MultiStartAdam(resurrect=1, **kw).fit(multimodal, MULTIMODAL_SPACE).save(out + ".whole.npz")
+tiktak = dict(start_strategy="tiktak", n_local=12, local_steps=6)
+ms.MultiStartAdam(**tiktak, **kw).fit(multimodal, MULTIMODAL_SPACE).save(out + ".whole.npz")
 """
 
 
@@ -173,12 +174,101 @@ def test_two_processes_split_a_fit_and_each_gets_the_whole_result(tmp_path):
         assert_same_result(r, whole)
         assert (r.stats["n_processes"], r.stats["n_parts"]) == (2, 2)
         assert r.stats["n_evals"] == whole.stats["n_evals"]
-    # a search whose slots are coupled runs whole in every process, and says so once
-    coupled = ms.MultiStartAdam(resurrect=1, **kw).fit(multimodal, MULTIMODAL_SPACE)
+    # a search whose slots are coupled runs on one mesh over both processes' devices (one
+    # each), and gives what one process with one device gives
+    tiktak = dict(start_strategy="tiktak", n_local=12, local_steps=6)
+    coupled = ms.MultiStartAdam(**tiktak, **kw).fit(multimodal, MULTIMODAL_SPACE)
+    assert coupled.stats["n_resurrections"] > 0  # the coupling is exercised
     for out in outs:
         r = ms.Result.load(out + ".whole.npz")
         assert_same_result(r, coupled)
-        assert "n_processes" not in r.stats
-    assert "every process runs the whole search, as resurrect" in logs[0]
+        assert (r.stats["n_processes"], r.stats["n_devices"]) == (2, 2)
+        assert r.stats["n_resurrections"] == coupled.stats["n_resurrections"]
+    assert "runs on one mesh over every process's devices, as start_strategy='tiktak'" in logs[0]
     # only process 0 logs progress
     assert "fitting multimodal" in logs[0] and "fitting multimodal" not in logs[1], logs
+
+
+# -- a checkpointed search over two processes, killed and restarted ----------------------------
+
+_KILLED = r"""
+import os, signal, sys
+import multistart as ms
+
+address, process_id, folder, phase, out = sys.argv[1], int(sys.argv[2]), *sys.argv[3:6]
+ms.distributed.initialize(
+    coordinator_address=address, num_processes=2, process_id=process_id,
+    initialization_timeout=60,
+)
+from conftest import MULTIMODAL_SPACE, multimodal
+from multistart.checkpoint import SearchCheckpoints
+
+search = ms.MultiStartLBFGS(
+    n_starts=5, batch_size=2, n_steps=40, seed=4, start_strategy="tiktak", n_local=16,
+    local_steps=6, progress=False, checkpoint_dir=folder, checkpoint_every=5,
+)
+if phase == "first":
+    from multistart.sweep import Stepper
+
+    step, calls = Stepper.step, []
+
+    def step_then_signal(self, pop, row):  # only process 1 is told to stop, in step 3
+        calls.append(row)
+        if len(calls) == 3 and process_id == 1:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return step(self, pop, row)
+
+    Stepper.step = step_then_signal
+    try:
+        search.fit(multimodal, MULTIMODAL_SPACE)
+    except ms.SearchInterrupted as e:
+        print("interrupted:", e.reason, e.checkpoint, sorted(os.listdir(folder)), flush=True)
+    save = SearchCheckpoints.save
+
+    def save_then_die(self, steps_run, *args, **kw):
+        save(self, steps_run, *args, **kw)
+        if steps_run == 10:  # the job dies (both processes, as JAX's runtime takes it down)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    SearchCheckpoints.save = save_then_die
+search.fit(multimodal, MULTIMODAL_SPACE, resume=True).save(out)
+"""
+
+
+@pytest.mark.subprocess
+def test_two_processes_stopped_or_killed_resume_to_the_uninterrupted_result(tmp_path):
+    import signal
+
+    from conftest import MULTIMODAL_SPACE, assert_same_result, multimodal, run_two_processes
+
+    folder, outs = str(tmp_path / "ckpt"), [str(tmp_path / f"out-{i}.npz") for i in range(2)]
+    # SIGTERM to one process: both stop at the same step, with one checkpoint of it; resumed,
+    # the job is then killed (both processes) after the checkpoint of step 10
+    logs = run_two_processes(
+        _KILLED,
+        lambda i: [folder, "first", outs[i]],
+        returncodes=(-signal.SIGKILL, -signal.SIGKILL),
+    )
+    assert all("interrupted: SIGTERM 3 ['3']" in log for log in logs), logs
+    assert sorted(os.listdir(folder), key=int) == ["5", "10"], os.listdir(folder)
+    assert not any(os.path.exists(out) for out in outs)
+    logs = run_two_processes(
+        _KILLED, lambda i: [folder, "resume", outs[i]], env_extra={"MULTISTART_LOG_LEVEL": "INFO"}
+    )
+    assert "resuming from the checkpoint of step 10" in logs[0], logs[0]
+    whole = ms.MultiStartLBFGS(
+        n_starts=5,
+        batch_size=2,
+        n_steps=40,
+        seed=4,
+        start_strategy="tiktak",
+        n_local=16,
+        local_steps=6,
+        progress=False,
+    ).fit(multimodal, MULTIMODAL_SPACE)
+    assert whole.stats["n_resurrections"] > 5  # replacements before and after the kill
+    for out in outs:  # every process holds the whole, uninterrupted result
+        r = ms.Result.load(out)
+        assert_same_result(r, whole)
+        assert r.stats["resumed_from"] == 10 and r.stats["n_processes"] == 2
+        assert r.stats["n_resurrections"] == whole.stats["n_resurrections"]

@@ -190,12 +190,12 @@ from test_parts import search
 from conftest import MULTIMODAL_SPACE, multimodal
 
 part = (jax.process_index(), jax.process_count())
-try:  # orbax's multi-host saves are not wired in: refused before any compile
+try:  # a part's arrays are this process's own: orbax's multi-host saves cannot write them
     if importlib.util.find_spec("orbax") is None:
-        raise ValueError("checkpoint_dir is not supported yet (no orbax here to test it)")
+        raise ValueError("checkpoint_dir with part= is not supported (no orbax here to test it)")
     search(checkpoint_dir=sys.argv[3] + ".ckpt").fit(multimodal, MULTIMODAL_SPACE, part=part)
 except ValueError as e:
-    assert "checkpoint_dir is not supported yet" in str(e), e
+    assert "checkpoint_dir with part= is not supported" in str(e), e
 else:
     raise AssertionError("checkpoint_dir was accepted in a job of two processes")
 search(n_steps=20).fit(multimodal, MULTIMODAL_SPACE, part=part).save(out)
