@@ -41,6 +41,7 @@ from .minima import default_tolerances
 from .monitor import CompileCounter
 from .parts import Part, best_fit, check_part, coupling
 from .parts import select as select_part
+from .priors import fusion_boundary
 from .problem import Problem, as_problem, check_objective
 from .progress import Progress, interactive
 from .result import Result
@@ -266,7 +267,8 @@ def _steps(search, problem: Problem, to_physical):
     """``(start_step, chunk_step)``: one start's step and the compiled chunk's body."""
 
     def fom_u(u, d):
-        return problem.fom(to_physical(u), d)
+        # The boundary keeps XLA from recomputing the map inside the model's own loops.
+        return problem.fom(fusion_boundary(to_physical(u)), d)
 
     # With resurrection a start gives up (and is replaced) after `resurrect` failures.
     give_up = search.resurrect or search.max_nonfinite

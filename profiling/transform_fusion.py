@@ -1,0 +1,97 @@
+"""The map to physical parameters inside the gradient: with and without a fusion boundary.
+
+A start steps in unconstrained coordinates: the engine evaluates ``f(to_physical(u))`` and its
+gradient. The map ends in selects (the clip to each prior's bounds); XLA's CPU compiler fuses
+them, with the sigmoids and exps before them, into every consumer, so in a model that
+broadcasts its parameters over pixels the map is recomputed per pixel in the gradient.
+``multistart.priors.fusion_boundary`` (an exact product with an identity, which XLA keeps as a
+dot) stops that. Arms, side by side in one process, taking turns (the median of 7 rounds), on
+the image benchmark (48 parameters, float64) at the same 4 points:
+
+  f at x (peer)       jit(value_and_grad(f)) at physical parameters passed in: no map at all
+  map, no boundary    jit(value_and_grad(f o to_physical)) in unconstrained coordinates
+  map + boundary      the same with fusion_boundary after the map (what the engine runs)
+  map + opt. barrier  the same with jax.lax.optimization_barrier instead (does not help)
+  engine per eval     MultiStartLBFGS at width 1: the chunk step's seconds per evaluation
+
+    python profiling/transform_fusion.py
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+os.environ.setdefault("MULTISTART_LOG_LEVEL", "WARNING")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import image_model  # noqa: E402
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+
+import multistart as ms  # noqa: E402
+from multistart.priors import fusion_boundary  # noqa: E402
+
+
+def seconds(fn, args, reps=10) -> float:
+    t0 = time.perf_counter()
+    for r in range(reps):
+        jax.block_until_ready(fn(args[r % len(args)]))
+    return (time.perf_counter() - t0) / reps
+
+
+def interleaved(arms: dict, rounds: int = 7) -> dict:
+    """Each arm's median over ``rounds`` rounds, the arms taking turns within a round (this
+    machine's speed drifts; a drift then hits every arm alike)."""
+    for fn, args in arms.values():
+        jax.block_until_ready(fn(args[0]))  # compile
+    times = {name: [] for name in arms}
+    for _ in range(rounds):
+        for name, (fn, args) in arms.items():
+            times[name].append(seconds(fn, args))
+    return {name: float(np.median(t)) for name, t in times.items()}
+
+
+def main() -> None:
+    f, space, truth = image_model.make_problem()
+    from multistart.problem import as_problem
+
+    sp = as_problem(f, space).space
+    rng = np.random.default_rng(0)
+    starts = sp.from_unit([rng.uniform(0.15, 0.85, (4, *p.shape)) for p in sp.priors])
+    u = np.asarray(sp.ravel(sp.to_unconstrained(starts)))
+    us = [u[i] for i in range(4)]
+    xs = [sp.unravel(sp.forward_flat(v)) for v in us]
+
+    def through(boundary):
+        def g(v):
+            return f(boundary(sp.unravel(sp.forward_flat(v))))
+
+        return jax.jit(jax.value_and_grad(g))
+
+    rows = interleaved(
+        {
+            "f at x (peer)": (jax.jit(jax.value_and_grad(f)), xs),
+            "map, no boundary": (through(lambda x: x), us),
+            "map + boundary": (through(fusion_boundary), us),
+            "map + opt. barrier": (through(jax.lax.optimization_barrier), us),
+        }
+    )
+    search = ms.MultiStartLBFGS(
+        n_starts=4, batch_size=1, n_steps=25, convergence=None, n_candidates=0, progress=False
+    )
+    user = {k: np.stack([np.asarray(x[k]) for x in xs]) for k in xs[0]}
+    search.fit(f, space, starts=user)  # compiles
+    st = search.fit(f, space, starts=user).stats
+    rows["engine per eval"] = (st["loop_s"] - st["first_step_s"]) / (st["n_evals"] * 24 / 25)
+    base = rows["f at x (peer)"]
+    platform = jax.devices()[0].platform
+    print(f"image model, 48 parameters, float64, {platform}; jax {jax.__version__}")
+    print(f"{'arm':22s} {'ms/eval':>8s} {'/ peer':>7s}")
+    for name, s in rows.items():
+        print(f"{name:22s} {s * 1e3:8.2f} {s / base:7.2f}")
+
+
+if __name__ == "__main__":
+    main()
