@@ -4,6 +4,7 @@ import json
 import os
 import sys
 import tempfile
+import time
 
 import jax
 import psutil
@@ -105,11 +106,19 @@ def test_unknown_transform_is_named():
 # -- the caps ---------------------------------------------------------------------------------
 
 
-def _gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
+def _gone(pid: int, within_s: float = 10.0) -> bool:
+    """Whether ``pid`` has died (or is a zombie) within ``within_s``: a SIGKILL is delivered
+    when the kernel next schedules the process, which on a loaded machine is not at once."""
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
 
 
 @pytest.mark.subprocess
