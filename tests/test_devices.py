@@ -154,7 +154,7 @@ from conftest import MULTIMODAL_SPACE, multimodal
 
 kw = dict(n_starts=5, batch_size=2, n_steps=40, seed=3, progress=False)
 ms.MultiStartAdam(**kw).fit(multimodal, MULTIMODAL_SPACE).save(out)
-tiktak = dict(start_strategy="tiktak", n_local=12, local_steps=6)
+tiktak = dict(start_strategy="tiktak", n_local=12, local_steps=6, backend="scan")
 ms.MultiStartAdam(**tiktak, **kw).fit(multimodal, MULTIMODAL_SPACE).save(out + ".whole.npz")
 """
 
@@ -175,8 +175,9 @@ def test_two_processes_split_a_fit_and_each_gets_the_whole_result(tmp_path):
         assert (r.stats["n_processes"], r.stats["n_parts"]) == (2, 2)
         assert r.stats["n_evals"] == whole.stats["n_evals"]
     # a search whose slots are coupled runs on one mesh over both processes' devices (one
-    # each), and gives what one process with one device gives
-    tiktak = dict(start_strategy="tiktak", n_local=12, local_steps=6)
+    # each), and gives what one process with one device gives (the scan backend here, the
+    # loop backend in the test below)
+    tiktak = dict(start_strategy="tiktak", n_local=12, local_steps=6, backend="scan")
     coupled = ms.MultiStartAdam(**tiktak, **kw).fit(multimodal, MULTIMODAL_SPACE)
     assert coupled.stats["n_resurrections"] > 0  # the coupling is exercised
     for out in outs:
