@@ -14,7 +14,15 @@ the image benchmark (48 parameters, float64) at the same 4 points:
   map + opt. barrier  the same with jax.lax.optimization_barrier instead (does not help)
   engine per eval     MultiStartLBFGS at width 1: the chunk step's seconds per evaluation
 
+With ``--others``, the engine with and without the boundary (the driver's
+``fusion_boundary`` swapped for the identity), taking turns, on two models where the map was
+not the problem, to show the boundary costs nothing there: the project's multi-dataset
+benchmark (``benchmark_model.py``, 31 parameters, 16 starts, widths 1 and 8) and a cheap
+2-parameter parabola (8192 starts, widths 512 and 4096, float32). Stepping seconds (steps 2 to
+the last), the median of 5 rounds.
+
     python profiling/transform_fusion.py
+    python profiling/transform_fusion.py --others
 """
 
 from __future__ import annotations
@@ -93,5 +101,55 @@ def main() -> None:
         print(f"{name:22s} {s * 1e3:8.2f} {s / base:7.2f}")
 
 
+def others() -> None:
+    import benchmark_model
+    import jax.numpy as jnp
+
+    from multistart import driver
+
+    def parabola(p):
+        return jnp.sum((p["x"] - 0.3) ** 2)
+
+    cases = {
+        "benchmark_model": (
+            benchmark_model.make_objective(),
+            benchmark_model.space(),
+            16,
+            30,
+            (1, 8),
+        ),
+        "cheap parabola": (
+            parabola,
+            {"x": ms.Uniform(-2.0, 2.0, shape=(2,))},
+            8192,
+            100,
+            (512, 4096),
+        ),
+    }
+    boundary = driver.fusion_boundary
+    times: dict = {}
+    try:
+        for _ in range(5):
+            for arm in ("boundary", "none"):
+                driver.fusion_boundary = boundary if arm == "boundary" else (lambda t: t)
+                for model, (f, space, n, steps, widths) in cases.items():
+                    for w in widths:
+                        search = ms.MultiStartAdam(
+                            n_starts=n, n_steps=steps, batch_size=w, convergence=None,
+                            n_candidates=0, progress=False, log_every=0,
+                        )  # fmt: skip
+                        st = search.fit(f, space).stats
+                        times.setdefault((model, w, arm), []).append(
+                            st["loop_s"] - st["first_step_s"]
+                        )
+    finally:
+        driver.fusion_boundary = boundary
+    print(f"{'model':16s} {'width':>5s} {'boundary s':>10s} {'none s':>8s} {'ratio':>6s}")
+    for model, (_, _, _, _, widths) in cases.items():
+        for w in widths:
+            b, n = (float(np.median(times[(model, w, a)])) for a in ("boundary", "none"))
+            print(f"{model:16s} {w:5d} {b:10.4f} {n:8.4f} {b / n:6.2f}")
+
+
 if __name__ == "__main__":
-    main()
+    others() if "--others" in sys.argv[1:] else main()
