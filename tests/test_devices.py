@@ -244,11 +244,14 @@ def test_two_processes_stopped_or_killed_resume_to_the_uninterrupted_result(tmp_
 
     folder, outs = str(tmp_path / "ckpt"), [str(tmp_path / f"out-{i}.npz") for i in range(2)]
     # SIGTERM to one process: both stop at the same step, with one checkpoint of it; resumed,
-    # the job is then killed (both processes) after the checkpoint of step 10
+    # the job is then killed (both processes) after the checkpoint of step 10. The process
+    # that dies second may first see the other gone and abort (JAX's runtime: one lost
+    # process stops all), so SIGABRT counts as dying too.
+    died = {-signal.SIGKILL, -signal.SIGABRT}
     logs = run_two_processes(
         _KILLED,
         lambda i: [folder, "first", outs[i]],
-        returncodes=(-signal.SIGKILL, -signal.SIGKILL),
+        returncodes=lambda codes: set(codes) <= died,
     )
     assert all("interrupted: SIGTERM 3 ['3']" in log for log in logs), logs
     assert sorted(os.listdir(folder), key=int) == ["5", "10"], os.listdir(folder)
