@@ -18,23 +18,7 @@ import time
 import numpy as np
 
 from multistart.minima import cluster_minima
-
-
-def all_pairs(x, f, *, xtol, ftol):
-    """The rule as first written (the peer arm): every start against every minimum so far."""
-    labels = np.full(len(f), -1)
-    heads: list[int] = []
-    finite = np.isfinite(f) & np.all(np.isfinite(x), axis=1)
-    for i in np.flatnonzero(finite)[np.argsort(f[finite], kind="stable")]:
-        for label, h in enumerate(heads):
-            same_f = abs(f[i] - f[h]) <= ftol * max(1.0, abs(f[h]))
-            if same_f and np.all(np.abs(x[i] - x[h]) <= xtol * np.maximum(1.0, np.abs(x[h]))):
-                labels[i] = label
-                break
-        else:
-            labels[i] = len(heads)
-            heads.append(i)
-    return labels
+from multistart.minima import cluster_minima_all_pairs as all_pairs  # the peer arm
 
 
 def cases(n: int, rng):

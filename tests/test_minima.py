@@ -5,7 +5,7 @@ import pytest
 from conftest import MULTIMODAL_SPACE, multimodal
 
 import multistart as ms
-from multistart.minima import cluster_minima, default_tolerances
+from multistart.minima import cluster_minima, cluster_minima_all_pairs, default_tolerances
 
 
 def test_cluster_minima_on_literal_points():
@@ -96,24 +96,6 @@ def test_default_tolerances_follow_the_rule_and_the_float_type():
     assert default_tolerances(np.float64, None)[0] < 1e-7
 
 
-def _reference_labels(x, f, *, xtol, ftol):
-    """The grouping rule as first written: every start against every minimum so far."""
-    x = np.asarray(x, dtype=np.float64).reshape(len(f), -1)
-    labels = np.full(len(f), -1)
-    heads = []
-    finite = np.isfinite(f) & np.all(np.isfinite(x), axis=1)
-    for i in np.flatnonzero(finite)[np.argsort(f[finite], kind="stable")]:
-        for label, h in enumerate(heads):
-            same_f = abs(f[i] - f[h]) <= ftol * max(1.0, abs(f[h]))
-            if same_f and np.all(np.abs(x[i] - x[h]) <= xtol * np.maximum(1.0, np.abs(x[h]))):
-                labels[i] = label
-                break
-        else:
-            labels[i] = len(heads)
-            heads.append(i)
-    return labels
-
-
 def test_windowed_grouping_labels_as_the_all_pairs_rule_does():
     # Near-ties in f and x, magnitudes above and below 1, non-finite rows, tolerances from 0
     # to above 1 (no window): the bisection window must never drop a matching minimum.
@@ -126,4 +108,4 @@ def test_windowed_grouping_labels_as_the_all_pairs_rule_does():
         f = f + rng.normal(0, rng.choice([0, 1e-5, 1e-2]), size=n)
         xtol, ftol = (float(v) for v in rng.choice([0.0, 1e-4, 1e-3, 0.1, 0.5, 2.0], size=2))
         got = cluster_minima(x, f, xtol=xtol, ftol=ftol)
-        np.testing.assert_array_equal(got, _reference_labels(x, f, xtol=xtol, ftol=ftol))
+        np.testing.assert_array_equal(got, cluster_minima_all_pairs(x, f, xtol=xtol, ftol=ftol))
