@@ -31,6 +31,8 @@ so both are per local search like the other arms' per start.
 Per arm: successes (summed over seeds), success fraction, wall seconds (summed; each fit
 compiles its own programs, scipy's value-and-grad is compiled once before timing), successes
 per second, both as ratios to scipy, and the fraction of seeds with at least one success.
+Every arm runs with one BLAS thread (``peers.py``: scipy's loop is otherwise slowed by
+OpenBLAS's spinning threads; the engine's arms do not use BLAS in their loop).
 
     python profiling/multimodal.py --quick     # 32 starts, 500 steps, 3 seeds (about a minute)
     python profiling/multimodal.py             # 128 starts, 1500 steps, 8 seeds
@@ -53,6 +55,7 @@ jax.config.update("jax_enable_x64", True)
 
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+import peers  # noqa: E402
 from scipy.optimize import minimize  # noqa: E402
 
 import multistart as ms  # noqa: E402
@@ -215,7 +218,8 @@ def main() -> None:
         arms = ARMS if seed % 2 == 0 else ARMS[::-1]
         for arm in arms:
             t0 = time.perf_counter()
-            foms = arm.run(args.starts, args.steps, seed)
+            with peers.one_blas_thread():  # scipy's best setting (peers.py); the same for all
+                foms = arm.run(args.starts, args.steps, seed)
             wall = time.perf_counter() - t0
             hits = int(np.sum(foms <= TRUTH_FOM + 1.0))
             row = rows.setdefault(arm.name, {"hits": 0, "wall": 0.0, "seeds_hit": 0})
