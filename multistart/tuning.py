@@ -4,15 +4,16 @@ Both words first bound the width by memory (:func:`multistart.memory.auto_width`
 accelerator ``"auto"`` takes that bound. On a CPU, where the best width depends on the model
 (XLA's batched code can cost several times the unbatched body per start, while a cheap
 objective needs wide chunks to amortise the dispatch), ``"auto"`` times a sparse ladder of
-widths within the bound (1, powers of four, the bound, then one width between the best and its
-better neighbour); ``"tune"`` times a denser one (1 and every power of two). Either way a width
-is timed on a bounded number of chunk calls (never every start): a step's time is predicted as
-the chunk calls it needs times the median seconds per call, which a passing spike of load does
-not move. The timed calls step a copy of the initial population and are thrown away, so the
-search gives the same result as a search at the width chosen. Choices persist in the cache
-folder (:func:`multistart.cache.cache_dir`, under ``tuning/``), one JSON file per key, shared by
-``"auto"`` and ``"tune"``, so the next run of the same model on the same kind of device skips
-the timing.
+widths within the bound (the bound, 1, narrower by factors of 8, then one width between the
+best and its better neighbour; only the bound and 1 when width 1 is far faster, see
+:data:`AUTO_UNBATCHED_WINS`); ``"tune"`` times a denser one (1 and every power of two). Either
+way a width is timed on a bounded number of chunk calls (never every start): a step's time is
+predicted as the chunk calls it needs times the median seconds per call, which a passing spike
+of load does not move. The timed calls step a copy of the initial population and are thrown
+away, so the search gives the same result as a search at the width chosen. Choices persist in
+the cache folder (:func:`multistart.cache.cache_dir`, under ``tuning/``), one JSON file per key,
+shared by ``"auto"`` and ``"tune"``, so the next run of the same model on the same kind of
+device skips the timing.
 
 The key is a SHA-256 over:
 
@@ -75,6 +76,12 @@ TUNE_MAX_REPS = 12
 # Throughput against width rises and then falls. Widths are tried narrow to wide, and timing
 # stops once two successive widths each fall below this share of the best so far.
 TUNE_STOP_RATIO = 0.75
+# "auto" times the widest width, then width 1. When width 1 steps at least this many times as
+# fast, the batched program costs more per start than the unbatched one by more than the chunk
+# calls it saves (an expensive model, whose single evaluation already keeps the cores busy), and
+# the narrower widths are not timed: each is a compile (seconds for such a model), and on the
+# models measured the best width was then 1 (``profiling/auto_width.py``).
+AUTO_UNBATCHED_WINS = 1.5
 _RECORD_FORMAT = 1
 
 
@@ -256,7 +263,8 @@ def _measure(sweep, pop, upper: int, spec: str) -> tuple[int, list[dict[str, Any
     ``"tune"`` tries 1 and the powers of two, narrow to wide, stopping once two in a row fall
     well below the best. ``"auto"`` tries fewer (:func:`multistart.memory.auto_candidates`:
     ``upper``, 1, then narrower by factors of 8 until one is slower than the last), then the
-    width halfway (on a log scale) between the best and its faster neighbour. Widths are
+    width halfway (on a log scale) between the best and its faster neighbour; it stops after
+    ``upper`` and 1 when width 1 steps :data:`AUTO_UNBATCHED_WINS` times as fast. Widths are
     balanced over the rows (same chunk count, least padding). The leading widths are timed
     again, widest first, and each keeps the median of all its repeats, so a slow spell during
     the first pass does not decide.
@@ -307,15 +315,31 @@ def _measure(sweep, pop, upper: int, spec: str) -> tuple[int, list[dict[str, Any
                 break
     else:
         ladder = list(dict.fromkeys(balanced_width(n_rows, w) for w in auto_candidates(upper)))
-        previous = None
+        previous, unbatched_wins = None, False
         for i, w in enumerate(ladder):
             # wide to narrow after width 1; narrower widths may fit where a wider one did not
-            if not try_width(w, f"{i + 1}/{len(ladder)}") or i == 1:
+            if not try_width(w, f"{i + 1}/{len(ladder)}"):
+                continue
+            if i == 1:
+                widest = ladder[0]
+                unbatched_wins = widest in per_call and step_s(
+                    widest
+                ) >= AUTO_UNBATCHED_WINS * step_s(w)
+                if unbatched_wins:
+                    _say(
+                        spec,
+                        "batch_size %s: width 1 steps %.3g times as fast as width %d; the "
+                        "narrower widths are not timed",
+                        spec,
+                        step_s(widest) / step_s(w),
+                        widest,
+                    )
+                    break
                 continue
             if previous is not None and step_s(w) > step_s(previous):
                 break
             previous = w
-        if per_call:
+        if per_call and not unbatched_wins:
             between = _between(min(per_call, key=step_s), per_call, step_s, n_rows)
             if between is not None:
                 try_width(between, "between the best two")

@@ -255,6 +255,59 @@ def test_auto_measures_within_the_memory_bound(monkeypatch, x64, wide_auto_fit):
     assert tight.stats["batch_size"] <= info["memory_width"]
 
 
+class CostModelSweep:
+    """Stands in for a sweep in ``tuning._measure``: a chunk call at width ``w`` takes
+    ``call_s(w)`` seconds, nothing compiles or runs, and the widths timed are recorded."""
+
+    def __init__(self, n_rows, call_s):
+        self.rows, self.call_s, self.timed = np.arange(n_rows), call_s, []
+
+    def calls_per_step(self, width):
+        return -(-self.rows.size // width)
+
+    def compile_seconds(self, width):
+        return 0.0
+
+    def time_chunks(self, pop, width, *, calls, target_s, min_reps, max_reps):
+        self.timed.append(width)
+        k = min(calls, self.calls_per_step(width))
+        return [self.call_s(width)] * min_reps, k * (1 + min_reps)
+
+
+def _per_start(width, unbatched, batched):
+    """Seconds of a chunk call: 50 us of dispatch, then ``unbatched`` for one start and
+    ``batched`` a start in a vmapped chunk."""
+    return 50e-6 + (unbatched if width == 1 else batched * width)
+
+
+def test_auto_stops_after_width_one_when_it_is_far_faster_than_the_bound():
+    from multistart import tuning
+
+    # an expensive model whose vmapped code costs 2.5x per start (the image fit's pattern)
+    sweep = CostModelSweep(32, lambda w: _per_start(w, 4e-3, 10e-3))
+    best, table = tuning._measure(sweep, None, 32, "auto")
+    assert best == 1 and {row["width"] for row in table} == {32, 1}
+    assert set(sweep.timed) == {32, 1}  # widths 4 and 2 would each have been a compile
+    # just under the threshold (width 1 at 1.4x the bound's speed) the ladder goes on
+    sweep = CostModelSweep(32, lambda w: _per_start(w, 4e-3, 1.4 * 4e-3 + 50e-6 / 32))
+    tuning._measure(sweep, None, 32, "auto")
+    assert len(set(sweep.timed)) > 2
+
+
+def test_auto_still_times_the_ladder_when_a_middle_width_wins():
+    from multistart import tuning
+
+    # width 1 pays its dispatch 32 times, the bound is slowed by its size: the best is inside
+    def call_s(w):
+        return 1e-3 + w * (1e-4 if w <= 8 else 6e-4)
+
+    sweep = CostModelSweep(32, call_s)
+    best, table = tuning._measure(sweep, None, 32, "auto")
+    per_step = {row["width"]: row["step_s"] for row in table}
+    assert 1 < best < 32 and per_step[best] == min(per_step.values())
+    assert len(per_step) >= 3
+
+
 class FakeAccelerator:
     """A device that says it is a GPU with a memory pool; the rest is the real CPU device."""
 
