@@ -12,6 +12,8 @@ the image benchmark (48 parameters, float64) at the same 4 points:
   map, no boundary    jit(value_and_grad(f o to_physical)) in unconstrained coordinates
   map + boundary      the same with fusion_boundary after the map (what the engine runs)
   map + opt. barrier  the same with jax.lax.optimization_barrier instead (does not help)
+  map + boundary, vmap 1  "map + boundary" under ``vmap`` at a batch of one (as the engine's
+                      chunk step evaluates a start at width 1)
   engine per eval     MultiStartLBFGS at width 1: the chunk step's seconds per evaluation
 
 With ``--others``, the engine with and without the boundary (the driver's
@@ -84,6 +86,16 @@ def main() -> None:
             "map, no boundary": (through(lambda x: x), us),
             "map + boundary": (through(fusion_boundary), us),
             "map + opt. barrier": (through(jax.lax.optimization_barrier), us),
+            "map + boundary, vmap 1": (
+                jax.jit(
+                    jax.vmap(
+                        jax.value_and_grad(
+                            lambda v: f(fusion_boundary(sp.unravel(sp.forward_flat(v))))
+                        )
+                    )
+                ),
+                [v[None] for v in us],
+            ),
         }
     )
     search = ms.MultiStartLBFGS(
