@@ -322,16 +322,15 @@ def _measure(sweep, pop, upper: int, spec: str) -> tuple[int, list[dict[str, Any
                 continue
             if i == 1:
                 widest = ladder[0]
-                unbatched_wins = widest in per_call and step_s(
-                    widest
-                ) >= AUTO_UNBATCHED_WINS * step_s(w)
+                ratio = step_s(widest) / step_s(w) if widest in per_call else 0.0
+                unbatched_wins = ratio >= AUTO_UNBATCHED_WINS
                 if unbatched_wins:
                     _say(
                         spec,
                         "batch_size %s: width 1 steps %.3g times as fast as width %d; the "
                         "narrower widths are not timed",
                         spec,
-                        step_s(widest) / step_s(w),
+                        ratio,
                         widest,
                     )
                     break
