@@ -4,8 +4,9 @@ scipy's ``minimize(method="L-BFGS-B")`` does its own small vector work between e
 through BLAS (OpenBLAS, in the wheels). After each BLAS call OpenBLAS's worker threads spin a
 while waiting for more work, on the same cores XLA's thread pool needs for the next
 evaluation of a jitted JAX objective. On this project's 2-core VM, the image model's
-value-and-grad (``image_model.py``) took 7.7 ms inside scipy's loop against 3.7 ms alone; with
-one BLAS thread, 4.0 ms, and scipy's whole loop ran 2.2x faster. A user who times such a loop
+value-and-grad (``image_model.py``) cost 2.22x as much inside scipy's loop as alone, and 1.18x
+with one BLAS thread (``main`` below); scipy's whole loop ran about 2x faster with one
+(``time_to_solution.py``). A user who times such a loop
 would set ``OPENBLAS_NUM_THREADS=1`` (or use threadpoolctl, as here), so the benchmarks run
 their scipy arms that way; ``time_to_solution.py`` also shows scipy with the default threads.
 
