@@ -45,18 +45,10 @@ def main() -> None:
     import jax
     import numpy as np
     import scipy.optimize
-    from jax.flatten_util import ravel_pytree
-    from time_to_solution import draw_starts
+    from time_to_solution import draw_starts, scipy_problem
 
     objective, space, _ = image_model.make_problem()
-    starts = draw_starts(space, 4, 0)
-    _, unravel = ravel_pytree(jax.tree_util.tree_map(lambda a: a[0], starts))
-    vg = jax.jit(jax.value_and_grad(lambda v: objective(unravel(v))))
-    x0s = [np.asarray(ravel_pytree(jax.tree_util.tree_map(lambda a, i=i: a[i], starts))[0])
-           for i in range(4)]  # fmt: skip
-    lo = ravel_pytree({k: np.broadcast_to(p.lower, p.shape) for k, p in space.items()})[0]
-    hi = ravel_pytree({k: np.broadcast_to(p.upper, p.shape) for k, p in space.items()})[0]
-    bounds = list(zip(np.asarray(lo), np.asarray(hi), strict=True))
+    vg, x0s, bounds = scipy_problem(objective, space, draw_starts(space, 4, 0))
     jax.block_until_ready(vg(x0s[0]))
     inside = {"n": 0, "s": 0.0}
 

@@ -82,13 +82,23 @@ def draw_starts(space: dict, n: int, seed: int) -> dict:
     return out
 
 
-def scipy_arm(objective, space, starts, n, target, max_evals=None):
-    example = jax.tree_util.tree_map(lambda a: a[0], starts)
-    _, unravel = ravel_pytree(example)
+def scipy_problem(objective, space, starts):
+    """``(vg, x0s, bounds)`` for scipy: a jitted value-and-grad over the flat parameter vector
+    (compiled at its first call), each start flattened, and the priors' bounds."""
+    _, unravel = ravel_pytree(jax.tree_util.tree_map(lambda a: a[0], starts))
     vg = jax.jit(jax.value_and_grad(lambda v: objective(unravel(v))))
+    n = len(jax.tree_util.tree_leaves(starts)[0])
+    x0s = [
+        np.asarray(ravel_pytree(jax.tree_util.tree_map(lambda a, i=i: a[i], starts))[0])
+        for i in range(n)
+    ]
     lower = ravel_pytree({k: np.broadcast_to(p.lower, p.shape) for k, p in space.items()})[0]
     upper = ravel_pytree({k: np.broadcast_to(p.upper, p.shape) for k, p in space.items()})[0]
-    bounds = list(zip(np.asarray(lower), np.asarray(upper), strict=True))
+    return vg, x0s, list(zip(np.asarray(lower), np.asarray(upper), strict=True))
+
+
+def scipy_arm(objective, space, starts, n, target, max_evals=None):
+    vg, x0s, bounds = scipy_problem(objective, space, starts)
     t0 = time.perf_counter()
     hit = [None]
 
@@ -100,8 +110,7 @@ def scipy_arm(objective, space, starts, n, target, max_evals=None):
         return f, np.asarray(g, dtype=np.float64)
 
     foms, nfev = [], []
-    for i in range(n):
-        x0 = np.asarray(ravel_pytree(jax.tree_util.tree_map(lambda a, i=i: a[i], starts))[0])
+    for x0 in x0s[:n]:
         options = {} if max_evals is None else {"maxfun": max_evals}
         r = scipy.optimize.minimize(
             fun, x0, jac=True, method="L-BFGS-B", bounds=bounds, options=options
