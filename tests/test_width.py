@@ -185,13 +185,15 @@ def no_timing(monkeypatch):
 def test_auto_on_a_cpu_times_remembers_and_reuses(monkeypatch, tmp_path, x64):
     monkeypatch.setenv("MULTISTART_AUTO_WIDTH", "measure")
     monkeypatch.setenv("MULTISTART_CACHE_DIR", str(tmp_path))
-    kwargs = dict(batch_size="auto", n_starts=16)
+    # 8 starts, as in test_tune_measures_persists_and_the_next_fit_skips_tuning: the programs
+    # are shared, and the claims below hold at any number of starts
+    kwargs = dict(batch_size="auto", n_starts=8)
     first = fit(multimodal, MULTIMODAL_SPACE, **kwargs)
     info, tuning = first.stats["width_choice"], first.stats["tuning"]
     width = first.stats["batch_size"]
     assert info["selected_by"] == "auto (measured)" and tuning["method"] == "auto"
     timed = [row["width"] for row in tuning["table"]]
-    # the memory bound (all 16 here) and width 1 are always timed; the choice is the fastest
+    # the memory bound (all 8 here) and width 1 are always timed; the choice is the fastest
     assert {1, info["memory_width"]} <= set(timed) and max(timed) <= info["memory_width"]
     assert width == min(tuning["table"], key=lambda row: row["step_s"])["width"]
     assert first.stats["n_compiles"] == 1 and first.stats["n_tune_compiles"] == len(timed) - 1
@@ -209,20 +211,30 @@ def test_auto_on_a_cpu_times_remembers_and_reuses(monkeypatch, tmp_path, x64):
         == "cache"
     )
     assert identical(first, second)
-    assert identical(first, fit(multimodal, MULTIMODAL_SPACE, n_starts=16, batch_size=width))
+    assert identical(first, fit(multimodal, MULTIMODAL_SPACE, n_starts=8, batch_size=width))
+
+
+# The timing tests share one configuration (parabola, 64 starts, 2 steps), so their ladders'
+# programs are compiled once.
+TIMING_STARTS, TIMING_STEPS = 64, 2
 
 
 @pytest.mark.parametrize("spec", ["auto", "tune"])
 def test_timing_is_bounded_in_chunk_calls(monkeypatch, spec):
+    from multistart import tuning
+
     monkeypatch.setenv("MULTISTART_AUTO_WIDTH", "measure")
+    # 2 chunk calls a repeat instead of 16, so that a few chunks are far fewer than the 64
+    # starts: width 1 then makes at most 2 * (1 + 12) * 2 = 52 calls, where timing every start
+    # would make at least 64 * (1 + 3). The bound below is read from the module, whatever it is.
+    monkeypatch.setattr(tuning, "TUNE_CALLS", 2)
     counter = CountCalls(monkeypatch)
-    n_starts, n_steps = 400, 2
+    n_starts, n_steps = TIMING_STARTS, TIMING_STEPS
     result = fit(batch_size=spec, n_starts=n_starts, n_steps=n_steps)
     width, table = result.stats["batch_size"], result.stats["tuning"]["table"]
     search_calls = n_steps * -(-n_starts // width)
     deciding = counter.n - search_calls
     assert deciding == sum(row["calls"] for row in table)
-    from multistart import tuning
 
     per_pass = (1 + tuning.TUNE_MAX_REPS) * tuning.TUNE_CALLS
     for row in table:  # at most two passes per width, whatever the number of starts
@@ -235,9 +247,9 @@ def test_timing_logs_each_width(monkeypatch, caplog):
     monkeypatch.setenv("MULTISTART_AUTO_WIDTH", "measure")
     monkeypatch.setenv("MULTISTART_LOG_LEVEL", "INFO")
     with caplog.at_level(logging.INFO, logger="multistart"):
-        result = fit(batch_size="tune", n_starts=8, n_steps=2)
+        result = fit(batch_size="tune", n_starts=TIMING_STARTS, n_steps=TIMING_STEPS)
     lines = [r.getMessage() for r in caplog.records if "timing width" in r.getMessage()]
-    n = len(memory.candidate_widths(8))
+    n = len(memory.candidate_widths(TIMING_STARTS))
     assert lines[0] == f"batch_size tune: timing width 1 (1/{n}) ..."
     assert len(lines) >= len(result.stats["tuning"]["table"])
 
@@ -348,7 +360,8 @@ def test_auto_on_an_accelerator_keeps_the_memory_bound_without_timing(monkeypatc
 @pytest.mark.parametrize("spec", [8, None, "auto", "tune"])
 def test_max_batch_caps_every_choice_even_an_explicit_int(monkeypatch, spec):
     monkeypatch.setenv("MULTISTART_MAX_BATCH", "3")
-    result = fit(batch_size=spec, n_steps=10)
+    # 5 steps, as the back-off tests below: widths 1 and 2 ("tune") are their programs
+    result = fit(batch_size=spec, n_steps=5)
     assert result.stats["batch_size"] <= 3
     if spec in (8, None):
         assert result.stats["batch_size"] == 3
@@ -386,19 +399,20 @@ def test_tune_measures_persists_and_the_next_fit_skips_tuning(monkeypatch, tmp_p
 
 def test_tune_key_depends_on_the_model_not_on_the_run_length(tmp_path, monkeypatch):
     monkeypatch.setenv("MULTISTART_CACHE_DIR", str(tmp_path))
-    a = fit(batch_size="tune", n_starts=2, n_steps=10).stats["tuning"]["key"]
-    b = fit(batch_size="tune", n_starts=2, n_steps=30).stats["tuning"]
+    # one start: the ladder is width 1 alone, one compile a fit; the key does not hold widths
+    a = fit(batch_size="tune", n_starts=1, n_steps=10).stats["tuning"]["key"]
+    b = fit(batch_size="tune", n_starts=1, n_steps=30).stats["tuning"]
     assert b["key"] == a and b["source"] == "cache"
-    other = fit(multimodal, MULTIMODAL_SPACE, batch_size="tune", n_starts=2, n_steps=10)
+    other = fit(multimodal, MULTIMODAL_SPACE, batch_size="tune", n_starts=1, n_steps=10)
     assert other.stats["tuning"]["key"] != a
-    scan = fit(batch_size="tune", n_starts=2, n_steps=10, backend="scan").stats["tuning"]
+    scan = fit(batch_size="tune", n_starts=1, n_steps=10, backend="scan").stats["tuning"]
     assert scan["key"] != a
 
 
 def test_no_cache_folder_means_no_record(monkeypatch):
     monkeypatch.setenv("MULTISTART_CACHE_DIR", "")
-    for _ in range(2):
-        tuning = fit(batch_size="tune", n_starts=2, n_steps=10).stats["tuning"]
+    for _ in range(2):  # the first fit of the test above: its program
+        tuning = fit(batch_size="tune", n_starts=1, n_steps=10).stats["tuning"]
         assert tuning["source"] == "measured" and tuning["path"] is None
 
 
@@ -502,7 +516,7 @@ def test_other_runtime_errors_are_not_retried(monkeypatch):
 
     monkeypatch.setattr(Sweep, "compiled_for", compiled_for)
     with pytest.raises(jax.errors.JaxRuntimeError, match="INVALID_ARGUMENT"):
-        fit(batch_size=4, n_steps=5)
+        fit(batch_size=2, n_steps=5)  # the program of the test above
 
 
 @pytest.mark.subprocess
