@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
 import scipy.optimize
-from conftest import NoCompile, rosenbrock, same_result, signal_at_step
+from conftest import ROSENBROCK_SPACE, NoCompile, rosenbrock, same_result, signal_at_step
 
 import multistart as ms
 from multistart.solvers import LBFGS, Solver, SolverStep
@@ -52,6 +54,25 @@ def _lbfgs(**kw):
     return ms.MultiStartLBFGS(**{**base, **kw})
 
 
+# -- fits shared by several tests (each program compiled once per file) ------------------------
+
+
+@pytest.fixture(scope="module")
+def rosen_runs():
+    """``rosen_runs(batch_size)``: 3 random starts (seed 2) on the 4-d Rosenbrock in float64.
+
+    Width 3 (one chunk) is the program the scipy comparison compiles: 3 starts, 2000 steps.
+    """
+
+    @functools.cache
+    def fit(batch_size):
+        with jax.enable_x64(True):
+            search = _lbfgs(n_starts=3, batch_size=batch_size, seed=2)
+            return search.fit(rosenbrock, ROSEN_SPACE)
+
+    return fit
+
+
 @pytest.mark.parametrize(
     "objective, space, starts",
     [(rosenbrock, ROSEN_SPACE, ROSEN_STARTS), (quadratic, QUAD_SPACE, QUAD_STARTS)],
@@ -75,11 +96,11 @@ def test_reaches_scipy_lbfgsb_minimum_from_the_same_starts(objective, space, sta
     assert result.stats["n_evals"] == int(np.sum(result.n_steps))
 
 
-def test_widths_agree_and_compile_once(x64):
-    kw = dict(n_starts=7, n_steps=300, n_candidates=0, seed=3)
-    results = {w: _lbfgs(batch_size=w, **kw).fit(rosenbrock, ROSEN_SPACE) for w in (1, 4, 5)}
+def test_widths_agree_and_compile_once(rosen_runs):
+    results = {w: rosen_runs(w) for w in (1, 2, 3)}  # chunks 1+1+1, a ragged 2+1, and 3
     for w, r in results.items():
         assert r.stats["n_compiles"] == 1, w
+        assert r.stats["batch_size"] == w
         np.testing.assert_allclose(r.foms, results[1].foms, rtol=1e-9, atol=1e-12)
         assert list(r.status) == list(results[1].status)
 
@@ -108,38 +129,56 @@ def _walled(p):
     return jnp.where(jnp.any(x > 2.5), jnp.nan, f)
 
 
-def test_a_line_search_into_nan_recovers_without_touching_the_others(x64):
-    space = {"x": ms.Normal(0.0, 1.0, shape=(1,))}
-    starts = {"x": np.array([[-10.0], [1.0], [0.0]])}
-    result = _lbfgs(n_starts=3, batch_size=2).fit(_walled, space, starts=starts)
+@pytest.fixture(scope="module")
+def walled_fit():
+    """``walled_fit(x0)``: float64 L-BFGS on ``_walled`` from x0, 1 and 0, in chunks of 2.
+
+    Only the first start's value changes from one call to the next: one program serves them all.
+    """
+
+    @functools.cache
+    def fit(x0):
+        with jax.enable_x64(True):
+            starts = {"x": np.array([[x0], [1.0], [0.0]])}
+            search = _lbfgs(n_starts=3, batch_size=2)
+            return search.fit(_walled, {"x": ms.Normal(0.0, 1.0, shape=(1,))}, starts=starts)
+
+    return fit
+
+
+def _assert_same_records(a, b, rows):
+    for name in ("foms", "n_steps"):
+        np.testing.assert_array_equal(getattr(a, name)[rows], getattr(b, name)[rows], err_msg=name)
+    np.testing.assert_array_equal(a.params["x"][rows], b.params["x"][rows], err_msg="params")
+
+
+def test_a_line_search_into_nan_recovers_without_touching_the_others(walled_fit):
+    result = walled_fit(-10.0)
     assert all(s is ms.Status.CONVERGED for s in result.status), result.status_counts()
     np.testing.assert_allclose(result.params["x"][:, 0], 2.0, atol=1e-4)
-    # the other two starts alone: identical records
-    alone = _lbfgs(n_starts=2, batch_size=2).fit(_walled, space, starts={"x": starts["x"][1:]})
-    np.testing.assert_array_equal(result.foms[1:], alone.foms)
-    np.testing.assert_array_equal(result.n_steps[1:], alone.n_steps)
+    # the other two starts beside a harmless first start (1.5, which also ends at another
+    # step, so the chunks are repacked differently): identical records
+    _assert_same_records(result, walled_fit(1.5), slice(1, None))
 
 
-def test_a_start_that_only_sees_nan_ends_nonfinite_and_others_carry_on(x64):
-    def objective(p):
-        x = p["x"]
-        return jnp.where(x[0] < -1.0, jnp.nan, jnp.sum((x - 0.5) ** 2))
-
-    space = {"x": ms.Normal(0.0, 1.0, shape=(2,))}
-    starts = {"x": np.array([[-2.0, 0.0], [0.0, 0.0]])}
-    result = _lbfgs(n_starts=2, batch_size=2).fit(objective, space, starts=starts)
+def test_a_start_that_only_sees_nan_ends_nonfinite_and_others_carry_on(walled_fit):
+    result = walled_fit(3.0)  # beyond the wall at 2.5: nan from the first evaluation on
     assert result.status[0] is ms.Status.NONFINITE
-    assert result.status[1] is ms.Status.CONVERGED
-    np.testing.assert_allclose(result.params["x"][1], [0.5, 0.5], atol=1e-6)
+    assert all(s is ms.Status.CONVERGED for s in result.status[1:]), result.status_counts()
+    np.testing.assert_allclose(result.params["x"][1:, 0], 2.0, atol=1e-6)
+    # and exactly as they do beside a harmless first start
+    _assert_same_records(result, walled_fit(1.5), slice(1, None))
 
 
 def test_optax_line_search_evaluations_are_counted(x64):
-    kw = dict(n_starts=2, batch_size=2, n_steps=30, seed=0, log_every=0, n_candidates=0)
-    result = ms.MultiStartGradient(optax.lbfgs(), **kw).fit(rosenbrock, ROSEN_SPACE)
+    # the search of test_lbfgs_rule_with_line_search_fits_without_a_second_code_path in
+    # test_search.py: one program for both files (the suite's compilation cache is shared)
+    search = ms.MultiStartGradient(optax.lbfgs(), n_starts=5, batch_size=2, n_steps=60, seed=0)
+    result = search.fit(rosenbrock, ROSENBROCK_SPACE)
     assert np.all(result.n_evals > result.n_steps)
     assert result.stats["n_evals"] == int(np.sum(result.n_evals))
-    adam = ms.MultiStartAdam(**kw).fit(rosenbrock, ROSEN_SPACE)
-    np.testing.assert_array_equal(adam.n_evals, adam.n_steps)
+    # an optax rule without a line search spends one evaluation a step: asserted on Adam's
+    # record in test_search.py (test_result_record_shapes_and_history), on a fit shared there
 
 
 class _GradientDescent(Solver):
@@ -198,15 +237,19 @@ def test_bad_hyperparameters_fail_before_any_compile():
             LBFGS(c1=1.5)
 
 
-def test_a_signal_mid_line_search_resumes_bit_identically(tmp_path, monkeypatch, x64):
+def test_a_signal_mid_line_search_resumes_bit_identically(rosen_runs, tmp_path, monkeypatch, x64):
     pytest.importorskip("orbax.checkpoint")
-    kw = dict(n_starts=5, batch_size=2, n_steps=60, convergence=None)
-    full = _lbfgs(**kw).fit(rosenbrock, ROSEN_SPACE)
-    signal_at_step(monkeypatch, 23)
+    kw = dict(n_starts=3, batch_size=2, seed=2)  # rosen_runs(2): ragged chunks, 2 + 1
+    full = rosen_runs(2)
+    # the premise: a start still running had its trial at step 23 rejected (its best did not
+    # improve; an accepted trial always does), so it is inside a line search there
+    h = full.history
+    assert np.any((h[22] == h[21]) & (full.n_steps > 23)), "no line search open at step 23"
     ck = dict(checkpoint_dir=str(tmp_path / "ck"), checkpoint_every=10)
-    with pytest.raises(ms.SearchInterrupted):
+    # a context, not monkeypatch.undo(): that would also undo the autouse fixtures' environment
+    with monkeypatch.context() as mp, pytest.raises(ms.SearchInterrupted):
+        signal_at_step(mp, 23)
         _lbfgs(**kw, **ck).fit(rosenbrock, ROSEN_SPACE)
-    monkeypatch.undo()
     resumed = _lbfgs(**kw, **ck).fit(rosenbrock, ROSEN_SPACE, resume=True)
     assert resumed.stats["resumed_from"] == 23
     assert same_result(full, resumed)
