@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 
 import jax.numpy as jnp
@@ -14,17 +15,34 @@ import multistart as ms
 from multistart import log
 
 KW = dict(n_starts=4, batch_size=2, n_steps=300, seed=0, log_every=0, n_candidates=0)
+# The Adam searches of this file share one program (one compile): the default Adam, 50 steps,
+# no convergence test. What a test tests (a stop, a resume, the progress bar) does not depend on
+# these settings; only test_a_larger_n_steps_continues_a_finished_search needs a second n_steps.
+ADAM = dict(KW, n_steps=50, convergence=None)
 
 
-def test_target_fom_stops_the_search_with_its_reason():
-    full = ms.MultiStartAdam(**KW, convergence=None).fit(parabola, PARABOLA_SPACE)
+@pytest.fixture(scope="module")
+def fits():
+    """``fits(name)``: fits the tests share, each run once (inside a test: its environment)."""
+
+    @functools.cache
+    def fit(name):
+        if name == "adam":  # 50 uninterrupted steps of every start
+            return ms.MultiStartAdam(**ADAM).fit(parabola, PARABOLA_SPACE)
+        if name == "lbfgs":  # L-BFGS to the parabola's minimum, inside the prior
+            return ms.MultiStartLBFGS(**KW).fit(parabola, PARABOLA_SPACE)
+        raise KeyError(name)
+
+    return fit
+
+
+def test_target_fom_stops_the_search_with_its_reason(fits):
+    full = fits("adam")
     target = float(np.median(full.history[40]))  # reached by some start around step 40
-    result = ms.MultiStartAdam(**KW, convergence=None, target_fom=target).fit(
-        parabola, PARABOLA_SPACE
-    )
+    result = ms.MultiStartAdam(**ADAM, target_fom=target).fit(parabola, PARABOLA_SPACE)
     assert result.stats["stop_reason"] == "target_fom"
     assert result.best_fom <= target
-    assert result.stats["n_steps_run"] < 300
+    assert result.stats["n_steps_run"] < ADAM["n_steps"]
     assert all(s is ms.Status.STOPPED for s in result.status)
     # the steps it took are the uninterrupted run's
     k = result.stats["n_steps_run"]
@@ -32,21 +50,20 @@ def test_target_fom_stops_the_search_with_its_reason():
 
 
 def test_max_evals_and_max_time_s_stop_the_search():
-    result = ms.MultiStartAdam(**KW, max_evals=40).fit(parabola, PARABOLA_SPACE)
+    result = ms.MultiStartAdam(**ADAM, max_evals=40).fit(parabola, PARABOLA_SPACE)
     assert result.stats["stop_reason"] == "max_evals"
     assert 40 <= result.stats["n_evals"] < 40 + KW["n_starts"]
-    quick = ms.MultiStartAdam(**KW, max_time_s=1e-6).fit(parabola, PARABOLA_SPACE)
+    quick = ms.MultiStartAdam(**ADAM, max_time_s=1e-6).fit(parabola, PARABOLA_SPACE)
     assert quick.stats["stop_reason"] == "max_time_s"
     assert quick.stats["n_steps_run"] == 1  # checked at the first sync
 
 
-def test_a_search_that_ends_reports_why():
-    result = ms.MultiStartAdam(**{**KW, "n_steps": 5}, convergence=None).fit(
-        parabola, PARABOLA_SPACE
-    )
+def test_a_search_that_ends_reports_why(fits):
+    result = fits("adam")  # no convergence test: every start runs its n_steps
     assert result.stats["stop_reason"] == "n_steps"
+    assert result.stats["n_steps_run"] == ADAM["n_steps"]
     assert all(s is ms.Status.MAX_STEPS for s in result.status)
-    done = ms.MultiStartLBFGS(**KW).fit(parabola, PARABOLA_SPACE)
+    done = fits("lbfgs")
     assert done.stats["stop_reason"] == "all ended"
 
 
@@ -65,7 +82,7 @@ def test_bad_stops_fail_before_any_compile(kw, word):
         ms.MultiStartAdam(**kw)
 
 
-def test_a_best_fit_on_a_bound_is_flagged(caplog):
+def test_a_best_fit_on_a_bound_is_flagged(caplog, fits):
     def objective(p):  # the optimum x = 2 lies outside the prior [0, 1]
         return (p["x"] - 2.0) ** 2 + (p["y"] - 0.5) ** 2
 
@@ -74,7 +91,7 @@ def test_a_best_fit_on_a_bound_is_flagged(caplog):
         result = ms.MultiStartLBFGS(**KW).fit(objective, space)
     assert result.at_bound.all()
     assert "x at a bound" in caplog.text
-    inside = ms.MultiStartLBFGS(**KW).fit(lambda p: (p["x"] - 0.3) ** 2, {"x": space["x"]})
+    inside = fits("lbfgs")  # the parabola's minimum x = 1.5 is well inside Uniform(-4, 4)
     assert not inside.at_bound.any()
     assert "at_bound" in result.to_dataframe().columns
 
@@ -88,11 +105,11 @@ def test_near_bound_names_the_elements():
 
 
 def test_progress_bar_is_off_when_output_is_not_a_terminal(capsys):
-    ms.MultiStartAdam(**{**KW, "n_steps": 20}).fit(parabola, PARABOLA_SPACE)
+    ms.MultiStartAdam(**ADAM).fit(parabola, PARABOLA_SPACE)
     assert "step/s" not in capsys.readouterr().err
-    ms.MultiStartAdam(**{**KW, "n_steps": 20}, progress=True).fit(parabola, PARABOLA_SPACE)
+    ms.MultiStartAdam(**ADAM, progress=True).fit(parabola, PARABOLA_SPACE)
     err = capsys.readouterr().err
-    assert "multistart" in err and "20/20" in err
+    assert "multistart" in err and "50/50" in err
 
 
 def test_no_duplicate_log_lines_once_the_root_logger_has_a_handler(monkeypatch):
@@ -138,27 +155,26 @@ def _ck(tmp_path, **kw):
 
 
 def test_resuming_with_another_learning_rate_is_a_mismatch_naming_it(tmp_path):
-    base = dict(KW, n_steps=20, convergence=None)
-    ms.MultiStartGradient(optax.adam(0.01), **base, **_ck(tmp_path)).fit(parabola, PARABOLA_SPACE)
+    base = ADAM  # 0.05 is MultiStartAdam's default learning rate: this file's one Adam program
+    ms.MultiStartGradient(optax.adam(0.05), **base, **_ck(tmp_path)).fit(parabola, PARABOLA_SPACE)
     with NoCompile(), pytest.raises(ms.CheckpointMismatch, match="another rule"):
         ms.MultiStartGradient(optax.adam(0.5), **base, **_ck(tmp_path)).fit(
             parabola, PARABOLA_SPACE, resume=True
         )
-    with pytest.raises(ms.CheckpointMismatch, match="learning_rate"):
-        ms.MultiStartAdam(learning_rate=0.5, **base, **_ck(tmp_path / "named")).fit(
-            parabola, PARABOLA_SPACE
-        ) if False else None  # (a named rule's hyperparameters are in its configuration)
-        ms.MultiStartAdam(learning_rate=0.01, **base, **_ck(tmp_path / "named")).fit(
-            parabola, PARABOLA_SPACE
-        )
+    # a named rule's hyperparameters are in its configuration: the mismatch names them
+    ms.MultiStartAdam(learning_rate=0.05, **base, **_ck(tmp_path / "named")).fit(
+        parabola, PARABOLA_SPACE
+    )
+    with NoCompile(), pytest.raises(ms.CheckpointMismatch, match="learning_rate"):
         ms.MultiStartAdam(learning_rate=0.5, **base, **_ck(tmp_path / "named")).fit(
             parabola, PARABOLA_SPACE, resume=True
         )
 
 
-def test_a_larger_n_steps_continues_a_finished_search(tmp_path):
-    base = dict(KW, convergence=None)
-    full = ms.MultiStartAdam(**{**base, "n_steps": 50}).fit(parabola, PARABOLA_SPACE)
+def test_a_larger_n_steps_continues_a_finished_search(tmp_path, fits):
+    base = ADAM
+    assert base["n_steps"] == 50
+    full = fits("adam")
     ms.MultiStartAdam(**{**base, "n_steps": 30}, **_ck(tmp_path)).fit(parabola, PARABOLA_SPACE)
     longer = ms.MultiStartAdam(**{**base, "n_steps": 50}, **_ck(tmp_path)).fit(
         parabola, PARABOLA_SPACE, resume=True

@@ -1,17 +1,17 @@
 """Start strategies, user starts and the broad-start filter."""
 
+import functools
 import logging
 import math
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from conftest import (
     MULTIMODAL_SPACE,
-    PARABOLA_SPACE,
     NoCompile,
     multimodal,
-    parabola,
     same_result,
 )
 
@@ -139,14 +139,12 @@ def test_user_starts_fill_the_first_slots_as_given():
 
 
 def test_as_many_user_starts_as_slots_runs_no_filter():
-    x = {"x": np.array([-3.0, 0.5, 2.0]), "y": np.array([0.0, 1.0, -1.0])}
-    r = ms.MultiStartAdam(n_starts=3, n_steps=10, seed=0).fit(
-        lambda p: p["x"] ** 2 + p["y"] ** 2,
-        {"x": ms.Uniform(-4.0, 4.0), "y": ms.Normal(0.0, 1.0)},
-        starts=x,
-    )
+    # the search of test_the_filter_compiles_once_however_ragged: one chunk-step program
+    x = {"n": np.array([-3.0, 0.5, 2.0]), "s": np.array([1.0, 0.2, 7.0])}
+    r = ms.MultiStartAdam(n_starts=3, n_steps=2, seed=0).fit(multimodal, MULTIMODAL_SPACE, starts=x)
     assert "n_filter_compiles" in r.stats and r.stats["n_filter_compiles"] == 0
-    np.testing.assert_allclose(r.start_params["x"], x["x"], rtol=1e-6)
+    np.testing.assert_allclose(r.start_params["n"], x["n"], rtol=1e-6)
+    np.testing.assert_allclose(r.start_params["s"], x["s"], rtol=1e-6)
 
 
 GOOD = {"a": [0.5, -1.0, 2.0], "s": 3.0, "n": {"m": [0.0, 1.0]}}
@@ -264,24 +262,37 @@ def test_the_filter_compiles_once_however_ragged(n_candidates, width):
     assert result.stats["n_compiles"] == 1
 
 
-def test_filter_on_gives_results_independent_of_batch_size(x64):
-    runs = [
-        ms.MultiStartAdam(n_starts=7, batch_size=bs, n_steps=60, seed=4).fit(
-            multimodal, MULTIMODAL_SPACE
-        )
-        for bs in (None, 3)
-    ]
-    assert same_result(runs[0], runs[1])
+@pytest.fixture(scope="module")
+def multimodal_fit():
+    """``multimodal_fit(batch_size, n_candidates)``: one float64 search of 8 starts on the
+    multimodal objective (filter on unless n_candidates=0); width None and 0-candidate runs
+    share one chunk-step program. Built inside a test, under its environment."""
+
+    @functools.cache
+    def fit(batch_size, n_candidates=None):
+        with jax.enable_x64(True):
+            return ms.MultiStartAdam(
+                n_starts=8, batch_size=batch_size, n_steps=60, seed=0, n_candidates=n_candidates
+            ).fit(multimodal, MULTIMODAL_SPACE)
+
+    return fit
 
 
-def test_filter_makes_starts_better_than_plain_draws(x64):
-    kw = dict(n_starts=8, n_steps=1, seed=0, convergence=None)
-    plain = ms.MultiStartAdam(n_candidates=0, **kw).fit(multimodal, MULTIMODAL_SPACE)
-    filtered = ms.MultiStartAdam(**kw).fit(multimodal, MULTIMODAL_SPACE)
-    # after one step each start's best is its start value. The filter's are better as a whole
-    # and at the top, though not each one: the distance rule trades some for diversity.
-    assert np.median(filtered.foms) < np.median(plain.foms)
-    assert np.min(filtered.foms) < np.min(plain.foms)
+def test_filter_on_gives_results_independent_of_batch_size(multimodal_fit):
+    one_chunk, ragged = multimodal_fit(None), multimodal_fit(3)  # chunks of 3, 3 and 2
+    assert one_chunk.stats["batch_size"] == 8 and ragged.stats["batch_size"] == 3
+    assert same_result(one_chunk, ragged)
+
+
+def test_filter_makes_starts_better_than_plain_draws(multimodal_fit):
+    plain, filtered = multimodal_fit(None, 0), multimodal_fit(None)
+    assert plain.stats["n_filter_compiles"] == 0 and filtered.stats["n_candidates"] == 80
+    # the first row of the history is each start's value at its start (what a one-step search
+    # returns as foms). The filter's are better as a whole and at the top, though not each
+    # one: the distance rule trades some for diversity.
+    start_plain, start_filtered = plain.history[0], filtered.history[0]
+    assert np.median(start_filtered) < np.median(start_plain)
+    assert np.min(start_filtered) < np.min(start_plain)
 
 
 def only_near_zero(p):
@@ -370,22 +381,26 @@ def test_the_filter_backs_off_when_a_chunk_runs_out_of_memory(monkeypatch):
             raise RuntimeError("RESOURCE_EXHAUSTED: Out of memory allocating 123 bytes.")
         return original(self, u)
 
-    monkeypatch.setattr(sweep_mod.ValueSweep, "_evaluate", evaluate)
-    search = ms.MultiStartAdam(n_starts=4, n_steps=5, seed=0, n_candidates=100)
-    result = search.fit(parabola, PARABOLA_SPACE)
+    # a context, not monkeypatch.undo(): that would also undo the autouse fixtures' environment
+    # (MULTISTART_AUTO_WIDTH=memory), and the reference would time chunk widths (2 compiles)
+    with monkeypatch.context() as patch:
+        patch.setattr(sweep_mod.ValueSweep, "_evaluate", evaluate)
+        search = ms.MultiStartAdam(n_starts=3, n_steps=2, seed=0, n_candidates=100)
+        result = search.fit(multimodal, MULTIMODAL_SPACE)
     assert result.stats["filter_backoffs"] == [{"from": 64, "to": 32}, {"from": 32, "to": 16}]
     assert result.stats["filter_batch_size"] == 16
-    monkeypatch.undo()
-    reference = ms.MultiStartAdam(n_starts=4, n_steps=5, seed=0, n_candidates=100).fit(
-        parabola, PARABOLA_SPACE
+    reference = ms.MultiStartAdam(n_starts=3, n_steps=2, seed=0, n_candidates=100).fit(
+        multimodal, MULTIMODAL_SPACE
     )
-    np.testing.assert_array_equal(result.start_params["x"], reference.start_params["x"])
+    assert reference.stats["filter_batch_size"] == 64 and reference.stats["filter_backoffs"] == []
+    np.testing.assert_array_equal(result.start_params["n"], reference.start_params["n"])
+    np.testing.assert_array_equal(result.start_params["s"], reference.start_params["s"])
 
 
 def test_max_batch_caps_the_filter_width(monkeypatch):
     monkeypatch.setenv("MULTISTART_MAX_BATCH", "8")
-    result = ms.MultiStartAdam(n_starts=4, n_steps=5, seed=0, n_candidates=100).fit(
-        parabola, PARABOLA_SPACE
+    result = ms.MultiStartAdam(n_starts=3, n_steps=2, seed=0, n_candidates=100).fit(
+        multimodal, MULTIMODAL_SPACE
     )
     assert result.stats["filter_batch_size"] == 8
 
