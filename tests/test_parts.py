@@ -198,16 +198,16 @@ except ValueError as e:
     assert "checkpoint_dir with part= is not supported" in str(e), e
 else:
     raise AssertionError("checkpoint_dir was accepted in a job of two processes")
-search(n_steps=20).fit(multimodal, MULTIMODAL_SPACE, part=part).save(out)
+search().fit(multimodal, MULTIMODAL_SPACE, part=part).save(out)
 """
 
 
 @pytest.mark.subprocess
-def test_two_processes_each_run_a_part_and_the_parts_merge(tmp_path):
+def test_two_processes_each_run_a_part_and_the_parts_merge(tmp_path, runs):
     outs = [tmp_path / f"part-{i}.npz" for i in range(2)]
     run_two_processes(_WORKER, lambda i: [outs[i], REPO / "tests"])
     merged = ms.Result.merge(outs)
-    whole = search(n_steps=20).fit(multimodal, MULTIMODAL_SPACE)
+    whole = runs[0]  # the whole search, fitted here once for every test of the file
     assert same_result(merged, whole)
     assert merged.stats["identity"] == whole.stats["identity"]
 

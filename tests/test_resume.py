@@ -46,10 +46,10 @@ def test_a_signal_checkpoints_returns_the_partial_result_and_resume_completes_it
 ):
     full = uninterrupted
 
-    signal_at_step(monkeypatch, 37, sig)
-    with pytest.raises(ms.SearchInterrupted) as info:
+    # a context, not monkeypatch.undo(): that would also undo the autouse fixtures' environment
+    with monkeypatch.context() as mp, pytest.raises(ms.SearchInterrupted) as info:
+        signal_at_step(mp, 37, sig)
         search(tmp_path, convergence=None).fit(multimodal, MULTIMODAL_SPACE)
-    monkeypatch.undo()
     stopped = info.value
     assert isinstance(stopped, KeyboardInterrupt)
     assert stopped.reason == signal.Signals(sig).name and stopped.checkpoint == 37
@@ -65,9 +65,9 @@ def test_a_signal_checkpoints_returns_the_partial_result_and_resume_completes_it
     assert_same_result(full, resumed)
 
 
-def test_an_ignored_signal_stays_ignored_through_a_fit(monkeypatch):
+def test_an_ignored_signal_stays_ignored_through_a_fit(monkeypatch, x64):
     # A job started in the background ignores SIGINT: a Ctrl-C meant for the shell must not
-    # stop its fit.
+    # stop its fit. (float64 and no convergence: the program of ``uninterrupted``, compiled once.)
     from multistart.sweep import Stepper
 
     original = Stepper.step
@@ -223,8 +223,9 @@ def test_an_uncreatable_checkpoint_folder_fails_before_any_compile(tmp_path):
 
 
 def test_a_failed_checkpoint_write_keeps_the_search_and_the_previous_checkpoint(
-    tmp_path, monkeypatch
+    tmp_path, monkeypatch, x64
 ):
+    # float64: the program of ``uninterrupted`` (checkpoint settings are not in the program)
     original = Checkpointer.save
 
     def full_disk(self, step, state, meta):
@@ -252,18 +253,29 @@ def test_checkpoint_arguments_are_checked():
 # -- fault tests: the search survives what objectives do ----------------------------------------
 
 
-@pytest.mark.parametrize("bad", [jnp.inf, -jnp.inf, jnp.nan])
-def test_nonfinite_regions_of_every_kind_are_isolated(bad):
+# a band of each kind to the right of 1, side by side in one objective (one compile, not three)
+_BANDS = {"inf": (1.0, 1.5), "-inf": (1.5, 2.0), "nan": (2.0, np.inf)}
+
+
+def test_nonfinite_regions_of_every_kind_are_isolated():
     def objective(p):
         x = p["x"]
-        return jnp.where(x > 1.0, bad, (x + 1.0) ** 2)
+        bowl = (x + 1.0) ** 2
+        return jnp.where(
+            x > 2.0, jnp.nan, jnp.where(x > 1.5, -jnp.inf, jnp.where(x > 1.0, jnp.inf, bowl))
+        )
 
     result = ms.MultiStartAdam(n_starts=8, n_steps=200, seed=0, n_candidates=0).fit(
         objective, {"x": ms.Uniform(-4.0, 4.0)}
     )
     dead = np.array([s is ms.Status.NONFINITE for s in result.status])
+    start = result.start_params["x"]
     assert dead.any() and not dead.all()
-    assert np.all(result.start_params["x"][dead] > 1.0)
+    assert np.all(start[dead] > 1.0)
+    for kind, (lo, hi) in _BANDS.items():
+        band = (start > lo) & (start <= hi)
+        assert band.any(), f"no start began in the {kind} band: the case is not tested"
+        assert np.all(dead[band]), f"a start beginning in the {kind} band is not dead"
     np.testing.assert_allclose(result.best_params["x"], -1.0, atol=1e-2)
 
 

@@ -1,5 +1,7 @@
 """Resurrection: dead starts replaced from the filter's reserve or by fresh draws."""
 
+import functools
+import logging
 import math
 
 import jax
@@ -68,10 +70,13 @@ def test_resurrection_replaces_starts_dying_in_a_nan_region_and_finds_finite_fit
             assert r["start_params"]["x"][0] > 1.0  # it began in the nan region
 
 
-def test_resurrection_is_deterministic_and_independent_of_batch_size(x64):
-    a = nan_search(batch_size=None, resurrect=1).fit(nan_right, NAN_SPACE)
-    b = nan_search(batch_size=None, resurrect=1).fit(nan_right, NAN_SPACE)
-    c = nan_search(batch_size=2, resurrect=1).fit(nan_right, NAN_SPACE)
+def test_resurrection_is_deterministic_and_independent_of_batch_size(resurrected, x64):
+    # ``resurrected`` (width 4: two slots queue) against a second fit of it and the full width
+    # (6, batch_size=None: no slot queues); only the full width is a program of its own
+    a = resurrected
+    b = nan_search(batch_size=4, resurrect=2).fit(nan_right, NAN_SPACE)
+    c = nan_search(batch_size=None, resurrect=2).fit(nan_right, NAN_SPACE)
+    assert a.stats["batch_size"] == 4 and c.stats["batch_size"] == 6
     assert a.stats["n_resurrections"] > 0
     assert_same_result(a, b)
     assert_same_result(a, c)
@@ -90,7 +95,33 @@ def wall_search(n_steps, **kw):
     return ms.MultiStartAdam(n_steps=n_steps, log_every=0, **{**base, **kw})
 
 
-def test_replacements_come_from_the_filters_reserve_best_first(x64):
+@pytest.fixture(scope="module")
+def long_wall_fit():
+    """``long_wall_fit()``: the float64 300-step ``wall`` search, long enough to use up the
+    filter's reserve, and the messages it logged at WARNING and above (lazy: it runs inside
+    the first test that asks, with that test's log level)."""
+
+    @functools.cache
+    def run():
+        class Keep(logging.Handler):
+            def emit(self, record):
+                messages.append(record.getMessage())
+
+        messages = []
+        logger = logging.getLogger("multistart")
+        handler = Keep(logging.WARNING)
+        logger.addHandler(handler)
+        try:
+            with jax.enable_x64(True):
+                result = wall_search(300).fit(wall, WALL_SPACE)
+        finally:
+            logger.removeHandler(handler)
+        return result, messages
+
+    return run
+
+
+def test_replacements_come_from_the_filters_reserve_best_first(x64, long_wall_fit):
     cand = StartStream(Space(WALL_SPACE), "band", (0.15, 0.85), np.random.default_rng(0))
     x = cand.draw(6)["x"]
     foms = np.where(x <= 0.2, -x, np.nan)
@@ -99,7 +130,9 @@ def test_replacements_come_from_the_filters_reserve_best_first(x64):
     reduced = math.ceil(MLSL_GAMMA * np.isfinite(foms).sum())  # MLSL's reduced sample
     chosen, reserve, _ = diverse_candidates(unit, foms, 2, critical_distance(6, 1), reduced)
     assert len(reserve) >= 1 and np.all(np.diff(foms[reserve]) >= 0)
-    result = wall_search(40).fit(wall, WALL_SPACE)
+    # the 300-step search of the next test: its replacements (both of the reserve, at steps 4
+    # and 25) are made in its first 40 steps, as in a 40-step search, which compiled apart
+    result, _ = long_wall_fit()
     firsts = sorted(
         (r for r in result.incarnations if r["incarnation"] == 0), key=lambda r: r["slot"]
     )
@@ -112,13 +145,12 @@ def test_replacements_come_from_the_filters_reserve_best_first(x64):
     np.testing.assert_allclose([r["start_params"]["x"] for r in later], x[reserve[: len(later)]])
 
 
-def test_an_exhausted_reserve_leaves_the_rest_dead_and_says_so(x64, caplog):
-    with caplog.at_level("WARNING", logger="multistart"):
-        result = wall_search(300).fit(wall, WALL_SPACE)
+def test_an_exhausted_reserve_leaves_the_rest_dead_and_says_so(x64, long_wall_fit):
+    result, messages = long_wall_fit()
     reserve = result.stats["n_finite_candidates"] - 2
     assert result.stats["n_resurrections"] == reserve
     assert all(s is ms.Status.NONFINITE for s in result.status)
-    assert any("reserve is exhausted" in r.getMessage() for r in caplog.records)
+    assert any("reserve is exhausted" in m for m in messages)
 
 
 def test_a_replaced_start_that_was_better_is_not_lost(x64):

@@ -111,16 +111,19 @@ def test_bad_tiktak_options_fail_before_any_compile(kw, word):
         ms.MultiStartLBFGS(n_starts=8, **kw)
 
 
-def test_resume_mid_wave_equals_an_uninterrupted_run(tmp_path, monkeypatch, x64):
+def test_resume_mid_wave_equals_an_uninterrupted_run(tmp_path, monkeypatch, x64, tiktak_fit):
     pytest.importorskip("orbax.checkpoint")
-    kw = dict(KW, start_strategy="tiktak", n_steps=80, convergence=None)
-    full = ms.MultiStartLBFGS(**kw).fit(rastrigin, SPACE)
+    # the uninterrupted run is ``tiktak_fit``'s: checkpointing is not part of the program
+    kw = dict(KW, start_strategy="tiktak")
+    full = tiktak_fit()
     assert full.stats["n_resurrections"] > 0
-    signal_at_step(monkeypatch, 17)
+    later = [inc["started_at"] for inc in full.incarnations if inc["incarnation"] > 0]
+    assert min(later) < 17 < max(later)  # step 17 falls among the replacements: mid wave
     ck = dict(checkpoint_dir=str(tmp_path / "ck"), checkpoint_every=5)
-    with pytest.raises(ms.SearchInterrupted):
+    # a context, not monkeypatch.undo(): that would also undo the autouse fixtures' environment
+    with monkeypatch.context() as mp, pytest.raises(ms.SearchInterrupted):
+        signal_at_step(mp, 17)
         ms.MultiStartLBFGS(**kw, **ck).fit(rastrigin, SPACE)
-    monkeypatch.undo()
     resumed = ms.MultiStartLBFGS(**kw, **ck).fit(rastrigin, SPACE, resume=True)
     assert resumed.stats["resumed_from"] == 17
     assert same_result(full, resumed)
