@@ -29,10 +29,13 @@ def same(fp):
 
 
 def _state(k):
+    """JAX arrays built in NumPy and put on the device: no compile per eager op."""
+    h = np.full((5, 4), np.nan, np.float32)
+    h[0] = k
     return {
-        "u": jnp.full((4, 3), float(k)),
-        "status": jnp.arange(4, dtype=jnp.int8),
-        "h": jnp.full((5, 4), jnp.nan).at[0].set(k),
+        "u": jnp.asarray(np.full((4, 3), k, np.float32)),
+        "status": jnp.asarray(np.arange(4, dtype=np.int8)),
+        "h": jnp.asarray(h),
     }
 
 
@@ -103,9 +106,9 @@ def test_a_full_disk_is_a_clear_error_and_keeps_the_previous(tmp_path, monkeypat
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(ck._manager, "save", full)
-    with pytest.raises(CheckpointError, match="No space left"):
-        ck.save(10, _state(10), {"fingerprint": FP})
-    monkeypatch.undo()
+    with monkeypatch.context() as mp:  # not monkeypatch.undo(): that also undoes autouse env
+        mp.setattr(ck._manager, "save", full)
+        with pytest.raises(CheckpointError, match="No space left"):
+            ck.save(10, _state(10), {"fingerprint": FP})
     step, state, _ = Checkpointer(tmp_path).restore_latest(_state(0), same(FP))
     assert step == 5

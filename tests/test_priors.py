@@ -24,13 +24,14 @@ def test_bijection_round_trip_and_support(prior, x64):
     assert np.all(prior.contains(x))
     np.testing.assert_allclose(prior.to_unit(x), q, rtol=1e-9, atol=1e-12)
     u = prior.inverse(x)
-    np.testing.assert_allclose(np.asarray(prior.forward(jnp.asarray(u))), x, rtol=1e-9)
+    # jitted, as the engine calls it: one compile instead of one per eager op
+    np.testing.assert_allclose(np.asarray(jax.jit(prior.forward)(u)), x, rtol=1e-9)
 
 
 @pytest.mark.parametrize("prior", [ms.Uniform(2.0, 3.0), ms.LogUniform(1e-3, 1e3)])
 def test_bounded_forward_never_leaves_the_box(prior):
-    u = jnp.array([-1e6, -80.0, -30.0, 0.0, 30.0, 80.0, 1e6], jnp.float32)
-    x = np.asarray(prior.forward(u))
+    u = np.array([-1e6, -80.0, -30.0, 0.0, 30.0, 80.0, 1e6], np.float32)
+    x = np.asarray(jax.jit(prior.forward)(u))  # jitted, as the engine calls it
     assert np.all(np.isfinite(x))
     assert np.all((x >= prior.lower) & (x <= prior.upper))
 
@@ -39,13 +40,19 @@ def test_log_prob_matches_scipy(x64):
     from scipy import stats
 
     n = ms.Normal(1.0, 2.0, shape=(3,))
-    x = jnp.array([0.0, 1.0, 4.0])
-    np.testing.assert_allclose(float(n.log_prob(x)), stats.norm(1.0, 2.0).logpdf(x).sum())
     u = ms.Uniform(0.0, 4.0)
-    np.testing.assert_allclose(float(u.log_prob(jnp.array(1.0))), -np.log(4.0))
     lu = ms.LogUniform(1.0, 100.0)
+    x = np.array([0.0, 1.0, 4.0])
+
+    @jax.jit  # the three log-densities in one program, not one compile per eager op
+    def log_probs(x, one, five):
+        return n.log_prob(x), u.log_prob(one), lu.log_prob(five)
+
+    got_n, got_u, got_lu = log_probs(x, np.float64(1.0), np.float64(5.0))
+    np.testing.assert_allclose(float(got_n), stats.norm(1.0, 2.0).logpdf(x).sum())
+    np.testing.assert_allclose(float(got_u), -np.log(4.0))
     expected = stats.loguniform(1.0, 100.0).logpdf(5.0)
-    np.testing.assert_allclose(float(lu.log_prob(jnp.array(5.0))), expected)
+    np.testing.assert_allclose(float(got_lu), expected)
 
 
 @pytest.mark.parametrize(
@@ -85,7 +92,7 @@ def test_space_maps_whole_pytrees(x64):
     space = Space({"a": ms.Uniform(0.0, 2.0), "b": {"c": ms.LogUniform(1.0, 10.0, shape=(3,))}})
     x = {"a": np.array([0.5, 1.5]), "b": {"c": np.array([[2.0, 3.0, 4.0], [5.0, 6.0, 7.0]])}}
     u = space.to_unconstrained(x)
-    back = jax.vmap(space.to_physical)(jax.tree_util.tree_map(jnp.asarray, u))
+    back = jax.jit(jax.vmap(space.to_physical))(u)
     for got, want in zip(
         jax.tree_util.tree_leaves(back), jax.tree_util.tree_leaves(x), strict=True
     ):
@@ -102,16 +109,20 @@ def test_flat_map_equals_the_per_leaf_map_and_keeps_gradients_finite(x64):
         }
     )
     rng = np.random.default_rng(0)
-    u = jnp.asarray(rng.normal(size=space.n_dims) * 3)
-    flat = space.forward_flat(u)
-    per_leaf = space.to_physical(space.unravel(u))
+    u = rng.normal(size=space.n_dims) * 3
+
+    @jax.jit  # both maps in one program, as the engine runs them: not one compile per eager op
+    def both_maps(v):
+        return space.unravel(space.forward_flat(v)), space.to_physical(space.unravel(v))
+
+    flat, per_leaf = both_maps(u)
     for got, want in zip(
-        jax.tree_util.tree_leaves(space.unravel(flat)),
+        jax.tree_util.tree_leaves(flat),
         jax.tree_util.tree_leaves(per_leaf),
         strict=True,
     ):
         np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-12)
-    grad = jax.grad(lambda v: jnp.sum(space.forward_flat(v)))(u)
+    grad = jax.jit(jax.grad(lambda v: jnp.sum(space.forward_flat(v))))(u)
     assert np.all(np.isfinite(np.asarray(grad)))
     x = {k: v for k, v in per_leaf.items()}
     back = space.ravel(space.to_unconstrained(x), batch_ndim=0)

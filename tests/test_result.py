@@ -89,10 +89,20 @@ def test_save_load_round_trips_every_field(tmp_path):
     assert loaded.params["a"].dtype == np.float32
 
 
-def test_save_load_round_trips_a_real_search(tmp_path):
-    result = ms.MultiStartAdam(n_starts=5, batch_size=2, n_steps=40, seed=0).fit(
-        parabola, PARABOLA_SPACE
-    )
+@pytest.fixture(scope="module")
+def real_search():
+    """One real search for the round-trip and the colliding-name tests: the parabola (a 2-d
+    Uniform and a Normal), its Normal named ``fom`` as a record column is."""
+
+    def fom_parabola(p):
+        return parabola({"x": p["x"], "y": p["fom"]})
+
+    space = {"x": PARABOLA_SPACE["x"], "fom": PARABOLA_SPACE["y"]}
+    return ms.MultiStartAdam(n_starts=5, batch_size=2, n_steps=40, seed=0).fit(fom_parabola, space)
+
+
+def test_save_load_round_trips_a_real_search(tmp_path, real_search):
+    result = real_search
     result.save(tmp_path / "r.npz")
     loaded = ms.Result.load(tmp_path / "r.npz")
     for name in RECORD_FIELDS:
@@ -138,11 +148,10 @@ def test_to_dataframe_columns_and_values():
     np.testing.assert_array_equal(df["best_step"], result.best_step)
 
 
-def test_to_dataframe_of_a_search_and_a_colliding_name():
-    space = {"fom": ms.Uniform(0.0, 1.0)}
-    result = ms.MultiStartAdam(n_starts=2, n_steps=5).fit(lambda p: p["fom"] ** 2, space)
+def test_to_dataframe_of_a_search_and_a_colliding_name(real_search):
+    assert "fom" in real_search.paths  # a parameter named as the record column
     with pytest.raises(ValueError, match="parameter column 'fom' collides"):
-        result.to_dataframe()
+        real_search.to_dataframe()
 
 
 def test_to_dataframe_without_pandas_says_how_to_install(monkeypatch):
