@@ -223,8 +223,9 @@ def test_same_seed_same_result_other_seed_other_starts(width_run, x64):
     assert not np.array_equal(a.start_params["x"], other.start_params["x"])
 
 
-# 10 starts for all but the clipped width: the programs test_compiles_do_not_grow_... reuses
-@pytest.mark.parametrize("n_starts, batch_size", [(10, 3), (10, 4), (3, 8), (10, 1), (10, None)])
+# 10 starts throughout: the programs test_compiles_do_not_grow_... reuses; a width of 16 is
+# clipped to the 10 starts, the program of batch_size=None
+@pytest.mark.parametrize("n_starts, batch_size", [(10, 3), (10, 4), (10, 16), (10, 1), (10, None)])
 def test_exactly_one_chunk_step_compile_however_ragged(n_starts, batch_size):
     result = ms.MultiStartAdam(n_starts=n_starts, batch_size=batch_size, n_steps=4, seed=0).fit(
         parabola, PARABOLA_SPACE

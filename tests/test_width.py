@@ -484,11 +484,35 @@ def inject_oom(monkeypatch, fits: int, after_calls: int = 0):
     monkeypatch.setattr(Sweep, "compiled_for", compiled_for)
 
 
+# The back-off tests and test_scan_equals_loop_bit_for_bit_in_float64 share this float64
+# search: 11 starts (ragged at widths 8, 4 and 2), some of which converge (the running set
+# shrinks), so the back-off tests' width-2 references are the scan test's two fits.
+RAGGED_CONVERGING = dict(
+    n_starts=11, n_steps=300, seed=4, convergence=ms.Convergence(window=20, rtol=1e-7, atol=1e-9)
+)
+
+
+@pytest.fixture(scope="module")
+def width_two_fit():
+    """``width_two_fit(backend)``: the ``RAGGED_CONVERGING`` search on ``multimodal`` at
+    batch_size 2 (chunks 2, 2, 2, 2, 2, 1), float64, fitted once per backend."""
+
+    @functools.cache
+    def run(backend):
+        with jax.enable_x64(True):
+            return fit(
+                multimodal, MULTIMODAL_SPACE, batch_size=2, backend=backend, **RAGGED_CONVERGING
+            )
+
+    return run
+
+
 @pytest.mark.parametrize("backend", ["loop", "scan"])
-def test_out_of_memory_halves_the_width_and_loses_nothing(monkeypatch, x64, backend):
-    reference = fit(multimodal, MULTIMODAL_SPACE, batch_size=2, n_steps=60, backend=backend)
-    inject_oom(monkeypatch, fits=2, after_calls=5)  # fails mid-run, a few steps in
-    result = fit(multimodal, MULTIMODAL_SPACE, batch_size=8, n_steps=60, backend=backend)
+def test_out_of_memory_halves_the_width_and_loses_nothing(monkeypatch, x64, backend, width_two_fit):
+    reference = width_two_fit(backend)  # fitted before the failures are injected
+    # width 8 makes two calls a step (8 + 3): the sixth call fails, in the middle of step 3
+    inject_oom(monkeypatch, fits=2, after_calls=5)
+    result = fit(multimodal, MULTIMODAL_SPACE, batch_size=8, backend=backend, **RAGGED_CONVERGING)
     backoffs = result.stats["backoffs"]
     assert [(b["from"], b["to"]) for b in backoffs] == [(8, 4), (4, 2)]
     assert backoffs[0]["step"] >= 2 and backoffs[0]["replayed"] >= 1
@@ -575,16 +599,11 @@ def test_a_real_allocation_failure_backs_off(tmp_path):
 # -- scan backend -----------------------------------------------------------------------------
 
 
-def test_scan_equals_loop_bit_for_bit_in_float64(x64):
-    kwargs = dict(
-        n_starts=11,
-        batch_size=3,  # ragged: 3, 3, 3, 2
-        n_steps=300,
-        seed=4,
-        convergence=ms.Convergence(window=20, rtol=1e-7, atol=1e-9),
-    )
-    loop = ms.MultiStartAdam(backend="loop", **kwargs).fit(multimodal, MULTIMODAL_SPACE)
-    scan = ms.MultiStartAdam(backend="scan", **kwargs).fit(multimodal, MULTIMODAL_SPACE)
+def test_scan_equals_loop_bit_for_bit_in_float64(x64, width_two_fit):
+    # 11 starts at batch_size 2, ragged (2, 2, 2, 2, 2, 1), with a convergence test: the
+    # back-off tests' references
+    loop, scan = width_two_fit("loop"), width_two_fit("scan")
+    assert loop.stats["batch_size"] == scan.stats["batch_size"] == 2
     assert any(s is ms.Status.CONVERGED for s in scan.status)  # the running set shrank
     assert identical(loop, scan)
     assert scan.stats["n_compiles"] == 1 and scan.stats["backend"] == "scan"
