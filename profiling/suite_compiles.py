@@ -2,12 +2,12 @@
 
     PYTHONPATH=profiling python -m pytest -q -p suite_compiles [pytest args]
 
-Each test's XLA backend compiles (count and seconds, from JAX's monitoring events, cache hits
-included: a hit still reports a short compile) and each chunk-step program it lowers (a SHA-1 of
-the lowered text, so two tests that compile the same program are seen to share it). At the end
-the plugin prints the suite's totals and a table per test file: backend compile seconds, chunk
-steps lowered, and how many of those were distinct programs. With xdist each worker writes its
-records to a folder and the controller adds them up.
+Each test's XLA backend compiles (count and seconds, counted by the library's own
+``multistart.monitor.CompileCounter``, cache hits included: a hit still reports a short compile)
+and each chunk-step program it lowers (a SHA-1 of the lowered text, so two tests that compile the
+same program are seen to share it). At the end the plugin prints the suite's totals and a table
+per test file: backend compile seconds, chunk steps lowered, and how many of those were distinct
+programs. With xdist each worker writes its records to a folder and the controller adds them up.
 
 The figures behind issue 14's notes on the suite's time ("compiling is about half of it; the
 chunk step is the program compiled; most programs are distinct"). Lowering a chunk step twice
@@ -25,7 +25,6 @@ from pathlib import Path
 
 import pytest
 
-_BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"
 _DIR_ENV = "SUITE_COMPILES_DIR"
 _current: dict[str, str | None] = {"test": None}
 _records: dict[str, dict] = collections.defaultdict(
@@ -33,22 +32,11 @@ _records: dict[str, dict] = collections.defaultdict(
 )
 
 
-def _on_duration(event: str, duration: float, **kwargs) -> None:
-    test = _current["test"]
-    if event == _BACKEND_COMPILE and test is not None:
-        rec = _records[test]
-        rec["n_compiles"] += 1
-        rec["compile_s"] += duration
-
-
 def pytest_configure(config):
     if not hasattr(config, "workerinput") and _DIR_ENV not in os.environ:
         os.environ[_DIR_ENV] = tempfile.mkdtemp(prefix="suite-compiles-")  # workers inherit it
-    import jax
-
     from multistart import sweep
 
-    jax.monitoring.register_event_duration_secs_listener(_on_duration)
     original = sweep.lower_and_compile
 
     def hashing(jitted, what, *args):
@@ -64,9 +52,15 @@ def pytest_configure(config):
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
+    from multistart.monitor import CompileCounter
+
     _current["test"] = item.nodeid
-    yield
+    with CompileCounter() as counter:  # the library's own count of backend compiles
+        yield
     _current["test"] = None
+    rec = _records[item.nodeid]
+    rec["n_compiles"] += counter.total
+    rec["compile_s"] += sum(counter.seconds.values())
 
 
 def pytest_sessionfinish(session):
