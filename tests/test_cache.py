@@ -100,6 +100,7 @@ def _entries(folder: Path, name: str) -> list[str]:
     return [p.name for p in folder.glob(f"jit_{name}-*")] if folder.exists() else []
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_a_second_process_loads_the_chunk_step_and_the_filter_from_the_cache(tmp_path):
     ours = tmp_path / "ms"
@@ -119,6 +120,7 @@ def test_a_second_process_loads_the_chunk_step_and_the_filter_from_the_cache(tmp
     assert second["hit_events"] >= 2 and second["n_cache_hits"] >= 2
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_an_empty_multistart_cache_dir_turns_the_cache_off():
     out = _run("plain", MULTISTART_CACHE_DIR="")
@@ -127,6 +129,7 @@ def test_an_empty_multistart_cache_dir_turns_the_cache_off():
     assert out["hits"] == [] and out["n_cache_hits"] == 0
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_a_users_own_jax_cache_folder_is_respected(tmp_path):
     user, ours = tmp_path / "user", tmp_path / "ms"

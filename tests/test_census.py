@@ -40,6 +40,7 @@ def tiny_plan(**kwargs) -> runner.Plan:
 # -- rows from a real child, cold then warm ---------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_a_tiny_cell_gives_a_cold_row_and_a_warm_row_that_hit_the_cache(tmp_path, monkeypatch):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the cache folders go

@@ -82,6 +82,7 @@ print("ok auto")
 """
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_four_logical_devices_give_the_one_device_result_with_one_compile():
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])}
@@ -160,6 +161,7 @@ ms.MultiStartAdam(**tiktak, **kw).fit(multimodal, MULTIMODAL_SPACE).save(out + "
 """
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_two_processes_split_a_fit_and_each_gets_the_whole_result(tmp_path):
     from conftest import MULTIMODAL_SPACE, assert_same_result, multimodal, run_two_processes
@@ -237,6 +239,7 @@ search.fit(multimodal, MULTIMODAL_SPACE, resume=True).save(out)
 """
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_two_processes_stopped_or_killed_resume_to_the_uninterrupted_result(tmp_path):
     import signal

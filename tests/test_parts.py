@@ -202,6 +202,7 @@ search().fit(multimodal, MULTIMODAL_SPACE, part=part).save(out)
 """
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_two_processes_each_run_a_part_and_the_parts_merge(tmp_path, runs):
     outs = [tmp_path / f"part-{i}.npz" for i in range(2)]

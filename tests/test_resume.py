@@ -154,6 +154,7 @@ def _child(tmp_path, *args, rule="adam", every=20):
     )
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 @pytest.mark.parametrize(
     "rule, kill_at, every, kept",

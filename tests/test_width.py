@@ -416,6 +416,7 @@ def test_no_cache_folder_means_no_record(monkeypatch):
         assert tuning["source"] == "measured" and tuning["path"] is None
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_a_second_process_finds_the_tuned_width(tmp_path):
     script = textwrap.dedent(
@@ -543,6 +544,7 @@ def test_other_runtime_errors_are_not_retried(monkeypatch):
         fit(batch_size=2, n_steps=5)  # the program of the test above
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 @pytest.mark.skipif(
     sys.platform != "linux" or jax.default_backend() != "cpu",
