@@ -6,20 +6,48 @@ import os
 import shutil
 import signal
 import tempfile
+from pathlib import Path
 
-# The suite never reads the user's persistent compilation cache or ours: nothing depends on
-# what earlier runs left on disk. It shares one cache of its own among its tests (xdist workers
-# and the subprocesses they start), fresh for each run and removed at its end, so a program two
-# tests compile is compiled once (about a fifth of the suite's time on 2 cores). A cache hit
-# gives the same executable and still counts as a compile (monitor.py), so results and
-# compile counts are as without it. The cache itself is tested in subprocesses with their own
-# folders (test_cache.py). MULTISTART_CACHE_DIR="" keeps tuning records out of the user's
-# folder (tests of them point it at their own). Set before JAX is imported, which reads
+# The suite never reads the user's persistent compilation cache or ours. It keeps one of its
+# own, shared by its tests (xdist workers and the subprocesses they start) and kept between runs
+# in this checkout (.pytest_cache/multistart-jax, git-ignored), so a program compiled by a test,
+# or by an earlier run of the suite, is loaded instead of compiled again: a run after the first
+# takes well under half the time of a cold one on 2 cores (profiling/README.md). A cache hit
+# gives the same executable a compile would (JAX keys an entry by the program, the compiler's
+# options and versions, and the device) and still counts as a compile (monitor.py), so results
+# and compile counts do not depend on what is in the cache. MULTISTART_SUITE_JAX_CACHE names
+# another folder; set empty, the run is cold (a fresh folder, removed at its end), as on CI's
+# fresh checkout. The cache itself is tested in subprocesses with their own folders
+# (test_cache.py). MULTISTART_CACHE_DIR="" keeps tuning records out of the user's folder
+# (tests of them point it at their own). Set before JAX is imported, which reads
 # JAX_COMPILATION_CACHE_DIR once.
 _SUITE_CACHE_ENV = "MULTISTART_SUITE_JAX_CACHE"
-_OWN_SUITE_CACHE = _SUITE_CACHE_ENV not in os.environ  # the first process of the run makes it
-if _OWN_SUITE_CACHE:
-    os.environ[_SUITE_CACHE_ENV] = tempfile.mkdtemp(prefix="multistart-suite-jax-cache-")
+_SUITE_CACHE_MAX_BYTES = 1 << 30  # past this (many runs of changed code) it is emptied first
+_KEPT_SUITE_CACHE = Path(__file__).resolve().parent.parent / ".pytest_cache" / "multistart-jax"
+
+
+def _suite_cache() -> tuple[str, bool]:
+    """``(folder, fresh)`` for the first process of a run; ``fresh``: made for this run only."""
+    asked = os.environ.get(_SUITE_CACHE_ENV)
+    if asked == "":
+        return tempfile.mkdtemp(prefix="multistart-suite-jax-cache-"), True
+    folder = Path(asked) if asked else _KEPT_SUITE_CACHE
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        size = sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
+        if size > _SUITE_CACHE_MAX_BYTES:
+            shutil.rmtree(folder)
+            folder.mkdir(parents=True)
+    except OSError:  # a read-only checkout: a cold run
+        return tempfile.mkdtemp(prefix="multistart-suite-jax-cache-"), True
+    return str(folder), False
+
+
+# The first process of the run decides; xdist workers and subprocesses inherit the folder.
+_OWN_SUITE_CACHE = False
+if _SUITE_CACHE_ENV not in os.environ or os.environ[_SUITE_CACHE_ENV] == "":
+    _folder, _OWN_SUITE_CACHE = _suite_cache()
+    os.environ[_SUITE_CACHE_ENV] = _folder
 os.environ["MULTISTART_CACHE_DIR"] = ""
 os.environ["JAX_COMPILATION_CACHE_DIR"] = os.environ[_SUITE_CACHE_ENV]
 
@@ -209,7 +237,6 @@ def run_two_processes(
     import socket
     import subprocess
     import sys
-    from pathlib import Path
 
     repo = Path(__file__).resolve().parents[1]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo), str(repo / "tests")])}

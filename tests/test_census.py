@@ -9,6 +9,7 @@ import time
 import jax
 import psutil
 import pytest
+from jax.experimental.compilation_cache.compilation_cache import reset_cache
 
 from multistart import cli
 from multistart.census import cells, probe, report, runner
@@ -73,7 +74,8 @@ def test_a_tiny_cell_gives_a_cold_row_and_a_warm_row_that_hit_the_cache(tmp_path
 
 @pytest.mark.parametrize("transform", ["vmap_vag", "laxmap_vag", "pyloop_vag"])
 def test_each_transform_builds_compiles_and_runs(transform, capsys):
-    # In this process with the persistent cache off: 3 starts in chunks of 2 (ragged).
+    # In this process with the persistent cache off (the suite's cache has compiled these
+    # programs before, in an earlier run or test): 3 starts in chunks of 2 (ragged).
     spec = {
         "cell": "one",
         "size": "tiny",
@@ -86,8 +88,9 @@ def test_each_transform_builds_compiles_and_runs(transform, capsys):
     before = jax.config.jax_enable_compilation_cache
     try:
         out = probe.measure(spec)
-    finally:
+    finally:  # the suite's cache on again, opened afresh at the next compile
         jax.config.update("jax_enable_compilation_cache", before)
+        reset_cache()
     markers = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith(probe.PHASE)]
     assert [m.split()[1] for m in markers] == ["setup", "trace", "lower", "compile", "steady"]
     assert out["starts_per_call"] == (2 if transform == "vmap_vag" else 3)

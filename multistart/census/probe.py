@@ -52,9 +52,15 @@ def phase(name: str) -> None:
 
 def configure_cache(cache_dir: str | None) -> None:
     """Point JAX's persistent cache at ``cache_dir`` and cache every entry, however small or
-    quick to compile; ``None`` disables the persistent cache."""
-    import jax
+    quick to compile; ``None`` disables the persistent cache.
 
+    JAX decides once per process, at its first compile, whether it uses the cache and where;
+    the decision is reset (``reset_cache``, public API) so the setting holds even in a process
+    that has compiled before (the tests call :func:`measure` in theirs)."""
+    import jax
+    from jax.experimental.compilation_cache import compilation_cache as cc
+
+    cc.reset_cache()
     if cache_dir is None:
         jax.config.update("jax_enable_compilation_cache", False)
         return
