@@ -3,11 +3,12 @@
     PYTHONPATH=profiling python -m pytest -q -p suite_compiles [pytest args]
 
 Each test's XLA backend compiles (count and seconds, counted by the library's own
-``multistart.monitor.CompileCounter``, cache hits included: a hit still reports a short compile)
-and each chunk-step program it lowers (a SHA-1 of the lowered text, so two tests that compile the
-same program are seen to share it). At the end the plugin prints the suite's totals and a table
-per test file: backend compile seconds, chunk steps lowered, and how many of those were distinct
-programs. With xdist each worker writes its records to a folder and the controller adds them up.
+``multistart.monitor.CompileCounter``, cache hits included: a hit still reports a short compile),
+each program's name, and each chunk-step program it lowers (a SHA-1 of the lowered text, so two
+tests that compile the same program are seen to share it). At the end the plugin prints the
+suite's totals, a table per test file (backend compile seconds, chunk steps lowered, and how many
+of those were distinct programs), then the programs that took the most compile seconds. With
+xdist each worker writes its records to a folder and the controller adds them up.
 
 The figures behind issue 14's notes on the suite's time ("compiling is about half of it; the
 chunk step is the program compiled; most programs are distinct"). Lowering a chunk step twice
@@ -28,7 +29,7 @@ import pytest
 _DIR_ENV = "SUITE_COMPILES_DIR"
 _current: dict[str, str | None] = {"test": None}
 _records: dict[str, dict] = collections.defaultdict(
-    lambda: {"n_compiles": 0, "compile_s": 0.0, "chunk_steps": []}
+    lambda: {"n_compiles": 0, "compile_s": 0.0, "chunk_steps": [], "by_name": {}}
 )
 
 
@@ -61,6 +62,9 @@ def pytest_runtest_protocol(item, nextitem):
     rec = _records[item.nodeid]
     rec["n_compiles"] += counter.total
     rec["compile_s"] += sum(counter.seconds.values())
+    for name, seconds in counter.seconds.items():
+        n, s = rec["by_name"].get(name, (0, 0.0))
+        rec["by_name"][name] = (n + counter.counts[name], s + seconds)
 
 
 def pytest_sessionfinish(session):
@@ -94,3 +98,12 @@ def pytest_terminal_summary(terminalreporter, config):
     write(f"{'compile s':>10} {'compiles':>9} {'chunk steps':>12} {'distinct':>9}  file")
     for name, (seconds, n, steps, distinct) in sorted(files.items(), key=lambda kv: -kv[1][0]):
         write(f"{seconds:10.1f} {n:9d} {steps:12d} {len(distinct):9d}  {name}")
+    programs: dict[str, list] = collections.defaultdict(lambda: [0, 0.0])
+    for rec in records.values():
+        for name, (n, seconds) in rec["by_name"].items():
+            programs[name][0] += n
+            programs[name][1] += seconds
+    write("")
+    write(f"{'compile s':>10} {'compiles':>9}  program (the 12 with the most seconds)")
+    for name, (n, seconds) in sorted(programs.items(), key=lambda kv: -kv[1][1])[:12]:
+        write(f"{seconds:10.1f} {n:9d}  {name}")

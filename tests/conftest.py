@@ -38,9 +38,25 @@ def _suite_cache() -> tuple[str, bool]:
         if size > _SUITE_CACHE_MAX_BYTES:
             shutil.rmtree(folder)
             folder.mkdir(parents=True)
+        _drop_truncated_entries(folder)
     except OSError:  # a read-only checkout: a cold run
         return tempfile.mkdtemp(prefix="multistart-suite-jax-cache-"), True
     return str(folder), False
+
+
+def _drop_truncated_entries(folder: Path) -> None:
+    """Remove entries that do not decompress. JAX writes an entry in place, not by a rename, so
+    a process killed while writing one (the suite kills some on purpose) can leave it truncated;
+    JAX would warn at each read (an error here) and never replace it."""
+    try:
+        from jax._src.compilation_cache import decompress_executable
+    except ImportError:  # another JAX: nothing checked
+        return
+    for entry in folder.glob("*-cache"):
+        try:
+            decompress_executable(entry.read_bytes())
+        except Exception:
+            entry.unlink(missing_ok=True)
 
 
 # The first process of the run decides; xdist workers and subprocesses inherit the folder.
