@@ -12,12 +12,12 @@ from pathlib import Path
 # own, shared by its tests (xdist workers and the subprocesses they start) and kept between runs
 # in this checkout (.pytest_cache/multistart-jax, git-ignored), so a program compiled by a test,
 # or by an earlier run of the suite, is loaded instead of compiled again: a run after the first
-# takes well under half the time of a cold one on 2 cores (profiling/README.md). A cache hit
+# takes about half the time of a cold one on 2 cores (profiling/README.md). A cache hit
 # gives the same executable a compile would (JAX keys an entry by the program, the compiler's
 # options and versions, and the device) and still counts as a compile (monitor.py), so results
 # and compile counts do not depend on what is in the cache. MULTISTART_SUITE_JAX_CACHE names
-# another folder; set empty, the run is cold (a fresh folder, removed at its end), as on CI's
-# fresh checkout. The cache itself is tested in subprocesses with their own folders
+# another folder, used as it is; set empty, the run is cold (a fresh folder, removed at its
+# end), as on CI's fresh checkout. The cache itself is tested in subprocesses with their own folders
 # (test_cache.py). MULTISTART_CACHE_DIR="" keeps tuning records out of the user's folder
 # (tests of them point it at their own). Set before JAX is imported, which reads
 # JAX_COMPILATION_CACHE_DIR once.
@@ -47,7 +47,7 @@ def _suite_cache() -> tuple[str, bool]:
 def _drop_truncated_entries(folder: Path) -> None:
     """Remove entries that do not decompress. JAX writes an entry in place, not by a rename, so
     a process killed while writing one (the suite kills some on purpose) can leave it truncated;
-    JAX would warn at each read (an error here) and never replace it."""
+    JAX would then compile that program at every read, with a warning, and never replace it."""
     try:
         from jax._src.compilation_cache import decompress_executable
     except ImportError:  # another JAX: nothing checked
