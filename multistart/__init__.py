@@ -11,7 +11,9 @@ from .checkpoint import CheckpointError as CheckpointError
 from .checkpoint import CheckpointMismatch as CheckpointMismatch
 from .checkpoint import SearchInterrupted as SearchInterrupted
 from .chunking import chunk_slices as chunk_slices
+from .config import SearchConfig as SearchConfig
 from .convergence import Convergence as Convergence
+from .decide import StopReason as StopReason
 from .graph import Factor as Factor
 from .graph import FactorGraphModel as FactorGraphModel
 from .graph import FactorView as FactorView
@@ -64,8 +66,10 @@ __all__ = [
     "OptaxSolver",
     "Solver",
     "START_STRATEGIES",
+    "SearchConfig",
     "SearchInterrupted",
     "Status",
+    "StopReason",
     "Uniform",
     "cache_dir",
     "chunk_slices",

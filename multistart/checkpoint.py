@@ -195,12 +195,13 @@ class SearchCheckpoints:
         self.stride = stride
         self.saved: list[int] = []
 
-    def vet(self, meta: dict, step: int) -> None:
-        """Raise :class:`CheckpointMismatch` unless this search may continue ``meta``'s."""
+    def vet(self, meta: dict, step: int, ignore=()) -> None:
+        """Raise :class:`CheckpointMismatch` unless this search may continue ``meta``'s
+        (``ignore``: configuration keys not compared yet)."""
         from .identity import describe_difference
 
         where = f"the checkpoint in {str(self.store.directory)!r} (step {step})"
-        what = describe_difference(meta.get("identity", {}), self.identity)
+        what = describe_difference(meta.get("identity", {}), self.identity, ignore)
         if what is not None:
             raise CheckpointMismatch(
                 f"{where} is of {what}; use another checkpoint_dir, or delete it to start afresh"
@@ -218,20 +219,21 @@ class SearchCheckpoints:
                 "max_history so the stride stays the same"
             )
 
-    def check(self) -> None:
-        """Refuse, before any compile, a folder whose newest checkpoint is of another search."""
+    def check(self, ignore=()) -> None:
+        """Refuse, before any compile, a folder whose newest checkpoint is of another search
+        (``ignore``: configuration keys not compared yet, such as the plan's starts)."""
         for step in reversed(self.store.steps()):
             try:
                 meta = self.store.read_meta(step)
             except Exception:  # noqa: BLE001 - damaged: restore will fall back past it
                 continue
-            self.vet(meta, step)
+            self.vet(meta, step, ignore)
             return
 
     def due(self, steps_run: int) -> bool:
         return steps_run % self.every == 0
 
-    def save(self, steps_run: int, pop, resurrector, loop: dict) -> None:
+    def save(self, steps_run: int, pop, refiller, loop: dict) -> None:
         state = {"pop": pop}
         meta = {
             "identity": self.identity.record(),
@@ -241,13 +243,13 @@ class SearchCheckpoints:
             "steps_run": steps_run,
             "loop": loop,
         }
-        if resurrector is not None:
-            state["resurrector"], meta["resurrector"] = resurrector.state()
+        if refiller is not None:
+            state["resurrector"], meta["resurrector"] = refiller.state()
         self.store.save(steps_run, state, meta)
         self.saved.append(steps_run)
         logger.debug("checkpoint of step %d written to %s", steps_run, self.store.directory)
 
-    def restore(self, pop, resurrector):
+    def restore(self, pop, refiller):
         """``(pop, steps_run, loop)`` from the newest readable checkpoint, or ``None``.
 
         A checkpoint of a search with a smaller ``n_steps`` has fewer history rows; the rows
@@ -262,8 +264,8 @@ class SearchCheckpoints:
             h = pop.history
             history = jax.ShapeDtypeStruct((rows, *h.shape[1:]), h.dtype, sharding=h.sharding)
             state = {"pop": pop._replace(history=history)}
-            if resurrector is not None:
-                state["resurrector"] = resurrector.state_like(meta["resurrector"])
+            if refiller is not None:
+                state["resurrector"] = refiller.state_like(meta["resurrector"])
             return state
 
         found = self.store.restore_latest(target, self.vet)
@@ -275,7 +277,7 @@ class SearchCheckpoints:
         if missing:  # on the host: the caller places the population again
             pad = np.full((missing, *pop.history.shape[1:]), np.nan, pop.history.dtype)
             restored = restored._replace(history=np.concatenate([to_host(restored.history), pad]))
-        if resurrector is not None:
-            resurrector.restore(state["resurrector"], meta["resurrector"])
+        if refiller is not None:
+            refiller.restore(state["resurrector"], meta["resurrector"])
         logger.info("resuming from the checkpoint of step %d in %s", step, self.store.directory)
         return restored, int(meta["steps_run"]), dict(meta.get("loop", {}))

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import jax
@@ -33,8 +33,13 @@ __all__ = [
     "starts_hash",
 ]
 
-#: Configuration keys that may differ between a checkpoint and the search resuming from it.
-RESUMABLE_KEYS = ("n_steps", "batch_size", "log_every", "progress")
+
+def _resumable(key: str) -> bool:
+    """May the option ``key`` differ between a checkpoint and the search resuming from it?
+    (Budgets, width and display: :class:`multistart.config.OnResume`.)"""
+    from .config import SearchConfig
+
+    return SearchConfig.resumable(key)
 
 
 def _hash_array(h, a) -> None:
@@ -71,13 +76,19 @@ class SearchIdentity:
         """What a checkpoint stores: the hashes and the readable values."""
         return {**self.hashes(), "values": self.values}
 
+    def with_config(self, config: dict) -> SearchIdentity:
+        """The same model and rule under another configuration (the plan's starts added)."""
+        values = json.loads(json.dumps(config, default=str))
+        return replace(self, config=config_hash(values), values=values)
 
-def _comparable(config: dict) -> dict:
-    return {k: v for k, v in config.items() if k not in RESUMABLE_KEYS}
+
+def _comparable(config: dict, ignore=()) -> dict:
+    return {k: v for k, v in config.items() if not _resumable(k) and k not in ignore}
 
 
 def config_hash(config: dict) -> str:
-    """The ``config`` hash of an identity: its JSON values, less :data:`RESUMABLE_KEYS`."""
+    """The ``config`` hash of an identity: its JSON values, less the options a resumed search
+    may change."""
     values = json.loads(json.dumps(config, default=str))
     return hashlib.sha256(json.dumps(_comparable(values), sort_keys=True).encode()).hexdigest()[:32]
 
@@ -117,13 +128,17 @@ def search_identity(problem, dtype, start_step, one_start, config: dict) -> Sear
     )
 
 
-def describe_difference(old: dict, new: SearchIdentity) -> str | None:
-    """What differs between a stored identity record and ``new``, in words (``None``: same)."""
+def describe_difference(old: dict, new: SearchIdentity, ignore=()) -> str | None:
+    """What differs between a stored identity record and ``new``, in words (``None``: same).
+
+    ``ignore``: configuration keys not compared (``"starts"`` before the plan is made).
+    """
     if old.get("model") != new.model:
         return "another model (its figure of merit, data, space or dtype differ)"
-    before = _comparable(old.get("values", {}))
-    after = _comparable(new.values)
-    if old.get("config") != new.config:
+    before = _comparable(old.get("values", {}), ignore)
+    after = _comparable(new.values, ignore)
+    same = before == after if ignore else old.get("config") == new.config
+    if not same:
         keys = sorted(set(before) | set(after))
         changed = [
             f"{k} {before.get(k)!r} -> {after.get(k)!r}"

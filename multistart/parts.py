@@ -97,7 +97,7 @@ def check_part(part, search) -> Part | None:
     if not ints:
         raise ValueError(f"part must be None or a pair (i, k) of ints; got {part!r}")
     i, k = (int(v) for v in part)
-    n = search.n_starts
+    n = search.options.n_starts
     if not (1 <= k <= n and 0 <= i < k):
         raise ValueError(
             f"part=(i, k) needs 1 <= k <= n_starts ({n}) and 0 <= i < k "
@@ -114,15 +114,15 @@ def check_part(part, search) -> Part | None:
 
 def coupling(search) -> str | None:
     """What couples the search's slots (so it cannot run in parts), in words, or ``None``."""
+    o = search.options
     coupled = {
-        "resurrect": search.resurrect
+        "resurrect": o.resurrect
         and "resurrection draws every slot's replacements from one shared reserve",
-        "start_strategy='tiktak'": search.start_strategy == "tiktak"
+        "start_strategy='tiktak'": o.tiktak
         and "TikTak hands every slot candidates from one queue, blended towards the best "
         "point of all slots",
-        "target_fom": search.target_fom is not None
-        and "it stops every start once any start reaches it",
-        "max_evals": search.max_evals is not None
+        "target_fom": o.target_fom is not None and "it stops every start once any start reaches it",
+        "max_evals": o.max_evals is not None
         and "it stops every start once all of them made that many evaluations",
     }
     for name, why in coupled.items():
@@ -209,6 +209,7 @@ def merge(cls, parts) -> Any:
         owner = next(p for p in parts if _holds(p, best_index))
         result._problem, result._hessian = owner._problem, owner._hessian
         result._laplace = owner._laplace
+    result.stats["n_distinct_minima"] = len(result.distinct_minima())  # of the whole run
     return result
 
 

@@ -34,6 +34,7 @@ from scipy.stats import qmc
 from . import log
 from .priors import Space
 from .problem import Problem
+from .queues import StartQueue
 from .sweep import ValueSweep
 
 __all__ = [
@@ -442,24 +443,24 @@ def describe_region(space: Space, strategy: str, band, max_params: int = 8) -> s
     return f"{strategy!r} draws in the quantile band ({lo:g}, {hi:g}): " + "; ".join(parts)
 
 
-class CandidateReserve:
+class CandidateReserve(StartQueue):
     """The filter's finite candidates that were not chosen, best first (resurrection's source)."""
 
+    kind = "the filter's reserve"
+
     def __init__(self, x, foms: np.ndarray):
+        super().__init__()
         self.x = x
         self.foms = np.asarray(foms)
         self.taken = 0
-        self.takes: list[int] = []  # every take(m), so a resumed search can replay them
-        self.kind = "the filter's reserve"
 
-    @property
-    def remaining(self) -> int:
+    def available(self) -> int:
         return len(self.foms) - self.taken
 
-    def take(self, m: int):
+    def take(self, m: int, best=None):
         """Up to ``m`` candidates (physical params, leading axis), or ``None`` if none is left."""
         self.takes.append(int(m))
-        k = min(m, self.remaining)
+        k = min(m, self.available())
         if k == 0:
             return None
         rows = slice(self.taken, self.taken + k)
@@ -467,28 +468,17 @@ class CandidateReserve:
         return jax.tree_util.tree_map(lambda a: a[rows], self.x)
 
 
-class StreamReserve:
+class StreamReserve(StartQueue):
     """Fresh draws of the start strategy (resurrection's source when no filter ran)."""
 
     def __init__(self, stream: StartStream):
+        super().__init__()
         self.stream = stream
-        self.takes: list[int] = []  # every take(m), so a resumed search can replay them
         self.kind = f"fresh {stream.strategy!r} draws"
 
-    def take(self, m: int):
+    def take(self, m: int, best=None):
         self.takes.append(int(m))
         return self.stream.draw(m) if m else None
-
-
-def replay_takes(reserve, takes: list[int]) -> None:
-    """Bring a freshly planned reserve to where another one stood after ``takes``.
-
-    The reserves are deterministic given the seed (the filter's ranking, the strategy's random
-    stream), so repeating the same sequence of takes reproduces their state exactly; this is
-    how a resumed search continues resurrection where the checkpointed one stopped.
-    """
-    for m in takes:
-        reserve.take(int(m))
 
 
 @dataclass
@@ -498,13 +488,14 @@ class StartPlan:
     Attributes:
       x0: physical params with a leading ``n_starts`` axis (NaN rows for slots never started).
       started: ``(n_starts,)`` which slots have a start.
-      reserve: a source of replacement starts (``take(m)``), or ``None``.
+      reserve: the queue of further starts (the filter's other finite candidates, or fresh
+        draws when no filter ran), or ``None``.
       stats: figures for the Result (filter counts and times).
     """
 
     x0: Any
     started: np.ndarray
-    reserve: Any = None
+    reserve: StartQueue | None = None
     stats: dict = field(default_factory=dict)
 
 

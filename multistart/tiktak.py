@@ -32,8 +32,10 @@ import jax
 import numpy as np
 
 from .priors import Space
+from .queues import StartQueue
+from .status import Status
 
-__all__ = ["TikTakQueue", "theta"]
+__all__ = ["TikTakQueue", "Discoveries", "theta"]
 
 
 def theta(i: int, n_local: int) -> float:
@@ -52,31 +54,35 @@ def _unit(space: Space, x) -> list[np.ndarray]:
     ]
 
 
-class TikTakQueue:
-    """The queue of candidates, handed out blended towards the best point.
+class TikTakQueue(StartQueue):
+    """The queue of candidates, handed out blended towards the best point, and TikTak's stop
+    rule (the best minimum re-found ``max_discoveries`` times).
 
     Args:
       x: the queued candidates (physical params, leading axis, best first).
       space: the search's space.
       n_local: how many local searches the whole search runs (the first wave included).
       n_first: how many the first wave ran (the slots started as they were).
+      discoveries: the rediscovery count, or ``None`` (no such stop).
     """
 
     kind = "TikTak's queue"
-    blends = True
+    routine = True
+    needs_best = True
 
-    def __init__(self, x, space: Space, *, n_local: int, n_first: int):
+    def __init__(
+        self, x, space: Space, *, n_local: int, n_first: int, discoveries: Discoveries | None = None
+    ):
+        super().__init__()
         self.x = x
         self.space = space
         self.n_local = n_local
         self.n_first = n_first
-        n = 0 if x is None else len(jax.tree_util.tree_leaves(x)[0])
-        self.size = n
+        self.discoveries = discoveries
+        self.size = 0 if x is None else len(jax.tree_util.tree_leaves(x)[0])
         self.taken = 0
-        self.takes: list[int] = []  # every take(m), so a resumed search can replay them
 
-    @property
-    def remaining(self) -> int:
+    def available(self) -> int:
         return max(0, min(self.size - self.taken, self.n_local - self.n_first - self.taken))
 
     def take(self, m: int, best=None):
@@ -85,7 +91,7 @@ class TikTakQueue:
         Without ``best`` (a checkpoint being replayed) the queue only advances.
         """
         self.takes.append(int(m))
-        k = min(m, self.remaining)
+        k = min(m, self.available())
         if k == 0:
             return None
         rows = slice(self.taken, self.taken + k)
@@ -106,3 +112,44 @@ class TikTakQueue:
             q = (1.0 - wb) * qc + wb * qb
             out.append(prior.from_unit(np.clip(q, 1e-12, 1.0 - 1e-12)))
         return self.space.unflatten(out)
+
+    def observe(self, records) -> None:
+        if self.discoveries is not None:
+            self.discoveries.observe(records)
+
+    @property
+    def stop_reason(self) -> str | None:
+        d = self.discoveries
+        return "max_discoveries" if d is not None and d.done else None
+
+
+class Discoveries:
+    """Counts how often ended local searches re-find the best minimum (TikTak's stop rule).
+
+    Records are observed in the order they ended. A converged one better than the best by more
+    than ``ftol`` becomes the best (found once); one within ``ftol`` of it in the figure of
+    merit and within ``xtol`` in every unconstrained coordinate (both relative above magnitude
+    1) counts as a rediscovery. The search stops once the best has been found ``limit`` times.
+    The state is a function of the records alone, so a resumed search replays it.
+    """
+
+    def __init__(self, limit: int, *, xtol: float, ftol: float):
+        self.limit, self.xtol, self.ftol = limit, xtol, ftol
+        self.best_f, self.best_u, self.count = np.inf, None, 0
+
+    @property
+    def done(self) -> bool:
+        return self.count >= self.limit
+
+    def observe(self, records) -> None:
+        for r in records:
+            if r.status != Status.CONVERGED.code or not np.isfinite(r.best_fom):
+                continue
+            u = np.concatenate([np.ravel(a) for a in jax.tree_util.tree_leaves(r.best_u)])
+            tol_f = self.ftol * max(1.0, abs(self.best_f)) if np.isfinite(self.best_f) else 0
+            if r.best_fom < self.best_f - tol_f:
+                self.best_f, self.best_u, self.count = r.best_fom, u, 1
+            elif abs(r.best_fom - self.best_f) <= tol_f and np.all(
+                np.abs(u - self.best_u) <= self.xtol * np.maximum(1.0, np.abs(self.best_u))
+            ):
+                self.count += 1

@@ -207,3 +207,26 @@ def test_resume_replays_replacements_due_at_the_checkpointed_step(tmp_path):
     )
     assert longer.stats["resumed_from"] == k
     assert_same_result(full, longer)
+
+
+def test_another_configuration_is_refused_before_the_filter_compiles(tmp_path):
+    base = dict(ADAM, n_candidates=8)  # the broad-start filter on: it compiles in plan()
+    ms.MultiStartAdam(**base, **_ck(tmp_path)).fit(parabola, PARABOLA_SPACE)
+    with NoCompile(), pytest.raises(ms.CheckpointMismatch, match="seed 0 -> 1"):
+        ms.MultiStartAdam(**{**base, "seed": 1}, **_ck(tmp_path)).fit(
+            parabola, PARABOLA_SPACE, resume=True
+        )
+
+
+def test_budgets_may_change_on_resume(tmp_path, fits):
+    """max_evals, max_time_s and target_fom only decide when a search stops: a preempted job
+    resumed with new ones continues, and ends as an uninterrupted run would."""
+    full = fits("adam")
+    first = ms.MultiStartAdam(**ADAM, max_evals=40, **_ck(tmp_path)).fit(parabola, PARABOLA_SPACE)
+    assert first.stats["stop_reason"] == "max_evals" and first.stats["n_steps_run"] == 10
+    resumed = ms.MultiStartAdam(**ADAM, max_time_s=3600.0, target_fom=-1.0, **_ck(tmp_path)).fit(
+        parabola, PARABOLA_SPACE, resume=True
+    )
+    assert resumed.stats["resumed_from"] == 10
+    assert resumed.stats["stop_reason"] == "n_steps"
+    assert_same_result(full, resumed)

@@ -1,5 +1,6 @@
 import dataclasses
 import functools
+import inspect
 import logging
 
 import jax
@@ -458,6 +459,58 @@ def test_every_start_nonfinite_gives_a_result_and_a_warning():
 def test_bad_search_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
         ms.MultiStartAdam(**kwargs)
+
+
+RULES = [
+    ms.MultiStartAdam,
+    ms.MultiStartProdigy,
+    ms.MultiStartADABelief,
+    ms.MultiStartLion,
+    ms.MultiStartLBFGS,
+]
+
+
+@pytest.mark.parametrize("rule", RULES)
+def test_every_option_is_keyword_only(rule):
+    # MultiStartLBFGS(4) once set memory=4 and left n_starts at 32
+    with pytest.raises(TypeError, match="positional"):
+        rule(4)
+    with pytest.raises(TypeError, match="positional"):
+        ms.MultiStartGradient(optax.adam(0.1), 4)
+
+
+def test_an_unknown_option_is_named_with_the_nearest():
+    with pytest.raises(TypeError, match="unknown option 'n_start' .did you mean 'n_starts'"):
+        ms.MultiStartLBFGS(n_start=4)
+    with pytest.raises(TypeError, match="unknown option 'colour'"):
+        ms.MultiStartAdam(colour="blue")
+
+
+def test_options_are_one_frozen_configuration():
+    search = ms.MultiStartLBFGS(n_starts=8, memory=4)
+    assert isinstance(search.options, ms.SearchConfig)
+    assert search.n_starts == search.options.n_starts == 8
+    assert search.options.n_candidates == 80  # derived defaults are resolved
+    with pytest.raises(AttributeError, match=r"search.replace\(n_steps=5\)"):
+        search.n_steps = 5
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        search.options.n_steps = 5  # type: ignore[misc]
+    bigger = search.replace(n_starts=16)
+    assert bigger.options.n_candidates == 160 and bigger.solver.memory == 4
+    assert type(bigger) is ms.MultiStartLBFGS and search.n_starts == 8
+    assert search.config() == {**search.config(), **{"n_starts": 8}}
+    assert set(search.options.record()) <= set(search.config())
+
+
+@pytest.mark.parametrize("rule", [ms.MultiStartGradient, *RULES])
+def test_every_option_is_in_the_signature_and_the_docs(rule):
+    names = [f.name for f in dataclasses.fields(ms.SearchConfig)]
+    params = inspect.signature(rule).parameters
+    assert all(params[n].kind is inspect.Parameter.KEYWORD_ONLY for n in names)
+    assert params["n_starts"].default == 32
+    doc = ms.MultiStartGradient.__doc__
+    missing = [n for n in names if f"      {n}: " not in doc]
+    assert not missing, missing
 
 
 def test_bad_optimizer_and_convergence():

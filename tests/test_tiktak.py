@@ -37,7 +37,7 @@ def test_blended_starts_follow_the_formula():
         # LogUniform: blended in log x
         want = np.exp((1 - w) * np.log(cand["b"][j]) + w * np.log(10.0))
         np.testing.assert_allclose(out["b"][j], want)
-    assert queue.remaining == 1  # 3 candidates queued, 2 taken
+    assert queue.available() == 1  # 3 candidates queued, 2 taken
     assert theta(1, 1000) == 0.1 and theta(1000, 1000) == 0.995
 
 

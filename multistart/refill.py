@@ -1,15 +1,16 @@
-"""Resurrection: a start that died in a non-finite region is replaced by a fresh one.
+"""Giving freed slots new starts: the jitted row writer and the replaced starts' records.
 
-With ``resurrect=k`` a start ends as ``nonfinite`` after ``k`` non-finite evaluations without an
-improvement (or at once if it never had a finite value). At the next host sync its slot gets a
-new start (an *incarnation*) from the reserve: the filter's next-best finite candidates, or
-fresh draws of the start strategy when no filter ran. The new incarnation's whole state (point,
+When a start ends (it died in a non-finite region, with ``resurrect=k``; or its local search
+ended, with TikTak), :func:`multistart.decide.decide` may give its slot a new start from the
+search's queue (:class:`multistart.queues.StartQueue`). The :class:`Refiller` takes the new
+starts from the queue and writes them into the population: the new start's whole state (point,
 optimiser state, best-so-far, counters, convergence window) is reset by one jitted function,
-compiled once for ``batch_size`` rows and called per chunk of replaced rows (padded rows write
-out of bounds and are dropped), so a replacement costs no eager per-row work and no recompile.
+compiled once for ``batch_size`` rows and called per chunk of refilled rows (padded rows write
+out of bounds and are dropped), so a refill costs no eager per-row work and no recompile.
 
-Nothing is lost: the host keeps each replaced incarnation's record (its best finite figure of
-merit and parameters, if any), and :meth:`Resurrector.merge` folds them into the Result.
+Nothing is lost: the host keeps each replaced start's record (an *incarnation*: its best
+finite figure of merit and parameters, if any), and :meth:`Refiller.merge` folds them into the
+Result.
 """
 
 from __future__ import annotations
@@ -23,14 +24,25 @@ import numpy as np
 from . import log
 from .chunking import pad_rows
 from .distributed import to_host
+from .queues import StartQueue
 from .status import Status
 from .step import PopState, init_population
 from .sweep import lower_and_compile, padded_chunks
 
-__all__ = ["REPLACE_NAME", "make_replace_rows", "Resurrector", "Discoveries"]
+__all__ = ["REPLACE_NAME", "make_replace_rows", "Refiller", "Incarnation"]
 
 REPLACE_NAME = "multistart_replace_rows"
-_NONFINITE, _RUNNING = Status.NONFINITE.code, Status.RUNNING.code
+# The per-slot entries of a record that merge() copies before folding replaced starts in.
+_PER_SLOT = (
+    "foms",
+    "params",
+    "start_params",
+    "status",
+    "n_steps",
+    "n_evals",
+    "best_step",
+    "history",
+)
 
 
 def make_replace_rows(solver, window: int):
@@ -51,7 +63,9 @@ def make_replace_rows(solver, window: int):
 
 
 @dataclass
-class _Incarnation:
+class Incarnation:
+    """One start that ran in a slot and was replaced (the host's record of it)."""
+
     slot: int
     number: int
     start_u: Any
@@ -70,24 +84,25 @@ def _rows(tree, rows):
     return jax.tree_util.tree_map(lambda a: np.array(np.asarray(a)[rows]), tree)
 
 
-class Resurrector:
-    """Replaces dead starts at host sync points and keeps the replaced ones' records.
+class Refiller:
+    """Gives freed slots new starts from ``queue`` and keeps the replaced starts' records.
 
     Args:
-      reserve: a source with ``take(m)`` returning up to ``m`` physical starts (or ``None``) and
-        a ``kind`` for the log.
+      queue: where the new starts come from.
       solver, window: to build the fresh solver state and convergence window.
-      width: rows per compiled replacement call (the search's chunk width).
+      width: rows per compiled call of the row writer (the search's chunk width).
       n_total: population size.
       n_rows: the population's rows when padded past ``n_total`` (a mesh of devices); the
-        replacement writer's out-of-bounds index.
+        row writer's out-of-bounds index.
       to_u: physical starts (leading axis) to unconstrained NumPy, in the population's layout.
       u0: the population's initial unconstrained starts (host copy).
+      to_x: one start's unconstrained parameters to physical ones (for a queue that
+        :attr:`~multistart.queues.StartQueue.needs_best`).
     """
 
     def __init__(
         self,
-        reserve,
+        queue: StartQueue,
         *,
         solver,
         window,
@@ -96,14 +111,10 @@ class Resurrector:
         to_u,
         u0,
         n_rows=None,
-        codes=(Status.NONFINITE,),
         to_x=None,
-        discoveries: Discoveries | None = None,
     ):
-        self.reserve = reserve
-        self.codes = np.array([c.code for c in codes])
+        self.queue = queue
         self.to_x = to_x
-        self.discoveries = discoveries
         self._jit = jax.jit(make_replace_rows(solver, window), donate_argnums=0)
         self.compiled = None
         self.compile_s = 0.0
@@ -114,40 +125,35 @@ class Resurrector:
         self.start_u = jax.tree_util.tree_map(lambda a: np.array(a), u0)
         self.started_at = np.zeros(n_total, np.int64)
         self.count = np.zeros(n_total, np.int64)
-        self.records: list[_Incarnation] = []
-        self.exhausted = False
+        self.records: list[Incarnation] = []
+        self.said_short = False
 
     @property
-    def stop_reason(self) -> str | None:
-        """Why the search should stop now (TikTak's rediscovery rule), or ``None``."""
-        d = self.discoveries
-        return "max_discoveries" if d is not None and d.done else None
+    def evals_replaced(self) -> int:
+        """Evaluations made by the starts that were replaced."""
+        return sum(r.n_evals for r in self.records)
 
-    def __call__(self, pop: PopState, status: np.ndarray, step: int):
-        """Replace every ended start (of ``codes``) that the reserve can; ``(pop, status)``."""
-        dead = np.flatnonzero(np.isin(status, self.codes))
-        if dead.size == 0 or self.exhausted:
-            return pop, status
-        if getattr(self.reserve, "blends", False):
-            x_new = self.reserve.take(dead.size, self._best_x(pop))
-        else:
-            x_new = self.reserve.take(dead.size)
-        k = 0 if x_new is None else len(jax.tree_util.tree_leaves(x_new)[0])
-        if k < dead.size:
-            self.exhausted = True
-            (log.logger.info if getattr(self.reserve, "blends", False) else log.logger.warning)(
+    def refill(
+        self, pop: PopState, rows: np.ndarray, short: int, step: int, status: np.ndarray
+    ) -> PopState:
+        """Give ``rows`` (ended slots) new starts from the queue; ``short`` more ended slots
+        get none (the queue ran out: said once in the log). ``status``: each slot's status
+        code as the host sees it (the replaced starts' records keep it)."""
+        if short and not self.said_short:
+            self.said_short = True
+            (log.logger.info if self.queue.routine else log.logger.warning)(
                 "%s is exhausted: %d ended start%s stay as they are from step %d",
-                self.reserve.kind,
-                dead.size - k,
-                "" if dead.size - k == 1 else "s",
+                self.queue.kind,
+                short,
+                "" if short == 1 else "s",
                 step,
             )
-        if k == 0:
-            return pop, status
-        rows = dead[:k]
-        self._record(pop, rows, step)
-        if self.discoveries is not None:
-            self.discoveries.observe(self.records[-k:])
+        if rows.size == 0:
+            return pop
+        best = self._best_x(pop) if self.queue.needs_best else None
+        x_new = self.queue.take(rows.size, best)
+        self._record(pop, rows, step, status)
+        self.queue.observe(self.records[-rows.size :])
         u_new = self.to_u(x_new)
         if self.compiled is None:
             example = jax.tree_util.tree_map(lambda a: pad_rows(a[:1], self.width - 1), u_new)
@@ -165,17 +171,14 @@ class Resurrector:
             leaf[rows] = new
         self.started_at[rows] = step
         self.count[rows] += 1
-        status = status.copy()
-        status[rows] = _RUNNING
-        tiktak = getattr(self.reserve, "blends", False)  # routine for TikTak: not news
-        (log.logger.debug if tiktak else log.logger.info)(
+        (log.logger.debug if self.queue.routine else log.logger.info)(
             "step %d: %d ended start%s replaced from %s",
             step,
-            k,
-            "" if k == 1 else "s",
-            self.reserve.kind,
+            rows.size,
+            "" if rows.size == 1 else "s",
+            self.queue.kind,
         )
-        return pop, status
+        return pop
 
     def _best_x(self, pop: PopState):
         """The physical params of the best point found so far (running starts and records)."""
@@ -188,15 +191,15 @@ class Resurrector:
                 best_f, best_u = r.best_fom, r.best_u
         return jax.tree_util.tree_map(np.asarray, jax.device_get(self.to_x(best_u)))
 
-    def _record(self, pop: PopState, rows: np.ndarray, step: int) -> None:
+    def _record(self, pop: PopState, rows: np.ndarray, step: int, codes: np.ndarray) -> None:
         # Whole small vectors to the host (one transfer each), indexed in NumPy.
         s = pop.starts
-        best_fom, best_step, n_steps, n_evals, codes, best_u = to_host(
-            (s.best_fom, s.best_step, s.n_steps, s.n_evals, s.status, s.best_u)
+        best_fom, best_step, n_steps, n_evals, best_u = to_host(
+            (s.best_fom, s.best_step, s.n_steps, s.n_evals, s.best_u)
         )
         for i in rows:
             self.records.append(
-                _Incarnation(
+                Incarnation(
                     slot=int(i),
                     number=int(self.count[i]),
                     start_u=_rows(self.start_u, i),
@@ -223,8 +226,8 @@ class Resurrector:
             arrays["records_start_u"] = self._stack([r.start_u for r in recs])
             arrays["records_best_u"] = self._stack([r.best_u for r in recs])
         meta = {
-            "takes": list(self.reserve.takes),
-            "exhausted": self.exhausted,
+            "takes": list(self.queue.takes),
+            "exhausted": self.said_short,
             "records": [
                 {
                     **{k: getattr(r, k) for k in self._RECORD_INTS},
@@ -254,15 +257,13 @@ class Resurrector:
 
     def restore(self, arrays: dict, meta: dict) -> None:
         """Continue from :meth:`state` (of a search of the same model, configuration, seed)."""
-        from .starts import replay_takes
-
-        replay_takes(self.reserve, meta["takes"])
-        self.exhausted = bool(meta["exhausted"])
+        self.queue.replay(meta["takes"])
+        self.said_short = bool(meta["exhausted"])
         self.start_u = jax.tree_util.tree_map(np.array, arrays["start_u"])
         self.started_at = np.array(arrays["started_at"], np.int64)
         self.count = np.array(arrays["count"], np.int64)
         self.records = [
-            _Incarnation(
+            Incarnation(
                 start_u=_rows(arrays["records_start_u"], j),
                 best_u=_rows(arrays["records_best_u"], j),
                 **{k: int(r[k]) for k in self._RECORD_INTS},
@@ -271,53 +272,34 @@ class Resurrector:
             )
             for j, r in enumerate(meta["records"])
         ]
-        if self.discoveries is not None:
-            self.discoveries.observe(self.records)  # the same records in the same order
+        self.queue.observe(self.records)  # the same records in the same order
 
     @property
     def n_resurrections(self) -> int:
         return len(self.records)
 
-    def merge(self, rec: dict, to_physical_n) -> dict:
-        """Fold the replaced incarnations into the per-slot record ``rec`` (in place).
+    def merge(self, rec: dict, to_physical_n) -> tuple[dict, list[dict]]:
+        """The per-slot record ``rec`` with the replaced starts folded in, and every start of
+        every refilled slot.
 
-        ``rec`` holds the final incarnations' ``foms``, ``params``, ``start_params``,
-        ``status``, ``n_steps``, ``best_step`` and ``history``. Each resurrected slot then shows
-        its best incarnation (lowest finite figure of merit; the latest on ties or when none was
-        finite), its history becomes the best over its incarnations so far, and every
-        incarnation of every resurrected slot is listed in ``incarnations``.
-        ``to_physical_n`` maps ``n_total`` unconstrained rows to physical params.
-
-        Returns ``{"incarnations": [...], "resurrections": counts, "n_evals_replaced": int}``.
+        ``rec`` holds the final starts' ``foms``, ``params``, ``start_params``, ``status``,
+        ``n_steps``, ``n_evals``, ``best_step`` and ``history`` (it is not changed). In the
+        record returned each refilled slot shows its best start (lowest finite figure of
+        merit; the latest on ties or when none was finite) and its history is the best over its
+        starts so far. The list has one dict per start that ran in a refilled slot, the final
+        one included (``replaced_at`` is ``None``). ``to_physical_n`` maps ``n_total``
+        unconstrained rows to physical params.
         """
         out = {
-            "incarnations": [],
-            "resurrections": self.count.copy(),
-            "n_evals_replaced": sum(r.n_evals for r in self.records),
+            key: jax.tree_util.tree_map(np.array, value) if key in _PER_SLOT else value
+            for key, value in rec.items()
         }
         slots = np.flatnonzero(self.count)
         if slots.size == 0:
-            return out
+            return out, []
         final_start = self._physical(to_physical_n, [_rows(self.start_u, int(i)) for i in slots])
-        old_best = self._physical(to_physical_n, [r.best_u for r in self.records])
-        old_start = self._physical(to_physical_n, [r.start_u for r in self.records])
-        by_slot: dict[int, list[dict]] = {int(i): [] for i in slots}
-        for j, r in enumerate(self.records):
-            by_slot[r.slot].append(
-                {
-                    "slot": r.slot,
-                    "incarnation": r.number,
-                    "fom": r.best_fom,
-                    "params": _rows(old_best, j),
-                    "start_params": _rows(old_start, j),
-                    "status": Status.from_code(r.status),
-                    "n_steps": r.n_steps,
-                    "n_evals": r.n_evals,
-                    "best_step": r.best_step,
-                    "started_at": r.started_at,
-                    "replaced_at": r.replaced_at,
-                }
-            )
+        by_slot = self._replaced_by_slot(to_physical_n)
+        incarnations: list[dict] = []
         for j, i in enumerate(slots):
             i = int(i)
             final = {
@@ -334,13 +316,35 @@ class Resurrector:
                 "replaced_at": None,
             }
             incs = by_slot[i] + [final]
-            out["incarnations"].extend(incs)
-            shown = _best_incarnation([x["fom"] for x in incs])
-            self._show(rec, i, incs[shown])
-        hist = rec["history"]
+            incarnations.extend(incs)
+            self._show(out, i, incs[_best_incarnation([x["fom"] for x in incs])])
+        hist = out["history"]
         if hist.size:
             hist[:, slots] = np.fmin.accumulate(hist[:, slots], axis=0)
-        return out
+        return out, incarnations
+
+    def _replaced_by_slot(self, to_physical_n) -> dict[int, list[dict]]:
+        """The replaced starts' records as the Result lists them, by slot."""
+        old_best = self._physical(to_physical_n, [r.best_u for r in self.records])
+        old_start = self._physical(to_physical_n, [r.start_u for r in self.records])
+        by_slot: dict[int, list[dict]] = {int(i): [] for i in np.flatnonzero(self.count)}
+        for j, r in enumerate(self.records):
+            by_slot[r.slot].append(
+                {
+                    "slot": r.slot,
+                    "incarnation": r.number,
+                    "fom": r.best_fom,
+                    "params": _rows(old_best, j),
+                    "start_params": _rows(old_start, j),
+                    "status": Status.from_code(r.status),
+                    "n_steps": r.n_steps,
+                    "n_evals": r.n_evals,
+                    "best_step": r.best_step,
+                    "started_at": r.started_at,
+                    "replaced_at": r.replaced_at,
+                }
+            )
+        return by_slot
 
     def _physical(self, to_physical_n, rows: list):
         """Physical params of unconstrained rows, through the ``n_total``-row compiled map."""
@@ -367,38 +371,6 @@ class Resurrector:
                 strict=True,
             ):
                 leaf[i] = v
-
-
-class Discoveries:
-    """Counts how often ended local searches re-find the best minimum (TikTak's stop rule).
-
-    Records are observed in the order they ended. A converged one better than the best by more
-    than ``ftol`` becomes the best (found once); one within ``ftol`` of it in the figure of
-    merit and within ``xtol`` in every unconstrained coordinate (both relative above magnitude
-    1) counts as a rediscovery. The search stops once the best has been found ``limit`` times.
-    The state is a function of the records alone, so a resumed search replays it.
-    """
-
-    def __init__(self, limit: int, *, xtol: float, ftol: float):
-        self.limit, self.xtol, self.ftol = limit, xtol, ftol
-        self.best_f, self.best_u, self.count = np.inf, None, 0
-
-    @property
-    def done(self) -> bool:
-        return self.count >= self.limit
-
-    def observe(self, records) -> None:
-        for r in records:
-            if r.status != Status.CONVERGED.code or not np.isfinite(r.best_fom):
-                continue
-            u = np.concatenate([np.ravel(a) for a in jax.tree_util.tree_leaves(r.best_u)])
-            tol_f = self.ftol * max(1.0, abs(self.best_f)) if np.isfinite(self.best_f) else 0
-            if r.best_fom < self.best_f - tol_f:
-                self.best_f, self.best_u, self.count = r.best_fom, u, 1
-            elif abs(r.best_fom - self.best_f) <= tol_f and np.all(
-                np.abs(u - self.best_u) <= self.xtol * np.maximum(1.0, np.abs(self.best_u))
-            ):
-                self.count += 1
 
 
 def _best_incarnation(foms: list[float]) -> int:

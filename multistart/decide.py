@@ -1,0 +1,212 @@
+"""What the host does at a sync, decided by one pure function over NumPy values.
+
+The loop (:mod:`multistart.driver`) steps every running start on the device and, now and then,
+syncs: it reads a :class:`Reading` (the starts' statuses, bests and evaluation counts, the
+clock, a signal), calls :func:`decide`, and applies the :class:`Decision` it returns (end some
+starts, give freed slots new starts, write a checkpoint, sweep other rows, or stop and say
+why). Nothing here touches a device or a clock, so every rule of the host loop is tested as a
+table of readings and decisions (``tests/test_decide.py``).
+
+NumPy only (no JAX import).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from .queues import refill_slots
+from .status import Status
+
+__all__ = ["StopReason", "Due", "Reading", "Rules", "Decision", "decide", "STILL_RUNNING"]
+
+_RUNNING = Status.RUNNING.code
+
+
+class StopReason(str, enum.Enum):
+    """Why a search stopped (``result.stats["stop_reason"]``); a ``str`` equal to its value."""
+
+    ALL_ENDED = "all ended"  # every start converged, died or reached its own cap
+    N_STEPS = "n_steps"
+    TARGET_FOM = "target_fom"
+    MAX_EVALS = "max_evals"
+    MAX_TIME_S = "max_time_s"
+    MAX_DISCOVERIES = "max_discoveries"  # TikTak re-found its best that often
+    SIGINT = "SIGINT"
+    SIGTERM = "SIGTERM"
+    CHECKPOINT_FAILED = "a failed checkpoint"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def interrupted(self) -> bool:
+        """Did something other than the search's own rules stop it (a signal, a failure)?"""
+        return self in (StopReason.SIGINT, StopReason.SIGTERM, StopReason.CHECKPOINT_FAILED)
+
+
+#: What a start still running when the search stopped is marked, by the reason it stopped.
+STILL_RUNNING = {
+    StopReason.ALL_ENDED: Status.MAX_STEPS,
+    StopReason.N_STEPS: Status.MAX_STEPS,
+    StopReason.TARGET_FOM: Status.STOPPED,
+    StopReason.MAX_EVALS: Status.STOPPED,
+    StopReason.MAX_TIME_S: Status.STOPPED,
+    StopReason.MAX_DISCOVERIES: Status.STOPPED,
+}
+
+
+@dataclass(frozen=True)
+class Due:
+    """What the end of a step asks of the host; any of it means a sync (a status read)."""
+
+    first: bool = False  # the first step of this run (its time is reported)
+    last: bool = False  # n_steps reached
+    logging: bool = False  # a progress line is due
+    drawing: bool = False  # the progress bar is due
+    checkpoint: bool = False  # a checkpoint is due by the step count
+    signalled: bool = False  # SIGINT/SIGTERM arrived (in this process)
+    on_schedule: bool = False  # the sync_every schedule: the only syncs that end or refill starts
+
+    @property
+    def sync(self) -> bool:
+        return any(vars(self).values())
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What the host knows at a sync.
+
+    Attributes:
+      step: steps run so far (the loop's count; history row ``step - 1`` was written last).
+      status: ``(n,)`` each slot's status code, starts the host ended included.
+      best_fom: ``(n,)`` each slot's best figure of merit so far.
+      n_evals: ``(n,)`` evaluations each slot's current start made.
+      evals_replaced: evaluations of the starts that were replaced in their slots.
+      n_swept: rows the sweep steps now.
+      due: what made this a sync.
+      signal: ``"SIGINT"`` or ``"SIGTERM"`` once one arrived (in any process), else ``None``.
+      out_of_time: ``max_time_s`` has passed (in any process).
+      available: new starts the queue can still hand out (``None``: no end; 0 without one).
+    """
+
+    step: int
+    status: np.ndarray
+    best_fom: np.ndarray
+    n_evals: np.ndarray
+    due: Due
+    evals_replaced: int = 0
+    n_swept: int = 0
+    signal: str | None = None
+    out_of_time: bool = False
+    available: int | None = 0
+
+
+@dataclass(frozen=True)
+class Rules:
+    """The search's rules for its syncs (from its options).
+
+    Attributes:
+      target_fom, max_evals: the budgets checked at every sync (``max_time_s`` is read as
+        :attr:`Reading.out_of_time`).
+      refills: status codes whose slots a queue gives new starts (none without a queue).
+      checkpoints: does the search write checkpoints?
+    """
+
+    target_fom: float | None = None
+    max_evals: int | None = None
+    refills: frozenset[int] = frozenset()
+    checkpoints: bool = False
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the loop does after a sync.
+
+    Attributes:
+      stop: why the search stops here, or ``None`` to go on.
+      refill: slots to give new starts from the queue, in this order.
+      short: ended slots the queue could not refill (it ran out at this sync).
+      refill_pending: refills were due but the search stops here; a run resuming from this
+        sync's checkpoint makes them first, as an uninterrupted run would have.
+      checkpoint: write a checkpoint.
+      rows: the rows to sweep from now on, or ``None`` when they stay as they are.
+      report: draw the progress bar and log a progress line if due.
+    """
+
+    stop: StopReason | None = None
+    refill: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    short: int = 0
+    refill_pending: bool = False
+    checkpoint: bool = False
+    rows: np.ndarray | None = None
+    report: bool = False
+
+    def stopping(self, reason: StopReason, rules: Rules) -> Decision:
+        """This decision, stopping for ``reason`` found while it was applied (TikTak's
+        rediscovery count is only known once the refilled slots' records are taken)."""
+        return replace(self, stop=reason, checkpoint=rules.checkpoints, rows=None)
+
+
+def _budget(r: Reading, rules: Rules) -> StopReason | None:
+    """The first budget or target that is met, or ``None``."""
+    if r.out_of_time:
+        return StopReason.MAX_TIME_S
+    if rules.target_fom is not None and r.best_fom.min(initial=np.inf) <= rules.target_fom:
+        return StopReason.TARGET_FOM
+    if rules.max_evals is not None and int(r.n_evals.sum()) + r.evals_replaced >= rules.max_evals:
+        return StopReason.MAX_EVALS
+    return None
+
+
+def decide(r: Reading, rules: Rules) -> Decision:
+    """The host's decision at a sync.
+
+    - **Stop** on a signal (first), then on a budget (``max_time_s``, ``target_fom``,
+      ``max_evals``); otherwise when no start is running (``"all ended"``) or at ``n_steps``.
+    - **Refill** ended slots (of :attr:`Rules.refills`), in slot order, as far as the queue
+      goes, only on the ``sync_every`` schedule and never at a sync where the search stops
+      (those refills are left pending for a resumed run).
+    - **Checkpoint** when due by the step count, and whenever the search stops.
+    - **Repack** the sweep when the running rows changed.
+    """
+    stop = StopReason(r.signal) if r.signal is not None else _budget(r, rules)
+    refill_due = bool(rules.refills) and r.due.on_schedule
+    refilling = refill_due and not (r.due.last or stop is not None)
+    refill, short = np.zeros(0, np.int64), 0
+    status = r.status
+    if refilling:
+        refill, short = refill_slots(r.status, rules.refills, r.available)
+        if refill.size:
+            status = r.status.copy()
+            status[refill] = _RUNNING
+    running = np.flatnonzero(status == _RUNNING)
+    if stop is None and running.size == 0:
+        stop = StopReason.ALL_ENDED
+    elif stop is None and r.due.last:
+        stop = StopReason.N_STEPS
+    ends_here = stop is not None
+    return Decision(
+        stop=stop,
+        refill=refill,
+        short=short,
+        refill_pending=refill_due and not refilling,
+        checkpoint=rules.checkpoints and (r.due.checkpoint or ends_here),
+        rows=None if ends_here or running.size == r.n_swept else running,
+        report=r.due.logging or r.due.drawing,
+    )
+
+
+def describe(decision: Decision) -> dict[str, Any]:
+    """A decision as plain values (for the DEBUG log and tests' messages)."""
+    return {
+        "stop": None if decision.stop is None else decision.stop.value,
+        "refill": decision.refill.tolist(),
+        "short": decision.short,
+        "refill_pending": decision.refill_pending,
+        "checkpoint": decision.checkpoint,
+        "rows": None if decision.rows is None else decision.rows.tolist(),
+    }

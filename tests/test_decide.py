@@ -1,0 +1,165 @@
+"""The host's decision at a sync, as a table: readings in, decisions out (no JAX, no compile)."""
+
+import numpy as np
+import pytest
+
+from multistart.decide import Decision, Due, Reading, Rules, StopReason, decide, describe
+from multistart.queues import refill_slots
+from multistart.status import Status
+
+R, C, N, M = (
+    s.code for s in (Status.RUNNING, Status.CONVERGED, Status.NONFINITE, Status.MAX_STEPS)
+)
+SYNC = Due(on_schedule=True)
+
+
+def reading(status, *, best=None, evals=None, due=SYNC, **kw) -> Reading:
+    status = np.asarray(status, np.int8)
+    best = np.arange(1.0, status.size + 1) if best is None else np.asarray(best, float)
+    evals = np.full(status.size, 10) if evals is None else np.asarray(evals)
+    n_swept = kw.pop("n_swept", int(np.sum(status == R)))
+    return Reading(
+        step=kw.pop("step", 7),
+        status=status,
+        best_fom=best,
+        n_evals=evals,
+        due=due,
+        n_swept=n_swept,
+        **kw,
+    )
+
+
+RESURRECT = Rules(refills=frozenset({N}))
+TIKTAK = Rules(refills=frozenset({N, C, M}), checkpoints=True)
+
+# (name, reading, rules, expected decision as plain values)
+TABLE = [
+    ("all running: go on", reading([R, R]), Rules(), dict(stop=None, rows=None)),
+    ("one ended: repack", reading([R, C], n_swept=2), Rules(), dict(stop=None, rows=[0])),
+    ("none running: all ended", reading([C, N]), Rules(), dict(stop="all ended")),
+    ("last step", reading([R, C], due=Due(last=True)), Rules(), dict(stop="n_steps")),
+    (
+        "all ended wins over the last step",
+        reading([C, C], due=Due(last=True)),
+        Rules(),
+        dict(stop="all ended"),
+    ),
+    ("a signal", reading([R], signal="SIGTERM"), Rules(), dict(stop="SIGTERM")),
+    (
+        "the signal wins over a budget",
+        reading([R], signal="SIGINT", out_of_time=True),
+        Rules(),
+        dict(stop="SIGINT"),
+    ),
+    ("out of time", reading([R], out_of_time=True), Rules(), dict(stop="max_time_s")),
+    (
+        "target reached",
+        reading([R, R], best=[3.0, 0.5]),
+        Rules(target_fom=0.5),
+        dict(stop="target_fom"),
+    ),
+    ("target not reached", reading([R], best=[0.6]), Rules(target_fom=0.5), dict(stop=None)),
+    (
+        "evaluations, replaced starts' included",
+        reading([R, R], evals=[4, 4], evals_replaced=2),
+        Rules(max_evals=10),
+        dict(stop="max_evals"),
+    ),
+    ("evaluations below the budget", reading([R], evals=[9]), Rules(max_evals=10), dict(stop=None)),
+    (
+        "resurrection refills the dead slots in order",
+        reading([N, R, N, C], available=5, n_swept=1),
+        RESURRECT,
+        dict(stop=None, refill=[0, 2], rows=[0, 1, 2]),
+    ),
+    (
+        "as far as the queue goes",
+        reading([N, R, N], available=1, n_swept=1),
+        RESURRECT,
+        dict(refill=[0], short=1, rows=[0, 1]),
+    ),
+    (
+        "an endless queue",
+        reading([N, N], available=None, n_swept=0),
+        RESURRECT,
+        dict(refill=[0, 1], rows=[0, 1]),
+    ),
+    (
+        "an empty queue: the slots stay ended, all ended",
+        reading([N, C], available=0),
+        RESURRECT,
+        dict(stop="all ended", short=1),
+    ),
+    (
+        "off schedule: no refill",
+        reading([N, R], available=3, due=Due(logging=True), n_swept=1),
+        RESURRECT,
+        dict(stop=None, refill=[]),
+    ),
+    (
+        "refills made, so the search goes on",
+        reading([C, M, N], available=3, n_swept=0),
+        TIKTAK,
+        dict(stop=None, refill=[0, 1, 2], checkpoint=False, rows=[0, 1, 2]),
+    ),
+    (
+        "stopping: refills left pending, a checkpoint written",
+        reading([C, R], available=3, signal="SIGINT"),
+        TIKTAK,
+        dict(stop="SIGINT", refill=[], refill_pending=True, checkpoint=True),
+    ),
+    (
+        "the last step: refills left pending",
+        reading([C, R], available=3, due=Due(last=True, on_schedule=True, checkpoint=True)),
+        TIKTAK,
+        dict(stop="n_steps", refill=[], refill_pending=True, checkpoint=True),
+    ),
+    (
+        "a checkpoint due by the step count",
+        reading([R], due=Due(checkpoint=True)),
+        Rules(checkpoints=True),
+        dict(stop=None, checkpoint=True),
+    ),
+    (
+        "no checkpoints, nothing written when stopping",
+        reading([C]),
+        Rules(),
+        dict(stop="all ended", checkpoint=False),
+    ),
+]
+
+
+@pytest.mark.parametrize("name, r, rules, expected", TABLE, ids=[t[0] for t in TABLE])
+def test_decide(name, r, rules, expected):
+    got = describe(decide(r, rules))
+    want = {k: got[k] for k in expected}
+    assert want == expected, got
+
+
+def test_decisions_report_when_the_log_or_bar_is_due():
+    assert decide(reading([R], due=Due(logging=True)), Rules()).report
+    assert decide(reading([R], due=Due(drawing=True)), Rules()).report
+    assert not decide(reading([R]), Rules()).report
+
+
+def test_a_stop_found_while_applying_writes_a_checkpoint_and_keeps_the_rows():
+    d = decide(reading([C, R], available=1, n_swept=1), TIKTAK)
+    assert d.stop is None and d.refill.tolist() == [0]
+    stopped = d.stopping(StopReason.MAX_DISCOVERIES, TIKTAK)
+    assert stopped.stop is StopReason.MAX_DISCOVERIES
+    assert stopped.checkpoint and stopped.rows is None
+    assert stopped.refill.tolist() == [0]  # the refill was made before the stop was known
+
+
+def test_stop_reasons_read_as_the_words_results_record():
+    assert StopReason.ALL_ENDED == "all ended" and str(StopReason.N_STEPS) == "n_steps"
+    assert StopReason("SIGTERM").interrupted and not StopReason.TARGET_FOM.interrupted
+    assert isinstance(Decision().refill, np.ndarray)
+
+
+def test_refill_slots_takes_ended_slots_in_order():
+    status = np.array([N, R, C, N, M])
+    rows, short = refill_slots(status, {N}, None)
+    assert rows.tolist() == [0, 3] and short == 0
+    rows, short = refill_slots(status, {N, C, M}, 2)
+    assert rows.tolist() == [0, 2] and short == 2
