@@ -27,6 +27,7 @@ from .priors import Prior as Prior
 from .priors import Uniform as Uniform
 from .result import Minimum as Minimum
 from .result import Result as Result
+from .schedule import Halving as Halving
 from .search import MultiStartADABelief as MultiStartADABelief
 from .search import MultiStartAdam as MultiStartAdam
 from .search import MultiStartGradient as MultiStartGradient
@@ -49,6 +50,7 @@ __all__ = [
     "Factor",
     "FactorGraphModel",
     "FactorView",
+    "Halving",
     "Laplace",
     "LogUniform",
     "Minimum",

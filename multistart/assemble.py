@@ -51,6 +51,7 @@ def records(problem: Problem, engine, outcome: Outcome) -> dict[str, Any]:
     starts, history = to_host((pop.starts, pop.history))  # gathered if over processes
     s = jax.tree_util.tree_map(lambda a: a[:n], starts)
     codes = np.asarray(s.status).astype(np.int64)
+    codes[outcome.pruned[:n]] = Status.PRUNED.code  # ended by the host, running on the device
     still = STILL_RUNNING.get(outcome.stop_reason, Status.INTERRUPTED)
     codes[codes == Status.RUNNING.code] = still.code
     # The history ends when the last start did; the host may have noticed a little later.
@@ -72,6 +73,7 @@ def records(problem: Problem, engine, outcome: Outcome) -> dict[str, Any]:
         "resurrections": None,
         "incarnations": [],
         "n_evals_replaced": 0,
+        "rung": None if outcome.rungs is None else outcome.rungs.rung_of()[:n],
     }
     if refiller is not None:
         rec, rec["incarnations"] = refiller.merge(rec, to_physical)
@@ -125,8 +127,18 @@ def stats(
         history_stride=engine.stride,
         identity=engine.identity.hashes(),
     )
+    out["evals_to_best"] = outcome.evals_to_best
     if outcome.resumed_from:
         out["resumed_from"] = outcome.resumed_from
+    halving = search.options.halving
+    if halving is not None and outcome.rungs is not None:
+        pruned = list(outcome.rungs.pruned)
+        out["rungs"] = {
+            "evals": [halving.rung(k) for k in range(len(pruned))],
+            "reached": [len(r) for r in outcome.rungs.reached],
+            "pruned": pruned,
+        }
+        out["n_pruned"] = int(sum(pruned))
     refiller = engine.refiller
     if refiller is not None:
         out.update(

@@ -24,6 +24,7 @@ from typing import Any
 
 from . import checks
 from .convergence import Convergence
+from .schedule import Halving, Schedule, check_schedule
 
 __all__ = ["SearchConfig", "OnResume", "option", "options_doc", "unknown_options"]
 
@@ -116,6 +117,16 @@ class SearchConfig:
         "a start ends as ``nonfinite`` after this many consecutive non-finite evaluations "
         "(each one rolls it back to its last finite point with half the step).",
     )
+    schedule: str | Schedule = option(
+        "all",
+        'which local searches run to their end. ``"all"`` (the default): every start runs '
+        'until it converges, dies or reaches ``n_steps``. ``"halving"`` (or a '
+        ":class:`multistart.Halving` with its own settings): asynchronous successive halving "
+        "of the running local searches; at each rung (a number of evaluations) a start "
+        "continues only if it ranks among the best of those that reached the rung or is still "
+        "improving fast enough to overtake them, otherwise it ends as ``pruned`` (its record "
+        "is kept). See ``docs/schedule.md``.",
+    )
     start_band: tuple[float, float] = option(
         (0.15, 0.85), "starts are drawn in this band of each prior's quantiles."
     )
@@ -194,8 +205,8 @@ class SearchConfig:
         1,
         "the host reads which starts ended every this many steps, to drop them from the sweep. "
         "Results do not depend on it (ended starts are frozen on the device), except where "
-        "the host decides something at a sync: resurrection and TikTak replace ended starts "
-        "on this schedule.",
+        "the host decides something at a sync: resurrection and TikTak replace ended starts, "
+        "and the halving schedule prunes, on this schedule.",
     )
     flat: bool = option(
         True,
@@ -288,6 +299,7 @@ class SearchConfig:
         self._set("batch_size", check_batch_size(self.batch_size))
         self._set("start_band", check_band(self.start_band))
         self._set("start_strategy", check_strategy(self.start_strategy))
+        self._set("schedule", check_schedule(self.schedule))
         if self.backend not in BACKEND_NAMES:
             options = ", ".join(repr(b) for b in BACKEND_NAMES)
             raise ValueError(f"backend must be one of {options}; got {self.backend!r}")
@@ -379,6 +391,11 @@ class SearchConfig:
         return self.start_strategy == "tiktak"
 
     @property
+    def halving(self) -> Halving | None:
+        """The halving schedule, or ``None`` (``schedule="all"``)."""
+        return self.schedule if isinstance(self.schedule, Halving) else None
+
+    @property
     def window(self) -> int:
         """The convergence window's length (the per-start ring buffer's size)."""
         return 1 if self.convergence is None else self.convergence.window
@@ -406,6 +423,8 @@ class SearchConfig:
                 value = list(value)
             elif f.name == "filter_batch_size" and not self.n_candidates:
                 value = None
+            elif isinstance(value, Schedule):
+                value = value.record()
             out[f.name] = value
         return out
 

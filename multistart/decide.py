@@ -19,11 +19,24 @@ from typing import Any
 import numpy as np
 
 from .queues import refill_slots
+from .schedule import Halving, Rungs, prune
 from .status import Status
 
-__all__ = ["StopReason", "Due", "Reading", "Rules", "Decision", "decide", "STILL_RUNNING"]
+__all__ = [
+    "StopReason",
+    "Due",
+    "Reading",
+    "Rules",
+    "Decision",
+    "Settled",
+    "decide",
+    "settle",
+    "STILL_RUNNING",
+]
 
 _RUNNING = Status.RUNNING.code
+_PRUNED = Status.PRUNED.code
+_NONE = np.zeros(0, np.int64)
 
 
 class StopReason(str, enum.Enum):
@@ -91,6 +104,7 @@ class Reading:
       signal: ``"SIGINT"`` or ``"SIGTERM"`` once one arrived (in any process), else ``None``.
       out_of_time: ``max_time_s`` has passed (in any process).
       available: new starts the queue can still hand out (``None``: no end; 0 without one).
+      rungs: the halving schedule's record so far (``None`` without the schedule).
     """
 
     step: int
@@ -103,6 +117,7 @@ class Reading:
     signal: str | None = None
     out_of_time: bool = False
     available: int | None = 0
+    rungs: Rungs | None = None
 
 
 @dataclass(frozen=True)
@@ -114,12 +129,60 @@ class Rules:
         :attr:`Reading.out_of_time`).
       refills: status codes whose slots a queue gives new starts (none without a queue).
       checkpoints: does the search write checkpoints?
+      halving: the halving schedule, or ``None`` (every start runs to its own end).
     """
 
     target_fom: float | None = None
     max_evals: int | None = None
     refills: frozenset[int] = frozenset()
     checkpoints: bool = False
+    halving: Halving | None = None
+
+    @property
+    def settles(self) -> bool:
+        """Does a sync on the ``sync_every`` schedule end or refill starts?"""
+        return self.halving is not None or bool(self.refills)
+
+
+@dataclass(frozen=True)
+class Settled:
+    """What the schedule and the queue make of the slots at a sync (:func:`settle`).
+
+    Attributes:
+      prune: running slots the halving schedule ends (they become ``pruned``).
+      refill: ended slots given new starts, in this order; ``short``: those the queue could
+        not refill.
+      status: every slot's status afterwards (pruned ones ``pruned``, refilled ones running).
+      rungs: the schedule's record afterwards (refilled slots start again before rung 0).
+    """
+
+    prune: np.ndarray
+    refill: np.ndarray
+    short: int
+    status: np.ndarray
+    rungs: Rungs | None
+
+
+def settle(r: Reading, rules: Rules) -> Settled:
+    """Prune (the halving schedule) then refill (the queue), from ``r``'s values. Pure.
+
+    A slot pruned here may be refilled at once (TikTak refills ``pruned`` slots).
+    """
+    status, rungs, pruned = r.status, r.rungs, _NONE
+    if rules.halving is not None and rungs is not None:
+        pruned, rungs = prune(rungs, rules.halving, status, r.best_fom, r.n_evals)
+        if pruned.size:
+            status = status.copy()
+            status[pruned] = _PRUNED
+    refill, short = _NONE, 0
+    if rules.refills:
+        refill, short = refill_slots(status, rules.refills, r.available)
+        if refill.size:
+            status = status.copy()
+            status[refill] = _RUNNING
+            if rungs is not None:
+                rungs = rungs.reset(refill)
+    return Settled(pruned, refill, short, status, rungs)
 
 
 @dataclass(frozen=True)
@@ -128,19 +191,25 @@ class Decision:
 
     Attributes:
       stop: why the search stops here, or ``None`` to go on.
+      prune: running slots the halving schedule ends here.
       refill: slots to give new starts from the queue, in this order.
       short: ended slots the queue could not refill (it ran out at this sync).
-      refill_pending: refills were due but the search stops here; a run resuming from this
-        sync's checkpoint makes them first, as an uninterrupted run would have.
+      pending: pruning or refills were due but the search stops here; a run resuming from
+        this sync's checkpoint makes them first, as an uninterrupted run would have.
+      rungs: the halving schedule's record after this sync (``None`` without it).
+      status: every slot's status after this decision.
       checkpoint: write a checkpoint.
       rows: the rows to sweep from now on, or ``None`` when they stay as they are.
       report: draw the progress bar and log a progress line if due.
     """
 
     stop: StopReason | None = None
-    refill: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    prune: np.ndarray = field(default_factory=lambda: _NONE)
+    refill: np.ndarray = field(default_factory=lambda: _NONE)
     short: int = 0
-    refill_pending: bool = False
+    pending: bool = False
+    rungs: Rungs | None = None
+    status: np.ndarray = field(default_factory=lambda: _NONE)
     checkpoint: bool = False
     rows: np.ndarray | None = None
     report: bool = False
@@ -167,23 +236,20 @@ def decide(r: Reading, rules: Rules) -> Decision:
 
     - **Stop** on a signal (first), then on a budget (``max_time_s``, ``target_fom``,
       ``max_evals``); otherwise when no start is running (``"all ended"``) or at ``n_steps``.
-    - **Refill** ended slots (of :attr:`Rules.refills`), in slot order, as far as the queue
-      goes, only on the ``sync_every`` schedule and never at a sync where the search stops
-      (those refills are left pending for a resumed run).
+    - **Settle** the slots (:func:`settle`: the halving schedule prunes, the queue refills
+      ended slots in slot order as far as it goes) only on the ``sync_every`` schedule and
+      never at a sync where the search stops: that is left pending for a resumed run.
     - **Checkpoint** when due by the step count, and whenever the search stops.
     - **Repack** the sweep when the running rows changed.
     """
     stop = StopReason(r.signal) if r.signal is not None else _budget(r, rules)
-    refill_due = bool(rules.refills) and r.due.on_schedule
-    refilling = refill_due and not (r.due.last or stop is not None)
-    refill, short = np.zeros(0, np.int64), 0
-    status = r.status
-    if refilling:
-        refill, short = refill_slots(r.status, rules.refills, r.available)
-        if refill.size:
-            status = r.status.copy()
-            status[refill] = _RUNNING
-    running = np.flatnonzero(status == _RUNNING)
+    due = rules.settles and r.due.on_schedule
+    settling = due and not (r.due.last or stop is not None)
+    if settling:
+        s = settle(r, rules)
+    else:
+        s = Settled(_NONE, _NONE, 0, r.status, r.rungs)
+    running = np.flatnonzero(s.status == _RUNNING)
     if stop is None and running.size == 0:
         stop = StopReason.ALL_ENDED
     elif stop is None and r.due.last:
@@ -191,9 +257,12 @@ def decide(r: Reading, rules: Rules) -> Decision:
     ends_here = stop is not None
     return Decision(
         stop=stop,
-        refill=refill,
-        short=short,
-        refill_pending=refill_due and not refilling,
+        prune=s.prune,
+        refill=s.refill,
+        short=s.short,
+        pending=due and not settling,
+        rungs=s.rungs,
+        status=s.status,
         checkpoint=rules.checkpoints and (r.due.checkpoint or ends_here),
         rows=None if ends_here or running.size == r.n_swept else running,
         report=r.due.logging or r.due.drawing,
@@ -204,9 +273,10 @@ def describe(decision: Decision) -> dict[str, Any]:
     """A decision as plain values (for the DEBUG log and tests' messages)."""
     return {
         "stop": None if decision.stop is None else decision.stop.value,
+        "prune": decision.prune.tolist(),
         "refill": decision.refill.tolist(),
         "short": decision.short,
-        "refill_pending": decision.refill_pending,
+        "pending": decision.pending,
         "checkpoint": decision.checkpoint,
         "rows": None if decision.rows is None else decision.rows.tolist(),
     }

@@ -38,6 +38,7 @@ from .cache import configure_compilation_cache
 from .checkpoint import SearchCheckpoints, SearchInterrupted
 from .chunking import pad_rows
 from .config import SearchConfig
+from .decide import Due, Reading, Rules, settle
 from .distributed import allgather_bytes, resolve_devices, to_host
 from .identity import SearchIdentity, search_identity, starts_hash
 from .loop import Loop, Outcome, signals_to_flag
@@ -47,9 +48,9 @@ from .parts import Part, check_part, coupling
 from .parts import select as select_part
 from .priors import fusion_boundary
 from .problem import Problem, as_problem, check_objective
-from .queues import refill_slots
 from .refill import Refiller
 from .result import Result
+from .schedule import Rungs
 from .starts import StartPlan, check_strategy_space, plan_starts, user_starts
 from .status import Status
 from .step import PopState, init_population, make_chunk_step, make_start_step
@@ -420,6 +421,9 @@ def _refiller(search, setup: Setup, start_plan, width, u0, to_physical, n_rows):
 class Resumed:
     step: int = 0  # the step the loop starts at
     loop: dict = field(default_factory=dict)  # the checkpoint's loop record
+    pruned: np.ndarray | None = None  # slots the halving schedule ended
+    rungs: Rungs | None = None  # the halving schedule's record
+    best_seen: tuple[float, int | None] = (np.inf, None)  # and the evaluations to reach it
 
 
 def restore(search, engine: Engine, resume: bool) -> Resumed:
@@ -430,21 +434,49 @@ def restore(search, engine: Engine, resume: bool) -> Resumed:
     if restored is None:
         log.logger.info("no checkpoint in %s yet: starting afresh", search.options.checkpoint_dir)
         return Resumed()
-    pop, step, loop_meta = restored
+    pop, step, meta = restored
     pop = engine.pop = engine.stepper.place(pop)
     engine.stepper.rebase(pop)
-    status = np.asarray(to_host(pop.starts.status))
-    refiller = engine.refiller
-    if refiller is not None and loop_meta.get("resurrect_pending"):
-        # The run that wrote this checkpoint stopped on a step where refills were due (its
-        # last step, a signal, a budget): make them now, as an uninterrupted run would have.
-        rows, short = refill_slots(status, engine.refills, refiller.queue.available())
-        engine.pop = refiller.refill(engine.pop, rows, short, step, status)
-        engine.stepper.rebase(engine.pop)
-        status = status.copy()
-        status[rows] = Status.RUNNING.code
+    pruned = np.zeros(engine.stepper.n_total, bool)
+    pruned[np.asarray(meta.get("pruned", []), np.int64)] = True
+    rungs = None if meta.get("rungs") is None else Rungs.from_json(meta["rungs"])
+    s = pop.starts
+    status, best, evals = (np.asarray(a) for a in to_host((s.status, s.best_fom, s.n_evals)))
+    status = np.where(pruned, Status.PRUNED.code, status).astype(np.int8)
+    if meta.get("pending", meta.get("resurrect_pending")):
+        # The run that wrote this checkpoint stopped on a sync where pruning or refills were
+        # due (its last step, a signal, a budget): make them now, as an uninterrupted run did.
+        status, rungs = _settle_pending(search, engine, step, status, best, evals, rungs, pruned)
     engine.stepper.set_rows(np.flatnonzero(status == Status.RUNNING.code))
-    return Resumed(step, loop_meta)
+    best_seen, evals_to_best = meta.get("best_seen", ["inf", None])
+    return Resumed(step, meta, pruned, rungs, (float(best_seen), evals_to_best))
+
+
+def _settle_pending(search, engine: Engine, step, status, best, evals, rungs, pruned):
+    """The pruning and refills a stopped run left to this one (:func:`multistart.decide.settle`);
+    ``pruned`` is updated in place. Returns ``(status, rungs)``."""
+    refiller = engine.refiller
+    rules = Rules(
+        refills=engine.refills if refiller is not None else frozenset(),
+        halving=search.options.halving,
+    )
+    reading = Reading(
+        step=step,
+        status=status,
+        best_fom=best,
+        n_evals=evals,
+        due=Due(on_schedule=True),
+        available=0 if refiller is None else refiller.queue.available(),
+        rungs=rungs,
+    )
+    settled = settle(reading, rules)
+    pruned[settled.prune] = True
+    if refiller is not None and (settled.refill.size or settled.short):
+        before = np.where(pruned, Status.PRUNED.code, status).astype(np.int8)
+        engine.pop = refiller.refill(engine.pop, settled.refill, settled.short, step, before)
+        engine.stepper.rebase(engine.pop)
+        pruned[settled.refill] = False
+    return settled.status, settled.rungs
 
 
 # -- 6. the end ---------------------------------------------------------------------------------
@@ -525,6 +557,9 @@ def run(search, objective, space=None, *, starts=None, resume: bool = False, par
                     setup.t_start,
                     step=resumed.step,
                     n_chunk_calls=int(resumed.loop.get("n_chunk_calls", 0)),
+                    pruned=resumed.pruned,
+                    rungs=resumed.rungs,
+                    best_seen=resumed.best_seen,
                     flag=flag,
                 )
                 outcome = loop.run()

@@ -34,12 +34,14 @@ from .config import SearchConfig
 from .decide import Decision, Due, Reading, Rules, StopReason, decide
 from .distributed import agree_max
 from .progress import Progress, interactive
+from .schedule import Rungs
 from .status import Status
 
 __all__ = ["Loop", "Outcome", "SignalFlag", "signals_to_flag", "LOG_EVERY_S"]
 
 LOG_EVERY_S = 30.0  # a progress line this often with log_every=None (the default)
 _RUNNING = Status.RUNNING.code
+_PRUNED = Status.PRUNED.code
 _SIGNAL_CODES = {"SIGINT": 1, "SIGTERM": 2}  # agreed across processes as the largest code
 _SIGNAL_NAMES = {v: k for k, v in _SIGNAL_CODES.items()}
 
@@ -54,6 +56,9 @@ class Outcome:
     first_step_s: float | None
     loop_s: float
     stop_reason: StopReason
+    pruned: np.ndarray  # (n_pop,) slots whose start the halving schedule ended (on the host)
+    rungs: Rungs | None  # the halving schedule's record
+    evals_to_best: int | None  # evaluations made in all when the final best was first seen
     error: CheckpointError | None = None  # a failed checkpoint write stopped the loop
     resumed_from: int | None = None
 
@@ -111,6 +116,10 @@ class Loop:
       t_start: when ``fit`` was called (``time.perf_counter``).
       step: the step to start at (a resumed search's).
       n_chunk_calls: chunk calls made before (a resumed search's).
+      pruned: slots whose start the halving schedule ended (a resumed search's).
+      rungs: the halving schedule's record (a resumed search's; ``None`` without it).
+      best_seen: the best so far and the evaluations made when it was first seen (a resumed
+        search's).
       flag: where the signal handler notes a signal.
     """
 
@@ -122,6 +131,9 @@ class Loop:
         *,
         step: int = 0,
         n_chunk_calls: int = 0,
+        pruned: np.ndarray | None = None,
+        rungs: Rungs | None = None,
+        best_seen: tuple[float, int | None] = (np.inf, None),
         flag: SignalFlag | None = None,
     ):
         self.options = options
@@ -137,11 +149,16 @@ class Loop:
             max_evals=options.max_evals,
             refills=frozenset() if engine.refiller is None else engine.refills,
             checkpoints=engine.checkpoints is not None,
+            halving=options.halving,
         )
         # On a mesh over several processes every process must sync at the same steps (a sync
         # is a collective): no clock and no signal decides when, only the step count.
         self.together = self.stepper.spans_processes
         self.pop = engine.pop
+        n_pop = self.stepper.n_total
+        self.pruned = np.zeros(n_pop, bool) if pruned is None else np.asarray(pruned, bool)
+        self.rungs = rungs if rungs is not None or options.halving is None else Rungs.start(n_pop)
+        self.best_seen, self.evals_to_best = best_seen
         self.n_calls = n_chunk_calls
         self.evals = 0  # evaluations stepped by this run (for the rate shown)
         self.t_first: float | None = None
@@ -168,6 +185,9 @@ class Loop:
             first_step_s=self.t_first,
             loop_s=time.perf_counter() - self.t_start,
             stop_reason=reason,
+            pruned=self.pruned,
+            rungs=self.rungs,
+            evals_to_best=self.evals_to_best,
             error=self.error,
             resumed_from=self.start or None,
         )
@@ -228,9 +248,9 @@ class Loop:
             code, late = agree_max([_SIGNAL_CODES.get(signal_name or "", 0), out_of_time])
             signal_name, out_of_time = _SIGNAL_NAMES.get(code), bool(late)
         refiller = self.refiller
-        return Reading(
+        reading = Reading(
             step=steps_run,
-            status=np.asarray(synced.status),
+            status=np.where(self.pruned, _PRUNED, np.asarray(synced.status)).astype(np.int8),
             best_fom=np.asarray(synced.best_fom),
             n_evals=np.asarray(synced.n_evals),
             due=due,
@@ -239,25 +259,42 @@ class Loop:
             signal=signal_name,
             out_of_time=out_of_time,
             available=0 if refiller is None else refiller.queue.available(),
+            rungs=self.rungs,
         )
+        self._note_best(reading)
+        return reading
+
+    def _note_best(self, r: Reading) -> None:
+        """The evaluations made in all when the best so far was first seen (at this sync)."""
+        best = float(np.min(r.best_fom, initial=np.inf))
+        if best < self.best_seen:
+            self.best_seen = best
+            self.evals_to_best = int(r.n_evals.sum()) + r.evals_replaced
 
     def apply(self, d: Decision, r: Reading) -> Decision:
         """Carry out ``d``; returns it, with a stop added if applying it found one (TikTak's
         rediscovery rule, a failed checkpoint)."""
-        status = r.status
+        self.pruned[d.prune] = True
+        self.rungs = d.rungs
         if self.refiller is not None and (d.refill.size or d.short):
-            self.pop = self.refiller.refill(self.pop, d.refill, d.short, r.step, r.status)
+            pruned_now = np.where(self.pruned, _PRUNED, r.status).astype(np.int8)
+            self.pop = self.refiller.refill(self.pop, d.refill, d.short, r.step, pruned_now)
+            self.pruned[d.refill] = False
             if d.refill.size:
                 self.stepper.rebase(self.pop)  # a back-off must not replay over the new starts
-                status = status.copy()
-                status[d.refill] = _RUNNING
             reason = self.refiller.queue.stop_reason
             if reason is not None:
                 d = d.stopping(StopReason(reason), self.rules)
         if d.report or self.together:
-            self._report(r, status)
+            self._report(r, d.status)
         if d.checkpoint:
-            record = {"n_chunk_calls": self.n_calls, "resurrect_pending": d.refill_pending}
+            record = {
+                "n_chunk_calls": self.n_calls,
+                "pending": d.pending,
+                "pruned": np.flatnonzero(self.pruned).tolist(),
+                "rungs": None if self.rungs is None else self.rungs.to_json(),
+                "best_seen": [repr(float(self.best_seen)), self.evals_to_best],
+            }
             try:
                 self.checkpoints.save(r.step, self.pop, self.refiller, record)
             except CheckpointError as exc:

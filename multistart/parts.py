@@ -85,7 +85,8 @@ def check_part(part, search) -> Part | None:
 
     Raises:
       ValueError: ``part`` is not a pair ``(i, k)`` of ints with ``0 <= i < k <= n_starts``,
-        or the search couples its slots (resurrection, TikTak, ``target_fom``, ``max_evals``).
+        or the search couples its slots (resurrection, TikTak, ``target_fom``, ``max_evals``,
+        the halving schedule).
     """
     if part is None:
         return None
@@ -124,6 +125,8 @@ def coupling(search) -> str | None:
         "target_fom": o.target_fom is not None and "it stops every start once any start reaches it",
         "max_evals": o.max_evals is not None
         and "it stops every start once all of them made that many evaluations",
+        "schedule='halving'": o.halving is not None
+        and "a start continues at a rung only if it ranks among the starts of every slot",
     }
     for name, why in coupled.items():
         if why:

@@ -26,6 +26,7 @@ class Status(str, enum.Enum):
     INTERRUPTED = "interrupted"
     UNSTARTED = "unstarted"
     STOPPED = "stopped"
+    PRUNED = "pruned"
 
     @property
     def code(self) -> int:
@@ -63,5 +64,9 @@ _MESSAGES = {
     Status.STOPPED: (
         "Stopped by the search's target or budget (target_fom, max_evals or max_time_s) "
         "before this start ended."
+    ),
+    Status.PRUNED: (
+        "Pruned by the halving schedule: at a rung it was behind the starts that continued and "
+        "not improving fast enough to catch up (its best is kept)."
     ),
 }

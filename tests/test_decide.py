@@ -106,13 +106,13 @@ TABLE = [
         "stopping: refills left pending, a checkpoint written",
         reading([C, R], available=3, signal="SIGINT"),
         TIKTAK,
-        dict(stop="SIGINT", refill=[], refill_pending=True, checkpoint=True),
+        dict(stop="SIGINT", refill=[], pending=True, checkpoint=True),
     ),
     (
         "the last step: refills left pending",
         reading([C, R], available=3, due=Due(last=True, on_schedule=True, checkpoint=True)),
         TIKTAK,
-        dict(stop="n_steps", refill=[], refill_pending=True, checkpoint=True),
+        dict(stop="n_steps", refill=[], pending=True, checkpoint=True),
     ),
     (
         "a checkpoint due by the step count",
