@@ -1,0 +1,124 @@
+"""The halving schedule inside the engine: who is pruned, what continues, resume, records."""
+
+from __future__ import annotations
+
+import functools
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import assert_same_result
+
+import multistart as ms
+
+# Four bowls of known depths on [0, 4]: the deepest (0) is at 3.1. Adam with a small step in
+# the logit coordinates needs a few hundred steps to settle, so every rung is reached.
+CENTRES = jnp.array([1.0, 1.7, 2.4, 3.1])
+DEPTHS = jnp.array([3.0, 2.0, 1.0, 0.0])
+
+
+def bowls(p):
+    x = p["x"]
+    return jnp.min(8.0 * (x - CENTRES) ** 2 + DEPTHS) + 0.0 * jnp.sum(p["y"])
+
+
+SPACE = {"x": ms.Uniform(0.0, 4.0), "y": ms.Uniform(-1.0, 1.0)}
+HALVING = ms.Halving(r0=8, eta=2, grace=1.0)
+BASE = dict(
+    n_starts=12,
+    batch_size=4,
+    n_steps=120,
+    seed=3,
+    n_candidates=0,
+    learning_rate=0.03,
+    convergence=ms.Convergence(window=20, rtol=1e-7, atol=1e-9),
+)
+
+
+@pytest.fixture(scope="module")
+def fits():
+    @functools.cache
+    def fit(schedule="all", **kw):
+        options = {**BASE, **kw}
+        return ms.MultiStartAdam(**options, schedule=schedule).fit(bowls, SPACE)
+
+    return fit
+
+
+def test_halving_keeps_the_deepest_bowl_for_fewer_evaluations(fits):
+    full, halved = fits("all"), fits(HALVING)
+    assert np.isclose(full.best_fom, 0.0, atol=1e-3)
+    assert halved.best_fom == full.best_fom
+    assert halved.stats["n_evals"] < 0.7 * full.stats["n_evals"]
+    assert halved.stats["n_pruned"] == int(np.sum(halved.status == "pruned")) > 0
+    assert halved.config["schedule"] == {
+        "name": "halving",
+        "r0": 8,
+        "eta": 2,
+        "grace": 1.0,
+        "keep": 1,
+    }
+
+
+def test_a_continued_start_follows_the_trajectory_it_would_have_had(fits):
+    """Continuing is not restarting: every start's record up to where it stopped is the
+    uninterrupted run's."""
+    full, halved = fits("all"), fits(HALVING)
+    for i in range(full.n_starts):
+        k = int(halved.n_steps[i])
+        rows = int(np.searchsorted(halved.history_steps, k, side="right"))
+        np.testing.assert_array_equal(halved.history[:rows, i], full.history[:rows, i])
+        if halved.status[i] != "pruned":
+            assert halved.foms[i] == full.foms[i] and halved.n_steps[i] == full.n_steps[i]
+        else:
+            assert halved.n_steps[i] < full.n_steps[i]
+            assert halved.foms[i] == full.history[rows - 1, i]
+
+
+def test_pruned_starts_keep_their_records(fits):
+    halved = fits(HALVING)
+    pruned = halved.status == "pruned"
+    assert np.all(np.isfinite(halved.foms[pruned]))
+    assert np.all(halved.n_evals[pruned] >= HALVING.r0)
+    rungs = halved.stats["rungs"]
+    assert rungs["evals"][:2] == [8, 16] and sum(rungs["pruned"]) == int(pruned.sum())
+    assert halved.stats["evals_to_best"] <= halved.stats["n_evals"]
+
+
+def test_halving_does_not_depend_on_the_batch_size(fits):
+    assert_same_result(fits(HALVING), fits(HALVING, batch_size=5))
+
+
+def test_rank_alone_prunes_more(fits):
+    lenient, strict = fits(HALVING), fits(ms.Halving(r0=8, eta=2, grace=0.0))
+    assert strict.stats["n_pruned"] >= lenient.stats["n_pruned"]
+    assert strict.stats["n_evals"] <= lenient.stats["n_evals"]
+
+
+pytest.importorskip("orbax.checkpoint")
+
+
+@pytest.mark.parametrize("stop_at", [17, 32])  # mid-rung, and on a sync that prunes
+def test_resume_mid_rung_is_bit_identical(tmp_path, fits, stop_at):
+    full = fits(HALVING)
+    ck = dict(checkpoint_dir=str(tmp_path / "ck"), checkpoint_every=50)
+    options = {**BASE, "schedule": HALVING, **ck}
+    ms.MultiStartAdam(**{**options, "n_steps": stop_at}).fit(bowls, SPACE)
+    resumed = ms.MultiStartAdam(**options).fit(bowls, SPACE, resume=True)
+    assert resumed.stats["resumed_from"] == stop_at
+    assert_same_result(full, resumed)
+    assert resumed.stats["rungs"] == full.stats["rungs"]
+    assert resumed.stats["evals_to_best"] == full.stats["evals_to_best"]
+
+
+def test_bad_schedules_are_refused_before_any_compile():
+    with pytest.raises(ValueError, match="schedule must be 'all', 'halving'"):
+        ms.MultiStartAdam(schedule="fast")
+    with pytest.raises(ValueError, match="Halving.r0 must be an int >= 1"):
+        ms.Halving(r0=0)
+    with pytest.raises(ValueError, match="Halving.eta must be an int >= 2"):
+        ms.Halving(eta=1.5)
+    with pytest.raises(ValueError, match="Halving.grace"):
+        ms.Halving(grace=-1.0)
+    with pytest.raises(ValueError, match="schedule='halving'"):
+        ms.MultiStartAdam(n_starts=4, schedule="halving").fit(bowls, SPACE, part=(0, 2))
