@@ -157,6 +157,12 @@ def _add_profile(sub) -> None:
     profile.add_argument(
         "--repeats", type=_positive, default=1, help="cold/warm pairs each (default: 1)"
     )
+    _add_profile_limits(profile, full, quick)
+    profile.set_defaults(func=_profile)
+
+
+def _add_profile_limits(profile, full: dict, quick: dict) -> None:
+    """``multistart profile``'s caps per process and its outputs."""
     profile.add_argument(
         "--phase-cap",
         type=_positive_float,
@@ -193,7 +199,6 @@ def _add_profile(sub) -> None:
         metavar="FILE",
         help="measure nothing: tabulate the rows in FILE (into --markdown, or to stdout)",
     )
-    profile.set_defaults(func=_profile)
 
 
 def _demo(args) -> int:

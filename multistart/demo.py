@@ -252,18 +252,24 @@ def run(
         graph = demo_graph()
         result = search.fit(graph)
         truth_fom = graph.fom(TRUTH)
-        files = {
-            "result": out / "result.npz",
-            "csv": out / "starts.csv",
-            "figure": out / "demo.png",
-        }
-        result.save(files["result"])
-        result.to_dataframe().to_csv(files["csv"], index=False)
-        plot(graph, result, files["figure"], truth_fom)
-        log.logger.info("wrote %s", ", ".join(str(p) for p in files.values()))
+        files = _write(out, graph, result, truth_fom)
     print(report(graph, result, truth_fom), file=stream)
     print("outputs: " + ", ".join(str(p) for p in files.values()), file=stream)
     return DemoRun(result, graph, truth_fom, files, time.perf_counter() - t0)
+
+
+def _write(out: Path, graph, result, truth_fom: float) -> dict[str, Path]:
+    """The demo's files: the Result, one CSV row per start, and the figure."""
+    files = {
+        "result": out / "result.npz",
+        "csv": out / "starts.csv",
+        "figure": out / "demo.png",
+    }
+    result.save(files["result"])
+    result.to_dataframe().to_csv(files["csv"], index=False)
+    plot(graph, result, files["figure"], truth_fom)
+    log.logger.info("wrote %s", ", ".join(str(p) for p in files.values()))
+    return files
 
 
 @contextlib.contextmanager

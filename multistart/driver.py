@@ -34,12 +34,14 @@ import numpy as np
 
 from . import log, memory
 from .assemble import CHUNK_STEP_NAME, assemble
+from .backends import BACKENDS, Backend
 from .cache import configure_compilation_cache
 from .checkpoint import SearchCheckpoints, SearchInterrupted
 from .chunking import pad_rows
 from .config import SearchConfig
 from .decide import Due, Reading, Rules, settle
 from .distributed import allgather_bytes, resolve_devices, to_host
+from .evaluator import FILTER_NAME
 from .identity import SearchIdentity, search_identity, starts_hash
 from .loop import Loop, Outcome, signals_to_flag
 from .minima import default_tolerances
@@ -54,7 +56,7 @@ from .schedule import Rungs
 from .starts import StartPlan, check_strategy_space, plan_starts, user_starts
 from .status import Status
 from .step import PopState, init_population, make_chunk_step, make_start_step
-from .sweep import BACKENDS, FILTER_NAME, Stepper, Sweep
+from .stepper import Stepper
 from .tiktak import Discoveries, TikTakQueue
 from .tuning import WidthChoice, resolve_width
 
@@ -281,18 +283,18 @@ def build(
             program.checkpoints.check()  # other starts (user starts=) than the checkpoint's
     u0 = _unconstrained(search, problem.space, start_plan.x0, dtype)
     status0 = np.where(start_plan.started, Status.RUNNING.code, Status.UNSTARTED.code)
-    pop, sweep = _population(search, setup, program.chunk_step, u0, status0)
-    choice = _width(search, setup, sweep, pop, program, n)
-    stepper = sweep.at(choice.width)
+    pop, backend = _population(search, setup, program.chunk_step, u0, status0)
+    choice = _width(search, setup, backend, pop, program, n)
+    stepper = backend.at(choice.width)
     _log_start(search, setup, n, choice)
     log.logger.debug(
         "compiled the chunk step (width %d, %d chunks) in %.2f s",
         choice.width,
-        math.ceil(n / sweep.n_devices / choice.width),
+        math.ceil(n / backend.n_devices / choice.width),
         stepper.compile_s,
     )
     refiller, refills = _refiller(
-        search, setup, start_plan, choice.width, u0, program.to_physical, sweep.n_total
+        search, setup, start_plan, choice.width, u0, program.to_physical, backend.n_total
     )
     return Engine(
         pop,
@@ -310,8 +312,8 @@ def build(
     )
 
 
-def _population(search, setup: Setup, chunk_step, u0, status0) -> tuple[PopState, Sweep]:
-    """The initial population on the search's devices, and its programs (no width yet).
+def _population(search, setup: Setup, chunk_step, u0, status0) -> tuple[PopState, Backend]:
+    """The initial population on the search's devices, and its backend (no width yet).
 
     On several devices each holds an equal block of rows: the population is padded with inert
     rows (never started, never in the Result).
@@ -326,30 +328,30 @@ def _population(search, setup: Setup, chunk_step, u0, status0) -> tuple[PopState
     pop = jax.jit(lambda u, st: init_population(search.solver, u, n_rows, o.window, status=st))(
         u0, status
     )
-    sweep = BACKENDS[o.backend](
+    backend = BACKENDS[o.backend](
         chunk_step,
         n_total=n_pop,
-        data=setup.problem.data,  # the sweep places it on its device(s)
+        data=setup.problem.data,  # the backend places it on its device(s)
         pop=pop,
         rows=np.flatnonzero(status == Status.RUNNING.code),
         devices=setup.devices if n_dev > 1 else None,
     )
-    return sweep.place(pop), sweep
+    return backend.place(pop), backend
 
 
-def _width(search, setup: Setup, sweep: Sweep, pop, program: Program, n: int) -> WidthChoice:
+def _width(search, setup: Setup, backend: Backend, pop, program: Program, n: int) -> WidthChoice:
     """The batch width (per device), the same in every process of a job."""
     choice = resolve_width(
         search.options.batch_size,
-        sweep,
+        backend,
         pop,
-        n_starts=math.ceil(n / sweep.n_devices),  # per device
+        n_starts=math.ceil(n / backend.n_devices),  # per device
         device=next(d for d in setup.devices if d.process_index == jax.process_index()),
         start_step=program.start_step,
         backend=search.options.backend,
         program_hash=program.identity.program,  # lowered once, for the identity
     )
-    if sweep.spans_processes:  # every process must step the same program: process 0's width
+    if backend.spans_processes:  # every process must step the same program: process 0's width
         from jax.experimental import multihost_utils
 
         width = int(multihost_utils.broadcast_one_to_all(np.int32(choice.width)))

@@ -11,7 +11,7 @@ prior (default 0.15-0.85), then mapped to physical values:
 
 The broad-start filter (TikTak's and MATLAB GlobalSearch's first stage) draws many candidates,
 evaluates only their figure of merit with one compiled, chunked ``vmap``
-(:class:`multistart.sweep.ValueSweep`), drops the non-finite ones and keeps the best finite
+(:class:`multistart.evaluator.ValueEvaluator`), drops the non-finite ones and keeps the best finite
 candidates that are not too close to a better kept one (:func:`diverse_candidates`, multi-level
 single linkage's critical distance). When too few candidates are finite it draws more with the
 same compiled program, up to ``max_candidates``. The finite candidates it did not keep are the
@@ -32,10 +32,10 @@ from scipy.spatial import cKDTree
 from scipy.stats import qmc
 
 from . import log
+from .evaluator import ValueEvaluator
 from .priors import Space
 from .problem import Problem
 from .queues import StartQueue
-from .sweep import ValueSweep
 
 __all__ = [
     "STRATEGIES",
@@ -509,7 +509,7 @@ def _take(x, rows):
     return jax.tree_util.tree_map(lambda a: a[rows], x)
 
 
-def filter_sweep(problem: Problem, dtype, width: int) -> ValueSweep:
+def filter_sweep(problem: Problem, dtype, width: int) -> ValueEvaluator:
     """The filter's evaluator: the figure of merit at flat unconstrained points, compiled.
 
     It maps points the way a flat search step does (``forward_flat``), so a start's filter
@@ -520,7 +520,7 @@ def filter_sweep(problem: Problem, dtype, width: int) -> ValueSweep:
     def fom_u(u, data):
         return problem.fom(space.unravel(space.forward_flat(u)), data)
 
-    sweep = ValueSweep(fom_u, width=width, data=jax.device_put(problem.data))
+    sweep = ValueEvaluator(fom_u, width=width, data=jax.device_put(problem.data))
     sweep.compile(space.n_dims, dtype)
     return sweep
 
@@ -561,34 +561,11 @@ def plan_starts(
         x0 = user if drawn is None else _concat(user, drawn)
         return StartPlan(x0, started, StreamReserve(stream), stats)
 
-    max_candidates = n_candidates if max_candidates is None else max(max_candidates, n_candidates)
-    t0 = time.perf_counter()
-    from .memory import cap_width, max_batch_from_env
-
-    # MULTISTART_MAX_BATCH caps the filter's width too: the retry knob after a memory failure.
-    width = cap_width(filter_width, n_candidates, max_batch_from_env())
-    sweep = filter_sweep(problem, dtype, width)
-    cand, foms = _draw_finite(stream, sweep, space, dtype, free, n_candidates, max_candidates)
-    n_drawn = len(foms)
-    radius = critical_distance(n_drawn, space.n_dims) if diverse else 0.0
-    unit = unit_coords(space, cand, band)
-    reduced = math.ceil(MLSL_GAMMA * int(np.isfinite(foms).sum()))
-    chosen, rest, n_kept = diverse_candidates(unit, foms, free, radius, reduced)
-    filter_s = time.perf_counter() - t0
-    n_finite = len(chosen) + len(rest)
-    stats.update(
-        n_candidates=n_drawn,
-        n_finite_candidates=n_finite,
-        n_filter_draws=-(-n_drawn // n_candidates),
-        max_candidates=max_candidates,
-        filter_rule="mlsl" if diverse else "rank",
-        critical_distance=radius,
-        n_diverse=n_kept,
-        filter_batch_size=sweep.width,
-        filter_compile_s=sweep.compile_s,
-        filter_s=filter_s,
-        filter_backoffs=list(sweep.backoffs),
+    cand, foms, chosen, rest, filtered = _run_filter(
+        problem, dtype, stream, free, n_candidates, max_candidates, filter_width, band, diverse
     )
+    stats.update(filtered)
+    n_drawn, n_finite = len(foms), len(chosen) + len(rest)
     if n_finite == 0 and k == 0:
         raise NoFiniteStartsError(
             f"no finite figure of merit for {problem.name!r} at any of {n_drawn} candidate "
@@ -601,34 +578,74 @@ def plan_starts(
         started[k + len(chosen) :] = False
         blank = jax.tree_util.tree_map(lambda a: np.full((missing, *a.shape[1:]), np.nan), picked)
         picked = _concat(picked, blank)
+    _log_filter(stats, foms[chosen], free, k, strategy)
+    stats["n_unstarted"] = int(np.sum(~started))
+    reserve = CandidateReserve(_take(cand, rest), foms[rest])
+    return StartPlan(_concat(user, picked), started, reserve, stats)
+
+
+def _run_filter(problem, dtype, stream, free, n_candidates, max_candidates, width, band, diverse):
+    """``(candidates, foms, chosen, rest, stats)``: the broad-start filter's draws, their
+    figures of merit, the rows chosen for the free slots and the other finite ones."""
+    space = problem.space
+    max_candidates = n_candidates if max_candidates is None else max(max_candidates, n_candidates)
+    t0 = time.perf_counter()
+    from .memory import cap_width, max_batch_from_env
+
+    # MULTISTART_MAX_BATCH caps the filter's width too: the retry knob after a memory failure.
+    width = cap_width(width, n_candidates, max_batch_from_env())
+    sweep = filter_sweep(problem, dtype, width)
+    cand, foms = _draw_finite(stream, sweep, space, dtype, free, n_candidates, max_candidates)
+    n_drawn = len(foms)
+    radius = critical_distance(n_drawn, space.n_dims) if diverse else 0.0
+    unit = unit_coords(space, cand, band)
+    reduced = math.ceil(MLSL_GAMMA * int(np.isfinite(foms).sum()))
+    chosen, rest, n_kept = diverse_candidates(unit, foms, free, radius, reduced)
+    stats = dict(
+        n_candidates=n_drawn,
+        n_finite_candidates=len(chosen) + len(rest),
+        n_filter_draws=-(-n_drawn // n_candidates),
+        max_candidates=max_candidates,
+        filter_rule="mlsl" if diverse else "rank",
+        critical_distance=radius,
+        n_diverse=n_kept,
+        filter_batch_size=sweep.width,
+        filter_compile_s=sweep.compile_s,
+        filter_s=time.perf_counter() - t0,
+        filter_backoffs=list(sweep.backoffs),
+    )
+    return cand, foms, chosen, rest, stats
+
+
+def _log_filter(stats: dict, kept: np.ndarray, free: int, k: int, strategy: str) -> None:
+    """What the filter found: a warning when it filled fewer slots than it had, else DEBUG."""
+    n_finite, n_drawn = stats["n_finite_candidates"], stats["n_candidates"]
+    if kept.size < free:
+        missing = free - kept.size
         log.logger.warning(
             "broad-start filter: only %d of %d candidates have a finite figure of merit; "
             "running %d starts, and %d slot%s stay unstarted (status 'unstarted')",
             n_finite,
             n_drawn,
-            k + len(chosen),
+            k + kept.size,
             missing,
             "" if missing == 1 else "s",
         )
-    else:
-        best = foms[chosen]
-        log.logger.debug(
-            "broad-start filter: %d %s candidates, %d finite, kept %d (%d at least %.3g apart "
-            "in the unit band, figure of merit %.6g .. %.6g) in %.2f s (compile %.2f s)",
-            n_drawn,
-            strategy,
-            n_finite,
-            free,
-            n_kept,
-            radius,
-            best[0],
-            best[-1],
-            filter_s,
-            sweep.compile_s,
-        )
-    stats["n_unstarted"] = int(np.sum(~started))
-    reserve = CandidateReserve(_take(cand, rest), foms[rest])
-    return StartPlan(_concat(user, picked), started, reserve, stats)
+        return
+    log.logger.debug(
+        "broad-start filter: %d %s candidates, %d finite, kept %d (%d at least %.3g apart "
+        "in the unit band, figure of merit %.6g .. %.6g) in %.2f s (compile %.2f s)",
+        n_drawn,
+        strategy,
+        n_finite,
+        free,
+        stats["n_diverse"],
+        stats["critical_distance"],
+        kept[0],
+        kept[-1],
+        stats["filter_s"],
+        stats["filter_compile_s"],
+    )
 
 
 def _draw_finite(stream, sweep, space, dtype, free, block, max_candidates):

@@ -133,7 +133,7 @@ def resolve_width(
 
     Args:
       spec: ``None``, an int, ``"auto"`` or ``"tune"`` (already validated).
-      sweep: a :class:`multistart.sweep.Sweep`.
+      sweep: a :class:`multistart.backends.Backend`.
       pop: the initial population (never stepped here: tuning steps a copy).
       n_starts: the number of starts (on each device, on several).
       device: the device the search runs on (the first, on several: widths are per device).

@@ -229,7 +229,7 @@ def signal_at_step(monkeypatch, k: int, sig=signal.SIGINT):
     """
     if signal.getsignal(sig) is signal.SIG_IGN:
         signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
-    from multistart.sweep import Stepper
+    from multistart.stepper import Stepper
 
     calls = {"n": 0}
     original = Stepper.step

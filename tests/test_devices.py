@@ -212,7 +212,7 @@ search = ms.MultiStartLBFGS(
     local_steps=6, progress=False, checkpoint_dir=folder, checkpoint_every=5,
 )
 if phase == "first":
-    from multistart.sweep import Stepper
+    from multistart.stepper import Stepper
 
     step, calls = Stepper.step, []
 

@@ -68,7 +68,7 @@ def test_a_signal_checkpoints_returns_the_partial_result_and_resume_completes_it
 def test_an_ignored_signal_stays_ignored_through_a_fit(monkeypatch, x64):
     # A job started in the background ignores SIGINT: a Ctrl-C meant for the shell must not
     # stop its fit. (float64 and no convergence: the program of ``uninterrupted``, compiled once.)
-    from multistart.sweep import Stepper
+    from multistart.stepper import Stepper
 
     original = Stepper.step
 
@@ -103,7 +103,7 @@ _CHILD = textwrap.dedent(
     jax.config.update("jax_enable_x64", True)
     import jax.numpy as jnp
     import multistart as ms
-    from multistart.sweep import Stepper
+    from multistart.stepper import Stepper
 
     # "kill" ends the process at chunk call kill_at; "resume" resumes from the folder and then,
     # in the same process (one interpreter and JAX start fewer), runs the uninterrupted search

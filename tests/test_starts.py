@@ -16,6 +16,7 @@ from conftest import (
 )
 
 import multistart as ms
+from multistart.evaluator import FILTER_NAME
 from multistart.monitor import CompileCounter
 from multistart.priors import Space
 from multistart.starts import (
@@ -27,7 +28,6 @@ from multistart.starts import (
     uniform_band_starts,
     unit_coords,
 )
-from multistart.sweep import FILTER_NAME
 
 SPACE = {
     "a": ms.Uniform(-4.0, 4.0, shape=(3,)),
@@ -372,9 +372,9 @@ def test_config_records_the_start_options():
 
 def test_the_filter_backs_off_when_a_chunk_runs_out_of_memory(monkeypatch):
     """An allocation failure in a filter chunk halves its width; the values are unchanged."""
-    from multistart import sweep as sweep_mod
+    from multistart import evaluator as evaluator_mod
 
-    original = sweep_mod.ValueSweep._evaluate
+    original = evaluator_mod.ValueEvaluator._evaluate
 
     def evaluate(self, u):
         if self.width > 16:
@@ -384,7 +384,7 @@ def test_the_filter_backs_off_when_a_chunk_runs_out_of_memory(monkeypatch):
     # a context, not monkeypatch.undo(): that would also undo the autouse fixtures' environment
     # (MULTISTART_AUTO_WIDTH=memory), and the reference would time chunk widths (2 compiles)
     with monkeypatch.context() as patch:
-        patch.setattr(sweep_mod.ValueSweep, "_evaluate", evaluate)
+        patch.setattr(evaluator_mod.ValueEvaluator, "_evaluate", evaluate)
         search = ms.MultiStartAdam(n_starts=3, n_steps=2, seed=0, n_candidates=100)
         result = search.fit(multimodal, MULTIMODAL_SPACE)
     assert result.stats["filter_backoffs"] == [{"from": 64, "to": 32}, {"from": 32, "to": 16}]

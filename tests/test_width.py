@@ -21,7 +21,7 @@ from conftest import same_result as identical
 
 import multistart as ms
 from multistart import memory
-from multistart.sweep import ScanSweep, Sweep
+from multistart.backends import Backend, ScanBackend
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -158,7 +158,7 @@ class CountCalls:
 
     def __init__(self, monkeypatch):
         self.n = 0
-        original = Sweep.compiled_for
+        original = Backend.compiled_for
         counter = self
 
         class Counted:
@@ -172,14 +172,14 @@ class CountCalls:
             def __getattr__(self, name):  # memory_analysis and the like
                 return getattr(self._compiled, name)
 
-        monkeypatch.setattr(Sweep, "compiled_for", lambda s, w: Counted(original(s, w)))
+        monkeypatch.setattr(Backend, "compiled_for", lambda s, w: Counted(original(s, w)))
 
 
 def no_timing(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("a width was timed")
 
-    monkeypatch.setattr(Sweep, "time_chunks", refuse)
+    monkeypatch.setattr(Backend, "time_chunks", refuse)
 
 
 def test_auto_on_a_cpu_times_remembers_and_reuses(monkeypatch, tmp_path, x64):
@@ -462,7 +462,7 @@ def test_a_second_process_finds_the_tuned_width(tmp_path):
 def inject_oom(monkeypatch, fits: int, after_calls: int = 0):
     """Programs wider than ``fits`` fail after ``after_calls`` good calls, the way a CPU
     allocation failure does: the donated population is consumed and the call raises."""
-    original = Sweep.compiled_for
+    original = Backend.compiled_for
     calls = {"good": 0}
 
     def compiled_for(self, width):
@@ -482,7 +482,7 @@ def inject_oom(monkeypatch, fits: int, after_calls: int = 0):
 
         return failing
 
-    monkeypatch.setattr(Sweep, "compiled_for", compiled_for)
+    monkeypatch.setattr(Backend, "compiled_for", compiled_for)
 
 
 # The back-off tests and test_scan_equals_loop_bit_for_bit_in_float64 share this float64
@@ -530,7 +530,7 @@ def test_out_of_memory_at_width_one_is_a_clear_error(monkeypatch):
 
 
 def test_other_runtime_errors_are_not_retried(monkeypatch):
-    original = Sweep.compiled_for
+    original = Backend.compiled_for
 
     def compiled_for(self, width):
         def broken(pop, *args):
@@ -539,7 +539,7 @@ def test_other_runtime_errors_are_not_retried(monkeypatch):
         original(self, width)
         return broken
 
-    monkeypatch.setattr(Sweep, "compiled_for", compiled_for)
+    monkeypatch.setattr(Backend, "compiled_for", compiled_for)
     with pytest.raises(jax.errors.JaxRuntimeError, match="INVALID_ARGUMENT"):
         fit(batch_size=2, n_steps=5)  # the program of the test above
 
@@ -631,7 +631,7 @@ def _scan_program_text(level):
         def chunk_step(pop, gather, scatter, row, data):
             return {"starts": pop["starts"].at[scatter].add(1.0, mode="drop")}
 
-        sweep = ScanSweep(chunk_step, n_total=4, data=data, pop=pop)
+        sweep = ScanBackend(chunk_step, n_total=4, data=data, pop=pop)
         return sweep.ticks, sweep.compiled_for(2).as_text()
     finally:
         log.logger.setLevel(logging.WARNING)

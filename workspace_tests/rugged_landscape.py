@@ -25,7 +25,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import multistart as ms  # noqa: E402
-from multistart.sweep import Stepper  # noqa: E402
+from multistart.stepper import Stepper  # noqa: E402
 
 
 def rugged(p):

@@ -14,7 +14,7 @@ vector per start, mapped to the physical parameters as a search does):
   starts: the in-XLA scan over chunks.
 - ``pyloop_vag``: this project's chunk step (``make_start_step`` / ``make_chunk_step``: value
   and gradient, a Prodigy update, the finite guard and the per-start best) for ``width``
-  starts, compiled once by :class:`multistart.sweep.ChunkSweep` and swept in Python over
+  starts, compiled once by :class:`multistart.backends.LoopBackend` and swept in Python over
   ``n_starts`` starts.
 
 Stdout carries phase markers (``#census-phase <name>``, so the parent can cap each phase) and a
@@ -165,14 +165,14 @@ def _pyloop_vag(fom_u, u_all, data, width, n_starts) -> Program:
     import numpy as np
     import optax
 
+    from ..backends import LoopBackend
     from ..solvers import OptaxSolver
     from ..step import init_population, make_chunk_step, make_start_step
-    from ..sweep import ChunkSweep
 
     solver = OptaxSolver(optax.contrib.prodigy(1.0))
     chunk_step = make_chunk_step(make_start_step(fom_u, solver, None, 8))
     pop = jax.jit(lambda u: init_population(solver, u, 1, 1))(u_all)
-    sweep = ChunkSweep(chunk_step, n_total=n_starts, data=data, pop=pop)
+    sweep = LoopBackend(chunk_step, n_total=n_starts, data=data, pop=pop)
     chunks, args = sweep.layout(sweep.rows, width)  # every start, in chunks of this width
     state = {"pop": pop}
 

@@ -129,20 +129,7 @@ def run_supervised(
 
         reader = threading.Thread(target=read, daemon=True)
         reader.start()
-        watched = psutil.Process(proc.pid)
-        peak, killed_for = 0.0, None
-        while proc.poll() is None:
-            peak = max(peak, _rss_mb(watched))
-            now = time.perf_counter() - t0
-            since = now - (phases[-1][1] if phases else 0.0)
-            if peak > rss_cap_mb:
-                killed_for = "memory_cap"
-            elif since > phase_cap_s:
-                killed_for = "timeout"
-            if killed_for:
-                _kill_group(proc)
-                break
-            time.sleep(poll_s)
+        peak, killed_for = _watch(proc, t0, phases, phase_cap_s, rss_cap_mb, poll_s)
         proc.wait()
         wall_s = time.perf_counter() - t0
         _kill_group(proc)  # anything the child left behind in its group
@@ -153,6 +140,26 @@ def run_supervised(
     phase = phases[-1][0] if phases else None
     status, note = _classify(proc.returncode, killed_for, phase, phase_cap_s, rss_cap_mb, peak)
     return Outcome(status, proc.returncode, phase, note, lines, stderr_tail, wall_s, peak, phases)
+
+
+def _watch(proc, t0: float, phases: list, phase_cap_s: float, rss_cap_mb: float, poll_s: float):
+    """Poll ``proc`` until it exits or outgrows a cap (then kill its group); returns
+    ``(peak resident MB, "memory_cap" | "timeout" | None)``."""
+    watched = psutil.Process(proc.pid)
+    peak, killed_for = 0.0, None
+    while proc.poll() is None:
+        peak = max(peak, _rss_mb(watched))
+        now = time.perf_counter() - t0
+        since = now - (phases[-1][1] if phases else 0.0)
+        if peak > rss_cap_mb:
+            killed_for = "memory_cap"
+        elif since > phase_cap_s:
+            killed_for = "timeout"
+        if killed_for:
+            _kill_group(proc)
+            break
+        time.sleep(poll_s)
+    return peak, killed_for
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

@@ -1,0 +1,72 @@
+"""What every fixed-width program shares: compiling it once, padding a ragged chunk, and the
+out-of-memory back-off that narrows it.
+
+A program is compiled for exactly ``width`` rows; a ragged last chunk is padded with copies of
+its last row (:func:`multistart.chunking.pad_rows`) and its padded outputs dropped, so any
+number of rows costs one compile. Every program is built so that a second process fitting the
+same model lowers the same program (the model's data is an argument, the functions have fixed
+names) and can load it from the persistent compilation cache.
+"""
+
+from __future__ import annotations
+
+import time
+
+import jax
+import numpy as np
+
+from . import log
+from .chunking import chunk_slices, pad_rows
+from .memory import is_out_of_memory
+
+__all__ = ["lower_and_compile", "padded_chunks", "retry_narrower", "first_line"]
+
+
+def lower_and_compile(jitted, what: str, *args):
+    """``jitted.lower(*args).compile()``, with a heartbeat in the log while it runs.
+
+    Returns ``(compiled, seconds)``.
+    """
+    t0 = time.perf_counter()
+    with log.compile_heartbeat(what):
+        compiled = jitted.lower(*args).compile()
+    return compiled, time.perf_counter() - t0
+
+
+def padded_chunks(tree, width: int):
+    """``(lo, hi, chunk)`` for each fixed-width chunk of the rows (leading axis) of ``tree``.
+
+    ``chunk`` holds rows ``lo:hi`` as NumPy, the ragged last one padded to ``width`` rows with
+    copies of its last row (:func:`multistart.chunking.pad_rows`), so one program compiled for
+    ``width`` rows serves every chunk; the caller keeps the first ``hi - lo`` rows of each
+    output. The one chunk-pad loop of the filter, the row writer and the records.
+    """
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    leaves = [np.asarray(a) for a in leaves]
+    for lo, hi, pad in chunk_slices(len(leaves[0]), width):
+        yield lo, hi, treedef.unflatten([pad_rows(a[lo:hi], pad) for a in leaves])
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (at most 300 characters), for the log."""
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else repr(exc)
+
+
+def retry_narrower(attempt, exc: BaseException, *, width: int, halve, fatal: str):
+    """After ``exc`` (out of memory at ``width``): halve and retry ``attempt`` until it fits.
+
+    ``halve(width, exc)`` narrows the program (and records why) and returns the new width;
+    below width 1 the search stops with a ``RuntimeError(fatal)``. The one back-off loop of
+    the stepper and the broad-start filter.
+    """
+    while True:
+        if width <= 1:
+            raise RuntimeError(fatal) from exc
+        width = halve(width, exc)
+        try:
+            return attempt()
+        except Exception as again:
+            if not is_out_of_memory(again):
+                raise
+            exc = again
