@@ -306,8 +306,10 @@ class Loop:
 
     def _report(self, r: Reading, status: np.ndarray) -> None:
         best = float(r.best_fom.min())  # the best so far, replaced starts' included
-        self.log_rate.log(r.step, best, status, self.evals)
-        self.progress.update(r.step, best, int(np.sum(status == _RUNNING)), self.evals)
+        extra = "" if self.rungs is None else self.rungs.occupancy(status)
+        self.log_rate.log(r.step, best, status, self.evals, extra)
+        alive = int(np.sum(status == _RUNNING))
+        self.progress.update(r.step, best, alive, self.evals, extra)
 
 
 class _RateLog:
@@ -329,7 +331,10 @@ class _RateLog:
         """Due by the step count alone (never, with the clock-driven ``log_every=None``)."""
         return bool(self.every) and (steps_run % self.every == 0 or last)
 
-    def log(self, steps_run: int, best: float, status: np.ndarray, evals: int) -> None:
+    def log(
+        self, steps_run: int, best: float, status: np.ndarray, evals: int, extra: str = ""
+    ) -> None:
+        """A progress line if one is due; ``extra`` is added to it (the rungs' occupancy)."""
         if not self.due(steps_run, steps_run == self.n_steps):
             return
         now = time.perf_counter()
@@ -337,7 +342,6 @@ class _RateLog:
             rate = (evals - self.evals_last) / max(now - self.t_last, 1e-12)
             alive = int(np.sum(status == Status.RUNNING.code))
             conv = int(np.sum(status == Status.CONVERGED.code))
-            log.logger.info(
-                log.progress_line(steps_run, self.n_steps, best, alive, conv, self.n, rate)
-            )
+            line = log.progress_line(steps_run, self.n_steps, best, alive, conv, self.n, rate)
+            log.logger.info(f"{line}  {extra}" if extra else line)
         self.t_last, self.evals_last = now, evals

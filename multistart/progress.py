@@ -59,14 +59,15 @@ class Progress:
         """Is a redraw due (so the caller fetches what the bar shows)?"""
         return self.enabled and time.perf_counter() - self._last >= REFRESH_S
 
-    def update(self, step: int, best: float, alive: int, evals: int) -> None:
+    def update(self, step: int, best: float, alive: int, evals: int, extra: str = "") -> None:
+        """Redraw with the step, the best, the starts alive and the rate (and ``extra``: the
+        rungs' occupancy under the halving schedule)."""
         if not self.enabled:
             return
         now = time.perf_counter()
         rate = (evals - self._evals0) / max(now - self._t0, 1e-12)
-        self._bar.set_postfix_str(
-            f"best {best:.6g}, alive {alive}/{self.n}, {rate:.3g} evals/s", refresh=False
-        )
+        text = f"best {best:.6g}, alive {alive}/{self.n}, {rate:.3g} evals/s"
+        self._bar.set_postfix_str(f"{text}, {extra}" if extra else text, refresh=False)
         self._bar.update(step - self._step)
         self._step, self._last = step, now
 

@@ -145,6 +145,14 @@ class Rungs:
         next_rung[slots], last_f[slots], counted[slots] = 0, np.nan, False
         return replace(self, next_rung=next_rung, last_f=last_f, counted=counted)
 
+    def occupancy(self, status: np.ndarray) -> str:
+        """The running starts by the rung they head for, and the starts pruned, in words:
+        ``"rungs 0:12 1:4 2:1, pruned 20"``."""
+        heading = self.next_rung[status == _RUNNING]
+        counts = np.bincount(heading, minlength=0) if heading.size else np.zeros(0, np.int64)
+        parts = " ".join(f"{k}:{c}" for k, c in enumerate(counts) if c)
+        return f"rungs {parts or '-'}, pruned {sum(self.pruned)}"
+
     def rung_of(self, slots=None) -> np.ndarray:
         """The rungs each slot's current start passed (``next_rung``)."""
         return self.next_rung.copy() if slots is None else self.next_rung[slots]

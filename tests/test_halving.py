@@ -122,3 +122,19 @@ def test_bad_schedules_are_refused_before_any_compile():
         ms.Halving(grace=-1.0)
     with pytest.raises(ValueError, match="schedule='halving'"):
         ms.MultiStartAdam(n_starts=4, schedule="halving").fit(bowls, SPACE, part=(0, 2))
+
+
+def test_the_progress_line_shows_the_rungs(caplog, monkeypatch):
+    monkeypatch.setenv("MULTISTART_LOG_LEVEL", "INFO")
+    with caplog.at_level("INFO", logger="multistart"):
+        ms.MultiStartAdam(**{**BASE, "log_every": 20}, schedule=HALVING).fit(bowls, SPACE)
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("step 20/")]
+    assert lines and "rungs 2:" in lines[0] and "pruned 8" in lines[0], lines
+
+
+def test_rung_occupancy_in_words():
+    from multistart.schedule import Rungs
+
+    r = Rungs(np.array([0, 1, 1, 2]), np.zeros(4), np.zeros(4, bool), pruned=(3, 1))
+    running = np.array([ms.Status.RUNNING.code] * 3 + [ms.Status.PRUNED.code])
+    assert r.occupancy(running) == "rungs 0:1 1:2, pruned 4"
