@@ -8,6 +8,8 @@ minima, the table). Its other concerns live beside it, each behind a method of
 
 from __future__ import annotations
 
+import logging
+import warnings
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,7 +24,7 @@ from .parts import merge as merge_parts
 from .problem import Problem
 from .status import Status
 
-__all__ = ["Result", "Minimum"]
+__all__ = ["Result", "Minimum", "warn_if_no_start_improved"]
 
 
 class Fom(float):
@@ -463,3 +465,27 @@ def _expand_columns(paths: list[str], leaves: list) -> dict[str, np.ndarray]:
         for idx in np.ndindex(a.shape[1:]):
             out[f"{name}[{','.join(str(i) for i in idx)}]"] = a[(slice(None), *idx)]
     return out
+
+
+def warn_if_no_start_improved(result: Result) -> str | None:
+    """Warn, and return the message, when no start that stepped improved on its first value.
+
+    A rule that ascends (``optax.sgd(-0.1)``: optax rules take a positive learning rate and
+    minimise) or whose steps always overshoot leaves every start's best at its first point:
+    the window convergence rule then calls them converged, and each start is a "minimum".
+    Starts that took one step or none, and starts with no finite value, say nothing.
+    """
+    foms, best_step = np.asarray(result.foms), np.asarray(result.best_step)
+    stepped = np.isfinite(foms) & (np.asarray(result.n_steps) > 1)
+    if not stepped.any() or (best_step[stepped] > 0).any():
+        return None
+    message = (
+        f"no start improved on its first value ({int(stepped.sum())} starts, up to "
+        f"{int(np.max(np.asarray(result.n_steps)[stepped]))} steps each): the rule ascends (a "
+        "negative learning rate? optax rules take a positive one and minimise) or every step "
+        "overshoots, unless every start began at its minimum. Each start's result is where it "
+        "began, not a minimum"
+    )
+    logging.getLogger("multistart").warning("%s", message)
+    warnings.warn(message, RuntimeWarning, stacklevel=2)
+    return message

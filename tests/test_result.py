@@ -331,3 +331,14 @@ def test_plot_without_matplotlib_says_how_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     with pytest.raises(ImportError, match=r"multistart\[plots\]"):
         float32_result().plot()
+
+
+def test_a_search_where_no_start_improved_says_so():
+    # Issue 24, item 5: a rule that ascends reported "converged" and as many minima as starts.
+    result = float32_result()
+    assert ms.result.warn_if_no_start_improved(result) is None
+    result.best_step[:] = 0  # every start's first value was its best
+    with pytest.warns(RuntimeWarning, match="no start improved on its first value"):
+        assert "3 starts, up to 20 steps" in ms.result.warn_if_no_start_improved(result)
+    result.n_steps[:] = 1  # a start that stepped once cannot have improved: nothing to say
+    assert ms.result.warn_if_no_start_improved(result) is None
