@@ -44,7 +44,7 @@ from .parts import select as select_part
 from .priors import fusion_boundary
 from .problem import Problem, as_problem, check_objective
 from .progress import Progress, interactive
-from .result import Result
+from .result import Result, warn_if_no_start_improved
 from .resurrect import REPLACE_NAME, Discoveries, Resurrector
 from .starts import StartPlan, check_strategy_space, plan_starts, user_starts
 from .status import Status
@@ -799,6 +799,7 @@ def assemble(search, setup: Setup, start_plan, engine: Engine, outcome: Outcome)
             "prior (widen it), or the start stopped where its logit saturated",
             ", ".join(rec["bound_names"][best_index]),
         )
+    warn_if_no_start_improved(result)
     return result.attach_problem(setup.problem)  # for the lazy covariance (computes nothing)
 
 
