@@ -74,3 +74,16 @@ def test_a_damaged_newest_checkpoint_falls_back_and_the_search_goes_on(tmp_path)
     stamped = re.compile(r"^\d\d:\d\d:\d\d multistart ")
     assert ours and all(stamped.match(ln) for ln in ours), out.stderr
     assert len(ours) == len(set(ours)), "a line printed twice"
+
+
+def test_a_rule_that_ascends_says_so():
+    # Item 5: MultiStartGradient(optax.sgd(-0.1)) reported "converged" and a minimum per start.
+    import jax.numpy as jnp
+    import optax
+
+    import multistart as ms
+
+    space = {"x": ms.Uniform(-3.0, 3.0), "y": ms.Uniform(-3.0, 3.0)}
+    search = ms.MultiStartGradient(optax.sgd(-0.1), n_starts=4, batch_size=4, n_steps=30, seed=0)
+    with pytest.warns(RuntimeWarning, match="no start improved on its first value"):
+        search.fit(lambda p: (p["x"] - 1) ** 2 + jnp.sin(p["y"]), space)
