@@ -79,7 +79,8 @@ class Minimum:
 
     @property
     def covariance(self) -> np.ndarray:
-        """Covariance at this minimum, in the order of ``result.paths`` (raveled)."""
+        """Covariance at this minimum, in the order the space was written in (raveled;
+        ``minimum.laplace.names`` names each row)."""
         return self._laplace().covariance
 
     def _laplace(self) -> Laplace:
@@ -118,7 +119,8 @@ class Result:
       history_steps: ``(n_rows,)`` the step (1-based count of steps taken) of each history row.
       stats: run statistics: ``n_compiles`` (compiles of the chunk step), ``n_compiles_total``,
         ``compile_s``, ``wall_s``, ``n_evals``, ``batch_size``, ... .
-      paths: dotted parameter names, in the order of the space's leaves.
+      paths: dotted parameter names, in the order of the space's leaves (``jax.tree_util``'s:
+        dict keys sorted); the covariance keeps the order the space was written in.
       config: the search's configuration, for the record.
       resurrections: ``(n_starts,)`` how many times each slot's start was replaced
         (``resurrect``); all zeros without resurrection.
@@ -201,8 +203,10 @@ class Result:
     @property
     def covariance(self) -> np.ndarray:
         """``(n, n)`` covariance at the best fit, ``2 H^-1`` of the figure of merit in
-        physical coordinates, in the order of ``paths`` (array parameters raveled;
-        ``result.laplace.names`` names each row)."""
+        physical coordinates (the full Hessian, not ``curve_fit``'s Gauss-Newton ``J^T J``),
+        in the order the space was written in, as ``curve_fit``'s ``pcov`` keeps ``p0``'s
+        (array parameters raveled; ``result.laplace.names`` names each row; ``paths`` are
+        sorted, as ``jax.tree_util`` orders a dict)."""
         return self.laplace.covariance
 
     @property
