@@ -73,8 +73,9 @@ def as_problem(objective, space=None) -> Problem:
     name = getattr(objective, "__name__", type(objective).__name__)
 
     def fom(params, data):
+        out = objective(params)
         # A Python number (`return 3.0`) is a scalar too: the step reads `.dtype` of it.
-        return jnp.asarray(objective(params))
+        return jnp.asarray(out) if isinstance(out, (int, float)) else out
 
     return Problem(fom=fom, space=Space(space), data=(), name=name)
 

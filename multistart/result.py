@@ -477,10 +477,12 @@ def warn_if_no_start_improved(result: Result) -> str | None:
     A rule that ascends (``optax.sgd(-0.1)``: optax rules take a positive learning rate and
     minimise) or whose steps always overshoot leaves every start's best at its first point:
     the window convergence rule then calls them converged, and each start is a "minimum".
-    Starts that took one step or none, and starts with no finite value, say nothing.
+    Starts that took one step or none, starts with no finite value, and starts already marked
+    ``nonfinite`` (which says what happened to them) are left out.
     """
     foms, best_step = np.asarray(result.foms), np.asarray(result.best_step)
-    stepped = np.isfinite(foms) & (np.asarray(result.n_steps) > 1)
+    said = np.array([s in (Status.NONFINITE, Status.UNSTARTED) for s in result.status], bool)
+    stepped = np.isfinite(foms) & (np.asarray(result.n_steps) > 1) & ~said
     if not stepped.any() or (best_step[stepped] > 0).any():
         return None
     message = (

@@ -340,5 +340,8 @@ def test_a_search_where_no_start_improved_says_so():
     result.best_step[:] = 0  # every start's first value was its best
     with pytest.warns(RuntimeWarning, match="no start improved on its first value"):
         assert "3 starts, up to 20 steps" in ms.result.warn_if_no_start_improved(result)
+    result.status[:] = ms.Status.NONFINITE  # what happened to them is said already
+    assert ms.result.warn_if_no_start_improved(result) is None
+    result.status[:] = ms.Status.CONVERGED
     result.n_steps[:] = 1  # a start that stepped once cannot have improved: nothing to say
     assert ms.result.warn_if_no_start_improved(result) is None
