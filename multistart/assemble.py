@@ -22,7 +22,7 @@ from .monitor import CompileCounter
 from .parts import best_fit
 from .problem import Problem
 from .refill import REPLACE_NAME
-from .result import Result
+from .result import Result, warn_if_no_start_improved
 from .starts import StartPlan
 from .status import Status
 from .tiktak import TikTakQueue
@@ -188,4 +188,5 @@ def assemble(search, setup, start_plan: StartPlan, engine, outcome: Outcome) -> 
             "prior (widen it), or the start stopped where its logit saturated",
             ", ".join(rec["bound_names"][best_index]),
         )
+    warn_if_no_start_improved(result)
     return result.attach_problem(setup.problem)  # for the lazy covariance (computes nothing)

@@ -6,7 +6,8 @@ search's RNG state, anything else the loop needs) and a fingerprint of the model
 configuration. orbax writes each checkpoint into a temporary folder and renames it only when it
 is complete, and keeps the previous one until then, so a search killed while writing loses
 nothing. A checkpoint that fails to read falls back to the one before it, never silently to a
-fresh start.
+fresh start; the damaged one is moved aside into ``<checkpoint_dir>/damaged/`` (kept, not
+deleted), so the resumed search can write that step again.
 
 orbax-checkpoint is an optional dependency (``pip install multistart[checkpoint]``): a search
 without ``checkpoint_dir`` never imports it.
@@ -14,6 +15,7 @@ without ``checkpoint_dir`` never imports it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from pathlib import Path
@@ -35,6 +37,7 @@ __all__ = [
 
 logger = logging.getLogger("multistart")
 _FORMAT = 1
+DAMAGED = "damaged"  # the sub-folder damaged checkpoints are moved into
 
 
 class CheckpointError(RuntimeError):
@@ -53,7 +56,29 @@ def require_orbax():
         raise ImportError(
             "checkpoint_dir needs orbax-checkpoint: pip install 'multistart[checkpoint]'"
         ) from e
+    from .log import configure
+
+    configure()  # absl, imported with orbax, may have just given the root logger a handler
     return ocp
+
+
+class _OrbaxReadNoise(logging.Filter):
+    """Drops the errors absl logs while orbax reads a damaged checkpoint's JSON files: the
+    failure reaches this module as an exception, and is reported once, naming the step."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Failed to json parse")
+
+
+@contextlib.contextmanager
+def _quiet_damaged_reads():
+    absl = logging.getLogger("absl")
+    noise = _OrbaxReadNoise()
+    absl.addFilter(noise)
+    try:
+        yield
+    finally:
+        absl.removeFilter(noise)
 
 
 class Checkpointer:
@@ -66,7 +91,8 @@ class Checkpointer:
         options = ocp.CheckpointManagerOptions(
             max_to_keep=keep, enable_async_checkpointing=False, create=True
         )
-        self._manager = ocp.CheckpointManager(self.directory, options=options)
+        with _quiet_damaged_reads():
+            self._manager = ocp.CheckpointManager(self.directory, options=options)
 
     @staticmethod
     def check_folder(directory) -> Path:
@@ -82,8 +108,9 @@ class Checkpointer:
 
     def steps(self) -> list[int]:
         """Steps with a complete checkpoint, oldest first."""
-        self._manager.reload()
-        return sorted(self._manager.all_steps())
+        with _quiet_damaged_reads():
+            self._manager.reload()
+            return sorted(self._manager.all_steps())
 
     def save(self, step: int, state, meta: dict[str, Any]) -> None:
         """Write a checkpoint for ``step`` (the device state and a JSON-able host record).
@@ -106,7 +133,9 @@ class Checkpointer:
 
     def read_meta(self, step: int) -> dict:
         ocp = self._ocp
-        out = self._manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
+        with _quiet_damaged_reads():
+            args = ocp.args.Composite(meta=ocp.args.JsonRestore())
+            out = self._manager.restore(step, args=args)
         return dict(out.meta)
 
     def restore_latest(self, target_state, check):
@@ -122,38 +151,75 @@ class Checkpointer:
             configuration.
           CheckpointError: checkpoints exist but none could be read.
         """
-        ocp = self._ocp
         steps = self.steps()
         if not steps:
             return None
-        failures = []
+        failures, damaged = [], []
         for step in reversed(steps):
             try:
                 meta = self.read_meta(step)
             except Exception as e:  # noqa: BLE001 - a damaged checkpoint can fail any way
-                failures.append(f"step {step}: {type(e).__name__}: {e}")
-                logger.warning(
-                    "checkpoint of step %d is unreadable (%s); trying the previous", step, e
-                )
-                continue
-            check(meta, step)
-            try:
-                target = target_state(meta) if callable(target_state) else target_state
-                abstract = jax.tree_util.tree_map(ocp.utils.to_shape_dtype_struct, target)
-                args = ocp.args.Composite(state=ocp.args.StandardRestore(abstract))
-                state = self._manager.restore(step, args=args).state
-                jax.block_until_ready(state)
-            except Exception as e:  # noqa: BLE001
-                failures.append(f"step {step}: {type(e).__name__}: {e}")
-                logger.warning(
-                    "checkpoint of step %d is unreadable (%s); trying the previous", step, e
-                )
-                continue
-            return step, state, meta
+                meta = None
+                error = e
+            if meta is not None:
+                check(meta, step)
+                try:
+                    state = self._restore_state(step, target_state, meta)
+                except Exception as e:  # noqa: BLE001
+                    error = e
+                else:
+                    self.set_aside(damaged)
+                    return step, state, meta
+            failures.append(f"step {step}: {type(error).__name__}: {error}")
+            damaged.append(step)
+            logger.warning(
+                "checkpoint of step %d is unreadable (%s: %s); trying the previous",
+                step,
+                type(error).__name__,
+                error,
+            )
         raise CheckpointError(
             f"none of the checkpoints in {str(self.directory)!r} could be read: "
             + "; ".join(failures)
         )
+
+    def _restore_state(self, step: int, target_state, meta: dict):
+        ocp = self._ocp
+        target = target_state(meta) if callable(target_state) else target_state
+        abstract = jax.tree_util.tree_map(ocp.utils.to_shape_dtype_struct, target)
+        args = ocp.args.Composite(state=ocp.args.StandardRestore(abstract))
+        with _quiet_damaged_reads():
+            state = self._manager.restore(step, args=args).state
+        jax.block_until_ready(state)
+        return state
+
+    def set_aside(self, steps: list[int]) -> None:
+        """Move the folders of damaged checkpoints into ``<directory>/damaged/``.
+
+        Done once a checkpoint before them was read: the resumed search writes those steps
+        again, which orbax refuses while a folder of that step exists. The damaged files are
+        kept (a read that failed for a passing reason can be retried by hand). In a job of
+        several processes, process 0 moves them and every process waits for it.
+        """
+        if not steps:
+            return
+        if jax.process_index() == 0:
+            for step in steps:
+                source = self.directory / str(step)
+                target = self.directory / DAMAGED / str(step)
+                for k in range(1, 1000):
+                    if not target.exists():
+                        break
+                    target = self.directory / DAMAGED / f"{step}.{k}"
+                target.parent.mkdir(exist_ok=True)
+                source.rename(target)
+                logger.warning("moved the damaged checkpoint of step %d to %s", step, target)
+        if jax.process_count() > 1:
+            from jax.experimental import multihost_utils
+
+            multihost_utils.sync_global_devices("multistart: damaged checkpoints set aside")
+        with _quiet_damaged_reads():
+            self._manager.reload()
 
     def close(self) -> None:
         self._manager.close()

@@ -323,15 +323,15 @@ def report(graph: FactorGraphModel, result: Result, truth_fom: float) -> str:
         # A short fit can stop off a minimum: then its sigmas are nan, and the report says why.
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", RuntimeWarning)
-            sigmas = result.attach_problem(graph).laplace.std
+            sigmas = dict(_rows(result.attach_problem(graph).errors, paths))  # by name
         caveats = [f"note: {w.message}" for w in caught]
     lines = [
         f"{'parameter':<22} {'truth':>10} {'best fit':>10} {'+/- sigma':>10} "
         f"{'fit - truth':>12} {'pull':>6}"
     ]
-    for k, (label, value) in enumerate(_rows(result.best_params, paths)):
+    for label, value in _rows(result.best_params, paths):
         t = truth[label]
-        sigma = np.nan if sigmas is None else sigmas[k]
+        sigma = np.nan if sigmas is None else sigmas[label]
         pull = (value - t) / sigma if sigma > 0 else np.nan
         lines.append(
             f"{label:<22} {t:>10.4f} {value:>10.4f} {sigma:>10.4f} {value - t:>+12.4f} "

@@ -38,8 +38,9 @@ class Laplace:
     Attributes:
       params: the point (a params pytree, physical).
       covariance: ``(n, n)`` covariance of the raveled physical parameters, in the order of
-        ``names`` (the space's paths, each array parameter raveled in C order). Rows and
-        columns of parameters in a singular or negative-curvature direction are ``nan``.
+        ``names``: the order the space was written in (as ``curve_fit``'s ``pcov`` keeps
+        ``p0``'s), each array parameter raveled in C order. Rows and columns of parameters in a
+        singular or negative-curvature direction are ``nan``.
       names: the flat parameter names: ``"sigma"``, or ``"flux[1]"`` for an array element.
       hessian: ``(n, n)`` Hessian of the figure of merit at ``params``.
       scale: covariance = ``scale * hessian^-1`` (2 for a chi-squared figure of merit).
@@ -66,10 +67,13 @@ class Laplace:
             return self.covariance / np.outer(s, s)
 
     def __repr__(self) -> str:
-        values = flat_values(self.params)
+        flat, _ = jax.tree_util.tree_flatten_with_path(self.params)
+        paths = [".".join(str(getattr(k, "key", k)) for k in path) for path, _ in flat]
+        names = flat_names(paths, [np.shape(v) for _, v in flat])
+        value = dict(zip(names, flat_values(self.params), strict=True))
         rows = [
-            f"  {n} = {_num(v)} +/- {_num(e)}"
-            for n, v, e in zip(self.names, values, self.std, strict=True)
+            f"  {n} = {_num(value[n])} +/- {_num(e)}"
+            for n, e in zip(self.names, self.std, strict=True)
         ]
         return "Laplace(\n" + "\n".join(rows) + "\n)"
 
@@ -162,7 +166,11 @@ def laplace_problem(problem: Problem, params, hess_fn, *, scale: float = CHI2_SC
     cov = scale * inverse
     point = unflatten_like(space.unflatten(space.leaves(params)), vec)
     errors = unflatten_like(point, np.sqrt(np.diag(cov)))
-    return Laplace(point, cov, names, hess, float(scale), errors)
+    ends = np.cumsum([0] + [p.size for p in space.priors])
+    order = np.concatenate([np.arange(ends[i], ends[i + 1]) for i in space.written_order])
+    rows = np.ix_(order, order)  # from the engine's (sorted) order to the space's as written
+    names = tuple(names[i] for i in order)
+    return Laplace(point, cov[rows], names, hess[rows], float(scale), errors)
 
 
 def _safe_inverse(hess: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray]:

@@ -7,7 +7,11 @@ seconds (default 30; 0 turns it off), so a cluster job's log never looks dead.
 
 If neither the ``multistart`` logger nor the root logger has a handler, one stderr handler is
 attached to the ``multistart`` logger, so a plain script shows progress without any logging
-set-up; an application's own configuration is left alone.
+set-up; an application's own configuration is left alone. A bare ``logging.basicConfig()``
+handler on the root logger is not taken for an application's: absl installs one the first time
+it logs (orbax, behind ``checkpoint_dir``, logs through absl), and lines would then lose their
+timestamps and print twice. While that is all the root logger has, ``multistart`` lines go
+through its own handler only.
 """
 
 from __future__ import annotations
@@ -63,11 +67,13 @@ def configure() -> None:
         set_level(env)
     elif logger.level == logging.NOTSET:
         logger.setLevel(logging.INFO)
-    rooted = bool(logging.getLogger().handlers)
+    root = logging.getLogger()
+    rooted = any(not _bare_default(h) for h in root.handlers)
     if _own_handler is not None and rooted:
-        # Another library (absl, through orbax) configured the root logger since: its handler
-        # now shows our lines, and ours would print each of them a second time.
+        # The application configured the root logger since: its handlers now show our lines,
+        # and ours would print each of them a second time.
         logger.removeHandler(_own_handler)
+        logger.propagate = True
         _own_handler = None
     if _own_handler is None and not logger.handlers and not rooted:
         _own_handler = logging.StreamHandler(sys.stderr)
@@ -75,6 +81,21 @@ def configure() -> None:
             logging.Formatter("%(asctime)s multistart %(message)s", "%H:%M:%S")
         )
         logger.addHandler(_own_handler)
+    if _own_handler is not None:
+        # absl's bare root handler would print each line again, in its own format.
+        logger.propagate = not root.handlers
+
+
+def _bare_default(handler: logging.Handler) -> bool:
+    """Whether ``handler`` is what a bare ``logging.basicConfig()`` (absl's) installs."""
+    fmt = getattr(handler.formatter, "_fmt", None)
+    return (
+        type(handler) is logging.StreamHandler
+        and fmt == logging.BASIC_FORMAT
+        and handler.stream in (sys.stderr, sys.__stderr__)
+        and handler.level == logging.NOTSET
+        and not handler.filters
+    )
 
 
 def progress_line(

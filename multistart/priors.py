@@ -325,6 +325,18 @@ class Space:
         self.paths: list[str] = paths
         self.priors: list[Prior] = priors
 
+        def written(tree, prefix=()):
+            for key, sub in tree.items():
+                if isinstance(sub, dict):
+                    yield from written(sub, (*prefix, key))
+                else:
+                    yield ".".join(str(k) for k in (*prefix, key))
+
+        # jax.tree_util sorts dict keys; covariances are reported in the order the user wrote
+        # the space in (as curve_fit's pcov keeps p0's): ``paths[i]`` for i in this order.
+        where = {path: i for i, path in enumerate(paths)}
+        self.written_order: list[int] = [where[path] for path in written(space)]
+
     @property
     def n_dims(self) -> int:
         """Total number of scalar parameters."""

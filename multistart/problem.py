@@ -8,16 +8,27 @@ as a captured constant, so programs stay small and identical across processes.
 
 from __future__ import annotations
 
+import logging
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax.extend import core as jax_core
 
 from .priors import Space
 
-__all__ = ["Problem", "add_note", "as_problem", "check_objective", "check_scalar", "tracer_hint"]
+__all__ = [
+    "Problem",
+    "add_note",
+    "as_problem",
+    "check_objective",
+    "check_scalar",
+    "flat_leaves_without_gradient",
+    "tracer_hint",
+]
 
 
 @dataclass(frozen=True)
@@ -62,15 +73,27 @@ def as_problem(objective, space=None) -> Problem:
     name = getattr(objective, "__name__", type(objective).__name__)
 
     def fom(params, data):
-        return objective(params)
+        out = objective(params)
+        # A Python number (`return 3.0`) is a scalar too: the step reads `.dtype` of it.
+        return jnp.asarray(out) if isinstance(out, (int, float)) else out
 
     return Problem(fom=fom, space=Space(space), data=(), name=name)
 
 
 def check_objective(problem: Problem, dtype, context: str) -> None:
-    """Trace the figure of merit once (no compile) and check it returns a real scalar.
+    """Trace the figure of merit (no compile): it must return a real scalar, and depend, through
+    differentiable operations, on its parameters.
 
     An exception raised while tracing is re-raised as is, with a note naming the search.
+
+    Raises:
+      TypeError: the figure of merit does not return one real floating-point scalar.
+      ValueError: its gradient is zero everywhere, whatever the parameters (see
+        :func:`flat_leaves_without_gradient`): every start would stop where it began.
+
+    Warns:
+      RuntimeWarning: some parameters (named) have a gradient that is zero everywhere: they
+        never move from their starts.
     """
     example = problem.space.example(dtype)
     try:
@@ -82,6 +105,102 @@ def check_objective(problem: Problem, dtype, context: str) -> None:
         add_note(e, f"multistart: raised while tracing {problem.name!r} for {context}")
         raise
     check_scalar(out, f"objective {problem.name!r}")
+    check_gradient(problem, dtype)
+
+
+_WHY = (
+    "no parameter reaches its value through a differentiable operation (jnp.round, "
+    "jnp.floor, jnp.argmax, comparisons, integer casts and constants have no gradient)"
+)
+
+
+def check_gradient(problem: Problem, dtype) -> None:
+    """Raise if the gradient is zero everywhere; warn naming parameters that never move."""
+    unused = flat_leaves_without_gradient(problem, dtype)
+    if not unused:
+        return
+    if len(unused) == len(problem.space.paths):
+        raise ValueError(
+            f"the figure of merit {problem.name!r} has a gradient that is zero everywhere: "
+            f"{_WHY}, so every start would stop where it began and be reported as a minimum. "
+            "Make the model differentiable in its parameters (e.g. a softmax-weighted sum "
+            "instead of argmax, a smooth step instead of round)"
+        )
+    message = (
+        f"the gradient of {problem.name!r} is zero everywhere along {', '.join(unused)}: "
+        f"{_WHY.replace('no parameter', 'none of them')}, so they stay where each start put "
+        "them; make the model depend on them differentiably, or leave them out of the space"
+    )
+    logging.getLogger("multistart").warning("%s", message)
+    warnings.warn(message, RuntimeWarning, stacklevel=4)
+
+
+def flat_leaves_without_gradient(problem: Problem, dtype) -> list[str]:
+    """The paths of parameters whose gradient is zero everywhere, found by tracing (no compile).
+
+    The figure of merit's forward derivative (``jax.jvp``) is traced with one tangent per
+    parameter; a parameter whose tangent never reaches the output tangent through the traced
+    program has a zero derivative at every point (JAX's symbolic zeros: ``round``, ``floor``,
+    ``argmax``, comparisons, integer casts). Calls (an inner ``jit``) are followed exactly;
+    control flow (``cond``, ``while``, ``scan``) is taken to mix all its inputs, so a parameter
+    is never named by mistake. A figure of merit that cannot be traced forward (a
+    ``jax.custom_vjp`` function) is not checked: ``[]``.
+    """
+    space = problem.space
+    example = space.example(dtype)
+
+    def tangent(params, tangents, data):
+        return jax.jvp(lambda p: problem.fom(p, data), (params,), (tangents,))[1]
+
+    try:
+        closed = jax.make_jaxpr(tangent)(example, example, problem.data)
+    except Exception:  # noqa: BLE001 - cannot be traced forward: nothing to say
+        return []
+    n = len(space.paths)
+    invars = closed.jaxpr.invars
+    masks = {v: 1 << i for i, v in enumerate(invars[n : 2 * n])}
+    (out,) = _reach(closed.jaxpr, masks)
+    return [path for i, path in enumerate(space.paths) if not out >> i & 1]
+
+
+def _reach(jaxpr, masks: dict) -> list[int]:
+    """For each output of ``jaxpr``, the bitmask of the inputs (``masks``) it depends on."""
+    masks = dict(masks)
+
+    def of(var) -> int:
+        return 0 if isinstance(var, jax_core.Literal) else masks.get(var, 0)
+
+    for eqn in jaxpr.eqns:
+        inner = _call_jaxpr(eqn)
+        if inner is not None:  # a call: follow its inputs to its outputs exactly
+            outs = _reach(inner, {v: of(x) for v, x in zip(inner.invars, eqn.invars, strict=True)})
+        else:  # any other primitive (control flow included): every output on every input
+            mixed = 0
+            for x in eqn.invars:
+                mixed |= of(x)
+            outs = [mixed] * len(eqn.outvars)
+        for var, m in zip(eqn.outvars, outs, strict=True):
+            masks[var] = m
+    return [of(v) for v in jaxpr.outvars]
+
+
+# Primitives that call a body once, its inputs and outputs the equation's one to one.
+_CALLS = {"jit", "pjit", "closed_call", "core_call", "remat", "checkpoint"}
+
+
+def _call_jaxpr(eqn):
+    """The body of a call (an inner ``jit``, a ``remat``), else ``None``."""
+    if eqn.primitive.name not in _CALLS:
+        return None
+    for value in eqn.params.values():
+        body = getattr(value, "jaxpr", value)  # a ClosedJaxpr's own jaxpr
+        if (
+            isinstance(body, jax_core.Jaxpr)
+            and len(body.invars) == len(eqn.invars)
+            and len(body.outvars) == len(eqn.outvars)
+        ):
+            return body
+    return None
 
 
 # The objective is traced with abstract parameters: Python control flow on a parameter, or a

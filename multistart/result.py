@@ -1,10 +1,14 @@
-"""The Result of a search: the best fit and every start's record."""
+"""The Result of a search: the best fit and every start's record.
+
+This module holds the record itself and what is read off it (ranks, status counts, distinct
+minima, the table). Its other concerns live beside it, each behind a method of
+:class:`Result`: the uncertainties in :mod:`multistart.result_errors`, the figure in
+:mod:`multistart.result_plot`, the file in :mod:`multistart.result_file`.
+"""
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import warnings
 from collections import Counter
 from dataclasses import dataclass, field
@@ -13,13 +17,14 @@ from typing import Any
 import jax
 import numpy as np
 
-from .laplace import Laplace, hessian_function, laplace_problem, unflatten_like
+from . import result_errors, result_file, result_plot
+from .laplace import Laplace
 from .minima import cluster_minima, default_tolerances
 from .parts import merge as merge_parts
-from .problem import Problem, as_problem
+from .problem import Problem
 from .status import Status
 
-__all__ = ["Result", "Minimum"]
+__all__ = ["Result", "Minimum", "warn_if_no_start_improved"]
 
 
 class Fom(float):
@@ -74,7 +79,8 @@ class Minimum:
 
     @property
     def covariance(self) -> np.ndarray:
-        """Covariance at this minimum, in the order of ``result.paths`` (raveled)."""
+        """Covariance at this minimum, in the order the space was written in (raveled;
+        ``minimum.laplace.names`` names each row)."""
         return self._laplace().covariance
 
     def _laplace(self) -> Laplace:
@@ -86,10 +92,7 @@ class Minimum:
         return f"Minimum(fom={self.fom!r}, n_starts={self.n_starts}, params={_short(self.params)})"
 
 
-_FORMAT, _VERSION = "multistart.Result", 1
-_RECORD_COLUMNS = ("index", "fom", "status", "n_steps", "n_evals", "best_step", "at_bound")
 _START_PREFIX = "start:"
-_PLOTS_HINT = "pip install 'multistart[plots]'"
 
 
 @dataclass
@@ -116,7 +119,8 @@ class Result:
       history_steps: ``(n_rows,)`` the step (1-based count of steps taken) of each history row.
       stats: run statistics: ``n_compiles`` (compiles of the chunk step), ``n_compiles_total``,
         ``compile_s``, ``wall_s``, ``n_evals``, ``batch_size``, ... .
-      paths: dotted parameter names, in the order of the space's leaves.
+      paths: dotted parameter names, in the order of the space's leaves (``jax.tree_util``'s:
+        dict keys sorted); the covariance keeps the order the space was written in.
       config: the search's configuration, for the record.
       resurrections: ``(n_starts,)`` how many times each slot's start was replaced
         (``resurrect``); all zeros without resurrection.
@@ -185,14 +189,7 @@ class Result:
         Raises:
           ValueError: the space's parameters are not the Result's ``paths``.
         """
-        problem = objective if isinstance(objective, Problem) else as_problem(objective, space)
-        if self.paths and list(problem.space.paths) != list(self.paths):
-            raise ValueError(
-                f"the problem's parameters {problem.space.paths} are not this Result's "
-                f"{list(self.paths)}"
-            )
-        self._problem, self._hessian = problem, None
-        return self
+        return result_errors.attach(self, objective, space)
 
     @property
     def laplace(self) -> Laplace:
@@ -201,17 +198,15 @@ class Result:
         Computed on first access (one Hessian compile) and cached; see
         :func:`multistart.laplace` for what it assumes of the figure of merit.
         """
-        if self._laplace is None:
-            if self.best_index < 0:
-                raise ValueError("no start reached a finite figure of merit: no covariance")
-            self._laplace = self._laplace_at(self.best_params)
-        return self._laplace
+        return result_errors.at_best(self)
 
     @property
     def covariance(self) -> np.ndarray:
         """``(n, n)`` covariance at the best fit, ``2 H^-1`` of the figure of merit in
-        physical coordinates, in the order of ``paths`` (array parameters raveled;
-        ``result.laplace.names`` names each row)."""
+        physical coordinates (the full Hessian, not ``curve_fit``'s Gauss-Newton ``J^T J``),
+        in the order the space was written in, as ``curve_fit``'s ``pcov`` keeps ``p0``'s
+        (array parameters raveled; ``result.laplace.names`` names each row; ``paths`` are
+        sorted, as ``jax.tree_util`` orders a dict)."""
         return self.laplace.covariance
 
     @property
@@ -226,15 +221,7 @@ class Result:
         return self.laplace.correlation
 
     def _laplace_at(self, params) -> Laplace:
-        if self._problem is None:
-            raise ValueError(
-                "this Result has no problem to compute a covariance from (it was loaded "
-                "without one, or built by hand): call "
-                "result.attach_problem(objective, space) or result.attach_problem(graph)"
-            )
-        if self._hessian is None:
-            self._hessian = hessian_function(self._problem)
-        return laplace_problem(self._problem, params, self._hessian)
+        return result_errors.at(self, params)
 
     @property
     def n_starts(self) -> int:
@@ -352,46 +339,7 @@ class Result:
         Raises:
           ImportError: matplotlib is not installed (the ``plots`` extra).
         """
-        try:
-            import matplotlib as mpl
-            import matplotlib.pyplot as plt
-            import matplotlib.ticker  # noqa: F401  (mpl.ticker below)
-        except ImportError as e:
-            raise ImportError(
-                f"Result.plot() needs matplotlib; install it with {_PLOTS_HINT}"
-            ) from e
-        fig, (left, right) = plt.subplots(
-            1, 2, figsize=(10, 4), width_ratios=(3, 1), sharey=True, layout="constrained"
-        )
-        steps, hist = np.asarray(self.history_steps), np.asarray(self.history)
-        order = self.ranked()[::-1]  # worst first, so the best curves are drawn on top
-        for rank, i in enumerate(order):
-            keep = steps <= max(int(self.n_steps[i]), 1)
-            colour = mpl.colormaps["viridis"](rank / max(len(order) - 1, 1))
-            left.plot(steps[keep], hist[keep, i], color=colour, lw=0.7, alpha=0.6)
-        if self.best_index >= 0:
-            keep = steps <= max(int(self.n_steps[self.best_index]), 1)
-            left.plot(steps[keep], hist[keep, self.best_index], color="crimson", label="best")
-            left.legend(loc="upper right", fontsize=8)
-        finite = hist[np.isfinite(hist)]
-        if finite.size and finite.min() > 0:
-            left.set_yscale("log")
-        if steps.size and steps.max() > 1:
-            left.set_xscale("log")
-        left.set(xlabel="step", ylabel="best figure of merit so far")
-        left.set_title(f"{self.n_starts} starts (colour: final rank, yellow best)", fontsize=10)
-        minima = self.distinct_minima()[:max_minima]
-        ranks = np.arange(1, len(minima) + 1)
-        counts = np.array([m.n_starts for m in minima])
-        right.scatter(ranks, [m.fom for m in minima], s=20 + 180 * counts / max(self.n_starts, 1))
-        for r, m in zip(ranks, minima, strict=True):
-            right.annotate(str(m.n_starts), (r, m.fom), textcoords="offset points", xytext=(6, 4))
-        right.set(xlabel="distinct minimum (best first)")
-        right.set_title("minima (label: starts reaching it)", fontsize=10)
-        right.xaxis.set_major_locator(mpl.ticker.MaxNLocator(integer=True))
-        if len(minima):
-            right.set_xlim(0.5, len(minima) + 0.5)
-        return fig
+        return result_plot.plot(self, max_minima=max_minima)
 
     # -- results as data --------------------------------------------------------------------
 
@@ -414,7 +362,7 @@ class Result:
             import pandas as pd
         except ImportError as e:
             raise ImportError(
-                f"Result.to_dataframe() needs pandas; install it with {_PLOTS_HINT}"
+                f"Result.to_dataframe() needs pandas; install it with {result_plot.PLOTS_HINT}"
             ) from e
         columns: dict[str, np.ndarray] = {
             "index": np.arange(self.n_starts),
@@ -445,81 +393,14 @@ class Result:
         Arrays (figures of merit, statuses, steps, history, every start's parameters) are NumPy
         arrays in the archive; the rest (``best_fom``, ``best_index``, ``stats``, ``paths``,
         ``config``, the parameter tree) is JSON in its ``__meta__`` entry. Nothing is
-        pickled. The covariance at the best fit is saved when it was computed or can be (the
+        pickled. The file is written whole or not at all (a temporary file beside it, renamed
+        over ``path``). The covariance at the best fit is saved when it was computed or can be (the
         search's problem is attached): that computes it now if it was not yet; if that fails,
         the Result is saved without it, with a warning. ``stats`` and ``config`` must hold
         JSON values (NumPy scalars and arrays are converted; tuples come back as lists); dict
         keys in the parameter tree must be ``str`` or ``int``.
         """
-        leaves = {
-            kind: jax.tree_util.tree_leaves(getattr(self, kind))
-            for kind in ("params", "start_params", "best_params")
-        }
-        meta = {
-            "format": _FORMAT,
-            "version": _VERSION,
-            "best_fom": float(self.best_fom),
-            "best_index": int(self.best_index),
-            "stats": self.stats,
-            "paths": list(self.paths),
-            "config": self.config,
-            "tree": _encode_tree(self.params),
-            "n_leaves": len(leaves["params"]),
-            "incarnations": [
-                {k: (str(v) if k == "status" else v) for k, v in r.items() if "params" not in k}
-                for r in self.incarnations
-            ],
-            "incarnation_keys": list(self.incarnations[0]) if self.incarnations else [],
-        }
-        fit = self._laplace_for_saving()
-        if fit is not None:
-            meta["laplace"] = {"scale": fit.scale, "names": list(fit.names)}
-        text = json.dumps(meta, default=_json_default, allow_nan=True)
-        arrays = {
-            "__meta__": np.frombuffer(text.encode("utf-8"), dtype=np.uint8),
-            "foms": np.asarray(self.foms),
-            "status": np.array([str(s) for s in self.status], dtype=str),
-            "n_steps": np.asarray(self.n_steps),
-            "n_evals": np.asarray(self.n_evals),
-            "at_bound": np.asarray(self.at_bound),
-            "best_step": np.asarray(self.best_step),
-            "history": np.asarray(self.history),
-            "history_steps": np.asarray(self.history_steps),
-        }
-        for kind, kind_leaves in leaves.items():
-            for i, leaf in enumerate(kind_leaves):
-                arrays[f"{kind}/{i}"] = np.asarray(leaf)
-        arrays["resurrections"] = np.asarray(self.resurrections)
-        for kind in ("params", "start_params"):
-            per_record = [jax.tree_util.tree_leaves(r[kind]) for r in self.incarnations]
-            for i, column in enumerate(zip(*per_record, strict=True)):
-                arrays[f"incarnations/{kind}/{i}"] = np.stack([np.asarray(v) for v in column])
-        if fit is not None:
-            arrays["laplace/covariance"] = fit.covariance
-            arrays["laplace/hessian"] = fit.hessian
-        with open(os.fspath(path), "wb") as f:
-            np.savez_compressed(f, **arrays)
-
-    def _laplace_for_saving(self) -> Laplace | None:
-        if self._laplace is not None or self._problem is None or self.best_index < 0:
-            return self._laplace
-        try:
-            # Saving is not the place to warn about nan errors (a short fit is rarely at a
-            # minimum): the warning is logged, and the nan errors are saved as they are.
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always", RuntimeWarning)
-                fit = self.laplace
-            for w in caught:
-                logging.getLogger("multistart").info("Result.save: %s", w.message)
-            return fit
-        except Exception as e:  # a long fit's record must be saved whatever the Hessian does
-            warnings.warn(
-                f"Result.save: the covariance could not be computed ({type(e).__name__}: {e}); "
-                "saved without it",
-                RuntimeWarning,
-                stacklevel=3,
-            )
-            return None
+        result_file.save(self, path, result_errors.for_saving(self))
 
     @classmethod
     def merge(cls, parts) -> Result:
@@ -545,63 +426,16 @@ class Result:
 
     @classmethod
     def load(cls, path) -> Result:
-        """Read a Result written by :meth:`save` (no pickle is ever loaded)."""
-        with np.load(os.fspath(path), allow_pickle=False) as z:
-            if "__meta__" not in z.files:
-                raise ValueError(f"{os.fspath(path)!r} is not a saved multistart Result")
-            meta = json.loads(z["__meta__"].tobytes().decode("utf-8"))
-            if meta.get("format") != _FORMAT or meta.get("version") != _VERSION:
-                raise ValueError(
-                    f"{os.fspath(path)!r}: unknown format {meta.get('format')!r} version "
-                    f"{meta.get('version')!r}; this multistart reads {_FORMAT} {_VERSION}"
-                )
-            n = meta["n_leaves"]
+        """Read a Result written by :meth:`save` (no pickle is ever loaded).
 
-            def tree(kind, scalars=False):
-                leaves = [z[f"{kind}/{i}"] for i in range(n)]
-                if scalars:  # best_params leaves are per-start values: 0-d back to scalars
-                    leaves = [a[()] if a.ndim == 0 else a for a in leaves]
-                return _decode_tree(meta["tree"], leaves)
+        Every member of the file is read and checked (its CRC-32) before anything is built.
 
-            incarnations = []
-            for j, r in enumerate(meta.get("incarnations", [])):
-                values = dict(r, status=Status(r["status"]))
-                for kind in ("params", "start_params"):
-                    leaves = [z[f"incarnations/{kind}/{i}"][j] for i in range(n)]
-                    leaves = [a[()] if a.ndim == 0 else a for a in leaves]
-                    values[kind] = _decode_tree(meta["tree"], leaves)
-                incarnations.append({k: values[k] for k in meta["incarnation_keys"]})
-            result = cls(
-                best_params=tree("best_params", scalars=True),
-                best_fom=float(meta["best_fom"]),
-                best_index=int(meta["best_index"]),
-                foms=z["foms"],
-                params=tree("params"),
-                start_params=tree("start_params"),
-                status=np.array([Status(s) for s in z["status"]], dtype=object),
-                n_steps=z["n_steps"],
-                best_step=z["best_step"],
-                history=z["history"],
-                history_steps=z["history_steps"],
-                stats=meta["stats"],
-                paths=meta["paths"],
-                config=meta["config"],
-                resurrections=z["resurrections"],
-                incarnations=incarnations,
-                n_evals=z["n_evals"] if "n_evals" in z.files else None,
-                at_bound=z["at_bound"] if "at_bound" in z.files else None,
-            )
-            if "laplace" in meta:
-                cov = z["laplace/covariance"]
-                result._laplace = Laplace(
-                    params=result.best_params,
-                    covariance=cov,
-                    names=tuple(meta["laplace"]["names"]),
-                    hessian=z["laplace/hessian"],
-                    scale=float(meta["laplace"]["scale"]),
-                    errors=unflatten_like(result.best_params, np.sqrt(np.diag(cov))),
-                )
-            return result
+        Raises:
+          FileNotFoundError: no file at ``path``.
+          ValueError: the file is not a saved Result: cut short, altered (a changed byte),
+            of another kind or of an unknown format version; the message names the file.
+        """
+        return result_file.load(cls, path)
 
     def __repr__(self) -> str:
         counts = ", ".join(f"{k}={v}" for k, v in self.status_counts().items())
@@ -637,30 +471,27 @@ def _expand_columns(paths: list[str], leaves: list) -> dict[str, np.ndarray]:
     return out
 
 
-def _json_default(x):
-    if isinstance(x, np.generic):
-        return x.item()
-    if isinstance(x, np.ndarray):
-        return x.tolist()
-    raise TypeError(f"Result.save: {type(x).__name__} {x!r} is not JSON-serialisable")
+def warn_if_no_start_improved(result: Result) -> str | None:
+    """Warn, and return the message, when no start that stepped improved on its first value.
 
-
-def _encode_tree(tree, counter=None):
-    """A params pytree (nested dicts of arrays) as JSON: dicts as key/value pairs, leaves as
-    their index in ``jax.tree_util`` order (which sorts dict keys, as this does)."""
-    counter = [0] if counter is None else counter
-    if isinstance(tree, dict):
-        items = []
-        for key in sorted(tree):
-            if not isinstance(key, (str, int)) or isinstance(key, bool):
-                raise TypeError(f"Result.save: parameter keys must be str or int; got {key!r}")
-            items.append([key, _encode_tree(tree[key], counter)])
-        return {"dict": items}
-    counter[0] += 1
-    return {"leaf": counter[0] - 1}
-
-
-def _decode_tree(code, leaves):
-    if "dict" in code:
-        return {key: _decode_tree(sub, leaves) for key, sub in code["dict"]}
-    return leaves[code["leaf"]]
+    A rule that ascends (``optax.sgd(-0.1)``: optax rules take a positive learning rate and
+    minimise) or whose steps always overshoot leaves every start's best at its first point:
+    the window convergence rule then calls them converged, and each start is a "minimum".
+    Starts that took one step or none, starts with no finite value, and starts already marked
+    ``nonfinite`` (which says what happened to them) are left out.
+    """
+    foms, best_step = np.asarray(result.foms), np.asarray(result.best_step)
+    said = np.array([s in (Status.NONFINITE, Status.UNSTARTED) for s in result.status], bool)
+    stepped = np.isfinite(foms) & (np.asarray(result.n_steps) > 1) & ~said
+    if not stepped.any() or (best_step[stepped] > 0).any():
+        return None
+    message = (
+        f"no start improved on its first value ({int(stepped.sum())} starts, up to "
+        f"{int(np.max(np.asarray(result.n_steps)[stepped]))} steps each): the rule ascends (a "
+        "negative learning rate? optax rules take a positive one and minimise) or every step "
+        "overshoots, unless every start began at its minimum. Each start's result is where it "
+        "began, not a minimum"
+    )
+    logging.getLogger("multistart").warning("%s", message)
+    warnings.warn(message, RuntimeWarning, stacklevel=2)
+    return message

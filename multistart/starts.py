@@ -33,7 +33,7 @@ from scipy.stats import qmc
 
 from . import log
 from .evaluator import ValueEvaluator
-from .priors import Space
+from .priors import Space, Uniform
 from .problem import Problem
 from .queues import StartQueue
 
@@ -203,7 +203,7 @@ def user_starts(space: Space, starts, n_starts: int):
 
     ``starts`` is a params pytree whose leaves have a leading axis of ``k`` starts, or a list of
     ``k`` params dicts, with ``1 <= k <= n_starts``. Every value must be finite and inside its
-    prior's bounds.
+    prior's bounds, off them by at least ``BOUND_MARGIN`` of the prior's unit interval.
 
     Raises:
       TypeError / ValueError: naming the offending start index and parameter path.
@@ -251,7 +251,39 @@ def user_starts(space: Space, starts, n_starts: int):
         )
     for path, prior in zip(space.paths, space.priors, strict=True):
         _check_inside(stacked[path], prior, path)
+        _check_off_bound(stacked[path], prior, path)
     return space.unflatten(stacked[p] for p in space.paths)
+
+
+# A start this close to a bound, in its prior's unit interval, is refused: its logit is past
+# +-13.8 (infinite on the bound), where the step's gradient vanishes and float32 rounds the
+# start onto the bound, so it never moves and is reported converged there.
+BOUND_MARGIN = 1e-6
+
+
+def _check_off_bound(v: np.ndarray, prior, path: str) -> None:
+    if not isinstance(prior, Uniform):  # unbounded priors have no bound to sit on
+        return
+    q = np.asarray(prior.to_unit(v))
+    near = (q < BOUND_MARGIN) | (q > 1.0 - BOUND_MARGIN)
+    if not near.any():
+        return
+    bad = np.argwhere(near)[0]
+    i, element = int(bad[0]), tuple(int(b) for b in bad[1:])
+    where = f"starts[{i}][{path!r}]" + ("" if not element else str(list(element)))
+    low = q[tuple(bad)] < 0.5
+    side = "lower" if low else "upper"
+    bound = np.broadcast_to(prior.lower_bound if low else prior.upper_bound, prior.shape)
+    inside = np.broadcast_to(
+        prior.from_unit(np.full(prior.shape, BOUND_MARGIN if low else 1.0 - BOUND_MARGIN)),
+        prior.shape,
+    )
+    raise ValueError(
+        f"{where} = {v[tuple(bad)]:.9g} is on the {side} bound {bound[element]:.9g} of {prior!r}"
+        f" (within {BOUND_MARGIN:g} of its range): a start there never moves (its logit is "
+        f"infinite) and would be reported converged; start it inside, e.g. at "
+        f"{inside[element]:.9g}, or widen the prior"
+    )
 
 
 def _check_inside(v: np.ndarray, prior, path: str) -> None:

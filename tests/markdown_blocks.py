@@ -1,10 +1,19 @@
 """Run the ```python blocks of a Markdown page and check what they print.
 
-A page's blocks run in order in one namespace, so a later block can reuse an earlier fit. A
-block is skipped, explicitly, when its fence reads ```python skip or the line before it is
-``<!-- no-test -->`` (illustration only: it needs a file or a long run). The first ```text
-block after a python block, before the next python block, is what that block prints: its
-words must match exactly and its numbers to the digits shown (a page pastes rounded output).
+A page's blocks run in order in one namespace, so a later block can reuse an earlier fit. The
+fence's info string says how a block runs; nothing is skipped:
+
+- ```python: once, in the page's namespace.
+- ```python rerun: twice in a row (the block claims it can be run again, e.g. a resumed
+  checkpoint), and both runs must print what the page shows.
+- ```python file=NAME: a file the page shows (a script, a module a script imports); it is not
+  run in the namespace. The page's own test writes it out and runs it as the page says (in
+  subprocesses where it needs several processes); :func:`file_blocks` lists them, and
+  ``tests/test_docs.py`` checks that every one is run.
+
+The first ```text block after a python block, before the next python block, is what that block
+prints: its words must match exactly and each number to the precision the page prints it with
+(:func:`check_output`).
 """
 
 from __future__ import annotations
@@ -13,44 +22,65 @@ import contextlib
 import io
 import re
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 
-import numpy as np
-
 ROOT = Path(__file__).resolve().parents[1]
-NO_TEST = "<!-- no-test -->"
 _FENCE = re.compile(r"^```([\w-]*)([^\n]*)\n(.*?)^```[ \t]*$", flags=re.S | re.M)
 _NUMBER = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?")
+_INFO = re.compile(r"^(?:|rerun|file=[\w.-]+\.py)$")
 
 
 @dataclass
 class Block:
-    """One ```python block: its code, where it starts, and what it should print."""
+    """One ```python block: its code, where it starts, how it runs, what it should print."""
 
     code: str
     line: int
-    skip: bool
     output: str | None
+    rerun: bool = False
+    file: str | None = None
 
 
 def python_blocks(path: Path) -> list[Block]:
-    """The page's python blocks in order, each with its expected output (or ``None``)."""
+    """The page's python blocks in order, each with its expected output (or ``None``).
+
+    Raises:
+      ValueError: a python fence with an info string other than ``rerun`` or ``file=NAME.py``
+        (a misspelt one would otherwise change how, or whether, a block runs).
+    """
     text = path.read_text()
     blocks: list[Block] = []
     for m in _FENCE.finditer(text):
         lang, info, body = m.group(1), m.group(2).strip(), m.group(3)
+        line = text.count("\n", 0, m.start()) + 2  # the code's first line, 1-based
         if lang == "python":
-            before = text[: m.start()].rstrip().splitlines()
-            skip = info == "skip" or (bool(before) and before[-1].strip() == NO_TEST)
-            line = text.count("\n", 0, m.start()) + 2  # the code's first line, 1-based
-            blocks.append(Block(body, line, skip, None))
+            if not _INFO.match(info):
+                raise ValueError(f"{path.name}:{line}: unknown python fence info {info!r}")
+            file = info.partition("=")[2] or None
+            blocks.append(Block(body, line, None, rerun=info == "rerun", file=file))
         elif lang == "text" and blocks and blocks[-1].output is None:
             blocks[-1].output = body
     return blocks
 
 
+def file_blocks(path: Path) -> dict[str, Block]:
+    """The page's ``file=NAME`` blocks by name."""
+    return {b.file: b for b in python_blocks(path) if b.file}
+
+
+def write_files(path: Path, folder: Path) -> list[Path]:
+    """Write the page's ``file=NAME`` blocks into ``folder``; returns their paths."""
+    out = []
+    for name, block in file_blocks(path).items():
+        target = folder / name
+        target.write_text(block.code)
+        out.append(target)
+    return out
+
+
 def run_page(path: Path) -> tuple[dict, list[Block]]:
-    """Run every python block of ``path`` in one namespace; check each one's printed output.
+    """Run the page's python blocks (not its files) in one namespace; check what each prints.
 
     Returns the namespace and the blocks that ran. Raises ``AssertionError`` naming the page and
     line when a block prints something other than what the page shows.
@@ -58,32 +88,43 @@ def run_page(path: Path) -> tuple[dict, list[Block]]:
     namespace: dict = {"__name__": f"doc:{path.name}"}
     ran = []
     for block in python_blocks(path):
-        if block.skip:
+        if block.file:
             continue
         # Line numbers in a traceback point into the page itself.
         code = compile("\n" * (block.line - 1) + block.code, str(path), "exec")
-        out = io.StringIO()
-        with contextlib.redirect_stdout(out):
-            exec(code, namespace)
-        if block.output is not None:
-            check_output(out.getvalue(), block.output, f"{path.name}:{block.line}")
+        for run in range(2 if block.rerun else 1):
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                exec(code, namespace)
+            if block.output is not None:
+                again = " (run again)" if run else ""
+                check_output(out.getvalue(), block.output, f"{path.name}:{block.line}{again}")
         ran.append(block)
     return namespace, ran
 
 
 def check_output(actual: str, expected: str, where: str) -> None:
-    """Words equal; each number equal to the precision the page prints it with."""
+    """Words equal; each printed number equal to the page's at the precision the page shows.
+
+    A page may show a number rounded (``395.68`` for a run's ``395.68134``): the run's number
+    must round to it, within half a unit of the page's last digit, so no wrong digit passes. A
+    count (no decimal point) must be equal. A number ending in its point (``1.``, NumPy's way
+    of printing a whole number in a float array) is exact: ``1.`` is not ``0.99``.
+    """
     words = lambda s: _NUMBER.sub("#", s).split()  # noqa: E731
     assert words(actual) == words(expected), f"{where} prints\n{actual}\nnot\n{expected}"
     got, shown = _NUMBER.findall(actual), _NUMBER.findall(expected)
     for g, s in zip(got, shown, strict=True):
-        if not re.search(r"[.eE]", s):  # a count: exactly
-            assert int(g) == int(s), f"{where}: printed {g} where the page shows {s}\n{actual}"
-            continue
-        decimals = len(re.split(r"[eE]", s)[0].partition(".")[2])
-        # A rounded figure may differ from the run by one unit in its last digit, and a
-        # float32 fit by a few ulps on another CPU.
-        unit = 10.0**-decimals * (abs(float(s)) if "e" in s.lower() else 1.0)
-        assert np.isclose(float(g), float(s), rtol=1e-5, atol=1.01 * unit), (
-            f"{where}: printed {g} where the page shows {s}\n{actual}"
-        )
+        assert _agrees(g, s), f"{where}: printed {g} where the page shows {s}\n{actual}"
+
+
+def _agrees(got: str, shown: str) -> bool:
+    """Whether the printed number ``got`` is the page's ``shown`` at the page's precision."""
+    mantissa, _, exponent = shown.lower().partition("e")
+    if not re.search(r"[.eE]", shown):  # a count: equal, and printed as one
+        return re.fullmatch(r"[-+]?\d+", got) is not None and int(got) == int(shown)
+    if mantissa.endswith("."):
+        return Decimal(got) == Decimal(shown)
+    decimals = len(mantissa.partition(".")[2])
+    half_unit = Decimal(5).scaleb(-decimals - 1 + int(exponent or 0))
+    return abs(Decimal(got) - Decimal(shown)) <= half_unit

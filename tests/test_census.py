@@ -125,35 +125,36 @@ def _gone(pid: int, within_s: float = 10.0) -> bool:
         time.sleep(0.05)
 
 
+# The time-cap tests run `sh`, not Python: it announces its first phase within milliseconds, so
+# the cap of the phase before the first marker ("start") is never what a loaded machine trips.
+# No test asserts how long anything took; each asserts what happened (the status, the phases
+# seen, the exit code: a child that ran to its end exits 0, one killed by the cap -9).
+
+
 @pytest.mark.subprocess
 def test_a_phase_past_the_time_cap_is_killed_with_its_process_group(tmp_path):
     pid_file = tmp_path / "grandchild"
-    code = (
-        "import subprocess, sys, time\n"
-        "p = subprocess.Popen(['sleep', '60'])\n"
-        f"open({str(pid_file)!r}, 'w').write(str(p.pid))\n"
-        "print('#census-phase compile', flush=True)\n"
-        "time.sleep(60)\n"
+    script = (
+        f"sleep 600 & echo $! > {pid_file}\n"
+        "echo '#census-phase compile'\n"
+        "wait\n"
+        "echo '#census-phase steady'\n"  # reached only if the cap did not kill the child
     )
-    outcome = run_supervised(_py(code), phase_cap_s=0.5, rss_cap_mb=BIG_MB)
+    outcome = run_supervised(["sh", "-c", script], phase_cap_s=1.0, rss_cap_mb=BIG_MB)
     assert outcome.status == "timeout" and outcome.phase == "compile"
-    assert outcome.note == "compile did not finish in 0.5 s"
-    assert outcome.returncode == -9
-    assert outcome.wall_s < 60  # the cap was enforced: the child's sleep did not run out
+    assert outcome.note == "compile did not finish in 1 s"
+    assert outcome.returncode == -9  # killed: the sleep it waited for did not run out
+    assert [p for p, _ in outcome.phases] == ["compile"]
     assert _gone(int(pid_file.read_text()))  # the grandchild went with it
 
 
 @pytest.mark.subprocess
 def test_the_time_cap_is_per_phase_not_per_process():
-    code = (
-        "import time\n"
-        "for name in ('setup', 'trace', 'compile', 'steady'):\n"
-        "    print('#census-phase', name, flush=True); time.sleep(0.3)\n"
-    )
-    outcome = run_supervised(_py(code), phase_cap_s=1.0, rss_cap_mb=BIG_MB)
+    # four phases of 0.4 s each under a cap of 1 s: 1.6 s in all, and the child finishes
+    script = 'for p in setup trace compile steady; do echo "#census-phase $p"; sleep 0.4; done'
+    outcome = run_supervised(["sh", "-c", script], phase_cap_s=1.0, rss_cap_mb=BIG_MB)
     assert outcome.status == "ok" and outcome.returncode == 0
     assert [p for p, _ in outcome.phases] == ["setup", "trace", "compile", "steady"]
-    assert outcome.wall_s > 1.0  # longer than the cap in all, and still finished
 
 
 @pytest.mark.subprocess

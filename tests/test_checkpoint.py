@@ -84,6 +84,35 @@ def test_a_damaged_checkpoint_falls_back_to_the_previous(tmp_path, part):
     np.testing.assert_array_equal(np.asarray(state["u"]), 5.0)
 
 
+@pytest.mark.parametrize("part", ["state", "meta", "all"])
+def test_the_step_past_a_damaged_one_can_be_written_again(tmp_path, part):
+    # A resumed search writes the damaged step again: orbax refuses a step whose folder
+    # exists (StepAlreadyExistsError), so the damaged folder is moved aside, kept.
+    ck = Checkpointer(tmp_path)
+    for step in (5, 10):
+        ck.save(step, _state(step), {"fingerprint": FP, "step": step})
+    _damage(tmp_path / "10", "." if part == "all" else part)
+    resumed = Checkpointer(tmp_path)
+    step, _, _ = resumed.restore_latest(_state(0), same(FP))
+    assert step == 5 and resumed.steps() == [5]
+    assert (tmp_path / "damaged" / "10").is_dir()  # kept for a look, out of orbax's way
+    resumed.save(10, _state(11), {"fingerprint": FP, "step": 10})
+    resumed.save(15, _state(15), {"fingerprint": FP, "step": 15})
+    assert Checkpointer(tmp_path).steps() == [10, 15]
+    step, state, _ = Checkpointer(tmp_path).restore_latest(_state(0), same(FP))
+    assert step == 15 and float(np.asarray(state["u"])[0, 0]) == 15.0
+
+
+def test_a_step_damaged_twice_is_kept_twice(tmp_path):
+    ck = Checkpointer(tmp_path)
+    ck.save(5, _state(5), {"fingerprint": FP, "step": 5})
+    for _ in range(2):
+        ck.save(10, _state(10), {"fingerprint": FP, "step": 10})
+        _damage(tmp_path / "10", "meta")
+        assert ck.restore_latest(_state(0), same(FP))[0] == 5
+    assert sorted(p.name for p in (tmp_path / "damaged").iterdir()) == ["10", "10.1"]
+
+
 def test_all_damaged_is_an_error_not_a_fresh_start(tmp_path):
     ck = Checkpointer(tmp_path)
     ck.save(5, _state(5), {"fingerprint": FP})

@@ -1,26 +1,52 @@
-"""The docs/ pages' code blocks run and print what the pages show; the README links resolve."""
+"""The docs/ pages' code blocks run and print what the pages show; the README links resolve.
 
+A page's plain blocks run in one namespace (markdown_blocks.run_page). Its ``file=NAME`` blocks
+(scripts and the modules they import) are written to a folder and run as the page says, each by
+a test named in FILE_RUNS; scripts that need a cluster's processes run as subprocesses of the
+slow tier (``-m slow``).
+"""
+
+import os
+import pickle
 import re
+import subprocess
+import sys
+import types
 
 import pytest
-from markdown_blocks import ROOT, check_output, python_blocks, run_page
+from markdown_blocks import ROOT, check_output, file_blocks, python_blocks, run_page, write_files
+
+import multistart as ms
 
 PAGES = sorted((ROOT / "docs").glob("*.md"))
+WITH_BLOCKS = [p for p in PAGES if any(not b.file for b in python_blocks(p))]
+SCALE_OUT = ROOT / "docs" / "scale-out.md"
+
+# Every file block of a page, and the test that runs it.
+FILE_RUNS = {
+    ("scale-out.md", "mymodel.py"): "every test below imports it",
+    ("scale-out.md", "fit_part.py"): "test_the_slurm_array_task_runs_resumes_and_merges",
+    ("scale-out.md", "merge.py"): "test_the_slurm_array_task_runs_resumes_and_merges",
+    ("scale-out.md", "ray_fit.py"): "test_the_ray_script_merges_what_its_tasks_return",
+    ("scale-out.md", "job.py"): "test_the_jax_job_scripts_run_as_two_slurm_processes",
+    ("scale-out.md", "job_parts.py"): "test_the_jax_job_scripts_run_as_two_slurm_processes",
+}
 
 
-@pytest.mark.parametrize("page", PAGES, ids=[p.name for p in PAGES])
+@pytest.mark.parametrize("page", WITH_BLOCKS, ids=[p.name for p in WITH_BLOCKS])
 def test_page_blocks_run_and_print_what_the_page_shows(page, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     _, ran = run_page(page)
-    assert len(ran) == sum(not b.skip for b in python_blocks(page))
+    assert ran and len(ran) == sum(not b.file for b in python_blocks(page))
 
 
-def test_few_blocks_are_skipped():
-    skipped = [(p.name, b.line) for p in PAGES for b in python_blocks(p) if b.skip]
-    # the checkpoint illustration (20,000 steps) and scale-out.md's four cluster scripts (a
-    # Slurm array task, a Ray job, a jax.distributed job and its retry guard): they need a
-    # scheduler or several processes (tests/test_parts.py runs two processes for real)
-    assert len(skipped) <= 5, skipped
+def test_no_block_is_left_out():
+    pages = [ROOT / "README.md", *PAGES]
+    assert not [p.name for p in pages if "<!-- no-test -->" in p.read_text()]
+    files = {(p.name, name) for p in pages for name in file_blocks(p)}
+    assert files == set(FILE_RUNS), "a file block without a test that runs it, or a stale entry"
+    for test in set(FILE_RUNS.values()) - {"every test below imports it"}:
+        assert callable(globals().get(test)), test
 
 
 @pytest.mark.parametrize("page", [ROOT / "README.md", *PAGES], ids=lambda p: p.name)
@@ -29,12 +55,162 @@ def test_relative_links_resolve(page):
         assert (page.parent / target).exists(), f"{page.name} links to missing {target}"
 
 
-def test_output_check_catches_a_wrong_figure_and_a_wrong_word():
+# -- the output check itself ---------------------------------------------------------------------
+
+
+def test_output_check_takes_a_rounded_page_and_refuses_a_wrong_digit():
     check_output("best 395.68134 {'converged': 30}\n", "best 395.6813 {'converged': 30}", "x")
     check_output("best 395.68134\n", "best 395.7", "x")  # rounded as the page shows it
-    with pytest.raises(AssertionError, match="395.4"):
-        check_output("best 395.68134\n", "best 395.4", "x")
+    for wrong in ("395.6814", "395.6812", "395.4", "395.68135"):
+        with pytest.raises(AssertionError, match=wrong.replace(".", r"\.")):
+            check_output("best 395.68134\n", f"best {wrong}", "x")
+    with pytest.raises(AssertionError, match="printed 395.68 where"):  # fewer digits than shown
+        check_output("best 395.68\n", "best 395.6813", "x")
     with pytest.raises(AssertionError, match="printed 31"):
         check_output("{'converged': 31}\n", "{'converged': 30}", "x")
+    with pytest.raises(AssertionError, match="printed 30.0"):  # a count printed as a float
+        check_output("{'converged': 30.0}\n", "{'converged': 30}", "x")
     with pytest.raises(AssertionError, match="prints"):
         check_output("worst 1.0\n", "best 1.0", "x")
+    check_output("1.5e-05\n", "1.5e-05", "x")
+    with pytest.raises(AssertionError):
+        check_output("1.6e-05\n", "1.5e-05", "x")
+
+
+def test_a_whole_number_in_a_numpy_array_is_exact():
+    check_output("1 64 [ 1.   -0.   -0.58]\n", "1 64 [ 1.   -0.   -0.58]", "x")
+    with pytest.raises(AssertionError, match="printed 0.99 where the page shows 1."):
+        check_output("1 64 [ 0.99 -0.   -0.58]\n", "1 64 [ 1.   -0.   -0.58]", "x")
+    with pytest.raises(AssertionError, match="printed 0. where the page shows 1."):
+        check_output("1 64 [ 0.   0.99 -0.58]\n", "1 64 [ 1.   -0.   -0.58]", "x")
+
+
+def test_a_rerun_block_runs_twice_and_an_unknown_info_is_refused(tmp_path):
+    page = tmp_path / "page.md"
+    code = "```python rerun\nruns = globals().setdefault('runs', [])\nruns.append(1)\n"
+    page.write_text(code + "print(len(runs))\n```\n\n```text\n1\n```\n")
+    with pytest.raises(AssertionError, match=r"page.md:2 \(run again\): printed 2"):
+        run_page(page)
+    page.write_text("```python skip\nprint(1)\n```\n")
+    with pytest.raises(ValueError, match="unknown python fence info 'skip'"):
+        python_blocks(page)
+
+
+# -- scale-out.md's scripts, run as the page says -------------------------------------------------
+
+
+def _python(script, *args, cwd, env=None, timeout=300):
+    out = subprocess.run(
+        [sys.executable, str(script), *map(str, args)],
+        cwd=cwd,
+        env={**os.environ, "MULTISTART_LOG_LEVEL": "WARNING", **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
+
+
+@pytest.fixture
+def scale_out(tmp_path):
+    write_files(SCALE_OUT, tmp_path)
+    return tmp_path
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_the_slurm_array_task_runs_resumes_and_merges(scale_out):
+    for i in range(2):  # the array's tasks, as `srun python fit_part.py $SLURM_ARRAY_TASK_ID 2`
+        _python(scale_out / "fit_part.py", i, 2, cwd=scale_out)
+    first = (scale_out / "parts" / "part-1-of-2.npz").read_bytes()
+    _python(scale_out / "fit_part.py", 1, 2, cwd=scale_out)  # a re-submitted task resumes
+    again = ms.Result.load(scale_out / "parts" / "part-1-of-2.npz")
+    assert again.stats["resumed_from"] > 0
+    assert (scale_out / "parts" / "part-1-of-2.npz").read_bytes() != first  # written anew
+    out = _python(scale_out / "merge.py", 2, cwd=scale_out)
+    merged = ms.Result.load(scale_out / "result.npz")
+    assert merged.stats["n_parts"] == 2 and out.startswith("Result(best_fom=")
+
+
+@pytest.mark.slow
+def test_the_ray_script_merges_what_its_tasks_return(scale_out, monkeypatch):
+    # Ray is not a dependency: a stand-in with its three calls runs each task in this process
+    # and sends its Result through pickle, as Ray does between a worker and the driver.
+    ray = types.ModuleType("ray")
+
+    def remote(**options):
+        assert options == {"num_cpus": 2, "max_retries": 3}
+        return lambda fn: types.SimpleNamespace(
+            remote=lambda *a: pickle.loads(pickle.dumps(fn(*a)))
+        )
+
+    ray.remote, ray.get = remote, list
+    monkeypatch.setitem(sys.modules, "ray", ray)
+    monkeypatch.syspath_prepend(str(scale_out))
+    monkeypatch.chdir(scale_out)
+    monkeypatch.delitem(sys.modules, "mymodel", raising=False)
+    namespace = {"__name__": "__main__"}
+    exec(compile(file_blocks(SCALE_OUT)["ray_fit.py"].code, "ray_fit.py", "exec"), namespace)
+    from mymodel import objective, search, space
+
+    whole = search.fit(objective, space)
+    result = namespace["result"]
+    assert result.stats["n_parts"] == namespace["k"]
+    assert result.best_fom == whole.best_fom and (result.foms == whole.foms).all()
+
+
+def _slurm_env(job: int, rank: int) -> dict:
+    """What srun gives each of two tasks on one node (JAX's Slurm detection reads these)."""
+    return {
+        "SLURM_JOB_ID": str(job),
+        "SLURM_STEP_NODELIST": "127.0.0.1",
+        "SLURM_NTASKS": "2",
+        "SLURM_PROCID": str(rank),
+        "SLURM_LOCALID": str(rank),
+        "SLURM_STEP_NUM_NODES": "1",
+    }
+
+
+def _two_tasks(script, cwd) -> list[str]:
+    job = 1000 + os.getpid() % 3000  # JAX's coordinator port is derived from the job id
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(script)],
+            cwd=cwd,
+            env={**os.environ, "MULTISTART_LOG_LEVEL": "WARNING", **_slurm_env(job, rank)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in range(2)
+    ]
+    outs = [p.communicate(timeout=300) for p in procs]
+    for p, (_, err) in zip(procs, outs, strict=True):
+        assert p.returncode == 0, err[-3000:]
+    return [out for out, _ in outs]
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_the_jax_job_scripts_run_as_two_slurm_processes(scale_out):
+    _two_tasks(scale_out / "job.py", scale_out)
+    result = ms.Result.load(scale_out / "result.npz")
+    assert result.stats["n_processes"] == 2
+    _two_tasks(scale_out / "job_parts.py", scale_out)
+    parts = sorted((scale_out / "parts").glob("part-*-of-2.npz"))
+    assert len(parts) == 2
+    stamps = [p.stat().st_mtime_ns for p in parts]
+    _two_tasks(scale_out / "job_parts.py", scale_out)  # resubmitted: both parts are there
+    assert [p.stat().st_mtime_ns for p in parts] == stamps
+    merged = ms.Result.merge(parts)
+    assert merged.best_fom == result.best_fom and (merged.foms == result.foms).all()
+
+
+def test_every_test_the_faults_page_names_exists():
+    text = (ROOT / "docs" / "faults.md").read_text()
+    named = re.findall(r"`(tests/test_\w+\.py)::(test_\w+)`", text)
+    assert len(named) > 30
+    for path, test in named:
+        source = (ROOT / path).read_text()
+        assert re.search(rf"^def {test}\(", source, flags=re.M), f"{path}::{test}"

@@ -188,3 +188,22 @@ def test_each_distinct_minimum_gets_its_errors_with_one_compile(x64):
         curvature = -9 * np.sin(3 * m.params["n"]) + 0.2
         assert m.errors["n"] == pytest.approx(np.sqrt(2 / curvature), rel=1e-3)
         assert m.covariance.shape == (2, 2)
+
+
+def test_the_covariance_keeps_the_order_the_space_was_written_in():
+    # Issue 24, item 13: rows followed the sorted paths; curve_fit's pcov keeps p0's order.
+    space = {"slope": ms.Uniform(-5.0, 5.0), "band": {"z": ms.Uniform(-5.0, 5.0, shape=(2,))}}
+    space["amp"] = ms.Uniform(-5.0, 5.0)
+    widths = {"slope": 0.5, "z": np.array([2.0, 4.0]), "amp": 1.0}
+
+    def chi2(p):
+        z = (p["band"]["z"] - 1.0) / widths["z"]
+        return ((p["slope"] - 1) / 0.5) ** 2 + jnp.sum(z**2) + (p["amp"] / 1.0) ** 2
+
+    point = {"slope": 1.0, "band": {"z": np.ones(2)}, "amp": 0.0}
+    fit = ms.laplace(chi2, space, point)
+    assert fit.names == ("slope", "band.z[0]", "band.z[1]", "amp")
+    np.testing.assert_allclose(fit.std, [0.5, 2.0, 4.0, 1.0], rtol=1e-6)
+    np.testing.assert_allclose(np.diag(fit.hessian), 2 / np.array([0.5, 2.0, 4.0, 1.0]) ** 2)
+    assert "slope = 1 +/- 0.5" in repr(fit) and "amp = 0 +/- 1" in repr(fit)
+    assert "band.z[1] = 1 +/- 4" in repr(fit)

@@ -5,7 +5,7 @@ import pytest
 from conftest import NoCompile
 
 import multistart as ms
-from multistart.problem import add_note, tracer_hint
+from multistart.problem import add_note, as_problem, flat_leaves_without_gradient, tracer_hint
 
 SPACE = {"x": ms.Uniform(-1.0, 1.0), "y": ms.Uniform(-1.0, 1.0)}
 
@@ -62,3 +62,71 @@ def test_add_note_falls_back_to_the_message_without_notes():
     e = ValueError("bad input")
     add_note(e, "use jnp")
     assert str(e) == "bad input" and e.__notes__ == ["use jnp"]
+
+
+# -- a gradient that is zero everywhere, found by tracing (issue 24, items 3 and 6) -------------
+
+GRAD_SPACE = {"x": ms.Uniform(-3.0, 3.0), "y": ms.Uniform(-3.0, 3.0, shape=(2,))}
+
+
+@jax.custom_vjp
+def _square(x):
+    return x**2
+
+
+_square.defvjp(lambda x: (x**2, x), lambda r, g: (2 * r * g,))
+
+
+def _jitted_inner(p):
+    return jax.jit(lambda a, b: a**2 + jnp.round(b).sum())(p["x"], p["y"])
+
+
+def _swap_twice(p):
+    swap = lambda i, c: (c[1], c[0])  # noqa: E731 - after two swaps x is back in front
+    return jax.lax.fori_loop(0, 2, swap, (p["x"], jnp.round(p["y"][0])))[0]
+
+
+@pytest.mark.parametrize(
+    "objective, without",
+    [
+        (lambda p: p["x"] ** 2 + jnp.sum(p["y"] ** 2), []),
+        (lambda p: 2.0 * p["x"] + jnp.sum(p["y"]), []),  # a constant gradient is not zero
+        (lambda p: jax.lax.cond(p["x"] > 0, lambda: p["x"], lambda: p["y"].sum()), []),
+        (lambda p: jnp.where(p["x"] > 0, p["x"], 0.0) + jnp.sum(p["y"] ** 2), []),
+        (lambda p: _square(p["x"]) + jnp.sum(p["y"]), []),  # custom_vjp: not traced forward
+        (lambda p: jnp.round(p["x"]) ** 2 + jnp.sum(jnp.round(p["y"]) ** 2), ["x", "y"]),
+        (lambda p: jnp.argmax(jnp.array([p["x"], p["y"][0]])).astype(jnp.float32), ["x", "y"]),
+        (lambda p: 3.0, ["x", "y"]),
+        (lambda p: jax.lax.stop_gradient(p["x"]) ** 2 + jnp.sum(p["y"] ** 2), ["x"]),
+        (_jitted_inner, ["y"]),  # into an inner jit, exactly
+        (_swap_twice, ["y"]),  # a loop mixes its carry: x still reaches the output
+    ],
+)
+def test_parameters_without_a_gradient_are_found_by_tracing(objective, without):
+    problem = as_problem(objective, GRAD_SPACE)
+    with NoCompile():
+        assert flat_leaves_without_gradient(problem, jnp.float32) == without
+
+
+@pytest.mark.parametrize(
+    "objective",
+    [
+        lambda p: jnp.round(p["x"]) ** 2 + jnp.sum(jnp.round(p["y"]) ** 2),
+        lambda p: jnp.argmax(jnp.array([p["x"], p["y"][0], p["y"][1]])).astype(jnp.float32),
+        lambda p: 3.0,  # a Python float: it was an AttributeError after the filter compiled
+    ],
+)
+def test_a_gradient_zero_everywhere_is_refused_before_any_compile(objective):
+    search = ms.MultiStartAdam(n_starts=4, batch_size=4, n_steps=20)
+    with NoCompile(), pytest.raises(ValueError, match="gradient that is zero everywhere"):
+        search.fit(objective, GRAD_SPACE)
+
+
+def test_a_parameter_without_a_gradient_is_named_in_a_warning():
+    def only_x(p):
+        return (p["x"] - 1.0) ** 2 + 0.0 * jnp.sum(jnp.round(p["y"]))
+
+    search = ms.MultiStartAdam(n_starts=4, batch_size=4, n_steps=20, seed=0)
+    with pytest.warns(RuntimeWarning, match="zero everywhere along y: none of them"):
+        result = search.fit(only_x, GRAD_SPACE)
+    np.testing.assert_array_equal(result.params["y"], result.start_params["y"])

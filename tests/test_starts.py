@@ -120,7 +120,7 @@ def parabola3(p):
 def test_user_starts_fill_the_first_slots_as_given():
     mine = [
         {"a": [0.5, -1.0, 2.0], "s": 3.0, "n": {"m": [0.0, 1.0]}},
-        {"a": [3.9, 3.9, -3.9], "s": 0.1, "n": {"m": [-7.0, 9.0]}},  # on a bound: allowed
+        {"a": [3.9, 3.9, -3.9], "s": 0.1001, "n": {"m": [-7.0, 9.0]}},  # near bounds: fine
     ]
     stacked = {
         "a": np.array([m["a"] for m in mine]),
@@ -184,6 +184,23 @@ BAD_STARTS = [
         r"starts\[1\]\['s'\] = 50 is outside",
     ),
     ("params", TypeError, "starts must be a params dict"),
+    # Issue 24, item 7: a start on a bound was accepted and stayed there, "converged"
+    (
+        [GOOD, {**GOOD, "s": 0.1}],
+        ValueError,
+        r"starts\[1\]\['s'\] = 0.1 is on the lower bound 0.1 of LogUniform\(0.1, 30.0\).*"
+        r"start it inside, e.g. at 0.10000057, or widen the prior",
+    ),
+    (
+        [{**GOOD, "a": [0.0, 4.0, 0.0]}],
+        ValueError,
+        r"starts\[0\]\['a'\]\[1\] = 4 is on the upper bound 4 .* e.g. at 3.999992",
+    ),
+    (
+        {**stacked(), "a": np.array([[0.0, 0.0, 0.0], [-4.0 + 1e-7, 0.0, 0.0]])},
+        ValueError,
+        r"starts\[1\]\['a'\]\[0\] = -3.9999999 is on the lower bound -4 ",
+    ),
 ]
 
 

@@ -1,0 +1,226 @@
+"""A Result's file: one ``.npz`` archive, its arrays as NumPy arrays and the rest as JSON.
+
+Arrays (figures of merit, statuses, steps, history, every start's parameters, the covariance)
+are members of the archive; the rest (``best_fom``, ``best_index``, ``stats``, ``paths``,
+``config``, the parameter tree) is JSON in its ``__meta__`` member. Nothing is pickled, and
+nothing is ever unpickled (``allow_pickle=False``).
+
+A file is written whole or not at all: into a temporary file beside it, flushed to the disk,
+then renamed over ``path``, so a search killed while saving leaves the previous file (or none),
+never a cut one. Reading checks every member (the archive's CRC-32 of each): a file cut short,
+altered or of another kind raises :class:`ResultFileError`, a ``ValueError`` naming the file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import jax
+import numpy as np
+
+from .laplace import Laplace, unflatten_like
+from .status import Status
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .result import Result
+
+__all__ = ["FORMAT", "VERSION", "ResultFileError", "save", "load"]
+
+FORMAT, VERSION = "multistart.Result", 1
+_TREES = ("params", "start_params", "best_params")
+
+
+class ResultFileError(ValueError):
+    """A file that is not a readable saved Result: cut short, altered, or another kind."""
+
+
+def save(result: Result, path, fit: Laplace | None) -> None:
+    """Write ``result`` (and the covariance ``fit``, if any) to exactly ``path``, atomically."""
+    meta = {
+        "format": FORMAT,
+        "version": VERSION,
+        "best_fom": float(result.best_fom),
+        "best_index": int(result.best_index),
+        "stats": result.stats,
+        "paths": list(result.paths),
+        "config": result.config,
+        "tree": _encode_tree(result.params),
+        "n_leaves": len(jax.tree_util.tree_leaves(result.params)),
+        "incarnations": [
+            {k: (str(v) if k == "status" else v) for k, v in r.items() if "params" not in k}
+            for r in result.incarnations
+        ],
+        "incarnation_keys": list(result.incarnations[0]) if result.incarnations else [],
+    }
+    if fit is not None:
+        meta["laplace"] = {"scale": fit.scale, "names": list(fit.names)}
+    text = json.dumps(meta, default=_json_default, allow_nan=True)
+    arrays = {"__meta__": np.frombuffer(text.encode("utf-8"), dtype=np.uint8)}
+    arrays.update(_record_arrays(result))
+    if fit is not None:
+        arrays["laplace/covariance"] = fit.covariance
+        arrays["laplace/hessian"] = fit.hessian
+    _write_atomically(Path(os.fspath(path)), arrays)
+
+
+def _record_arrays(result: Result) -> dict[str, np.ndarray]:
+    arrays = {
+        "foms": np.asarray(result.foms),
+        "status": np.array([str(s) for s in result.status], dtype=str),
+        "n_steps": np.asarray(result.n_steps),
+        "n_evals": np.asarray(result.n_evals),
+        "at_bound": np.asarray(result.at_bound),
+        "best_step": np.asarray(result.best_step),
+        "history": np.asarray(result.history),
+        "history_steps": np.asarray(result.history_steps),
+        "resurrections": np.asarray(result.resurrections),
+    }
+    for kind in _TREES:
+        for i, leaf in enumerate(jax.tree_util.tree_leaves(getattr(result, kind))):
+            arrays[f"{kind}/{i}"] = np.asarray(leaf)
+    for kind in ("params", "start_params"):
+        per_record = [jax.tree_util.tree_leaves(r[kind]) for r in result.incarnations]
+        for i, column in enumerate(zip(*per_record, strict=True)):
+            arrays[f"incarnations/{kind}/{i}"] = np.stack([np.asarray(v) for v in column])
+    return arrays
+
+
+def _write_atomically(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(temporary, "wb") as f:
+            np.savez_compressed(f, **arrays)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+def load(cls: type[Result], path) -> Result:
+    """Read a Result written by :func:`save` (see :meth:`multistart.Result.load`)."""
+    name = os.fspath(path)
+    arrays = _read_archive(name)
+    try:
+        return _build(cls, name, arrays)
+    except ResultFileError:
+        raise
+    except Exception as e:  # noqa: BLE001 - an altered record can fail any way
+        raise _damaged(name, e) from e
+
+
+def _damaged(name: str, error: BaseException) -> ResultFileError:
+    return ResultFileError(
+        f"{name!r} is not a readable multistart Result file: it was cut short or altered, or "
+        f"it is another kind of file ({type(error).__name__}: {error})"
+    )
+
+
+def _read_archive(name: str) -> dict[str, np.ndarray]:
+    """Every member of the archive, each read (and its CRC-32 checked) now."""
+    with open(name, "rb") as fh:  # a missing file or a folder: the OS's own error
+        try:
+            archive = np.load(fh, allow_pickle=False)
+        except Exception as e:  # noqa: BLE001 - BadZipFile, a pickle refused, zlib.error, ...
+            raise _damaged(name, e) from e
+        if not isinstance(archive, np.lib.npyio.NpzFile):
+            raise ResultFileError(f"{name!r} is not a saved multistart Result (one NumPy array)")
+        with archive:
+            if "__meta__" not in archive.files:
+                raise ResultFileError(f"{name!r} is not a saved multistart Result")
+            try:
+                return {key: archive[key] for key in archive.files}
+            except Exception as e:  # noqa: BLE001 - BadZipFile (CRC), zlib.error, EOFError
+                raise _damaged(name, e) from e
+
+
+def _build(cls: type[Result], name: str, z: dict[str, np.ndarray]) -> Result:
+    meta = json.loads(z["__meta__"].tobytes().decode("utf-8"))
+    if meta.get("format") != FORMAT or meta.get("version") != VERSION:
+        raise ResultFileError(
+            f"{name!r}: unknown format {meta.get('format')!r} version "
+            f"{meta.get('version')!r}; this multistart reads {FORMAT} {VERSION}"
+        )
+    n = meta["n_leaves"]
+
+    def tree(kind, scalars=False):
+        leaves = [z[f"{kind}/{i}"] for i in range(n)]
+        if scalars:  # best_params leaves are per-start values: 0-d back to scalars
+            leaves = [a[()] if a.ndim == 0 else a for a in leaves]
+        return _decode_tree(meta["tree"], leaves)
+
+    result = cls(
+        best_params=tree("best_params", scalars=True),
+        best_fom=float(meta["best_fom"]),
+        best_index=int(meta["best_index"]),
+        foms=z["foms"],
+        params=tree("params"),
+        start_params=tree("start_params"),
+        status=np.array([Status(s) for s in z["status"]], dtype=object),
+        n_steps=z["n_steps"],
+        best_step=z["best_step"],
+        history=z["history"],
+        history_steps=z["history_steps"],
+        stats=meta["stats"],
+        paths=meta["paths"],
+        config=meta["config"],
+        resurrections=z["resurrections"],
+        incarnations=_incarnations(meta, z, n),
+        n_evals=z.get("n_evals"),
+        at_bound=z.get("at_bound"),
+    )
+    if "laplace" in meta:
+        cov = z["laplace/covariance"]
+        result._laplace = Laplace(
+            params=result.best_params,
+            covariance=cov,
+            names=tuple(meta["laplace"]["names"]),
+            hessian=z["laplace/hessian"],
+            scale=float(meta["laplace"]["scale"]),
+            errors=unflatten_like(result.best_params, np.sqrt(np.diag(cov))),
+        )
+    return result
+
+
+def _incarnations(meta: dict, z: dict[str, np.ndarray], n: int) -> list[dict]:
+    out = []
+    for j, r in enumerate(meta.get("incarnations", [])):
+        values = dict(r, status=Status(r["status"]))
+        for kind in ("params", "start_params"):
+            leaves = [z[f"incarnations/{kind}/{i}"][j] for i in range(n)]
+            leaves = [a[()] if a.ndim == 0 else a for a in leaves]
+            values[kind] = _decode_tree(meta["tree"], leaves)
+        out.append({k: values[k] for k in meta["incarnation_keys"]})
+    return out
+
+
+def _json_default(x):
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    raise TypeError(f"Result.save: {type(x).__name__} {x!r} is not JSON-serialisable")
+
+
+def _encode_tree(tree, counter=None):
+    """A params pytree (nested dicts of arrays) as JSON: dicts as key/value pairs, leaves as
+    their index in ``jax.tree_util`` order (which sorts dict keys, as this does)."""
+    counter = [0] if counter is None else counter
+    if isinstance(tree, dict):
+        items = []
+        for key in sorted(tree):
+            if not isinstance(key, (str, int)) or isinstance(key, bool):
+                raise TypeError(f"Result.save: parameter keys must be str or int; got {key!r}")
+            items.append([key, _encode_tree(tree[key], counter)])
+        return {"dict": items}
+    counter[0] += 1
+    return {"leaf": counter[0] - 1}
+
+
+def _decode_tree(code, leaves):
+    if "dict" in code:
+        return {key: _decode_tree(sub, leaves) for key, sub in code["dict"]}
+    return leaves[code["leaf"]]

@@ -1,0 +1,57 @@
+"""What the zero-gradient check costs: one JVP trace of the figure of merit, no compile.
+
+Every fit now traces its figure of merit forward once before anything compiles, to refuse a
+gradient that is zero everywhere (multistart.problem.check_gradient). This prints that trace's
+time as a ratio to one compile of ``jit(value_and_grad(fom))``, which every fit pays at least
+once (its chunk step compiles more than that), for the README's objective and the demo's
+three-band graph, measured side by side in one process.
+
+Run: ``python profiling/gradient_check_cost.py``.
+"""
+
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import multistart as ms
+from multistart import demo
+from multistart.problem import as_problem, flat_leaves_without_gradient
+
+
+def readme_problem():
+    x = np.linspace(0.0, 100.0, 400)
+    data = 25.0 * np.exp(-0.5 * ((x - 37.0) / 4.0) ** 2)
+
+    def chi2(p):
+        model = p["amp"] * jnp.exp(-0.5 * ((x - p["centre"]) / p["sigma"]) ** 2)
+        return jnp.sum(((model - data) / 0.5) ** 2)
+
+    space = {
+        "centre": ms.Uniform(0.0, 100.0),
+        "sigma": ms.LogUniform(0.1, 30.0),
+        "amp": ms.Uniform(0.0, 50.0),
+    }
+    return as_problem(chi2, space)
+
+
+def main() -> None:
+    problems = [
+        ("README chi2", readme_problem()),
+        ("demo graph (3 bands)", demo.demo_graph().multistart_problem()),
+    ]
+    for name, problem in problems:
+        example = problem.space.example(jnp.float32)
+        t = time.perf_counter()
+        flat_leaves_without_gradient(problem, jnp.float32)
+        check = time.perf_counter() - t
+        value_and_grad = jax.jit(jax.value_and_grad(problem.fom))
+        t = time.perf_counter()
+        value_and_grad.lower(example, problem.data).compile()
+        compile_s = time.perf_counter() - t
+        print(f"{name}: gradient check / one value_and_grad compile = {check / compile_s:.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,35 @@
+"""The multistart logger's own handler, and the root logger's handlers it leaves alone."""
+
+import logging
+
+from multistart import log
+
+
+def test_absls_bare_root_handler_is_not_taken_for_an_applications(monkeypatch):
+    # absl calls logging.basicConfig() the first time it logs (orbax logs through absl): our
+    # lines then lost their timestamps, or printed twice.
+    root = logging.getLogger()
+    saved = list(root.handlers)
+    for h in saved:
+        root.removeHandler(h)
+    monkeypatch.setattr(log, "_own_handler", None)
+    monkeypatch.setattr(log.logger, "propagate", True)
+    try:
+        logging.basicConfig()  # what absl does
+        log.configure()
+        own = log._own_handler
+        assert own is not None and own in log.logger.handlers
+        assert log.logger.propagate is False  # absl's handler would print each line again
+        app = logging.StreamHandler()
+        app.setFormatter(logging.Formatter("%(levelname)s %(name)s %(message)s"))
+        root.addHandler(app)  # an application's own configuration
+        log.configure()
+        assert own not in log.logger.handlers and log._own_handler is None
+        assert log.logger.propagate is True
+    finally:
+        for h in list(root.handlers):
+            root.removeHandler(h)
+        for h in saved:
+            root.addHandler(h)
+        if log._own_handler is not None:
+            log.logger.removeHandler(log._own_handler)
