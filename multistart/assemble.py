@@ -19,10 +19,9 @@ from .decide import STILL_RUNNING
 from .distributed import to_host
 from .loop import Outcome
 from .monitor import CompileCounter
-from .parts import best_fit
 from .problem import Problem
 from .refill import REPLACE_NAME
-from .result import Result, warn_if_no_start_improved
+from .result import Records, Result, warn_if_no_start_improved
 from .starts import StartPlan
 from .status import Status
 from .tiktak import TikTakQueue
@@ -42,8 +41,9 @@ def _forward_fill(history: np.ndarray) -> np.ndarray:
     return out
 
 
-def records(problem: Problem, engine, outcome: Outcome) -> dict[str, Any]:
-    """Per-start records from the final population (refilled slots' earlier starts folded in)."""
+def records(problem: Problem, engine, outcome: Outcome) -> tuple[Records, int, list]:
+    """Per-start records from the final population (refilled slots' earlier starts folded
+    in); the evaluations of the replaced starts; each start's parameters at a bound, by name."""
     pop, stride, refiller = outcome.pop, engine.stride, engine.refiller
     to_physical = jax.jit(jax.vmap(engine.to_physical))
     writable = lambda tree: jax.tree_util.tree_map(np.array, jax.device_get(tree))  # noqa: E731
@@ -70,34 +70,41 @@ def records(problem: Problem, engine, outcome: Outcome) -> dict[str, Any]:
         "best_step": np.asarray(s.best_step, dtype=np.int64).copy(),
         "history": _forward_fill(history[:rows, :n].astype(np.float64)),
         "history_steps": np.minimum((np.arange(rows) + 1) * stride, n_steps_run),
-        "resurrections": None,
-        "incarnations": [],
-        "n_evals_replaced": 0,
-        "rung": None if outcome.rungs is None else outcome.rungs.rung_of()[:n],
     }
+    incarnations: list[dict] = []
+    resurrections, replaced = None, 0
     if refiller is not None:
-        rec, rec["incarnations"] = refiller.merge(rec, to_physical)
-        rec["resurrections"] = refiller.count.copy()
-        rec["n_evals_replaced"] = refiller.evals_replaced
-    rec["at_bound"], rec["bound_names"] = problem.space.near_bound(rec["params"], BOUND_RTOL)
-    return rec
+        rec, incarnations = refiller.merge(rec, to_physical)
+        resurrections, replaced = refiller.count.copy(), refiller.evals_replaced
+    at_bound, bound_names = problem.space.near_bound(rec["params"], BOUND_RTOL)
+    out = Records(
+        **rec,
+        at_bound=at_bound,
+        resurrections=resurrections,
+        incarnations=incarnations,
+        rung=None if outcome.rungs is None else outcome.rungs.rung_of()[:n],
+    )
+    return out, replaced, bound_names
 
 
-def _best(rec: dict, name: str):
-    """``(best_index, best_fom, best_params)``; warns when no start was ever finite."""
-    best = best_fit(rec["foms"], rec["params"])
-    if best[0] < 0:
+def _warn_if_none_finite(foms: np.ndarray, name: str) -> None:
+    if not np.isfinite(foms).any():
         warnings.warn(
-            f"every one of the {rec['foms'].size} starts was non-finite (nan or inf) for "
-            f"{name!r}: no fit was found; check the objective and the space",
+            f"every one of the {foms.size} starts was non-finite (nan or inf) for {name!r}: no "
+            "fit was found; check the objective and the space",
             RuntimeWarning,
             stacklevel=5,
         )
-    return best
 
 
 def stats(
-    search, start_plan: StartPlan, engine, outcome: Outcome, rec, t_start: float
+    search,
+    start_plan: StartPlan,
+    engine,
+    outcome: Outcome,
+    rec: Records,
+    n_evals_replaced: int,
+    t_start: float,
 ) -> dict[str, Any]:
     """Every run statistic, gathered in one place."""
     pre, choice, stepper = start_plan.stats, engine.choice, engine.stepper
@@ -109,7 +116,7 @@ def stats(
         first_step_s=outcome.first_step_s,
         loop_s=outcome.loop_s,
         stop_reason=outcome.stop_reason.value,
-        n_evals=int(np.sum(rec["n_evals"])) + rec["n_evals_replaced"],
+        n_evals=int(np.sum(rec.n_evals)) + n_evals_replaced,
         # the chunk step's compiles for the search itself (a back-off adds one each);
         # widths compiled only to be measured are counted apart
         n_compiles=compiles.count(CHUNK_STEP_NAME) - choice.n_tune_compiles,
@@ -159,34 +166,21 @@ def stats(
 
 def assemble(search, setup, start_plan: StartPlan, engine, outcome: Outcome) -> Result:
     """The fit's Result (its problem attached, for the lazy covariance)."""
-    rec = records(setup.problem, engine, outcome)
-    best_index, best_fom, best_params = _best(rec, setup.problem.name)
-    result = Result(
-        best_params=best_params,
-        best_fom=best_fom,
-        best_index=best_index,
-        foms=rec["foms"],
-        params=rec["params"],
-        start_params=rec["start_params"],
-        status=rec["status"],
-        n_steps=rec["n_steps"],
-        best_step=rec["best_step"],
-        history=rec["history"],
-        history_steps=rec["history_steps"],
-        stats=stats(search, start_plan, engine, outcome, rec, setup.t_start),
-        paths=list(setup.problem.space.paths),
+    rec, n_evals_replaced, bound_names = records(setup.problem, engine, outcome)
+    _warn_if_none_finite(rec.foms, setup.problem.name)
+    result = Result.from_records(
+        rec,
+        stats=stats(search, start_plan, engine, outcome, rec, n_evals_replaced, setup.t_start),
+        paths=setup.problem.space.paths,
         config=search.config(),
-        resurrections=rec["resurrections"],
-        incarnations=rec["incarnations"],
-        n_evals=rec["n_evals"],
-        at_bound=rec["at_bound"],
     )
     result.stats["n_distinct_minima"] = len(result.distinct_minima())
-    if best_index >= 0 and rec["at_bound"][best_index]:
+    best = result.best_index
+    if best >= 0 and rec.at_bound[best]:
         log.logger.warning(
             "the best fit has %s at a bound of its prior: the optimum may lie outside the "
             "prior (widen it), or the start stopped where its logit saturated",
-            ", ".join(rec["bound_names"][best_index]),
+            ", ".join(bound_names[best]),
         )
     warn_if_no_start_improved(result)
     return result.attach_problem(setup.problem)  # for the lazy covariance (computes nothing)

@@ -604,10 +604,9 @@ def _over_processes(search) -> tuple[str | None, str | None]:
 def _merge_over_processes(result: Result, problem: Problem) -> Result:
     """Every process's part, exchanged through JAX's runtime and merged, in every process."""
     k = jax.process_count()
-    result._problem = None  # saving would compute the covariance; the merge gets it lazily
     with tempfile.TemporaryDirectory(prefix="multistart-parts-") as folder:
         mine = os.path.join(folder, "mine.npz")
-        result.save(mine)
+        result.save(mine, errors=False)  # the merge computes the covariance when asked
         with open(mine, "rb") as f:
             blobs = allgather_bytes(f.read())
         paths = []

@@ -163,6 +163,8 @@ def select(start_plan, part: Part | None):
 
 def merge(cls, parts) -> Any:
     """The Result one run would have given, from its parts (see :meth:`Result.merge`)."""
+    from .result import Records
+
     parts = _load(cls, parts)
     k = _check_together(parts)
     parts = sorted(parts, key=lambda r: r.stats["part"][0])
@@ -184,34 +186,27 @@ def merge(cls, parts) -> Any:
         trees = [getattr(p, name) for p in parts]
         return jax.tree_util.tree_map(lambda *a: np.concatenate([np.asarray(x) for x in a]), *trees)
 
-    foms = cat("foms").astype(np.float64, copy=False)
-    params = cat_tree("params")
     history, history_steps = _histories(parts)
-    best_index, best_fom, best_params = best_fit(foms, params)
-    result = cls(
-        best_params=best_params,
-        best_fom=best_fom,
-        best_index=best_index,
-        foms=foms,
-        params=params,
+    rungs = [p.rung for p in parts]
+    records = Records(
+        foms=cat("foms").astype(np.float64, copy=False),
+        params=cat_tree("params"),
         start_params=cat_tree("start_params"),
         status=cat("status"),
         n_steps=cat("n_steps"),
         best_step=cat("best_step"),
         history=history,
         history_steps=history_steps,
-        stats=_stats(parts, k),
-        paths=list(first.paths),
-        config=dict(first.config),
-        resurrections=cat("resurrections"),
-        incarnations=[],
         n_evals=cat("n_evals"),
         at_bound=cat("at_bound"),
+        resurrections=cat("resurrections"),
+        rung=None if any(r is None for r in rungs) else np.concatenate(rungs),
     )
-    if best_index >= 0:  # the best part's problem and covariance are the merged best's
-        owner = next(p for p in parts if _holds(p, best_index))
-        result._problem, result._hessian = owner._problem, owner._hessian
-        result._laplace = owner._laplace
+    result = cls.from_records(
+        records, stats=_stats(parts, k), paths=first.paths, config=dict(first.config)
+    )
+    if result.best_index >= 0:  # the best part's problem and covariance are the merged best's
+        result.share_errors(next(p for p in parts if _holds(p, result.best_index)))
     result.stats["n_distinct_minima"] = len(result.distinct_minima())  # of the whole run
     return result
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import warnings
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import jax
@@ -24,7 +24,7 @@ from .parts import merge as merge_parts
 from .problem import Problem
 from .status import Status
 
-__all__ = ["Result", "Minimum", "warn_if_no_start_improved"]
+__all__ = ["Result", "Records", "Minimum", "warn_if_no_start_improved"]
 
 
 class Fom(float):
@@ -96,6 +96,28 @@ _START_PREFIX = "start:"
 
 
 @dataclass
+class Records:
+    """Every start's record, from which :meth:`Result.from_records` makes a Result.
+
+    Per-start arrays have a leading ``n_starts`` axis; see :class:`Result` for each field.
+    """
+
+    foms: np.ndarray
+    params: Any
+    start_params: Any
+    status: np.ndarray
+    n_steps: np.ndarray
+    best_step: np.ndarray
+    history: np.ndarray
+    history_steps: np.ndarray
+    n_evals: np.ndarray | None = None
+    at_bound: np.ndarray | None = None
+    resurrections: np.ndarray | None = None
+    incarnations: list = field(default_factory=list)
+    rung: np.ndarray | None = None
+
+
+@dataclass
 class Result:
     """What a search returns. Figures of merit are always minimised.
 
@@ -131,6 +153,10 @@ class Result:
         best incarnation (lowest finite figure of merit; the latest on ties or when none was
         finite), and ``history`` is the slot's best over its incarnations so far, so a replaced
         start's best point is never lost.
+      rung: with ``schedule="halving"``, ``(n_starts,)`` the rungs each start passed (a
+        pruned start: the rung that pruned it); ``None`` otherwise.
+
+    A search, :meth:`merge` and :meth:`load` all make a Result with :meth:`from_records`.
     """
 
     best_params: Any
@@ -151,6 +177,7 @@ class Result:
     incarnations: list = field(default_factory=list)
     n_evals: np.ndarray | None = None
     at_bound: np.ndarray | None = None
+    rung: np.ndarray | None = None
     # What the lazy covariance needs; never saved (a figure of merit is code).
     _problem: Problem | None = field(default=None, init=False, repr=False, compare=False)
     _hessian: Any = field(default=None, init=False, repr=False, compare=False)
@@ -166,6 +193,39 @@ class Result:
         self.best_fom = Fom(self.best_fom, self.fit_dtype)
         # Members, whatever came in: NumPy turns a list of these str-enums into a str array.
         self.status = np.array([Status(s) for s in self.status], dtype=object)
+
+    @classmethod
+    def from_records(
+        cls,
+        records: Records,
+        *,
+        stats: dict,
+        paths: list,
+        config: dict,
+        laplace: Laplace | None = None,
+    ) -> Result:
+        """The Result of ``records``: its best fit chosen (the lowest finite figure of merit,
+        the first on ties), with ``laplace`` as its covariance when it is known already."""
+        from .parts import best_fit
+
+        best_index, best_fom, best_params = best_fit(records.foms, records.params)
+        result = cls(
+            best_params=best_params,
+            best_fom=best_fom,
+            best_index=best_index,
+            stats=stats,
+            paths=list(paths),
+            config=config,
+            **{f.name: getattr(records, f.name) for f in fields(records)},
+        )
+        result._laplace = laplace
+        return result
+
+    def share_errors(self, other: Result) -> Result:
+        """Take ``other``'s problem and covariance (the merged best is ``other``'s best);
+        returns this Result."""
+        self._problem, self._hessian, self._laplace = other._problem, other._hessian, other._laplace
+        return self
 
     def __getstate__(self):  # pickle without the problem (closures) or its compiled Hessian
         return dict(self.__dict__, _problem=None, _hessian=None)
@@ -347,7 +407,9 @@ class Result:
         """One row per start, as a ``pandas.DataFrame``.
 
         Columns: ``index``, ``fom``, ``status`` (the :class:`multistart.Status` value, e.g.
-        ``"converged"``), ``n_steps``, ``best_step``, then each parameter at the start's best
+        ``"converged"``), ``n_steps``, ``n_evals``, ``at_bound``, ``best_step``, ``minimum``
+        (:meth:`minimum_labels`), ``rung`` (with ``schedule="halving"``: the rungs the start
+        passed, or the one that pruned it), then each parameter at the start's best
         by dotted name (an array parameter expands to ``name[i]`` or ``name[i,j]`` columns),
         then where each start began, as ``start:<column>``.
 
@@ -375,6 +437,8 @@ class Result:
             "best_step": np.asarray(self.best_step),
             "minimum": self.minimum_labels(),
         }
+        if self.rung is not None:  # the halving schedule's rung of each start
+            columns["rung"] = np.asarray(self.rung)
         params = _expand_columns(self.paths, jax.tree_util.tree_leaves(self.params))
         for name in params:
             if name in columns:
@@ -387,7 +451,7 @@ class Result:
         columns.update({_START_PREFIX + k: v for k, v in starts.items()})
         return pd.DataFrame(columns)
 
-    def save(self, path) -> None:
+    def save(self, path, *, errors: bool = True) -> None:
         """Write every field to one ``.npz`` file at ``path`` (exactly that path).
 
         Arrays (figures of merit, statuses, steps, history, every start's parameters) are NumPy
@@ -398,9 +462,10 @@ class Result:
         search's problem is attached): that computes it now if it was not yet; if that fails,
         the Result is saved without it, with a warning. ``stats`` and ``config`` must hold
         JSON values (NumPy scalars and arrays are converted; tuples come back as lists); dict
-        keys in the parameter tree must be ``str`` or ``int``.
+        keys in the parameter tree must be ``str`` or ``int``. ``errors=False`` saves without
+        the covariance (none is computed).
         """
-        result_file.save(self, path, result_errors.for_saving(self))
+        result_file.save(self, path, result_errors.for_saving(self) if errors else None)
 
     @classmethod
     def merge(cls, parts) -> Result:

@@ -78,6 +78,8 @@ def _record_arrays(result: Result) -> dict[str, np.ndarray]:
         "history_steps": np.asarray(result.history_steps),
         "resurrections": np.asarray(result.resurrections),
     }
+    if result.rung is not None:
+        arrays["rung"] = np.asarray(result.rung)
     for kind in _TREES:
         for i, leaf in enumerate(jax.tree_util.tree_leaves(getattr(result, kind))):
             arrays[f"{kind}/{i}"] = np.asarray(leaf)
@@ -138,6 +140,8 @@ def _read_archive(name: str) -> dict[str, np.ndarray]:
 
 
 def _build(cls: type[Result], name: str, z: dict[str, np.ndarray]) -> Result:
+    from .result import Records
+
     meta = json.loads(z["__meta__"].tobytes().decode("utf-8"))
     if meta.get("format") != FORMAT or meta.get("version") != VERSION:
         raise ResultFileError(
@@ -152,10 +156,7 @@ def _build(cls: type[Result], name: str, z: dict[str, np.ndarray]) -> Result:
             leaves = [a[()] if a.ndim == 0 else a for a in leaves]
         return _decode_tree(meta["tree"], leaves)
 
-    result = cls(
-        best_params=tree("best_params", scalars=True),
-        best_fom=float(meta["best_fom"]),
-        best_index=int(meta["best_index"]),
+    records = Records(
         foms=z["foms"],
         params=tree("params"),
         start_params=tree("start_params"),
@@ -164,24 +165,27 @@ def _build(cls: type[Result], name: str, z: dict[str, np.ndarray]) -> Result:
         best_step=z["best_step"],
         history=z["history"],
         history_steps=z["history_steps"],
-        stats=meta["stats"],
-        paths=meta["paths"],
-        config=meta["config"],
-        resurrections=z["resurrections"],
-        incarnations=_incarnations(meta, z, n),
         n_evals=z.get("n_evals"),
         at_bound=z.get("at_bound"),
+        resurrections=z["resurrections"],
+        incarnations=_incarnations(meta, z, n),
+        rung=z.get("rung"),
     )
+    best_params = tree("best_params", scalars=True)
+    laplace = None
     if "laplace" in meta:
         cov = z["laplace/covariance"]
-        result._laplace = Laplace(
-            params=result.best_params,
+        laplace = Laplace(
+            params=best_params,
             covariance=cov,
             names=tuple(meta["laplace"]["names"]),
             hessian=z["laplace/hessian"],
             scale=float(meta["laplace"]["scale"]),
-            errors=unflatten_like(result.best_params, np.sqrt(np.diag(cov))),
+            errors=unflatten_like(best_params, np.sqrt(np.diag(cov))),
         )
+    result = cls.from_records(
+        records, stats=meta["stats"], paths=meta["paths"], config=meta["config"], laplace=laplace
+    )
     return result
 
 

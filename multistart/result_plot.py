@@ -48,6 +48,27 @@ def _curves(result: Result, ax, colours) -> None:
         ax.set_xscale("log")
     ax.set(xlabel="step", ylabel="best figure of merit so far")
     ax.set_title(f"{result.n_starts} starts (colour: final rank, yellow best)", fontsize=10)
+    _rungs(result, ax)
+
+
+def _rungs(result: Result, ax) -> None:
+    """The halving schedule's rungs (evaluations of a start) as dotted lines, with the starts
+    each pruned. A rule with one evaluation a step reaches a rung at that step."""
+    rungs = result.stats.get("rungs")
+    if not rungs:
+        return
+    for k, (at, pruned) in enumerate(zip(rungs["evals"], rungs["pruned"], strict=True)):
+        ax.axvline(at, color="grey", ls=":", lw=0.8)
+        ax.annotate(
+            f"rung {k}: {pruned} pruned",
+            (at, 1.0),
+            xycoords=("data", "axes fraction"),
+            rotation=90,
+            va="top",
+            ha="right",
+            fontsize=7,
+            color="grey",
+        )
 
 
 def _minima(result: Result, ax, max_minima: int, ticker) -> None:

@@ -138,3 +138,27 @@ def test_rung_occupancy_in_words():
     r = Rungs(np.array([0, 1, 1, 2]), np.zeros(4), np.zeros(4, bool), pruned=(3, 1))
     running = np.array([ms.Status.RUNNING.code] * 3 + [ms.Status.PRUNED.code])
     assert r.occupancy(running) == "rungs 0:1 1:2, pruned 4"
+
+
+def test_each_start_s_rung_is_in_the_table_and_the_file(fits, tmp_path):
+    halved, full = fits(HALVING), fits("all")
+    assert full.rung is None and "rung" not in full.to_dataframe()
+    table = halved.to_dataframe()
+    np.testing.assert_array_equal(table["rung"], halved.rung)
+    # a pruned start's rung is the one that pruned it: it made at least that many evaluations
+    pruned = halved.status == "pruned"
+    assert np.all(halved.n_evals[pruned] >= HALVING.r0 * HALVING.eta ** halved.rung[pruned])
+    halved.save(tmp_path / "r.npz", errors=False)
+    again = ms.Result.load(tmp_path / "r.npz")
+    assert_same_result(halved, again)
+    np.testing.assert_array_equal(again.rung, halved.rung)
+
+
+def test_the_figure_shows_the_rungs(fits):
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    fig = fits(HALVING).plot()
+    labels = [t.get_text() for t in fig.axes[0].texts]
+    plt.close(fig)
+    assert labels[:2] == ["rung 0: 4 pruned", "rung 1: 4 pruned"], labels
