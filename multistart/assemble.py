@@ -116,7 +116,7 @@ def stats(
         first_step_s=outcome.first_step_s,
         loop_s=outcome.loop_s,
         stop_reason=outcome.stop_reason.value,
-        n_evals=int(np.sum(rec.n_evals)) + n_evals_replaced,
+        n_evals=int(np.sum(np.asarray(rec.n_evals))) + n_evals_replaced,
         # the chunk step's compiles for the search itself (a back-off adds one each);
         # widths compiled only to be measured are counted apart
         n_compiles=compiles.count(CHUNK_STEP_NAME) - choice.n_tune_compiles,
@@ -176,7 +176,7 @@ def assemble(search, setup, start_plan: StartPlan, engine, outcome: Outcome) -> 
     )
     result.stats["n_distinct_minima"] = len(result.distinct_minima())
     best = result.best_index
-    if best >= 0 and rec.at_bound[best]:
+    if best >= 0 and np.asarray(rec.at_bound)[best]:
         log.logger.warning(
             "the best fit has %s at a bound of its prior: the optimum may lie outside the "
             "prior (widen it), or the start stopped where its logit saturated",

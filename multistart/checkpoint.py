@@ -41,7 +41,14 @@ DAMAGED = "damaged"  # the sub-folder damaged checkpoints are moved into
 
 
 class CheckpointError(RuntimeError):
-    """A checkpoint could not be written, or none of the existing ones could be read."""
+    """A checkpoint could not be written, or none of the existing ones could be read.
+
+    Attributes:
+      result: when a write failed during a search, the search so far (a
+        :class:`multistart.Result`); ``None`` otherwise.
+    """
+
+    result: Any = None
 
 
 class CheckpointMismatch(CheckpointError):

@@ -371,11 +371,12 @@ class SearchConfig:
                 "start_strategy='tiktak' already gives every ended start's slot a new start; "
                 "drop resurrect"
             )
-        n_local = self.n_local
-        if n_local is None:
-            n_local = min(TIKTAK_LOCAL_PER_START * self.n_starts, self.n_candidates)
-        n_local = checks.integer(n_local, "n_local", self.n_starts)
-        if n_local > self.n_candidates:
+        n_candidates = int(self.n_candidates or 0)
+        given_local = self.n_local
+        if given_local is None:
+            given_local = min(TIKTAK_LOCAL_PER_START * self.n_starts, n_candidates)
+        n_local = checks.integer(given_local, "n_local", self.n_starts)
+        if n_local > n_candidates:
             raise ValueError(
                 f"n_local ({n_local}) local searches need as many candidates: raise "
                 f"n_candidates (now {self.n_candidates})"

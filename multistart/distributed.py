@@ -87,14 +87,16 @@ def initialize(*args, **kwargs) -> None:
       RuntimeError: as ``jax.distributed.initialize`` does (called twice, called after JAX
         started its backends, or the coordinator could not be reached in time).
     """
-    if _uses_cpu() and jax.config.jax_cpu_collectives_implementation not in _USER_CHOICES:
+    chosen = jax.config.jax_cpu_collectives_implementation  # type: ignore[attr-defined]
+    if _uses_cpu() and chosen not in _USER_CHOICES:
         jax.config.update("jax_cpu_collectives_implementation", CPU_COLLECTIVES)
     jax.distributed.initialize(*args, **kwargs)
 
 
 def _uses_cpu() -> bool:
     """Whether this process may run on the CPU backend (its platforms unset, or list cpu)."""
-    platforms = jax.config.jax_platforms or os.environ.get("JAX_PLATFORMS", "")
+    platforms = jax.config.jax_platforms  # type: ignore[attr-defined]  # a dynamic option
+    platforms = platforms or os.environ.get("JAX_PLATFORMS", "")
     return not platforms or "cpu" in platforms.split(",")
 
 

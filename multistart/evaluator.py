@@ -7,6 +7,8 @@ here. The filter evaluates thousands of candidates with it at the cost of one co
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import numpy as np
 
@@ -42,10 +44,10 @@ class ValueEvaluator:
         self._jit = jax.jit(chunk)
         self.width = int(width)
         self.data = data
-        self.compiled = None
+        self.compiled: Any = None
         self.compile_s = 0.0
         self.backoffs: list[dict[str, int]] = []
-        self._shape = None
+        self._shape: tuple[int, Any] | None = None
 
     def compile(self, n_dims: int, dtype) -> float:
         """Compile for ``(width, n_dims)`` rows of ``dtype``; returns the seconds taken."""
@@ -78,6 +80,7 @@ class ValueEvaluator:
             log.logger.warning(
                 "broad-start filter out of memory at width %d; retrying at %d", old, self.width
             )
+            assert self._shape is not None  # compiled before it could run out of memory
             self.compile(*self._shape)
             return self.width
 

@@ -36,6 +36,7 @@ from .distributed import agree_max
 from .progress import Progress, interactive
 from .schedule import Rungs
 from .status import Status
+from .step import PopState
 
 __all__ = ["Loop", "Outcome", "SignalFlag", "signals_to_flag", "LOG_EVERY_S"]
 
@@ -50,7 +51,7 @@ _SIGNAL_NAMES = {v: k for k, v in _SIGNAL_CODES.items()}
 class Outcome:
     """How the loop ended."""
 
-    pop: object  # the final population (PopState)
+    pop: PopState  # the final population
     steps_run: int
     n_chunk_calls: int
     first_step_s: float | None
@@ -329,7 +330,8 @@ class _RateLog:
 
     def due_by_steps(self, steps_run: int, last: bool) -> bool:
         """Due by the step count alone (never, with the clock-driven ``log_every=None``)."""
-        return bool(self.every) and (steps_run % self.every == 0 or last)
+        every = self.every
+        return every is not None and every > 0 and (steps_run % every == 0 or last)
 
     def log(
         self, steps_run: int, best: float, status: np.ndarray, evals: int, extra: str = ""

@@ -14,7 +14,7 @@ thread and credited to the name the duration event brings.
 from __future__ import annotations
 
 import threading
-from collections import Counter
+from collections import Counter, defaultdict
 
 import jax
 
@@ -31,7 +31,7 @@ _installed = False
 _pending = threading.local()  # cache outcome of the compile request running on this thread
 
 
-def _listener(event: str, duration: float, **kwargs) -> None:
+def _listener(event: str, duration_secs: float, **kwargs) -> None:
     if event != _BACKEND_COMPILE:
         return
     name = str(kwargs.get("fun_name", "?"))
@@ -40,7 +40,7 @@ def _listener(event: str, duration: float, **kwargs) -> None:
     with _lock:
         for counter in _active:
             counter.counts[name] += 1
-            counter.seconds[name] += duration
+            counter.seconds[name] += duration_secs
             if outcome == "hit":
                 counter.cache_hits[name] += 1
             elif outcome == "write":
@@ -71,7 +71,7 @@ class CompileCounter:
 
     def __init__(self):
         self.counts: Counter[str] = Counter()
-        self.seconds: Counter[str] = Counter()
+        self.seconds: dict[str, float] = defaultdict(float)
         self.cache_hits: Counter[str] = Counter()
         self.cache_writes: Counter[str] = Counter()
 

@@ -25,7 +25,7 @@ __all__ = ["Placement", "OneDevice", "DeviceMesh", "placement", "AXIS"]
 
 AXIS = "starts"  # the mesh axis the population is sharded on
 # Where each population leaf keeps its starts: the start state on axis 0, the history on axis 1.
-_POP_SPEC = PopState(P(AXIS), P(None, AXIS))
+_POP_SPEC: tuple[P, P] = (P(AXIS), P(None, AXIS))  # (starts, history), as PopState
 
 
 class Placement:
@@ -117,7 +117,7 @@ class DeviceMesh(Placement):
         self.spans_processes = spans_processes(devices)
 
     def pop_shardings(self) -> PopState:
-        return PopState(*(NamedSharding(self.mesh, spec) for spec in _POP_SPEC))
+        return PopState._make(NamedSharding(self.mesh, spec) for spec in _POP_SPEC)
 
     def jit(self, program, local, n_index_args):
         """``jit(shard_map(...))``: one compile for every device."""
@@ -125,8 +125,8 @@ class DeviceMesh(Placement):
         mapped = jax.shard_map(
             local(program),
             mesh=self.mesh,
-            in_specs=(_POP_SPEC, *[P(AXIS)] * k, P(), P()),
-            out_specs=_POP_SPEC,
+            in_specs=(PopState._make(_POP_SPEC), *[P(AXIS)] * k, P(), P()),
+            out_specs=PopState._make(_POP_SPEC),
         )
 
         def sharded(pop, *args):

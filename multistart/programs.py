@@ -44,7 +44,11 @@ def padded_chunks(tree, width: int):
     leaves, treedef = jax.tree_util.tree_flatten(tree)
     leaves = [np.asarray(a) for a in leaves]
     for lo, hi, pad in chunk_slices(len(leaves[0]), width):
-        yield lo, hi, treedef.unflatten([pad_rows(a[lo:hi], pad) for a in leaves])
+        yield (
+            lo,
+            hi,
+            jax.tree_util.tree_unflatten(treedef, [pad_rows(a[lo:hi], pad) for a in leaves]),
+        )
 
 
 def first_line(exc: BaseException) -> str:

@@ -62,7 +62,7 @@ class Progress:
     def update(self, step: int, best: float, alive: int, evals: int, extra: str = "") -> None:
         """Redraw with the step, the best, the starts alive and the rate (and ``extra``: the
         rungs' occupancy under the halving schedule)."""
-        if not self.enabled:
+        if self._bar is None:
             return
         now = time.perf_counter()
         rate = (evals - self._evals0) / max(now - self._t0, 1e-12)

@@ -116,7 +116,7 @@ class Refiller:
         self.queue = queue
         self.to_x = to_x
         self._jit = jax.jit(make_replace_rows(solver, window), donate_argnums=0)
-        self.compiled = None
+        self.compiled: Any = None
         self.compile_s = 0.0
         self.width = width
         self.n_total = n_total
@@ -300,8 +300,8 @@ class Refiller:
         final_start = self._physical(to_physical_n, [_rows(self.start_u, int(i)) for i in slots])
         by_slot = self._replaced_by_slot(to_physical_n)
         incarnations: list[dict] = []
-        for j, i in enumerate(slots):
-            i = int(i)
+        for j, slot in enumerate(slots):
+            i = int(slot)
             final = {
                 "slot": i,
                 "incarnation": int(self.count[i]),

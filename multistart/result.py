@@ -37,6 +37,8 @@ class Fom(float):
     395.6813
     """
 
+    dtype: np.dtype
+
     def __new__(cls, value, dtype=np.float64):
         self = super().__new__(cls, value)
         self.dtype = np.dtype(dtype)
@@ -360,7 +362,7 @@ class Result:
         minima = []
         for members in np.split(order, bounds) if order.size else []:
             head = int(members[0])
-            params = treedef.unflatten([a[head] for a in leaves])
+            params = jax.tree_util.tree_unflatten(treedef, [a[head] for a in leaves])
             fit = self._laplace_at(params) if errors else None
             minima.append(Minimum(Fom(f[head], dtype), params, tuple(members.tolist()), fit))
         return minima
@@ -381,7 +383,7 @@ class Result:
             "status": self.status[i],
             "n_steps": int(self.n_steps[i]),
             "best_step": int(self.best_step[i]),
-            "resurrections": int(self.resurrections[i]),
+            "resurrections": int(np.asarray(self.resurrections)[i]),
             "params": jax.tree_util.tree_map(lambda a: np.asarray(a)[i], self.params),
         }
 

@@ -94,7 +94,7 @@ def _write_atomically(path: Path, arrays: dict[str, np.ndarray]) -> None:
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with open(temporary, "wb") as f:
-            np.savez_compressed(f, **arrays)
+            np.savez_compressed(f, **arrays)  # type: ignore[arg-type]  # numpy stub: **kwds
             f.flush()
             os.fsync(f.fileno())
         os.replace(temporary, path)

@@ -135,7 +135,8 @@ class Discoveries:
 
     def __init__(self, limit: int, *, xtol: float, ftol: float):
         self.limit, self.xtol, self.ftol = limit, xtol, ftol
-        self.best_f, self.best_u, self.count = np.inf, None, 0
+        self.best_f, self.count = np.inf, 0
+        self.best_u: np.ndarray | None = None
 
     @property
     def done(self) -> bool:
@@ -149,7 +150,11 @@ class Discoveries:
             tol_f = self.ftol * max(1.0, abs(self.best_f)) if np.isfinite(self.best_f) else 0
             if r.best_fom < self.best_f - tol_f:
                 self.best_f, self.best_u, self.count = r.best_fom, u, 1
-            elif abs(r.best_fom - self.best_f) <= tol_f and np.all(
-                np.abs(u - self.best_u) <= self.xtol * np.maximum(1.0, np.abs(self.best_u))
+            elif (
+                self.best_u is not None
+                and abs(r.best_fom - self.best_f) <= tol_f
+                and np.all(
+                    np.abs(u - self.best_u) <= self.xtol * np.maximum(1.0, np.abs(self.best_u))
+                )
             ):
                 self.count += 1

@@ -106,7 +106,7 @@ def _starts(space, n: int, dtype):
 def _steady(call, budget_s: float, min_calls: int = 3, max_calls: int = 50) -> tuple[float, int]:
     """Median seconds per ``call()`` (each blocks until done) after one warm-up call."""
     call()
-    times = []
+    times: list[float] = []
     t_end = time.perf_counter() + budget_s
     while len(times) < min_calls or (len(times) < max_calls and time.perf_counter() < t_end):
         t0 = time.perf_counter()
@@ -267,7 +267,7 @@ def measure(spec: dict) -> dict:
         "python_version": platform.python_version(),
         "backend": device.platform,
         "device_kind": device.device_kind,
-        "x64": bool(jax.config.jax_enable_x64),
+        "x64": bool(jax.config.jax_enable_x64),  # type: ignore[attr-defined]  # a dynamic option
     }
 
 

@@ -135,7 +135,7 @@ def probe_command(spec: dict) -> list[str]:
 
 
 def _versions() -> dict:
-    out = {}
+    out: dict[str, str | None] = {}
     for name in ("jax", "jaxlib"):
         try:
             out[f"{name}_version"] = importlib.metadata.version(name)

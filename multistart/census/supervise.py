@@ -120,8 +120,11 @@ def run_supervised(
             start_new_session=True,  # its own process group: one kill reaches all of it
         )
 
+        stdout = proc.stdout
+        assert stdout is not None  # stdout=PIPE
+
         def read() -> None:
-            for line in proc.stdout:
+            for line in stdout:
                 line = line.rstrip("\n")
                 if line.startswith(PHASE_PREFIX):
                     phases.append((line[len(PHASE_PREFIX) :].strip(), time.perf_counter() - t0))
@@ -134,7 +137,7 @@ def run_supervised(
         wall_s = time.perf_counter() - t0
         _kill_group(proc)  # anything the child left behind in its group
         reader.join(timeout=5)
-        proc.stdout.close()
+        stdout.close()
         err.seek(0)
         stderr_tail = "\n".join(err.read().splitlines()[-20:])
     phase = phases[-1][0] if phases else None
