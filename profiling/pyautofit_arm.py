@@ -12,7 +12,8 @@ would write it.
 PyAutoFit writes its output folder under the working directory (``pyautofit_peer.py`` runs
 this in a temporary one).
 
-Writes a JSON object: the rule's settings, wall seconds of ``search.fit`` (compile included),
+Writes a JSON object: the rule's settings, wall seconds of ``search.fit`` (compile included)
+and of the search's own ``run`` within it (without PyAutoFit's result files and plots),
 PyAutoFit's best figure of merit (``-2 log posterior``), its best point and its starts, both as
 flat vectors in the order of the project's space (``multistart.Space(space).ravel``), so the
 caller evaluates the same χ² at both arms' points and can feed these starts to its engine.
@@ -151,6 +152,7 @@ def run(problem, rule, seed, n_starts, n_steps, batch_size, learning_rate):
         iterations_per_log=10**6,
         **kwargs,
     )
+    run_s = _time_run(search)
     t0 = time.perf_counter()
     result = search.fit(model=graph.global_prior_model, analysis=graph)
     wall = time.perf_counter() - t0
@@ -172,10 +174,26 @@ def run(problem, rule, seed, n_starts, n_steps, batch_size, learning_rate):
         "learning_rate": search.learning_rate,
         "autofit_version": getattr(af, "__version__", "?"),
         "wall_s": wall,
+        "run_s": run_s.get("s"),
         "best_fom": -2.0 * float(samples.log_posterior_list[0]),
         "best": best[order].tolist(),
         "starts": starts[:, order].tolist(),
     }
+
+
+def _time_run(search) -> dict:
+    """Time the search's own ``run`` (starts, compiles, steps), apart from what ``fit`` adds
+    around it (output folders, result files, plots): filled in when ``run`` returns."""
+    timed, run = {}, search.run
+
+    def run_and_time(*args, **kwargs):
+        t0 = time.perf_counter()
+        out = run(*args, **kwargs)
+        timed["s"] = time.perf_counter() - t0
+        return out
+
+    search.run = run_and_time
+    return timed
 
 
 def _finite(vector):

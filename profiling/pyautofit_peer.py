@@ -36,7 +36,9 @@ Arms per benchmark, rule and seed (``--arms``):
   Adam's ``eps`` (1e-8).
 
 Wall seconds include each arm's compile (our arms run with the compilation cache off, as each
-PyAutoFit process compiles afresh); on a shared machine only ratios in one run mean anything.
+PyAutoFit process compiles afresh); PyAutoFit's is its ``fit`` (result files and plots
+included) and the note gives its ``run`` alone. On a shared machine only ratios measured in
+one run mean anything: use ``--fresh`` for a wall ratio.
 
     python profiling/pyautofit_peer.py                           # every rule, both, seed 0
     python profiling/pyautofit_peer.py --problems image --rules adam --arms all --seeds 0 1 2
@@ -209,7 +211,9 @@ def run_one(args, prob, rule, seed, objective, space_tree, chi2) -> list[dict]:
         )
     if peer is not None:
         best = _first(unflat(space, [peer["best"]]))
-        row("pyautofit", {"wall_s": peer["wall_s"], "best": best}, f"lr {peer['learning_rate']}")
+        run_s = peer.get("run_s")
+        note = f"lr {peer['learning_rate']}" + (f"; its run {run_s:.1f} s" if run_s else "")
+        row("pyautofit", {"wall_s": peer["wall_s"], "best": best}, note)
     fit = functools.partial(ours, rule, seed, objective, space_tree, n_steps=args.n_steps)
     if "ours" in args.arms:
         row("ours", fit())
@@ -272,7 +276,11 @@ def main(argv=None):
         "--pyautofit-python",
         default=os.environ.get("MULTISTART_PYAUTOFIT_PYTHON", DEFAULT_PEER_PYTHON),
     )
-    ap.add_argument("--runs", default=str(HERE / "pyautofit-runs"), help="PyAutoFit arm cache")
+    ap.add_argument(
+        "--runs",
+        default=str(Path(tempfile.gettempdir()) / "multistart-pyautofit-runs"),
+        help="where PyAutoFit's arms are kept (JSON per problem, rule, seed, steps)",
+    )
     ap.add_argument("--fresh", action="store_true", help="rerun cached PyAutoFit arms")
     ap.add_argument("--cached-only", action="store_true", help="never run PyAutoFit here")
     ap.add_argument("--out", default=None, help="write every row as JSON here")
