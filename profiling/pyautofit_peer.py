@@ -86,7 +86,8 @@ DEFAULT_PEER_PYTHON = "/work/pyautofit-env/bin/python"
 
 
 def problem(name: str):
-    """``(chi2, space_tree)`` of a benchmark; ``chi2`` jitted once, shared by every arm."""
+    """``(objective, space_tree)`` of a benchmark, float64 (``main`` jits the χ² that scores
+    every arm once)."""
     if name == "image":
         objective, space_tree, _ = image_model.make_problem()
     else:
@@ -126,7 +127,7 @@ def peer_run(args, prob, rule, seed) -> dict | None:
 
 
 def ours(rule, seed, objective, space_tree, *, starts=None, n_steps=N_STEPS, **options) -> dict:
-    """One fit of our named rule; returns χ² at its best point, wall and the result."""
+    """One fit of our named rule at the benchmark's settings: its best point, wall, result."""
     search = RULES[rule](
         n_starts=N_STARTS,
         batch_size=WIDTH,
