@@ -19,6 +19,7 @@ from .graph import FactorGraphModel as FactorGraphModel
 from .graph import FactorView as FactorView
 from .laplace import Laplace as Laplace
 from .laplace import laplace as laplace
+from .least_squares import MultiStartLeastSquares as MultiStartLeastSquares
 from .log import set_level as set_log_level
 from .memory import usable_cpu_count as usable_cpu_count
 from .priors import LogUniform as LogUniform
@@ -58,6 +59,7 @@ __all__ = [
     "MultiStartAdam",
     "MultiStartGradient",
     "MultiStartLBFGS",
+    "MultiStartLeastSquares",
     "MultiStartLion",
     "MultiStartProdigy",
     "NoFiniteStartsError",
