@@ -178,6 +178,33 @@ def test_bad_input_fails_before_any_compile(x64):
             search.fit(chi2, SPACE)
 
 
+def test_a_graph_of_residual_factors_is_the_same_least_squares_fit(fits, x64):
+    def band(p, d):
+        return (p["a"] * jnp.exp(-d["t"] / p["tau"]) + p["c"] - d["y"]) / SIGMA
+
+    halves = [slice(0, 25), slice(25, 40)]  # two factors of different lengths
+    factors = [
+        ms.Factor.from_residuals(band, {"t": T[s], "y": Y[s]}, name=f"half{i}")
+        for i, s in enumerate(halves)
+    ]
+    graph = ms.FactorGraphModel(factors, space=SPACE)
+    result = _ls().fit(graph, starts=STARTS)
+    plain = fits()
+    np.testing.assert_allclose(result.foms, plain.foms, rtol=1e-10)
+    np.testing.assert_allclose(result.covariance, plain.covariance, rtol=1e-8)
+    # the graph's log-likelihood is the Gaussian one, so any search fits it too
+    assert factors[0].residuals is band
+    np.testing.assert_allclose(
+        sum(graph.log_likelihoods(plain.best_params).values()), -plain.best_fom / 2
+    )
+    mixed = ms.FactorGraphModel(
+        [factors[0], ms.Factor(lambda p, d: -jnp.sum(d["y"] ** 2), {"y": Y}, name="plain")],
+        space=SPACE,
+    )
+    with pytest.raises(TypeError, match="'plain'"):
+        _ls().fit(mixed)
+
+
 def test_a_saved_result_says_which_covariance(fits, tmp_path):
     result = fits()
     path = tmp_path / "r.npz"
