@@ -36,6 +36,7 @@ from .search import MultiStartLBFGS as MultiStartLBFGS
 from .search import MultiStartLion as MultiStartLion
 from .search import MultiStartProdigy as MultiStartProdigy
 from .solvers import LBFGS as LBFGS
+from .solvers import LeastSquaresSolver as LeastSquaresSolver
 from .solvers import OptaxSolver as OptaxSolver
 from .solvers import Solver as Solver
 from .starts import STRATEGIES as START_STRATEGIES
@@ -67,6 +68,7 @@ __all__ = [
     "Prior",
     "Result",
     "LBFGS",
+    "LeastSquaresSolver",
     "OptaxSolver",
     "Solver",
     "START_STRATEGIES",
