@@ -19,6 +19,7 @@ from .graph import FactorGraphModel as FactorGraphModel
 from .graph import FactorView as FactorView
 from .laplace import Laplace as Laplace
 from .laplace import laplace as laplace
+from .least_squares import MultiStartLeastSquares as MultiStartLeastSquares
 from .log import set_level as set_log_level
 from .memory import usable_cpu_count as usable_cpu_count
 from .priors import LogUniform as LogUniform
@@ -35,6 +36,7 @@ from .search import MultiStartLBFGS as MultiStartLBFGS
 from .search import MultiStartLion as MultiStartLion
 from .search import MultiStartProdigy as MultiStartProdigy
 from .solvers import LBFGS as LBFGS
+from .solvers import LeastSquaresSolver as LeastSquaresSolver
 from .solvers import OptaxSolver as OptaxSolver
 from .solvers import Solver as Solver
 from .starts import STRATEGIES as START_STRATEGIES
@@ -58,6 +60,7 @@ __all__ = [
     "MultiStartAdam",
     "MultiStartGradient",
     "MultiStartLBFGS",
+    "MultiStartLeastSquares",
     "MultiStartLion",
     "MultiStartProdigy",
     "NoFiniteStartsError",
@@ -65,6 +68,7 @@ __all__ = [
     "Prior",
     "Result",
     "LBFGS",
+    "LeastSquaresSolver",
     "OptaxSolver",
     "Solver",
     "START_STRATEGIES",

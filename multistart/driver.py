@@ -186,9 +186,21 @@ def _steps(search, problem: Problem, to_physical):
         # The boundary keeps XLA from recomputing the map inside the model's own loops.
         return problem.fom(fusion_boundary(to_physical(u)), d)
 
+    residual_u = None
+    residuals = getattr(problem, "residuals", None)  # a least-squares problem's
+    if residuals is not None:
+
+        def residual_u(u, d):
+            return residuals(fusion_boundary(to_physical(u)), d)
+
     # With resurrection a start gives up (and is replaced) after `resurrect` failures.
     start_step = make_start_step(
-        fom_u, search.solver, o.convergence, o.give_up, max_start_steps=o.local_steps
+        fom_u,
+        search.solver,
+        o.convergence,
+        o.give_up,
+        max_start_steps=o.local_steps,
+        residual_u=residual_u,
     )
     chunk_step = make_chunk_step(start_step)
     chunk_step.__name__ = chunk_step.__qualname__ = CHUNK_STEP_NAME

@@ -11,6 +11,11 @@ the model compiles in 2.8x the time of one band; zero-padded to one grid and sta
 ``pad_to_common_shape=True`` pads the data of factors that share a log-likelihood and a data
 layout to one grid; ``vmap_factors=True`` (the default) stacks factors of one layout and maps
 the log-likelihood over the stack, so XLA sees one kernel for the group.
+
+A factor made with :meth:`Factor.from_residuals` gives residuals ``(model - data) / sigma``
+instead; its log-likelihood is the Gaussian ``-½ ‖r‖²``, so any search fits the graph as usual,
+and a graph whose factors all give residuals is also a least-squares problem
+(``multistart.MultiStartLeastSquares().fit(graph)``: figure of merit ``Σ ‖r‖²``).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.flatten_util import ravel_pytree
 
 from .priors import Space
 from .problem import Problem, check_scalar
@@ -52,6 +58,27 @@ def _as_data(data, owner: str):
         return arr
 
     return jax.tree_util.tree_map_with_path(convert, data)
+
+
+class _GaussianLogLikelihood:
+    """``-½ ‖residuals(params, data)‖²``; equal for equal residual functions, so factors with one
+    residual function group (and stack) as factors with one log-likelihood do."""
+
+    def __init__(self, residuals: Callable):
+        self.residuals = residuals
+        self.__name__ = getattr(residuals, "__name__", type(residuals).__name__)
+
+    def __call__(self, params, data):
+        flat, _ = ravel_pytree(self.residuals(params, data))
+        return -0.5 * jnp.vdot(flat, flat)
+
+    def __eq__(self, other):
+        return isinstance(other, _GaussianLogLikelihood) and _fn_key(other.residuals) == _fn_key(
+            self.residuals
+        )
+
+    def __hash__(self):
+        return hash(("gaussian", _fn_key(self.residuals)))
 
 
 class Factor:
@@ -93,6 +120,32 @@ class Factor:
         self.data = _as_data(data, label)
         self.space = Space(space, argname=f"{label} space") if space else None
         self.name = name
+        #: ``residuals(params, data)`` for a factor made by :meth:`from_residuals`, else None
+        gaussian = isinstance(log_likelihood, _GaussianLogLikelihood)
+        self.residuals = log_likelihood.residuals if gaussian else None
+
+    @classmethod
+    def from_residuals(cls, residuals: Callable, data: Any, *, space=None, name=None) -> Factor:
+        """A factor given by its residuals ``residuals(params, data) -> array`` (or pytree).
+
+        Its log-likelihood is the Gaussian one, ``-½ ‖r‖²``, so the residuals are
+        ``(model - data) / sigma`` and the graph's figure of merit ``-2 (log L + log prior)``
+        is ``Σ ‖r‖² - 2 log prior``. A graph of such factors is also a least-squares problem
+        (:class:`multistart.MultiStartLeastSquares` fits ``Σ ‖r‖²``, the priors being the
+        bounds). Factors with the same ``residuals`` function share a kernel as factors with
+        the same log-likelihood do. Padding: a zero-padded entry must give a zero residual
+        (multiply by a weight or inverse-sigma array carried in the data).
+
+        Args:
+          residuals: ``residuals(params, data)``, ``params`` as a log-likelihood gets them.
+          data, space, name: as for :class:`Factor`.
+        """
+        if not callable(residuals):
+            raise TypeError(
+                "residuals must be callable as residuals(params, data) -> array; got "
+                f"{type(residuals).__name__}"
+            )
+        return cls(_GaussianLogLikelihood(residuals), data, space=space, name=name)
 
     def __repr__(self) -> str:
         shapes = [np.shape(x) for x in jax.tree_util.tree_leaves(self.data)]
@@ -267,6 +320,39 @@ class FactorGraphModel:
                 for n, d in zip(group.names, gdata, strict=True):
                     total = total + group.fn({**shared, **(params[n] if group.own else {})}, d)
         return total
+
+    def multistart_residual_problem(self):
+        """``(residuals, space, data, name)`` for a least-squares search: every factor's
+        residuals, as one tuple (padded and stacked as the log-likelihoods are).
+
+        Raises:
+          TypeError: a factor was not made with :meth:`Factor.from_residuals`.
+        """
+        plain = [n for n, f in zip(self.names, self.factors, strict=True) if f.residuals is None]
+        if plain:
+            raise TypeError(
+                f"a least-squares fit of a graph needs residuals from every factor; "
+                f"{', '.join(map(repr, plain))} give a log-likelihood only: make them with "
+                "Factor.from_residuals(residuals, data, ...)"
+            )
+        return self._all_residuals, self.space, self._data, self.name
+
+    def _all_residuals(self, params, data):
+        shared = self._shared_params(params)
+        out = []
+        for group, gdata in zip(self._groups, data, strict=True):
+            fn = group.fn.residuals
+            if group.stacked:
+                own = _stack([params[n] for n in group.names]) if group.own else {}
+
+                def one(o, d, fn=fn):
+                    return fn({**shared, **o}, d)
+
+                out.append(jax.vmap(one)(own, gdata))
+            else:
+                for n, d in zip(group.names, gdata, strict=True):
+                    out.append(fn({**shared, **(params[n] if group.own else {})}, d))
+        return tuple(out)
 
     def _shared_params(self, params) -> dict:
         return {k: params[k] for k in self.shared.tree} if self.shared else {}

@@ -4,6 +4,11 @@ Near a minimum ``x*`` of a figure of merit ``F = -2 log L`` (a chi-squared, or t
 graph figure of merit ``-2 (log L + log prior)``), ``L`` is approximately Gaussian with
 covariance ``C = 2 H^-1``, ``H`` the Hessian of ``F`` at ``x*`` in physical coordinates. The
 Hessian is computed by JAX (forward-over-reverse, exact to rounding), never by differences.
+
+For a least-squares problem (:class:`multistart.least_squares.ResidualProblem`, figure of merit
+``‖r‖²``) the covariance is ``scipy.optimize.curve_fit``'s instead: ``s² (JᵀJ)⁻¹``, ``J`` the
+Jacobian of the residuals in physical coordinates, ``s² = 1`` with ``absolute_sigma`` and the
+reduced χ² ``‖r‖² / (m - n)`` without (:func:`residual_laplace`). ``Laplace.kind`` says which.
 """
 
 from __future__ import annotations
@@ -15,12 +20,15 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.flatten_util import ravel_pytree
 
 from .problem import Problem, as_problem, check_objective
 
 __all__ = [
+    "KINDS",
     "Laplace",
     "laplace",
+    "residual_laplace",
     "laplace_problem",
     "flat_names",
     "hessian_function",
@@ -29,6 +37,11 @@ __all__ = [
 
 #: Covariance = ``SCALE * H^-1`` for a figure of merit of the form ``-2 log L`` (chi-squared).
 CHI2_SCALE = 2.0
+
+#: What ``Laplace.hessian`` is: ``"hessian"``, the Hessian of the figure of merit (the Laplace
+#: approximation); ``"gauss-newton"``, its Gauss-Newton approximation ``2 JᵀJ`` for a sum of
+#: squared residuals, which makes the covariance curve_fit's ``(JᵀJ)⁻¹`` (scaled).
+KINDS = ("hessian", "gauss-newton")
 
 
 @dataclass(frozen=True)
@@ -42,9 +55,13 @@ class Laplace:
         ``p0``'s), each array parameter raveled in C order. Rows and columns of parameters in a
         singular or negative-curvature direction are ``nan``.
       names: the flat parameter names: ``"sigma"``, or ``"flux[1]"`` for an array element.
-      hessian: ``(n, n)`` Hessian of the figure of merit at ``params``.
-      scale: covariance = ``scale * hessian^-1`` (2 for a chi-squared figure of merit).
+      hessian: ``(n, n)`` Hessian of the figure of merit at ``params`` (for ``kind``
+        ``"gauss-newton"`` its Gauss-Newton approximation ``2 JᵀJ``).
+      scale: covariance = ``scale * hessian^-1`` (2 for a chi-squared figure of merit; for a
+        least-squares problem ``2 s²``, ``s²`` 1 with ``absolute_sigma`` else the reduced χ²).
       errors: the 1-sigma errors ``sqrt(diag(covariance))`` as the params pytree.
+      kind: which covariance this is: ``"hessian"`` (the Laplace approximation) or
+        ``"gauss-newton"`` (``scipy.optimize.curve_fit``'s ``(JᵀJ)⁻¹``, scaled).
     """
 
     params: Any
@@ -53,6 +70,7 @@ class Laplace:
     hessian: np.ndarray
     scale: float
     errors: Any
+    kind: str = "hessian"
 
     @property
     def std(self) -> np.ndarray:
@@ -75,7 +93,8 @@ class Laplace:
             f"  {n} = {_num(value[n])} +/- {_num(e)}"
             for n, e in zip(self.names, self.std, strict=True)
         ]
-        return "Laplace(\n" + "\n".join(rows) + "\n)"
+        head = "Laplace(" if self.kind == "hessian" else f"Laplace(kind={self.kind!r},"
+        return head + "\n" + "\n".join(rows) + "\n)"
 
 
 def laplace(objective, space=None, params=None, *, scale: float = CHI2_SCALE) -> Laplace:
@@ -100,7 +119,9 @@ def laplace(objective, space=None, params=None, *, scale: float = CHI2_SCALE) ->
     Args:
       objective: the figure of merit ``objective(params) -> scalar`` (then ``space`` is its
         space), or a :class:`multistart.FactorGraphModel` (then omit ``space``:
-        ``laplace(graph, params)``).
+        ``laplace(graph, params)``), or a least-squares problem
+        (``MultiStartLeastSquares(...).problem(residuals, space)``, then omit ``space``),
+        whose covariance is curve_fit's (:func:`residual_laplace`; ``scale`` does not apply).
       space: a (nested) dict of priors: it fixes the parameters' order and shapes.
       params: the point, a params pytree (usually ``result.best_params``).
       scale: the covariance is ``scale * H^-1``.
@@ -127,14 +148,27 @@ def laplace(objective, space=None, params=None, *, scale: float = CHI2_SCALE) ->
     problem = as_problem(objective, space)
     dtype = jax.dtypes.canonicalize_dtype(jnp.float64)
     check_objective(problem, dtype, "multistart.laplace")
+    if _is_residual(problem) and scale != CHI2_SCALE:
+        raise ValueError(
+            "scale does not apply to a least-squares problem: its covariance is scaled by its "
+            "absolute_sigma (1, or the reduced chi-squared)"
+        )
     return laplace_problem(problem, params, hessian_function(problem), scale=scale)
+
+
+def _is_residual(problem) -> bool:
+    return getattr(problem, "residuals", None) is not None
 
 
 def hessian_function(problem: Problem):
     """``jit(hessian)`` of the figure of merit over one start's raveled physical vector.
 
-    Made once per problem and reused, so the errors of many minima cost one compile.
+    Made once per problem and reused, so the errors of many minima cost one compile. For a
+    least-squares problem: ``jit(curvature)`` giving ``(hessian, ‖r‖², m)``, the hessian of
+    its ``kind`` (:func:`residual_laplace`).
     """
+    if _is_residual(problem):
+        return _residual_curvature(problem)
     space = problem.space
 
     def fom_flat(vec, data):
@@ -147,12 +181,20 @@ def laplace_problem(problem: Problem, params, hess_fn, *, scale: float = CHI2_SC
     """:func:`laplace` for a :class:`Problem` with a prepared :func:`hessian_function`."""
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0:
         raise ValueError(f"scale must be a number > 0; got {scale!r}")
+    if _is_residual(problem):
+        return residual_laplace(problem, params, hess_fn)
     space = problem.space
     dtype = jax.dtypes.canonicalize_dtype(jnp.float64)
     vec = _ravel_point(space, params)
     names = tuple(flat_names(space.paths, [p.shape for p in space.priors]))
     hess = np.asarray(hess_fn(jnp.asarray(vec, dtype), problem.data), dtype=np.float64)
+    return _from_hessian(problem, space, params, vec, names, hess, float(scale), "hessian")
+
+
+def _from_hessian(problem, space, params, vec, names, hess, scale: float, kind: str) -> Laplace:
+    """The :class:`Laplace` with covariance ``scale * hess⁻¹`` (nan in singular directions)."""
     hess = 0.5 * (hess + hess.T)  # symmetric to rounding; exactly so for the eigensolver
+    dtype = jax.dtypes.canonicalize_dtype(jnp.float64)
     inverse, bad = _safe_inverse(hess, np.finfo(dtype).eps)
     if bad.any():
         which = ", ".join(n for n, b in zip(names, bad, strict=True) if b)
@@ -163,14 +205,73 @@ def laplace_problem(problem: Problem, params, hess_fn, *, scale: float = CHI2_SC
             RuntimeWarning,
             stacklevel=3,
         )
-    cov = scale * inverse
+    # no reduced chi-squared (m <= n): inf throughout, as curve_fit's pcov
+    cov = scale * inverse if np.isfinite(scale) else np.full_like(inverse, np.inf)
     point = unflatten_like(space.unflatten(space.leaves(params)), vec)
     errors = unflatten_like(point, np.sqrt(np.diag(cov)))
     ends = np.cumsum([0] + [p.size for p in space.priors])
     order = np.concatenate([np.arange(ends[i], ends[i + 1]) for i in space.written_order])
     rows = np.ix_(order, order)  # from the engine's (sorted) order to the space's as written
     names = tuple(names[i] for i in order)
-    return Laplace(point, cov[rows], names, hess[rows], float(scale), errors)
+    return Laplace(point, cov[rows], names, hess[rows], scale, errors, kind)
+
+
+def _residual_curvature(problem):
+    """``jit((vec, data) -> (hessian, ‖r‖², m))`` for a least-squares problem, the hessian
+    of its ``covariance`` kind: ``2 JᵀJ`` (Gauss-Newton) or the full Hessian of ``‖r‖²``."""
+    from .solvers.least_squares import linearize
+
+    space = problem.space
+
+    def flat(vec, data):
+        return ravel_pytree(problem.residuals(space.unravel(vec), data))[0]
+
+    def curvature(vec, data):
+        r, jac, _ = linearize(lambda v: flat(v, data), vec)
+        ssr = jnp.vdot(r, r)
+        if problem.covariance == "hessian":
+            return jax.hessian(lambda v: jnp.sum(flat(v, data) ** 2))(vec), ssr, r.size
+        return 2.0 * (jac.T @ jac), ssr, r.size
+
+    return jax.jit(curvature)
+
+
+def residual_laplace(problem, params, curvature_fn=None) -> Laplace:
+    """curve_fit's covariance of a least-squares problem at ``params``.
+
+    ``covariance = s² (JᵀJ)⁻¹`` (``kind="gauss-newton"``) or ``2 s² H⁻¹`` with ``H`` the full
+    Hessian of ``‖r‖²`` (``kind="hessian"``), ``J`` the Jacobian of the residuals in physical
+    coordinates, ``s² = 1`` when the problem's ``absolute_sigma`` is set, else the reduced χ²
+    ``‖r‖² / (m - n)``: ``scipy.optimize.curve_fit``'s ``pcov`` for the same residuals. With
+    ``m <= n`` residuals and ``absolute_sigma=False`` there is no reduced χ²: the covariance
+    is ``inf``, with a ``RuntimeWarning``, as curve_fit's.
+
+    Args:
+      problem: a :class:`multistart.least_squares.ResidualProblem`.
+      params: the point, a params pytree (usually ``result.best_params``).
+      curvature_fn: :func:`hessian_function` of the problem, to reuse its compile.
+    """
+    space = problem.space
+    fn = hessian_function(problem) if curvature_fn is None else curvature_fn
+    dtype = jax.dtypes.canonicalize_dtype(jnp.float64)
+    vec = _ravel_point(space, params)
+    names = tuple(flat_names(space.paths, [p.shape for p in space.priors]))
+    hess, ssr, m = fn(jnp.asarray(vec, dtype), problem.data)
+    hess = np.asarray(hess, dtype=np.float64)
+    m, n = int(m), vec.size
+    s2 = 1.0
+    if not problem.absolute_sigma:
+        s2 = float(ssr) / (m - n) if m > n else np.inf
+        if m <= n:
+            warnings.warn(
+                f"{problem.name!r}: {m} residuals for {n} parameters leave no degrees of freedom "
+                "for the reduced chi-squared: the covariance is inf (pass absolute_sigma=True "
+                "if the residuals are normalised by known sigmas)",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+    kind = "hessian" if problem.covariance == "hessian" else "gauss-newton"
+    return _from_hessian(problem, space, params, vec, names, hess, 2.0 * s2, kind)
 
 
 def _safe_inverse(hess: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray]:

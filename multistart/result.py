@@ -268,13 +268,17 @@ class Result:
         physical coordinates (the full Hessian, not ``curve_fit``'s Gauss-Newton ``J^T J``),
         in the order the space was written in, as ``curve_fit``'s ``pcov`` keeps ``p0``'s
         (array parameters raveled; ``result.laplace.names`` names each row; ``paths`` are
-        sorted, as ``jax.tree_util`` orders a dict)."""
+        sorted, as ``jax.tree_util`` orders a dict). For a least-squares search it is
+        ``curve_fit``'s ``s² (JᵀJ)⁻¹``; ``result.laplace.kind`` says which (``"hessian"``,
+        ``"gauss-newton"``)."""
         return self.laplace.covariance
 
     @property
     def errors(self):
         """1-sigma errors at the best fit (the params pytree); ``nan`` where the Hessian is
-        singular or indefinite."""
+        singular or indefinite. ``result.laplace.kind`` says which covariance they come from:
+        ``"hessian"`` (the Laplace approximation) or, for a least-squares search,
+        ``"gauss-newton"`` (``scipy.optimize.curve_fit``'s)."""
         return self.laplace.errors
 
     @property

@@ -56,7 +56,7 @@ def save(result: Result, path, fit: Laplace | None) -> None:
         "incarnation_keys": list(result.incarnations[0]) if result.incarnations else [],
     }
     if fit is not None:
-        meta["laplace"] = {"scale": fit.scale, "names": list(fit.names)}
+        meta["laplace"] = {"scale": fit.scale, "names": list(fit.names), "kind": fit.kind}
     text = json.dumps(meta, default=_json_default, allow_nan=True)
     arrays = {"__meta__": np.frombuffer(text.encode("utf-8"), dtype=np.uint8)}
     arrays.update(_record_arrays(result))
@@ -182,6 +182,7 @@ def _build(cls: type[Result], name: str, z: dict[str, np.ndarray]) -> Result:
             hessian=z["laplace/hessian"],
             scale=float(meta["laplace"]["scale"]),
             errors=unflatten_like(best_params, np.sqrt(np.diag(cov))),
+            kind=meta["laplace"].get("kind", "hessian"),  # files before Laplace.kind
         )
     result = cls.from_records(
         records, stats=meta["stats"], paths=meta["paths"], config=meta["config"], laplace=laplace

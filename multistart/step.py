@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax.flatten_util import ravel_pytree
 
 from .convergence import Convergence, window_converged
 from .solvers import Solver
@@ -80,11 +81,15 @@ def make_start_step(
     convergence: Convergence | None,
     max_nonfinite: int,
     max_start_steps: int | None = None,
+    residual_u: Callable[[Any, Any], Any] | None = None,
 ) -> Callable[[StartState, Any], StartState]:
     """Build ``start_step(state, data) -> state`` for one start: the solver behind the guard.
 
     ``fom_u(u, data)`` is the figure of merit at unconstrained ``u``. Each step evaluates it
     and its gradient once at the start's current point and asks ``solver`` for the next point.
+    A least-squares rule (``solver.uses_residuals``) instead gets the residuals
+    ``residual_u(u, data)`` and their Jacobian there (``solver.linearize``: one evaluation,
+    counted in ``n_evals`` at what it costs), the figure of merit being their sum of squares.
     Around the solver, the same for every rule:
 
     - **The non-finite guard.** A non-finite value or gradient, or a non-finite next point,
@@ -103,14 +108,20 @@ def make_start_step(
     host drops it.
     """
 
+    if solver.uses_residuals and residual_u is None:
+        raise TypeError(
+            f"the rule {solver.name!r} is a least-squares rule: it needs residuals, not a scalar "
+            "objective; fit with multistart.MultiStartLeastSquares(method=...)"
+        )
+
     def start_step(s: StartState, data) -> StartState:
         def f(u):
             return fom_u(u, data)
 
-        fom, grad = jax.value_and_grad(f)(s.u)
+        fom, grad, cost, extra = _evaluate(solver, f, residual_u, data, s.u)
         finite = _tree_all_finite((fom, grad))
         u_next, opt_next, extra_evals = solver.step(
-            fom, grad, s.u, s.opt_state, scale=s.scale, value_fn=f
+            fom, grad, s.u, s.opt_state, scale=s.scale, value_fn=f, **extra
         )
         # One check covers the new point too: a rule such as Lion can turn an inf gradient
         # into a finite step and carry the inf in its state.
@@ -157,13 +168,35 @@ def make_start_step(
             scale=jnp.where(ok, s.scale, s.scale / 2),
             n_bad=n_bad,
             n_steps=s.n_steps + 1,
-            n_evals=s.n_evals + 1 + jnp.asarray(extra_evals, s.n_evals.dtype),
+            n_evals=s.n_evals + cost + jnp.asarray(extra_evals, s.n_evals.dtype),
             status=status.astype(s.status.dtype),
             ring=ring,
         )
         return _tree_select(s.status == _RUNNING, new, s)
 
     return start_step
+
+
+def _evaluate(solver: Solver, f, residual_u, data, u):
+    """The step's one evaluation: ``(fom, grad, cost, extra)``, ``cost`` evaluations (a Python
+    int) and ``extra`` what the rule's step receives besides the value and gradient."""
+    if solver.uses_residuals:
+        return _linearized(solver, lambda v: residual_u(v, data), u)
+    fom, grad = jax.value_and_grad(f)(u)
+    return fom, grad, 1, {}
+
+
+def _linearized(solver: Solver, residual_fn, u):
+    """``(fom, grad, cost, extra)`` from one linearisation of the residuals at ``u``.
+
+    ``fom = ‖r‖²`` and ``grad = 2 Jᵀr`` (in ``u``'s layout) feed the guard and the best-so-far
+    as a value and gradient would; ``extra`` is what the rule's step receives besides.
+    """
+    r, jac, cost = solver.linearize(residual_fn, u)
+    _, unravel = ravel_pytree(u)
+    fom = jnp.vdot(r, r)
+    grad = unravel(2.0 * (jac.T @ r))
+    return fom, grad, cost, {"residuals": r, "jacobian": jac}
 
 
 def make_chunk_step(start_step: Callable[[StartState, Any], StartState]):

@@ -17,6 +17,7 @@ MODULES = [
     "distributed",
     "graph",
     "laplace",
+    "least_squares",
     "memory",
     "minima",
     "parts",

@@ -44,10 +44,17 @@ class Solver:
         itself (a line search treats one as a failed trial and backtracks). The engine then
         only counts it towards ``max_nonfinite``. ``False``: the engine rolls the start back
         to its last finite point, calls :meth:`restart` there and halves ``scale``.
+      uses_residuals: ``True`` for a least-squares rule. The figure of merit is then the sum
+        of squares of a residual vector, and the engine's one evaluation of a step is
+        :meth:`linearize` of the residuals instead of a value and gradient: :meth:`step`
+        also receives ``residuals`` (``r``, one vector) and ``jacobian`` (``J``, ``(m, n)``
+        over the raveled parameters), with ``value = ‖r‖²`` and ``grad = 2 Jᵀr``. Such a rule
+        runs only where the search has residuals (``multistart.MultiStartLeastSquares``).
     """
 
     name = "solver"
     handles_nonfinite = False
+    uses_residuals = False
 
     def hyperparameters(self) -> dict[str, Any]:
         """The rule's settings as plain values (recorded in the configuration)."""
@@ -70,6 +77,12 @@ class Solver:
           value_fn: the figure of merit of one point, for rules that evaluate more (counted
             in :attr:`SolverStep.n_evals`).
         """
+        raise NotImplementedError
+
+    def linearize(self, residual_fn, u) -> tuple[jax.Array, jax.Array, int]:
+        """``(r, J, cost)`` at ``u`` for a rule that :attr:`uses_residuals`: the residual
+        vector, its ``(m, n)`` Jacobian, and the evaluations that cost (a Python int, counted
+        in ``n_evals`` in place of the one a value and gradient counts)."""
         raise NotImplementedError
 
     def restart(self, u, state) -> Any:

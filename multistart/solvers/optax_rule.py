@@ -90,7 +90,14 @@ class OptaxSolver(Solver):
 
 
 def as_solver(rule) -> Solver:
-    """A :class:`Solver` as it is, or an optax transformation wrapped in :class:`OptaxSolver`."""
+    """A :class:`Solver` as it is, an optimistix minimiser adapted
+    (:func:`multistart.solvers.optimistix.as_minimiser`: refused, saying why, when it cannot
+    keep one evaluation per start per step), or an optax transformation in
+    :class:`OptaxSolver`."""
     if isinstance(rule, Solver):
         return rule
+    from .optimistix import as_minimiser, is_optimistix  # optimistix itself only if used
+
+    if is_optimistix(rule):
+        return as_minimiser(rule)
     return OptaxSolver(rule)

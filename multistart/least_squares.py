@@ -1,0 +1,261 @@
+"""Least squares, per start: residual problems and the search that fits them.
+
+``MultiStartLeastSquares().fit(residuals, space)`` minimises ``‖residuals(params)‖²`` from many
+starts at once with a Gauss-Newton-type rule per start (Levenberg-Marquardt by default,
+:mod:`multistart.solvers.least_squares`): one residual Jacobian per start per step, each start
+with its own damping, inside the same engine as every other rule (the non-finite guard, bounds
+through the unconstrained maps, convergence, budgets, checkpoints, TikTak). Its errors are
+``scipy.optimize.curve_fit``'s: ``(JᵀJ)⁻¹`` at the best fit, scaled by the reduced χ² unless
+``absolute_sigma=True`` (:func:`multistart.laplace.residual_laplace`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax.flatten_util import ravel_pytree
+
+from .priors import Space
+from .problem import Problem, add_note, tracer_hint
+from .result import Result
+from .search import MultiStartGradient
+from .solvers import Solver
+from .solvers.least_squares import METHODS, LeastSquaresSolver
+
+__all__ = ["MultiStartLeastSquares", "ResidualProblem", "COVARIANCES", "sum_of_squares"]
+
+#: ``"gauss-newton"``: curve_fit's ``(JᵀJ)⁻¹``; ``"hessian"``: the full Hessian of ``‖r‖²``.
+COVARIANCES = ("gauss-newton", "hessian")
+
+
+def sum_of_squares(residuals):
+    """``‖r‖²`` over every leaf of a residual pytree."""
+    flat, _ = ravel_pytree(residuals)
+    return jnp.vdot(flat, flat)
+
+
+@dataclass(frozen=True)
+class ResidualProblem(Problem):
+    """A least-squares problem: residuals over a space; the figure of merit is ``‖r‖²``.
+
+    Attributes:
+      residuals: ``residuals(params, data) -> array or pytree of arrays``, params physical.
+      absolute_sigma: the residuals are normalised by known standard deviations
+        (``(model - data) / sigma``), so the covariance is ``(JᵀJ)⁻¹`` as it is; otherwise it is
+        scaled by the reduced χ² ``‖r‖² / (m - n)`` (``scipy.optimize.curve_fit``'s
+        ``absolute_sigma``, whose default is also ``False``).
+      covariance: ``"gauss-newton"`` (curve_fit's ``(JᵀJ)⁻¹``) or ``"hessian"`` (the full
+        Hessian of ``‖r‖²``, the Laplace approximation), scaled the same way.
+    """
+
+    residuals: Callable[[Any, Any], Any] | None = None
+    absolute_sigma: bool = False
+    covariance: str = "gauss-newton"
+
+    def multistart_problem(self) -> ResidualProblem:
+        """The problem itself: a search, ``laplace`` or ``Result.attach_problem`` take it."""
+        return self
+
+
+def residual_problem(
+    residuals, space=None, *, absolute_sigma: bool = False, covariance: str = "gauss-newton"
+) -> ResidualProblem:
+    """A :class:`ResidualProblem` from ``residuals(params)`` and its space, or from a factor
+    graph whose factors give residuals (``Factor.from_residuals``); checked by one trace."""
+    if not isinstance(absolute_sigma, bool):
+        raise TypeError(f"absolute_sigma must be True or False; got {absolute_sigma!r}")
+    if covariance not in COVARIANCES:
+        raise ValueError(
+            f"covariance must be one of {', '.join(map(repr, COVARIANCES))}; got {covariance!r}"
+        )
+    provider = getattr(residuals, "multistart_residual_problem", None)
+    if provider is not None:
+        if space is not None:
+            raise TypeError(
+                f"space must not be given when fitting a {type(residuals).__name__}: "
+                "the model carries its own space"
+            )
+        fn, space, data, name = provider()
+    elif callable(residuals) and not isinstance(residuals, Problem):
+        if space is None:
+            raise TypeError("space is required with a residual function: fit(residuals, space)")
+        fn, space, data = _plain(residuals), Space(space), ()
+        name = getattr(residuals, "__name__", type(residuals).__name__)
+    else:
+        raise TypeError(
+            "residuals must be a callable residuals(params) -> array (or pytree of arrays) or a "
+            f"multistart.FactorGraphModel of residual factors; got {type(residuals).__name__}"
+        )
+
+    def fom(params, d):
+        return sum_of_squares(fn(params, d))
+
+    problem = ResidualProblem(fom, space, data, name, fn, absolute_sigma, covariance)
+    check_residuals(problem, jax.dtypes.canonicalize_dtype(jnp.float64))
+    return problem
+
+
+def _plain(residuals):
+    def fn(params, data):
+        return residuals(params)
+
+    return fn
+
+
+def check_residuals(problem: ResidualProblem, dtype) -> None:
+    """Trace the residuals once (no compile): a floating array or pytree of them, not a scalar."""
+    subject = f"residuals {problem.name!r}"
+    try:
+        out = jax.eval_shape(problem.residuals, problem.space.example(dtype), problem.data)
+    except Exception as e:
+        hint = tracer_hint(e)
+        if hint:
+            add_note(e, hint.replace("the objective", "the residual function"))
+        add_note(e, f"multistart: raised while tracing {subject}")
+        raise
+    leaves = jax.tree_util.tree_leaves(out)
+    if not leaves or not all(hasattr(x, "shape") for x in leaves):
+        raise TypeError(f"{subject} must return an array (or a pytree of arrays); got {out!r}")
+    for x in leaves:
+        if not jnp.issubdtype(x.dtype, jnp.floating):
+            raise TypeError(f"{subject} must return real floating-point arrays; got {x.dtype}")
+    if len(leaves) == 1 and leaves[0].shape == ():
+        raise TypeError(
+            f"{subject} returned a scalar: a least-squares search needs the vector of residuals "
+            "(model - data) / sigma, not their sum of squares; return shape (1,) for a single "
+            "residual, or fit a scalar objective with MultiStartLBFGS"
+        )
+    if sum(x.size for x in leaves) == 0:
+        raise TypeError(f"{subject} returned no residuals (every array is empty)")
+
+
+def least_squares_rule(method, *, ftol, xtol, gtol, jacobian) -> Solver:
+    """The rule behind ``method``: a name, or an optimistix least-squares solver (adapted)."""
+    tolerances = {"ftol": ftol, "xtol": xtol, "gtol": gtol, "jacobian": jacobian}
+    if isinstance(method, str):
+        if method not in METHODS:
+            raise ValueError(
+                f"method must be one of {', '.join(map(repr, METHODS))} or an optimistix "
+                f"least-squares solver; got {method!r}"
+            )
+        given = {k: v for k, v in tolerances.items() if v is not None}
+        return LeastSquaresSolver(method, **given)
+    from .solvers.optimistix import as_least_squares_solver
+
+    given = [k for k, v in tolerances.items() if v is not None and k != "jacobian"]
+    if given:
+        raise ValueError(
+            f"{', '.join(given)} apply to the built-in methods ({', '.join(METHODS)}); an "
+            "optimistix solver carries its own rtol and atol"
+        )
+    return as_least_squares_solver(method, jacobian=jacobian or "auto")
+
+
+class MultiStartLeastSquares(MultiStartGradient):
+    """Many least-squares local searches of one residual function, one Jacobian a step each.
+
+    ``fit(residuals, space)`` minimises ``‖residuals(params)‖²`` (a χ² when the residuals are
+    ``(model - data) / sigma``); ``fit(graph)`` a :class:`multistart.FactorGraphModel` whose
+    factors were made with :meth:`multistart.Factor.from_residuals`. Each start runs its own
+    Gauss-Newton-type search (per-start damping or trust radius), and the engine around it is
+    the one every rule shares (bounds, the non-finite guard, convergence, budgets,
+    checkpoints, TikTak). ``result.errors`` are ``scipy.optimize.curve_fit``'s.
+
+    Each step evaluates the residuals' Jacobian once: ``n`` forward-mode products for ``n``
+    parameters (or ``m`` reverse-mode ones when there are fewer residuals ``m`` than
+    parameters), counted in ``n_evals`` as that many evaluations. So it pays for few
+    parameters and many residuals; for many parameters prefer :class:`MultiStartLBFGS`
+    (``docs/least-squares.md`` has the measured crossover).
+
+    Args:
+      method: ``"lm"`` (Levenberg-Marquardt, the default), ``"dogleg"``, ``"gauss-newton"``
+        (:class:`multistart.solvers.LeastSquaresSolver`), or an optimistix least-squares solver
+        (``optx.LevenbergMarquardt(rtol, atol)``, ``optx.Dogleg``, ``optx.GaussNewton``, ...:
+        ``pip install optimistix``).
+      ftol, xtol, gtol: stopping tolerances of the built-in methods, as scipy
+        ``least_squares``' (default ``1e-8`` each; ``0`` turns one off).
+      jacobian: ``"auto"`` (forward mode unless there are fewer residuals than parameters),
+        ``"forward"`` or ``"reverse"``.
+      absolute_sigma: the residuals are normalised by the data's known standard deviations,
+        so the covariance is ``(JᵀJ)⁻¹`` unscaled; ``False`` (curve_fit's default) scales it by
+        the reduced χ² ``‖r‖² / (m - n)``.
+      covariance: ``"gauss-newton"`` (curve_fit's ``(JᵀJ)⁻¹``, the default) or ``"hessian"``
+        (the full Hessian of ``‖r‖²``: the Laplace approximation), scaled alike.
+      **kwargs: the search's options (:class:`MultiStartGradient`), passed on untouched.
+
+    Example:
+      >>> import jax.numpy as jnp, numpy as np, multistart as ms
+      >>> t = np.linspace(0.0, 5.0, 50)
+      >>> y = 3.0 * np.exp(-t / 1.5) + 0.2
+      >>> def residuals(p):
+      ...     return (p["a"] * jnp.exp(-t / p["tau"]) + p["c"] - y) / 0.1
+      >>> space = {"a": ms.Uniform(0.0, 10.0), "tau": ms.LogUniform(0.1, 10.0),
+      ...          "c": ms.Uniform(-1.0, 1.0)}
+      >>> fit = ms.MultiStartLeastSquares(n_starts=8).fit(residuals, space)  # doctest: +SKIP
+      >>> fit.best_params, fit.errors  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        *,
+        method="lm",
+        ftol: float | None = None,
+        xtol: float | None = None,
+        gtol: float | None = None,
+        jacobian: str | None = None,
+        absolute_sigma: bool = False,
+        covariance: str = "gauss-newton",
+        **kwargs,
+    ):
+        rule = least_squares_rule(method, ftol=ftol, xtol=xtol, gtol=gtol, jacobian=jacobian)
+        if not isinstance(absolute_sigma, bool):
+            raise TypeError(f"absolute_sigma must be True or False; got {absolute_sigma!r}")
+        if covariance not in COVARIANCES:
+            options = ", ".join(map(repr, COVARIANCES))
+            raise ValueError(f"covariance must be one of {options}; got {covariance!r}")
+        super().__init__(rule, **kwargs)
+        self.absolute_sigma = absolute_sigma
+        self.covariance = covariance
+
+    def config(self) -> dict[str, Any]:
+        config = super().config()
+        config.update(absolute_sigma=self.absolute_sigma, covariance=self.covariance)
+        return config
+
+    def problem(self, residuals, space=None) -> ResidualProblem:
+        """The :class:`ResidualProblem` :meth:`fit` fits (for ``Result.attach_problem`` after
+        ``Result.load``, or ``multistart.laplace``)."""
+        return residual_problem(
+            residuals, space, absolute_sigma=self.absolute_sigma, covariance=self.covariance
+        )
+
+    def fit(self, residuals, space=None, **kwargs) -> Result:
+        """Minimise ``‖residuals(params)‖²`` over ``space``, or fit a graph of residual factors.
+
+        Args:
+          residuals: ``residuals(params) -> array`` (or a pytree of arrays), ``params`` the
+            physical parameters; or a :class:`multistart.FactorGraphModel` whose factors give
+            residuals (then ``space`` is omitted).
+          space: a (nested) dict of priors: the bounds and the start distribution.
+          **kwargs: ``starts``, ``resume``, ``part``, as :meth:`MultiStartGradient.fit`.
+
+        Raises:
+          TypeError: ``residuals`` returns a scalar (pass the residual vector, not its sum of
+            squares), a non-float or empty output; raised after one trace, before any compile.
+        """
+        problem = self.problem(residuals, space)
+        bind = getattr(self.solver, "bind", None)  # optimistix's states hold the residuals
+        if bind is not None:
+            self.solver = bind(residual_size(problem))
+        return super().fit(problem, None, **kwargs)
+
+
+def residual_size(problem: ResidualProblem) -> int:
+    """The number of residuals (one trace, no compile)."""
+    dtype = jax.dtypes.canonicalize_dtype(jnp.float64)
+    out = jax.eval_shape(problem.residuals, problem.space.example(dtype), problem.data)
+    return int(sum(x.size for x in jax.tree_util.tree_leaves(out)))

@@ -1,0 +1,279 @@
+"""Per-start Gauss-Newton-type rules: one residual Jacobian a step, damping as per-start state.
+
+A least-squares rule sees the residuals ``r`` and their Jacobian ``J`` at the point the engine
+evaluated (the figure of merit is ``‖r‖²``), never a second evaluation. Like the L-BFGS line
+search, the accept-or-retry logic is a small state machine in each start's state: a step's
+trial point is the next point the engine evaluates; if the actual decrease there is too small
+against the decrease the linear model ``r + J d`` predicted, the start stays at its last
+accepted point and proposes a shorter step (more damping, a smaller trust region) from the
+curvature ``JᵀJ`` it kept, so a rejected trial costs one evaluation and no start waits for
+another.
+
+The rules (Nocedal & Wright, *Numerical Optimization*, 2nd ed., ch. 10; Madsen, Nielsen &
+Tingleff, *Methods for non-linear least squares problems*, 2004):
+
+- ``"lm"``: Levenberg-Marquardt. The step solves ``(JᵀJ + λ D) d = -Jᵀr`` with ``D`` the
+  running maximum of ``diag(JᵀJ)`` (Marquardt's scaling, as MINPACK's ``lmder``), ``λ``
+  starting at ``1e-3 max(diag(JᵀJ))`` and updated by the gain ratio ``ρ`` (actual over predicted
+  decrease) as Nielsen's rule: ``λ *= max(1/3, 1 - (2ρ - 1)³)`` on an accepted step,
+  ``λ *= ν, ν *= 2`` on a rejected one.
+- ``"dogleg"``: Powell's dogleg in a trust region of radius ``Δ``: the Gauss-Newton step when it
+  fits, else the steepest-descent (Cauchy) step cut at ``Δ``, else the point where the path
+  between them meets the boundary; ``Δ`` shrinks by 4 when ``ρ < 1/4`` and doubles when
+  ``ρ > 3/4`` and the step reached the boundary.
+- ``"gauss-newton"``: the Gauss-Newton step ``JᵀJ d = -Jᵀr`` with a backtracking length: a
+  rejected trial halves the length, an accepted one doubles it, up to the full step.
+
+A trial is accepted when ``ρ > 1e-4`` (MINPACK's threshold). The stopping tests are scipy
+``least_squares``' (its defaults ``ftol = xtol = gtol = 1e-8``) at accepted steps: ``ftol`` on
+the relative decrease of ``‖r‖²`` (with ``ρ > 1/4``), ``xtol`` on the step against the point's
+norm, and ``gtol`` on the largest cosine between ``r`` and a column of ``J`` (MINPACK's,
+which does not depend on the parameters' or the residuals' scale). A start whose steps have
+become too small to move (``xtol``) while being rejected has stalled and stops too. All tests
+work in the search's unconstrained coordinates. The normal equations are solved by Cholesky in
+the working precision, so run ill-conditioned fits in float64.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax.flatten_util import ravel_pytree
+
+from .. import checks
+from .base import Solver, SolverStep
+
+__all__ = ["LeastSquaresSolver", "LeastSquaresState", "METHODS", "JACOBIAN_MODES", "linearize"]
+
+METHODS = ("lm", "dogleg", "gauss-newton")
+JACOBIAN_MODES = ("auto", "forward", "reverse")
+ACCEPT = 1e-4  # a trial is accepted when the actual decrease is this much of the predicted
+LM_TAU = 1e-6  # the first damping, relative to the largest diagonal entry of JᵀJ
+DOGLEG_FACTOR = 100.0  # the first trust radius, relative to max(‖x‖, 1) (MINPACK's factor)
+
+
+def linearize(residual_fn, u, mode: str = "auto"):
+    """``(r, J, cost)``: the residuals at ``u`` as one vector, their Jacobian, and its cost.
+
+    ``u`` may be a pytree; ``J`` is ``(m, n)`` over its raveled leaves. The Jacobian is built
+    from ``n`` forward-mode products (``jax.linearize`` then one ``vmap`` over the basis) when
+    ``n <= m`` and ``mode`` is ``"auto"`` or ``"forward"``, else from ``m`` reverse-mode
+    products; the residuals come with it, not from another evaluation. ``cost`` (a Python
+    int) is the number of those products: the evaluations the engine counts for the step,
+    as it counts one value-and-gradient (itself one reverse-mode product) as one.
+    """
+    u_flat, unravel = ravel_pytree(u)
+    n = u_flat.shape[0]
+
+    def flat(v):
+        return ravel_pytree(residual_fn(unravel(v)))[0]
+
+    m = jax.eval_shape(flat, u_flat).shape[0]
+    if mode == "forward" or (mode == "auto" and n <= m):
+        r, lin = jax.linearize(flat, u_flat)
+        jac = jax.vmap(lin, out_axes=1)(jnp.eye(n, dtype=u_flat.dtype))
+        return r, jac, n
+    r, pullback = jax.vjp(flat, u_flat)
+    (jac,) = jax.vmap(pullback)(jnp.eye(m, dtype=r.dtype))
+    return r, jac, m
+
+
+class LeastSquaresState(NamedTuple):
+    """One start's state (vectors over the raveled unconstrained parameters)."""
+
+    x: jax.Array  # the last accepted point
+    cost: jax.Array  # ‖r‖² at x (inf before the first finite evaluation)
+    g: jax.Array  # Jᵀr at x (half the gradient of the cost)
+    a: jax.Array  # (n, n) JᵀJ at x
+    diag: jax.Array  # the running maximum of diag(JᵀJ): the step's scaling
+    param: jax.Array  # lm: the damping λ; dogleg: the trust radius Δ; gauss-newton: the length
+    nu: jax.Array  # lm: the damping's growth on a rejected trial
+    d: jax.Array  # the pending step: the trial is x + d
+    pred: jax.Array  # the decrease of ‖r‖² that the linear model predicts at x + d
+    started: jax.Array  # has x been evaluated (a finite first evaluation)?
+    done: jax.Array  # a stopping test passed
+
+
+class LeastSquaresSolver(Solver):
+    """A per-start Gauss-Newton-type rule over residuals (see the module's docstring).
+
+    Args:
+      method: ``"lm"`` (Levenberg-Marquardt), ``"dogleg"`` or ``"gauss-newton"``.
+      ftol, xtol, gtol: scipy ``least_squares``' stopping tolerances and defaults; ``0`` turns
+        one off.
+      jacobian: ``"auto"`` (forward mode when there are at least as many residuals as
+        parameters, else reverse mode), ``"forward"`` or ``"reverse"`` (for a model with a
+        ``jax.custom_vjp`` and no forward-mode rule).
+    """
+
+    handles_nonfinite = True  # a non-finite trial is a rejected trial
+    uses_residuals = True
+
+    def __init__(
+        self,
+        method: str = "lm",
+        *,
+        ftol: float = 1e-8,
+        xtol: float = 1e-8,
+        gtol: float = 1e-8,
+        jacobian: str = "auto",
+    ):
+        if method not in METHODS:
+            raise ValueError(
+                f"method must be one of {', '.join(map(repr, METHODS))}; got {method!r}"
+            )
+        if jacobian not in JACOBIAN_MODES:
+            options = ", ".join(map(repr, JACOBIAN_MODES))
+            raise ValueError(f"jacobian must be one of {options}; got {jacobian!r}")
+        self.method = method
+        self.name = method
+        self.ftol = float(checks.non_negative(ftol, "ftol"))
+        self.xtol = float(checks.non_negative(xtol, "xtol"))
+        self.gtol = float(checks.non_negative(gtol, "gtol"))
+        self.jacobian = jacobian
+
+    def hyperparameters(self) -> dict[str, Any]:
+        return {"ftol": self.ftol, "xtol": self.xtol, "gtol": self.gtol, "jacobian": self.jacobian}
+
+    def linearize(self, residual_fn, u):
+        """The engine's one evaluation of a step: see :func:`linearize`."""
+        return linearize(residual_fn, u, self.jacobian)
+
+    def init(self, u) -> LeastSquaresState:
+        x, _ = ravel_pytree(u)
+        n, dtype = x.shape[0], x.dtype
+        zero = jnp.asarray(0.0, dtype)
+        return LeastSquaresState(
+            x=x,
+            cost=jnp.asarray(jnp.inf, dtype),
+            g=jnp.zeros_like(x),
+            a=jnp.zeros((n, n), dtype),
+            diag=jnp.zeros_like(x),
+            param=zero,
+            nu=jnp.asarray(2.0, dtype),
+            d=jnp.zeros_like(x),
+            pred=zero,
+            started=jnp.bool_(False),
+            done=jnp.bool_(False),
+        )
+
+    def converged(self, state: LeastSquaresState) -> jax.Array:
+        return state.done
+
+    def step(
+        self, value, grad, u, state: LeastSquaresState, *, scale, value_fn, residuals, jacobian
+    ) -> SolverStep:
+        del grad, value_fn  # the residuals and their Jacobian say more
+        u_flat, unravel = ravel_pytree(u)
+        st, dtype = state, u_flat.dtype
+        cost = jnp.asarray(value, dtype)
+        finite = jnp.isfinite(cost) & jnp.all(jnp.isfinite(jacobian))
+        first = ~st.started
+        actual = st.cost - cost
+        rho = actual / jnp.where(st.pred > 0, st.pred, 1.0)
+        accept = jnp.where(first, finite, finite & (st.pred > 0) & (rho > ACCEPT))
+
+        # -- at an accepted point: new curvature, the stopping tests
+        g = jacobian.T @ residuals
+        a = jacobian.T @ jacobian
+        diag = jnp.maximum(st.diag, jnp.diagonal(a))
+        step_len = jnp.linalg.norm(u_flat - st.x)
+        small_step = step_len <= self.xtol * (self.xtol + jnp.linalg.norm(u_flat))
+        small_drop = (actual <= self.ftol * st.cost) & (rho > 0.25)
+        col = jnp.sqrt(jnp.diagonal(a)) * jnp.sqrt(cost)
+        cosine = jnp.max(jnp.where(col > 0, jnp.abs(g) / jnp.where(col > 0, col, 1.0), 0.0))
+        stop_acc = (cosine <= self.gtol) | (~first & (small_drop | small_step))
+
+        keep = (st.x, st.cost, st.g, st.a, st.diag)
+        new = (u_flat, cost, g, a, diag)
+        x, cost_x, g_x, a_x, diag_x = jax.tree_util.tree_map(
+            lambda p, q: jnp.where(accept, p, q), new, keep
+        )
+        param, nu = self._update(st, rho, accept, first, a_x)
+        d, pred = self._propose(g_x, a_x, diag_x, param, scale)
+        # A rejected trial whose next step is too small to move the point, or to lower ‖r‖²
+        # in the working precision: no representable decrease is left.
+        tiny_step = jnp.linalg.norm(d) <= self.xtol * (self.xtol + jnp.linalg.norm(x))
+        stalled = ~accept & (tiny_step | (pred <= jnp.finfo(dtype).eps * cost_x))
+        done = jnp.where(accept, stop_acc, stalled)
+        idle = first & ~finite  # never finite: the engine ends the start
+        out = LeastSquaresState(
+            x=x,
+            cost=cost_x,
+            g=g_x,
+            a=a_x,
+            diag=diag_x,
+            param=param.astype(dtype),
+            nu=nu.astype(dtype),
+            d=d,
+            pred=pred,
+            started=st.started | accept,
+            done=done & ~idle,
+        )
+        out = jax.tree_util.tree_map(lambda p, q: jnp.where(idle, p, q), st, out)
+        u_next = jnp.where(idle | out.done, out.x, out.x + out.d)
+        return SolverStep(unravel(u_next.astype(dtype)), out, 0)
+
+    # -- the three rules -------------------------------------------------------------------
+
+    def _update(self, st: LeastSquaresState, rho, accept, first, a):
+        """``(param, nu)`` after a trial with gain ratio ``rho``."""
+        biggest = jnp.max(jnp.diagonal(a))
+        if self.method == "lm":
+            grown = st.param * jnp.maximum(1.0 / 3.0, 1.0 - (2.0 * rho - 1.0) ** 3)
+            lam = jnp.where(first, LM_TAU * biggest, jnp.where(accept, grown, st.param * st.nu))
+            nu = jnp.where(accept, 2.0, 2.0 * st.nu)
+            # never exactly zero, or a rejected trial could not grow it
+            return jnp.maximum(lam, jnp.finfo(a.dtype).tiny), nu
+        if self.method == "dogleg":
+            step = jnp.linalg.norm(st.d)
+            on_edge = step >= 0.99 * st.param
+            grown = jnp.where((rho > 0.75) & on_edge, 2.0 * st.param, st.param)
+            radius = jnp.where(~accept | (rho < 0.25), 0.25 * step, grown)
+            x_norm = jnp.maximum(jnp.linalg.norm(st.x), 1.0)
+            return jnp.where(first, DOGLEG_FACTOR * x_norm, radius), st.nu
+        # gauss-newton: half the length after a rejected trial; twice it (up to the full
+        # step) after an accepted one, so a start far from its minimum does not backtrack
+        # from the full step every time
+        length = jnp.where(accept, jnp.minimum(2.0 * st.param, 1.0), 0.5 * st.param)
+        return jnp.where(first, 1.0, length), st.nu
+
+    def _propose(self, g, a, diag, param, scale):
+        """``(d, pred)``: the next step from the kept point and its predicted decrease."""
+        n = g.shape[0]
+        floor = jnp.finfo(g.dtype).eps * jnp.maximum(jnp.max(diag), 1.0)
+        scaling = jnp.maximum(diag, floor)
+        if self.method == "lm":
+            d = _solve(a + param * jnp.diag(scaling), -g)
+        else:
+            # the Gauss-Newton step; a rank-deficient JᵀJ gets the least regularisation that
+            # makes it positive definite in the working precision
+            gn = _solve(a + jnp.diag(floor * jnp.ones(n, g.dtype)), -g)
+            d = param * gn if self.method == "gauss-newton" else _dogleg(g, a, gn, param)
+        d = scale * d
+        pred = -(2.0 * jnp.vdot(d, g) + jnp.vdot(d, a @ d))
+        return d, pred
+
+
+def _solve(m, b):
+    """``m⁻¹ b`` for a symmetric positive definite ``m`` (nan when it is not)."""
+    factor = jax.scipy.linalg.cho_factor(m, lower=True)
+    return jax.scipy.linalg.cho_solve(factor, b)
+
+
+def _dogleg(g, a, gn, radius):
+    """Powell's dogleg step in a trust region of ``radius``."""
+    gg = jnp.vdot(g, g)
+    gag = jnp.vdot(g, a @ g)
+    cauchy = -(gg / jnp.where(gag > 0, gag, 1.0)) * g
+    gn_norm, cauchy_norm = jnp.linalg.norm(gn), jnp.linalg.norm(cauchy)
+    # the path cauchy + t (gn - cauchy), t in [0, 1], meets the boundary where ‖·‖ = radius
+    diff = gn - cauchy
+    qa, qb = jnp.vdot(diff, diff), 2.0 * jnp.vdot(cauchy, diff)
+    qc = cauchy_norm**2 - radius**2
+    t = (-qb + jnp.sqrt(jnp.maximum(qb * qb - 4.0 * qa * qc, 0.0))) / jnp.where(qa > 0, 2 * qa, 1.0)
+    between = cauchy + jnp.clip(t, 0.0, 1.0) * diff
+    cut = radius / jnp.where(cauchy_norm > 0, cauchy_norm, 1.0) * cauchy
+    return jnp.where(gn_norm <= radius, gn, jnp.where(cauchy_norm >= radius, cut, between))

@@ -1,0 +1,257 @@
+"""Least squares per start: the rules, the Jacobian's count, curve_fit's errors, residual graphs."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.optimize
+from conftest import NoCompile, assert_same_result, signal_at_step
+
+import multistart as ms
+from multistart.solvers import LeastSquaresSolver
+
+T = np.linspace(0.0, 4.0, 40)
+SIGMA = 0.05
+Y = 3.0 * np.exp(-T / 1.3) + 0.4 + SIGMA * np.random.default_rng(0).normal(size=T.size)
+SPACE = {"a": ms.Uniform(0.0, 10.0), "tau": ms.LogUniform(0.1, 10.0), "c": ms.Uniform(-2.0, 2.0)}
+STARTS = {"a": np.array([1.0, 8.0, 5.0]), "tau": np.array([0.2, 5.0, 1.0]), "c": np.zeros(3)}
+
+
+def model(t, a, tau, c):
+    return a * np.exp(-t / tau) + c
+
+
+def residuals(p):
+    return (p["a"] * jnp.exp(-T / p["tau"]) + p["c"] - Y) / SIGMA
+
+
+def chi2(p):
+    return jnp.sum(residuals(p) ** 2)
+
+
+def _ls(**kw):
+    base = dict(n_starts=3, batch_size=3, seed=0, log_every=0, n_candidates=0)
+    return ms.MultiStartLeastSquares(**{**base, **kw})
+
+
+@pytest.fixture(scope="module")
+def fits():
+    """``fits(method, batch_size, absolute_sigma)``: the decay fit from STARTS, float64."""
+
+    @functools.cache
+    def fit(method="lm", batch_size=3, absolute_sigma=False, covariance="gauss-newton"):
+        with jax.enable_x64(True):
+            search = _ls(
+                method=method,
+                batch_size=batch_size,
+                absolute_sigma=absolute_sigma,
+                covariance=covariance,
+            )
+            result = search.fit(residuals, SPACE, starts=STARTS)
+            assert result.laplace.kind  # computed here, in float64
+            return result
+
+    return fit
+
+
+@functools.cache
+def _curve_fit(absolute_sigma):
+    sigma = np.full(T.size, SIGMA)
+    popt, pcov = scipy.optimize.curve_fit(
+        model, T, Y, p0=[1.0, 1.0, 0.0], sigma=sigma, absolute_sigma=absolute_sigma
+    )
+    return popt, pcov
+
+
+@pytest.mark.parametrize("method", ["lm", "dogleg", "gauss-newton"])
+def test_each_rule_reaches_curve_fits_optimum_and_counts_a_jacobian_as_n(fits, method):
+    result = fits(method)
+    popt, _ = _curve_fit(False)
+    best = [result.best_params[k] for k in ("a", "tau", "c")]
+    np.testing.assert_allclose(best, popt, rtol=1e-6)
+    assert all(s is ms.Status.CONVERGED for s in result.status), result.status_counts()
+    # one Jacobian a step: 3 forward-mode products, counted as 3 evaluations
+    np.testing.assert_array_equal(result.n_evals, 3 * result.n_steps)
+    assert result.stats["n_evals"] == int(np.sum(result.n_evals))
+    assert result.config["rule"] == method
+    # Gauss-Newton-type steps: far fewer than L-BFGS would take, but a few per start
+    assert np.all(result.n_steps < 60), result.n_steps
+
+
+@pytest.mark.parametrize("absolute_sigma", [True, False])
+def test_errors_are_curve_fits_to_1e_6(fits, absolute_sigma):
+    result = fits(absolute_sigma=absolute_sigma)
+    _, pcov = _curve_fit(absolute_sigma)
+    errors = [result.errors[k] for k in ("a", "tau", "c")]
+    np.testing.assert_allclose(errors, np.sqrt(np.diag(pcov)), rtol=1e-6)
+    # rows in the order the space was written (a, tau, c), as curve_fit's follow p0's
+    assert result.laplace.names == ("a", "tau", "c")
+    np.testing.assert_allclose(result.covariance, pcov, rtol=1e-5)
+    assert result.laplace.kind == "gauss-newton"
+    assert result.config["absolute_sigma"] is absolute_sigma
+
+
+def test_the_full_hessian_is_the_alternative(fits, x64):
+    fit = fits(absolute_sigma=True)
+    search = _ls(absolute_sigma=True, covariance="hessian")
+    result = fit
+    hessian = search.problem(residuals, SPACE)
+    assert hessian.covariance == "hessian"
+    lap = ms.laplace(hessian, fit.best_params)
+    assert lap.kind == "hessian"
+    # with known sigmas it is the library's Laplace approximation of the chi-squared
+    ref = ms.laplace(chi2, SPACE, fit.best_params)
+    np.testing.assert_allclose(lap.covariance, ref.covariance, rtol=1e-9)
+    # and close to, but not, curve_fit's (the residuals are not zero)
+    assert not np.allclose(lap.covariance, result.covariance, rtol=1e-9)
+    np.testing.assert_allclose(lap.covariance, result.covariance, rtol=0.05)
+    with pytest.raises(ValueError, match="absolute_sigma"):
+        ms.laplace(hessian, fit.best_params, scale=1.0)
+
+
+def test_widths_agree_and_compile_once(fits):
+    runs = {w: fits(batch_size=w) for w in (2, 3)}  # a ragged 2+1, and 3
+    for w, r in runs.items():
+        assert r.stats["n_compiles"] == 1, w
+        np.testing.assert_allclose(r.foms, runs[3].foms, rtol=1e-10)
+        np.testing.assert_array_equal(r.n_steps, runs[3].n_steps)
+
+
+def test_fewer_residuals_than_parameters_use_reverse_mode(x64):
+    def two(p):  # 2 residuals, 3 parameters: a valley of minima
+        return jnp.stack([p["x"][0] + p["x"][1] - 1.0, p["x"][1] - p["x"][2]])
+
+    space = {"x": ms.Normal(0.0, 1.0, shape=(3,))}
+    runs = {}
+    for mode in ("auto", "forward"):
+        starts = {"x": np.array([[1.0, -2.0, 0.5], [0.0, 3.0, -1.0]])}
+        r = _ls(n_starts=2, batch_size=2, jacobian=mode).fit(two, space, starts=starts)
+        assert r.best_fom < 1e-20
+        runs[mode] = r
+    np.testing.assert_array_equal(runs["auto"].n_evals, 2 * runs["auto"].n_steps)  # m VJPs
+    np.testing.assert_array_equal(runs["forward"].n_evals, 3 * runs["forward"].n_steps)
+    # the two modes give the same Jacobian, so the same steps
+    np.testing.assert_array_equal(runs["auto"].n_steps, runs["forward"].n_steps)
+
+
+def _walled(p):
+    """A decay fit whose residuals are nan where the amplitude exceeds 4."""
+    r = residuals(p)
+    return jnp.where(p["a"] > 4.0, jnp.nan, r)
+
+
+def test_a_nonfinite_trial_is_rejected_and_the_others_carry_on(x64):
+    space = {**SPACE, "a": ms.Uniform(0.0, 5.0)}
+    starts = {"a": np.array([3.9, 4.5, 1.0]), "tau": np.array([0.15, 1.0, 1.0]), "c": np.zeros(3)}
+    result = _ls().fit(_walled, space, starts=starts)
+    popt, _ = _curve_fit(False)
+    assert result.status[1] is ms.Status.NONFINITE  # nan from its first evaluation
+    for i in (0, 2):  # start 0's first steps run into the wall; it backs off and converges
+        assert result.status[i] is ms.Status.CONVERGED, result.status
+        np.testing.assert_allclose(result.params["a"][i], popt[0], rtol=1e-6)
+    assert result.stats["n_compiles"] == 1
+
+
+def test_bad_input_fails_before_any_compile(x64):
+    with NoCompile():
+        for kw, kind, word in [
+            ({"method": "newton"}, ValueError, "method"),
+            ({"jacobian": "central"}, ValueError, "jacobian"),
+            ({"ftol": -1.0}, ValueError, "ftol"),
+            ({"absolute_sigma": 1}, TypeError, "absolute_sigma"),
+            ({"covariance": "sandwich"}, ValueError, "covariance"),
+        ]:
+            with pytest.raises(kind, match=word):
+                _ls(**kw)
+        with pytest.raises(TypeError, match="sum of squares"):
+            _ls().fit(chi2, SPACE)  # a scalar: the sum, not the residuals
+        with pytest.raises(TypeError, match="floating"):
+            _ls().fit(lambda p: jnp.zeros(3, jnp.int32), SPACE)
+        with pytest.raises(TypeError, match="space is required"):
+            _ls().fit(residuals)
+        with pytest.raises(TypeError, match="MultiStartLeastSquares"):
+            search = ms.MultiStartGradient(LeastSquaresSolver(), n_starts=2, n_candidates=0)
+            search.fit(chi2, SPACE)
+
+
+def test_a_graph_of_residual_factors_is_the_same_least_squares_fit(fits, x64):
+    def band(p, d):
+        return (p["a"] * jnp.exp(-d["t"] / p["tau"]) + p["c"] - d["y"]) / SIGMA
+
+    halves = [slice(0, 25), slice(25, 40)]  # two factors of different lengths
+    factors = [
+        ms.Factor.from_residuals(band, {"t": T[s], "y": Y[s]}, name=f"half{i}")
+        for i, s in enumerate(halves)
+    ]
+    graph = ms.FactorGraphModel(factors, space=SPACE)
+    result = _ls().fit(graph, starts=STARTS)
+    plain = fits()
+    np.testing.assert_allclose(result.foms, plain.foms, rtol=1e-10)
+    np.testing.assert_allclose(result.covariance, plain.covariance, rtol=1e-8)
+    # the graph's log-likelihood is the Gaussian one, so any search fits it too
+    assert factors[0].residuals is band
+    np.testing.assert_allclose(
+        sum(graph.log_likelihoods(plain.best_params).values()), -plain.best_fom / 2
+    )
+    mixed = ms.FactorGraphModel(
+        [factors[0], ms.Factor(lambda p, d: -jnp.sum(d["y"] ** 2), {"y": Y}, name="plain")],
+        space=SPACE,
+    )
+    with pytest.raises(TypeError, match="'plain'"):
+        _ls().fit(mixed)
+
+
+def test_a_saved_result_says_which_covariance(fits, tmp_path):
+    result = fits()
+    path = tmp_path / "r.npz"
+    result.save(path)
+    loaded = ms.Result.load(path)
+    assert loaded.laplace.kind == "gauss-newton"
+    np.testing.assert_array_equal(loaded.covariance, result.covariance)
+
+
+def test_budgets_count_the_jacobian(x64):
+    first = {k: v[:1] for k, v in STARTS.items()}
+    result = _ls(n_starts=1, batch_size=1, max_evals=30).fit(residuals, SPACE, starts=first)
+    # 3 evaluations a step: the budget is met after the 10th step
+    assert result.stats["stop_reason"] == "max_evals"
+    assert result.stats["n_evals"] == 30 and result.n_steps[0] == 10
+
+
+def test_tiktak_and_resurrection_run_least_squares(x64):
+    result = _ls(n_starts=2, batch_size=2, start_strategy="tiktak", n_candidates=8, n_local=4)
+    result = result.fit(residuals, SPACE)
+    popt, _ = _curve_fit(False)
+    assert result.stats["n_local"] == 4
+    np.testing.assert_allclose(result.best_params["a"], popt[0], rtol=1e-6)
+
+
+def test_float32_converges():
+    # its own data: a float64 constant captured by a function traced under x64 elsewhere in
+    # this process can come back as float64 (JAX caches a constant by its object)
+    t, y = T.astype(np.float32), Y.astype(np.float32)
+
+    def residuals32(p):
+        return (p["a"] * jnp.exp(-t / p["tau"]) + p["c"] - y) / SIGMA
+
+    result = _ls().fit(residuals32, SPACE, starts=STARTS)
+    popt, _ = _curve_fit(False)
+    assert result.foms.dtype == np.float64 and np.all(np.isfinite(result.foms))
+    assert all(s is ms.Status.CONVERGED for s in result.status), result.status_counts()
+    np.testing.assert_allclose(result.best_params["tau"], popt[1], rtol=1e-3)
+
+
+def test_a_signal_mid_search_resumes_bit_identically(fits, tmp_path, monkeypatch, x64):
+    pytest.importorskip("orbax.checkpoint")
+    full = fits()
+    ck = dict(checkpoint_dir=str(tmp_path / "ck"), checkpoint_every=2)
+    with monkeypatch.context() as mp, pytest.raises(ms.SearchInterrupted):
+        signal_at_step(mp, 4)
+        _ls(**ck).fit(residuals, SPACE, starts=STARTS)
+    resumed = _ls(**ck).fit(residuals, SPACE, starts=STARTS, resume=True)
+    assert resumed.stats["resumed_from"] == 4
+    assert assert_same_result(full, resumed)
