@@ -68,14 +68,14 @@ def test_bad_settings_are_refused(kwargs, message):
 def test_check_schedule():
     assert check_schedule("all") == "all"
     assert check_schedule("halving") == Halving()
-    h = Halving(r0=7)
+    h = Halving(r0=7, keep=1)
     assert check_schedule(h) is h
     with pytest.raises(ValueError, match="schedule must be 'all', 'halving' or a multistart"):
         check_schedule("fast")
 
 
 def test_rungs_are_evaluation_counts():
-    assert [Halving(r0=10, eta=3).rung(k) for k in range(4)] == [10, 30, 90, 270]
+    assert [Halving(r0=10, eta=3, keep=1).rung(k) for k in range(4)] == [10, 30, 90, 270]
 
 
 # -- one sync, as a table ----------------------------------------------------------------------
@@ -89,7 +89,7 @@ def sync(status, best, evals, halving, rungs=None):
     return out.tolist(), rungs
 
 
-RANK = Halving(r0=10, eta=3, grace=0.0)
+RANK = Halving(r0=10, eta=3, grace=0.0, keep=1)
 
 # (name, halving, status, best, evals, pruned)
 TABLE = [
@@ -155,7 +155,7 @@ def test_bowls_of_known_depths_keep_the_deepest():
     setting keeps it while pruning most of the others."""
     depth = np.array([5.0, 2.0, 8.0, 0.0, 7.0, 1.0, 4.0, 6.0, 3.0])
     curves = bowls(depth, 100.0 + depth, np.full(9, 0.8), 200)
-    for h in (Halving(), Halving(r0=5, eta=3, grace=0.0), Halving(r0=10, eta=2, keep=2)):
+    for h in (Halving(), Halving(r0=5, eta=3, grace=0.0, keep=1), Halving(r0=10, eta=2, keep=2)):
         stop, rungs = race(curves, h)
         assert stop[3] == 200, h  # the deepest ran to the end
         assert np.sum(stop < 200) >= 6, h  # most others were pruned
@@ -173,10 +173,10 @@ def test_a_late_bloomer_is_kept_by_its_decrease_not_by_its_rank():
     assert np.argsort(curves[4])[:2].tolist() == [1, 2]
     # ... but it fell 23 between 3 and 5 evaluations, a quarter of which, twice over (eta),
     # puts it below the cut: it continues, and it ends best.
-    stop, _ = race(curves, Halving(r0=5, eta=2, grace=0.25))
+    stop, _ = race(curves, Halving(r0=5, eta=2, grace=0.25, keep=1))
     assert stop[0] == 60 and curves[-1].argmin() == 0
     # Rank alone prunes it at rung 0, and the race ends on a shallower bowl.
-    stop, rungs = race(curves, Halving(r0=5, eta=2, grace=0.0))
+    stop, rungs = race(curves, Halving(r0=5, eta=2, grace=0.0, keep=1))
     assert stop[0] == 5 and rungs.pruned[0] == 2
 
 
@@ -185,7 +185,7 @@ def test_the_decrease_before_rung_0_is_measured_from_ceil_r0_over_eta():
     # rung 0 by that first fall: its decrease is counted from 3 evaluations (ceil(5 / 2)).
     stall = np.array([1000.0, 500.0, 50.0, 50.0, 50.0, 50.0])
     curves = np.stack([stall, np.full(6, 1.0), np.full(6, 2.0)], 1)
-    stop, _ = race(curves, Halving(r0=5, eta=2, grace=10.0))
+    stop, _ = race(curves, Halving(r0=5, eta=2, grace=10.0, keep=1))
     assert stop.tolist() == [5, 6, 6]
 
 
@@ -193,13 +193,13 @@ def test_no_decrease_is_read_from_a_non_finite_best():
     # Its best was not finite at 3 evaluations: an infinite "decrease" would keep it forever.
     late = np.array([np.inf, np.inf, np.inf, 40.0, 30.0, 20.0])
     curves = np.stack([late, np.full(6, 1.0), np.full(6, 2.0)], 1)
-    stop, _ = race(curves, Halving(r0=5, eta=2, grace=100.0))
+    stop, _ = race(curves, Halving(r0=5, eta=2, grace=100.0, keep=1))
     assert stop.tolist() == [5, 6, 6]
 
 
 def test_several_rungs_in_one_sync_are_judged_in_turn():
     # sync_every > 1: eight starts read first at 25 evaluations have passed rungs 5, 10 and 20.
-    h = Halving(r0=5, eta=2, grace=0.0)
+    h = Halving(r0=5, eta=2, grace=0.0, keep=1)
     best = np.array([8.0, 1.0, 7.0, 2.0, 6.0, 3.0, 5.0, 4.0])
     pruned, rungs = sync([R] * 8, best, [25] * 8, h)
     assert rungs.pruned == (4, 2, 1)
@@ -210,7 +210,7 @@ def test_several_rungs_in_one_sync_are_judged_in_turn():
 def test_asynchronous_arrivals_are_judged_against_those_before():
     """ASHA's rule when few have reached a rung: the first arrival continues; a later one
     continues only if it is among the best 1 / eta of the arrivals so far."""
-    h = Halving(r0=10, eta=3, grace=0.0)
+    h = Halving(r0=10, eta=3, grace=0.0, keep=1)
     rungs = Rungs.start(3)
     out, rungs = sync([R, R, R], [5.0, 6.0, 4.0], [10, 5, 5], h, rungs)
     assert out == []  # alone at rung 0
@@ -222,7 +222,7 @@ def test_asynchronous_arrivals_are_judged_against_those_before():
 
 
 def test_prune_is_pure():
-    h = Halving(r0=5, eta=2, grace=0.25)
+    h = Halving(r0=5, eta=2, grace=0.25, keep=1)
     status = np.array([R, R, R, C], np.int8)
     best, evals = np.array([3.0, 1.0, 2.0, 0.5]), np.array([5, 5, 5, 2])
     _, before = sync([R] * 4, [3.5, 1.5, 2.2, 9.0], [3, 3, 3, 2], h)  # small decreases
@@ -237,7 +237,7 @@ def test_prune_is_pure():
 
 
 def test_rungs_round_trip_through_json():
-    h = Halving(r0=2, eta=2, grace=0.0)
+    h = Halving(r0=2, eta=2, grace=0.0, keep=1)
     _, rungs = sync([R, R, C, U], [1.0, np.nan, np.inf, np.inf], [2, 2, 1, 0], h)
     text = json.dumps(rungs.to_json())  # inf and nan as strings: plain JSON
     back = Rungs.from_json(json.loads(text))
@@ -246,7 +246,7 @@ def test_rungs_round_trip_through_json():
 
 
 def test_reset_starts_a_slot_again_before_rung_0():
-    h = Halving(r0=2, eta=2, grace=0.0)
+    h = Halving(r0=2, eta=2, grace=0.0, keep=1)
     _, rungs = sync([R, R], [1.0, 2.0], [4, 4], h)
     assert rungs.next_rung.tolist() == [2, 0]
     fresh = rungs.reset(np.array([0]))
