@@ -73,11 +73,11 @@ class Halving(Schedule):
       keep: at least this many starts continue from every rung.
 
     The defaults are measured (``profiling/halving_replay.py``, ``docs/schedule.md``): replayed
-    on 29 recorded ``MultiStartLBFGS`` runs of six problems, they kept the best of every run but
-    two of the image fit's six (23 % and 3.3 % above it), with 0.16-0.23 of the evaluations
-    there and 0.23-0.85 on the others (their runs are short). Rank alone (``grace=0``) lost the
-    image fit's best more often; more grace kept it more often, for two to three times the
-    evaluations (``Halving(r0=5, grace=0.5)``: five of six, 0.48-0.57).
+    on 30 recorded ``MultiStartLBFGS`` runs of five problems, they kept the best of every run
+    but two of the image fit's seven (23 % and 3.3 % above it), with 0.16-0.23 of the
+    evaluations there and 0.23-0.85 on the others (their runs are short). Rank alone
+    (``grace=0``) lost the image fit's best in all seven. ``Halving(r0=20, grace=0.5)`` kept
+    every best, with 0.58-0.71 of the image fit's evaluations.
     """
 
     r0: int = 10

@@ -16,6 +16,8 @@ Subcommands (each problem in its own process: some run in float64, some in float
     python profiling/halving_replay.py verify peak --seed 0 --r0 10 --eta 3 --grace 1 --keep 1
     python profiling/halving_replay.py table                    # replay the grid on the cache
     python profiling/halving_replay.py table --csv grid.csv     # ... and every row to a file
+    python profiling/halving_replay.py table --show 10,3,0.1,2  # one setting, per run
+    python profiling/halving_replay.py ranks image --seed 0     # where the best start stood
 
 Problems (``PROBLEMS``): ``image`` (``image_model.py``, 48 parameters, float64, uniform starts
 in the central band as scipy's loop gets them in ``time_to_solution.py``), ``bench``
@@ -407,7 +409,9 @@ def cmd_table(args) -> None:
             w.writerows(rows)
     print_summary(rows, runs_list, args.top)
     for text in args.show:
-        print_runs(rows, tuple(float(v) for v in text.split(",")))
+        key = tuple(float(v) for v in text.split(","))
+        print_runs(rows, key)
+        print_problems(rows, key)
 
 
 def _key(r: dict) -> tuple:
@@ -462,6 +466,50 @@ def print_runs(rows: list[dict], key: tuple) -> None:
             )
 
 
+def print_problems(rows: list[dict], key: tuple) -> None:
+    """One setting, per problem: runs that kept the best, the worst best, the evaluations."""
+    print(f"\nr0={key[0]:g} eta={key[1]:g} grace={key[2]:g} keep={key[3]:g}, per problem:")
+    print(
+        f"{'problem':>8}{'starts':>7}{'same best':>10}{'worst rel':>10}{'evals / all':>13}"
+        f"{'to best / all':>15}{'all: to best':>14}"
+    )
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        if _key(r) == key:
+            groups.setdefault((r["problem"], r["n"]), []).append(r)
+    for (name, n), rs in groups.items():
+        ev, tb = [r["evals"] for r in rs], [r["to_best"] for r in rs]
+        at = [r["all_to_best"] for r in rs]
+        print(
+            f"{name:>8}{n:>7}{sum(r['same'] for r in rs):>6}/{len(rs):<3}"
+            f"{max(r['rel'] for r in rs):>10.3f}{min(ev):>7.2f}-{max(ev):.2f}"
+            f"{min(tb):>9.2f}-{max(tb):.2f}{min(at):>9.2f}-{max(at):.2f}"
+        )
+
+
+def cmd_ranks(args) -> None:
+    """Where the start that ended best (and the runner-up) stood after each number of
+    evaluations: its rank among the starts' bests so far, its best, the median and the min."""
+    n = args.starts or PROBLEMS[args.problem].n_starts
+    runs = Runs.of(record(args.problem, args.seed, n, args.cache))
+    final = runs.history[runs.n_steps - 1, np.arange(n)]
+    first, second = np.argsort(final)[:2]
+    print(
+        f"{args.problem} n={n} seed={args.seed}: best {final[first]:.7g} (start {first}), "
+        f"runner-up {final[second]:.7g} (start {second})"
+    )
+    print(f"{'evals':>6}{'rank':>6}{'its best':>14}{'median':>14}{'min':>14}{'runner-up rank':>16}")
+    for t in (1, 3, 10, 30, 90, 160, 270, 480, 640, 810, 960, 1280, 1500):
+        if t > runs.horizon:
+            break
+        h = runs.history[t - 1]
+        rank = int(np.sum(h < h[first])) + 1
+        print(
+            f"{t:>6}{rank:>6}{h[first]:>14.7g}{np.median(h):>14.7g}{h.min():>14.7g}"
+            f"{int(np.sum(h < h[second])) + 1:>16}"
+        )
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cache", type=Path, default=CACHE)
@@ -478,6 +526,10 @@ def main(argv=None) -> None:
     ver.add_argument("--eta", type=int, default=3)
     ver.add_argument("--grace", type=float, default=1.0)
     ver.add_argument("--keep", type=int, default=1)
+    rk = sub.add_parser("ranks", help="where the best start stood along the way")
+    rk.add_argument("problem", choices=sorted(PROBLEMS))
+    rk.add_argument("--seed", type=int, default=0)
+    rk.add_argument("--starts", type=int, default=None)
     tab = sub.add_parser("table", help="replay the grid on every cached run")
     tab.add_argument("--csv", type=Path, default=None, help="every row to this file")
     tab.add_argument("--problems", nargs="+", default=None, help="only these problems")
@@ -487,7 +539,8 @@ def main(argv=None) -> None:
         "--show", nargs="*", default=[], help="per run for these settings: r0,eta,grace,keep"
     )
     args = ap.parse_args(argv)
-    {"record": cmd_record, "verify": cmd_verify, "table": cmd_table}[args.command](args)
+    commands = {"record": cmd_record, "verify": cmd_verify, "ranks": cmd_ranks, "table": cmd_table}
+    commands[args.command](args)
 
 
 if __name__ == "__main__":
