@@ -142,7 +142,7 @@ def test_auto_falls_back_to_sizes_then_to_the_count_cap(monkeypatch, caplog):
     monkeypatch.setattr(jax.stages.Compiled, "memory_analysis", no_analysis)
     result = fit(batch_size="auto")
     assert result.stats["width_choice"]["estimate"] == "io_sizes"
-    monkeypatch.setattr(memory, "device_free_memory", lambda device: (None, "unknown"))
+    monkeypatch.setattr(memory.machine, "device_free_memory", lambda device: (None, "unknown"))
     monkeypatch.setenv("MULTISTART_LOG_LEVEL", "DEBUG")
     with caplog.at_level(logging.DEBUG, logger="multistart"):
         result = fit(batch_size="auto")
