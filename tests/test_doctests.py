@@ -29,6 +29,7 @@ MODULES = [
     "starts",
     "status",
     "tiktak",
+    "tuning.timing",
 ]
 PACKAGE = Path(multistart.__file__).parent
 
