@@ -216,6 +216,7 @@ def build(search, setup: Setup, start_plan: StartPlan, compiles: CompileCounter)
         start_step=start_step,
         backend=search.backend,
         program_hash=identity.program,  # lowered once, for the identity
+        n_steps=search.n_steps,  # "auto" times widths only where the fit pays for it
     )
     if sweep.spans_processes:  # every process must step the same program: process 0's width
         from jax.experimental import multihost_utils
@@ -810,9 +811,10 @@ def _log_end(result: Result) -> None:
     found = ", ".join(str(m.n_starts) for m in minima[:MINIMA_SHOWN])
     more = ", ..." if len(minima) > MINIMA_SHOWN else ""
     log.logger.info(
-        "done in %.2f s (compile %.2f s, %d chunk-step compile%s; stopped: %s): best %.6g; "
-        "%d distinct minim%s (starts each, best first: %s%s); %s",
+        "done in %.2f s (width %d, compile %.2f s, %d chunk-step compile%s; stopped: %s): "
+        "best %.6g; %d distinct minim%s (starts each, best first: %s%s); %s",
         st["wall_s"],
+        st["batch_size"],
         st["compile_s"],
         st["n_compiles"],
         "" if st["n_compiles"] == 1 else "s",
