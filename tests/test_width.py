@@ -184,8 +184,37 @@ def no_timing(monkeypatch):
     monkeypatch.setattr(Sweep, "time_chunks", refuse)
 
 
+def always_decide(monkeypatch):
+    """Deciding may cost any share of the fit: these fits are far too short for timing to pay,
+    and the tests below are about the timing itself (the gate is tested on cost models)."""
+    from multistart.tuning import timing
+
+    monkeypatch.setattr(timing, "DECIDE_SHARE", float("inf"))
+
+
+def test_a_short_fit_keeps_the_bound_untimed_and_remembers_its_price(monkeypatch, tmp_path):
+    monkeypatch.setenv("MULTISTART_AUTO_WIDTH", "measure")
+    monkeypatch.setenv("MULTISTART_CACHE_DIR", str(tmp_path))
+    first = fit(batch_size="auto")  # 12 starts x 40 steps of a parabola: milliseconds
+    info, tuning = first.stats["width_choice"], first.stats["tuning"]
+    assert info["selected_by"] == "auto (priced)" and first.stats["batch_size"] == 12
+    assert info["reason"].startswith("the memory bound, untimed: timing width 1 would bring")
+    assert first.stats["n_compiles"] == 1 and first.stats["n_tune_compiles"] == 0
+    assert [row["width"] for row in tuning["table"]] == [12]  # the one call that priced it
+    prices = json.loads(Path(tuning["path"]).read_text())["prices"]
+    assert prices["n_steps"] == 40 and prices["fit_s"] == info["fit_estimate_s"] > 0
+    assert prices["compile_s"] > 20 * prices["fit_s"]  # why it did not time
+    assert 0 <= info["decide_s"] < first.stats["select_s"]
+
+    no_timing(monkeypatch)
+    second = fit(batch_size="auto")
+    assert second.stats["width_choice"]["selected_by"] == "auto (cache)"
+    assert second.stats["batch_size"] == 12 and identical(first, second)
+
+
 def test_auto_on_a_cpu_times_remembers_and_reuses(monkeypatch, tmp_path, x64):
     monkeypatch.setenv("MULTISTART_AUTO_WIDTH", "measure")
+    always_decide(monkeypatch)
     monkeypatch.setenv("MULTISTART_CACHE_DIR", str(tmp_path))
     # 8 starts, as in test_tune_measures_persists_and_the_next_fit_skips_tuning: the programs
     # are shared, and the claims below hold at any number of starts
@@ -226,6 +255,7 @@ def test_timing_is_bounded_in_chunk_calls(monkeypatch, spec):
     from multistart.tuning import timing as tuning
 
     monkeypatch.setenv("MULTISTART_AUTO_WIDTH", "measure")
+    always_decide(monkeypatch)
     # 2 chunk calls a repeat instead of 16, so that a few chunks are far fewer than the 64
     # starts: width 1 then makes at most 2 * (1 + 12) * 2 = 52 calls, where timing every start
     # would make at least 64 * (1 + 3). The bound below is read from the module, whatever it is.
@@ -262,6 +292,7 @@ def test_auto_measures_within_the_memory_bound(monkeypatch, x64, wide_auto_fit):
     budget = free.stats["width_choice"]["checkpoint_bytes"] + est["extra"] // 2
     monkeypatch.setenv("MULTISTART_MEMORY_BUDGET_GB", repr(budget / 2**30))
     monkeypatch.setenv("MULTISTART_AUTO_WIDTH", "measure")
+    always_decide(monkeypatch)
     tight = fit(wide, WIDE_SPACE, batch_size="auto")
     info = tight.stats["width_choice"]
     assert info["memory_width"] < free.stats["batch_size"]
