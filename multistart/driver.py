@@ -41,7 +41,6 @@ from .minima import default_tolerances
 from .monitor import CompileCounter
 from .parts import Part, best_fit, check_part, coupling
 from .parts import select as select_part
-from .priors import fusion_boundary
 from .problem import Problem, as_problem, check_objective
 from .progress import Progress, interactive
 from .result import Result
@@ -184,7 +183,7 @@ def build(search, setup: Setup, start_plan: StartPlan, compiles: CompileCounter)
     window = 1 if search.convergence is None else search.convergence.window
     u0, to_physical = _layout(search, problem.space, start_plan.x0, dtype)
     _log_start(search, setup, n)
-    start_step, chunk_step = _steps(search, problem, to_physical)
+    start_step, chunk_step = _steps(search, problem)
     n_rows = math.ceil(search.n_steps / stride)
     status0 = np.where(start_plan.started, Status.RUNNING.code, Status.UNSTARTED.code)
 
@@ -264,12 +263,12 @@ def _log_start(search, setup: Setup, n: int) -> None:
     )
 
 
-def _steps(search, problem: Problem, to_physical):
+def _steps(search, problem: Problem):
     """``(start_step, chunk_step)``: one start's step and the compiled chunk's body."""
 
     def fom_u(u, d):
-        # The boundary keeps XLA from recomputing the map inside the model's own loops.
-        return problem.fom(fusion_boundary(to_physical(u)), d)
+        # Behind a fusion boundary: XLA must not recompute the map inside the model's loops.
+        return problem.fom(problem.space.to_model(u), d)
 
     # With resurrection a start gives up (and is replaced) after `resurrect` failures.
     give_up = search.resurrect or search.max_nonfinite
