@@ -227,9 +227,8 @@ class LBFGS(Solver):
         # -- an accepted point: a new pair, a new direction, the stopping tests.
         curv_ok = dots.sy > self.curvature_eps * jnp.sqrt(dots.ss) * jnp.sqrt(dots.yy)
         store = accept & ~first & curv_ok & jnp.isfinite(dots.sy)
-        mem = self._remember(st, s_new, y_new, dots, store)
+        mem = self._remember(st, s_new, y_new, dots, store)  # st's memory when not accepted
         d_acc, norm_acc, max_acc, descent = _direction(self._two_loop(g_flat, mem), g_flat, dots)
-        mem = mem.cleared_unless(descent)
         drop = (st.f - value) / jnp.maximum(jnp.maximum(jnp.abs(st.f), jnp.abs(value)), 1.0)
         stop_acc = (dots.g_max <= self.gtol) | (~first & (drop <= self.ftol))
 
@@ -246,8 +245,9 @@ class LBFGS(Solver):
         d = jnp.where(accept, d_acc, jnp.where(reset, -st.g, st.d))
         norm_d = jnp.where(accept, norm_acc, jnp.where(reset, dots.norm_g_old, dots.norm_d_old))
         max_d = jnp.where(accept, max_acc, jnp.where(reset, dots.g_max_old, dots.d_max_old))
-        old = _Memory(st.s, st.y, st.rho, st.gamma, st.n_pairs)
-        mem = _select(accept, mem, _select(reset, old.cleared_unless(False), old))
+        # The memory is cleared by a direction that is not a descent direction and by a reset:
+        # one select per element, whichever case.
+        mem = mem.cleared_unless(jnp.where(accept, descent, ~reset))
         alpha0 = jnp.where(
             accept & (mem.n_pairs > 0), 1.0, jnp.minimum(1.0, 1.0 / jnp.maximum(norm_d, 1e-30))
         )
