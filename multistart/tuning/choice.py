@@ -104,7 +104,8 @@ def resolve_width(
 
     Returns:
       A :class:`WidthChoice`. Its ``info`` (``result.stats["width_choice"]``) says how:
-      ``selected_by`` (``"explicit"``, ``"auto"`` (no timing), ``"auto (measured)"``,
+      ``selected_by`` (``"explicit"``, ``"auto"`` (no timing considered), ``"auto (priced)"``
+      (the fit priced, timing not worth it: the bound), ``"auto (measured)"``,
       ``"auto (cache)"``, ``"tune (measured)"``, ``"tune (cache)"``), ``reason``,
       ``decide_s``, the memory bound's figures and, when it was computed, ``memory_width``;
       its ``tuning`` holds the timing table and the record's key and path.
@@ -177,7 +178,7 @@ def _by_word(spec, sweep, pop, info, n_starts, device, n_steps, keyed):
         tuning["method"] = "auto (priced)" if priced else spec
         if gate is not None:
             tuning["prices"] = gate.prices(timings)
-            info.update(fit_estimate_s=tuning["prices"]["fit_s"], compile_estimate_s=compile_s)
+            info.update(fit_estimate_s=tuning["prices"]["fit_s"], compile_estimate_s=gate.compile_s)
     tuning.update(width=timings.best(), table=timings.table())
     records.save(tuning)
     return tuning["width"], tuning
