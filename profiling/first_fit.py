@@ -5,7 +5,9 @@ JAX's persistent compilation cache is empty and no width is recorded: what a new
 fit pays) and then a **warm** one reading the same folder (a second run of the same fit). The
 figure is the wall time of ``search.fit`` (checks, the broad-start filter, compiles, choosing
 the width, every step, the Result), auto's against the best fixed width's in the same round;
-rounds interleave the arms (reversed every other round) and the table gives medians.
+rounds interleave the arms (reversed every other round) and the table gives medians. The same
+ratio of the child's CPU seconds (every thread's) is printed beside it: on a machine shared
+with other jobs, wall time is what they move most.
 
 Models (``--models``, default all four):
 
@@ -94,12 +96,13 @@ def run_arm(model: str, width: str) -> dict:
     cls, kwargs, objective, space = problem(model)
     spec = "auto" if width == "auto" else int(width)
     search = cls(batch_size=spec, log_every=0, progress=False, **kwargs)
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     result = search.fit(objective, space)
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     st = result.stats
     return {
         "wall_s": wall,
+        "cpu_s": cpu,
         "width": st["batch_size"],
         "compile_s": st["compile_s"],
         "select_s": st["select_s"],
@@ -163,7 +166,8 @@ def report(models, runs, rounds, seconds) -> None:
         f"{rounds} round(s), fresh processes; jax {jax.__version__}; {seconds:.0f} s in all"
     )
     print(f"{'model':8s} {'phase':5s} {'auto/best':>9s} {'best':>6s} {'auto width':>10s}"
-          f" {'deciding s':>10s} {'deciding/wall':>13s}  fixed widths / best")  # fmt: skip
+          f" {'deciding s':>10s} {'deciding/wall':>13s}  fixed widths / best"
+          f"    |  by CPU seconds: auto/best, best")  # fmt: skip
     for model in models:
         for phase in ("cold", "warm"):
             fixed = [str(w) for w in MODELS[model] if (model, str(w), phase) in runs]
@@ -176,9 +180,12 @@ def report(models, runs, rounds, seconds) -> None:
             deciding = med(model, "auto", phase, "decide_s")
             share = deciding / med(model, "auto", phase)
             others = ", ".join(f"{w}: {med(model, w, phase) / ref:.3f}" for w in fixed)
+            cpu_best = min(fixed, key=lambda w: med(model, w, phase, "cpu_s"))
+            cpu = med(model, "auto", phase, "cpu_s") / med(model, cpu_best, phase, "cpu_s")
             print(
                 f"{model:8s} {phase:5s} {med(model, 'auto', phase) / ref:9.3f} {best:>6s}"
                 f" {','.join(map(str, widths)):>10s} {deciding:10.2f} {share:13.3f}  {others}"
+                f"    |  {cpu:.3f}, {cpu_best}"
             )
             chosen = {r["selected_by"] for r in auto}
             print(f"{'':8s} {'':5s} auto: {', '.join(sorted(chosen))}")
