@@ -7,6 +7,7 @@ import functools
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -200,7 +201,7 @@ def test_a_short_fit_keeps_the_bound_untimed_and_remembers_its_price(monkeypatch
     first = fit(batch_size="auto")  # 12 starts x 40 steps of a parabola: milliseconds
     info, tuning = first.stats["width_choice"], first.stats["tuning"]
     assert info["selected_by"] == "auto (priced)" and first.stats["batch_size"] == 12
-    assert info["reason"].startswith("the memory bound, untimed: timing width 1 would bring")
+    assert re.match(r"the memory bound, untimed: timing width \d+ would bring", info["reason"])
     assert first.stats["n_compiles"] == 1 and first.stats["n_tune_compiles"] == 0
     assert [row["width"] for row in tuning["table"]] == [12]  # the one call that priced it
     prices = json.loads(Path(tuning["path"]).read_text())["prices"]
@@ -264,6 +265,9 @@ def test_timing_is_bounded_in_chunk_calls(monkeypatch, spec):
     # starts: width 1 then makes at most 2 * (1 + 12) * 2 = 52 calls, where timing every start
     # would make at least 64 * (1 + 3). The bound below is read from the module, whatever it is.
     monkeypatch.setattr(tuning, "TUNE_CALLS", 2)
+    # width 1 is timed even where 64 calls' dispatch could not beat one call of 64 (this test
+    # is about how many calls timing a width makes)
+    monkeypatch.setattr(tuning, "CALL_FLOOR_S", 0.0)
     counter = CountCalls(monkeypatch)
     n_starts, n_steps = TIMING_STARTS, TIMING_STEPS
     result = fit(batch_size=spec, n_starts=n_starts, n_steps=n_steps)
@@ -378,15 +382,42 @@ def test_auto_still_times_the_ladder_when_a_middle_width_wins():
 def test_auto_keeps_the_bound_untimed_when_deciding_would_cost_more_than_the_fit():
     from multistart.tuning import Gate
 
-    # the issue's first fit: 8 starts of a cheap curve; a compile costs 2 s, a step 60 us
-    sweep = CostModelSweep(8, lambda w: 50e-6 + 1e-6 * w, compile_s=2.0)
+    # 8 starts of a small model; a compile costs 2 s, a step under a millisecond
+    def call_s(w):
+        return 50e-6 + 100e-6 * w
+
+    sweep = CostModelSweep(8, call_s, compile_s=2.0)
     best, timings, reason = _auto(sweep, 8, Gate(n_steps=1000))
     assert best == 8 and sweep.timed == [8]  # one call to price the fit, no other width
     assert reason.startswith("the memory bound, untimed: timing width 1 would bring")
     # the same model fitted for long enough that a compile is a small part of it: timed
-    sweep = CostModelSweep(8, lambda w: 50e-6 + 1e-6 * w, compile_s=2.0)
-    _, timings, _ = _auto(sweep, 8, Gate(n_steps=10_000_000))
+    sweep = CostModelSweep(8, call_s, compile_s=2.0)
+    _, timings, _ = _auto(sweep, 8, Gate(n_steps=1_000_000))
     assert set(timings.per_call) >= {8, 1}
+
+
+def test_auto_does_not_compile_a_width_whose_calls_alone_cost_more_than_the_best_step():
+    from multistart.tuning import CALL_FLOOR_S, Gate
+
+    # 100,000 starts of a cheap objective: a step of every start costs 36 ms at once, 10 ms in
+    # chunks of 12,500 (the wide chunk's temporaries fall out of cache); width 1 would need
+    # 100,000 calls a step, at least 2 s of dispatch
+    def call_s(w):
+        return 50e-6 + w * (1e-7 if w <= 20_000 else 3.6e-7)
+
+    sweep = CostModelSweep(100_000, call_s, compile_s=0.6)
+    assert sweep.calls_per_step(1) * CALL_FLOOR_S > call_s(100_000)
+    best, timings, reason = _auto(sweep, 100_000, Gate(n_steps=100))
+    assert 1 not in sweep.timed and sweep.timed[:2] == [100_000, 12_500]
+    assert best == 12_500 and "widths timed" in reason
+    # 8 starts of a cheap curve: one call of all 8 is cheaper than 8 calls' dispatch
+    sweep = CostModelSweep(8, lambda w: 50e-6 + 1e-6 * w, compile_s=2.0)
+    best, _, reason = _auto(sweep, 8, Gate(n_steps=10_000_000))
+    assert best == 8 and sweep.timed == [8]
+    assert reason == (
+        "the memory bound, untimed: no narrower width could step faster: its chunk calls "
+        "alone would not"
+    )
 
 
 def test_auto_times_width_one_where_the_fit_pays_for_it():

@@ -51,6 +51,7 @@ from .choice import check_batch_size as check_batch_size
 from .choice import resolve_width as resolve_width
 from .record import tune_key as tune_key
 from .timing import AUTO_UNBATCHED_WINS as AUTO_UNBATCHED_WINS
+from .timing import CALL_FLOOR_S as CALL_FLOOR_S
 from .timing import DECIDE_SHARE as DECIDE_SHARE
 from .timing import Gate as Gate
 from .timing import Timings as Timings
@@ -61,6 +62,7 @@ from .timing import worth_timing as worth_timing
 __all__ = [
     "AUTO_UNBATCHED_WINS",
     "BATCH_SIZE_HELP",
+    "CALL_FLOOR_S",
     "DECIDE_SHARE",
     "Footprint",
     "Gate",

@@ -21,6 +21,7 @@ from ..memory import auto_candidates, balanced_width, candidate_widths, is_out_o
 
 __all__ = [
     "AUTO_UNBATCHED_WINS",
+    "CALL_FLOOR_S",
     "DECIDE_SHARE",
     "Gate",
     "Timings",
@@ -53,8 +54,15 @@ TUNE_AGAIN_RATIO = 1.25
 AUTO_UNBATCHED_WINS = 1.5
 # "auto" spends at most this share of the fit's estimated time on deciding its width (compiles
 # of widths not kept, and their timing). When no other width turns out faster, the fit then
-# took at most 1.2x what it would have at the memory bound.
-DECIDE_SHARE = 0.2
+# took at most 1.3x what it would have at the memory bound; when one does, it can be 2.5x
+# faster a step on a CPU (the image fit at width 1, 100,000 cheap starts at 16,384 rather
+# than all at once: profiling/first_fit.py), which a smaller share would rarely find.
+DECIDE_SHARE = 0.3
+# No chunk call costs less than this on a CPU (the dispatch of a compiled program and the
+# gathers and scatters of the population's leaves: the smallest chunk steps measured here took
+# 50-350 us a call). A width needing more calls a step than the best step's seconds allow at
+# this price cannot win, and is not compiled to find out.
+CALL_FLOOR_S = 20e-6
 
 
 def say(spec, *args) -> None:
@@ -156,7 +164,7 @@ def worth_timing(spent_s: float, cost_s: float, fit_s: float, share: float | Non
     """Is timing one more width worth it? When deciding, with it, stays within ``share``
     (default :data:`DECIDE_SHARE`) of the fit.
 
-    >>> worth_timing(0.0, 3.0, 120.0), worth_timing(0.0, 3.0, 0.05), worth_timing(20.0, 3.0, 100.0)
+    >>> worth_timing(0.0, 3.0, 120.0), worth_timing(0.0, 3.0, 0.05), worth_timing(30.0, 3.0, 100.0)
     (True, False, False)
     """
     return spent_s + cost_s <= (DECIDE_SHARE if share is None else share) * fit_s
@@ -250,8 +258,10 @@ def time_auto(timings: Timings, upper: int, gate: Gate | None) -> str:
     ladder (:func:`multistart.memory.auto_candidates`): ``upper``, 1, then narrower by factors
     of 8 until one is slower than the last, then the width halfway (on a log scale) between the
     best and its faster neighbour; it stops after ``upper`` and 1 when width 1 steps
-    :data:`AUTO_UNBATCHED_WINS` times as fast. Widths are balanced over the rows (same chunk
-    count, least padding).
+    :data:`AUTO_UNBATCHED_WINS` times as fast. A width whose chunk calls a step would take
+    longer than the best step so far at :data:`CALL_FLOOR_S` each is skipped (width 1 of
+    100,000 starts: 100,000 calls), so the gate's budget goes to widths that can win. Widths
+    are balanced over the rows (same chunk count, least padding).
     """
     n_rows = timings.sweep.rows.size
     ladder = list(dict.fromkeys(balanced_width(n_rows, w) for w in auto_candidates(upper)))
@@ -262,13 +272,15 @@ def time_auto(timings: Timings, upper: int, gate: Gate | None) -> str:
         gate.compile_s = max(gate.compile_s, timings.sweep.compile_seconds(upper))
     previous, gated = None, False
     for i, w in enumerate(ladder[1:], start=1):
+        if _cannot_win(timings, w):  # its calls' dispatch alone: no compile spent on it
+            continue
         if gate is not None and not gate.allows(timings, w):
             gated = True
             break
         # wide to narrow after width 1; narrower widths may fit where a wider one did not
         if not timings.try_time(w, f"{i + 1}/{len(ladder)}"):
             continue
-        if i == 1:
+        if w == 1:
             if upper in timings.per_call:
                 ratio = timings.step_s(upper) / timings.step_s(w)
                 if ratio >= AUTO_UNBATCHED_WINS:
@@ -282,10 +294,20 @@ def time_auto(timings: Timings, upper: int, gate: Gate | None) -> str:
         if between is not None and (gate is None or gate.allows(timings, between)):
             timings.try_time(between, "between the best two")
     refused = None if gate is None else gate.refused
-    if refused is not None and len(timings.per_call) == 1:
-        return f"the memory bound, untimed: {refused}"
+    if len(timings.per_call) == 1:
+        why = refused or "no narrower width could step faster: its chunk calls alone would not"
+        return f"the memory bound, untimed: {why}"
     why = f"the fastest of {len(timings.per_call)} widths timed"
     return _finish(timings, why if refused is None else f"{why}; {refused}")
+
+
+def _cannot_win(timings: Timings, width: int) -> bool:
+    """Would ``width``'s chunk calls alone, at :data:`CALL_FLOOR_S` each, take longer than a
+    step at the best width timed so far?"""
+    if not timings.per_call:
+        return False
+    floor = timings.sweep.calls_per_step(width) * CALL_FLOOR_S
+    return floor >= timings.step_s(timings.best())
 
 
 def _finish(timings: Timings, reason: str) -> str:
