@@ -48,7 +48,6 @@ from .minima import default_tolerances
 from .monitor import CompileCounter
 from .parts import Part, check_part, coupling
 from .parts import select as select_part
-from .priors import fusion_boundary
 from .problem import Problem, as_problem, check_objective
 from .refill import Refiller
 from .result import Result
@@ -161,7 +160,7 @@ def identify(search, setup: Setup) -> Program:
     another model, rule or configuration now, before the filter or the step compiles."""
     o, problem, dtype = search.options, setup.problem, setup.dtype
     to_physical = _to_physical(search, problem.space)
-    start_step, chunk_step = _steps(search, problem, to_physical)
+    start_step, chunk_step = _steps(search, problem)
     one = _one_start_state(search, problem, dtype)
     identity = search_identity(problem, dtype, start_step, one, _config(search, setup))
     checkpoints = None
@@ -178,20 +177,20 @@ def identify(search, setup: Setup) -> Program:
     return Program(to_physical, start_step, chunk_step, identity, checkpoints)
 
 
-def _steps(search, problem: Problem, to_physical):
+def _steps(search, problem: Problem):
     """``(start_step, chunk_step)``: one start's step and the compiled chunk's body."""
     o = search.options
 
     def fom_u(u, d):
-        # The boundary keeps XLA from recomputing the map inside the model's own loops.
-        return problem.fom(fusion_boundary(to_physical(u)), d)
+        # Behind a fusion boundary: XLA must not recompute the map inside the model's loops.
+        return problem.fom(problem.space.to_model(u), d)
 
     residual_u = None
     residuals = getattr(problem, "residuals", None)  # a least-squares problem's
     if residuals is not None:
 
         def residual_u(u, d):
-            return residuals(fusion_boundary(to_physical(u)), d)
+            return residuals(problem.space.to_model(u), d)
 
     # With resurrection a start gives up (and is replaced) after `resurrect` failures.
     start_step = make_start_step(
@@ -362,6 +361,7 @@ def _width(search, setup: Setup, backend: Backend, pop, program: Program, n: int
         start_step=program.start_step,
         backend=search.options.backend,
         program_hash=program.identity.program,  # lowered once, for the identity
+        n_steps=search.options.n_steps,  # "auto" times widths only where the fit pays for it
     )
     if backend.spans_processes:  # every process must step the same program: process 0's width
         from jax.experimental import multihost_utils
@@ -503,9 +503,10 @@ def _log_end(result: Result) -> None:
     found = ", ".join(str(m.n_starts) for m in minima[:MINIMA_SHOWN])
     more = ", ..." if len(minima) > MINIMA_SHOWN else ""
     log.logger.info(
-        "done in %.2f s (compile %.2f s, %d chunk-step compile%s; stopped: %s): best %.6g; "
-        "%d distinct minim%s (starts each, best first: %s%s); %s",
+        "done in %.2f s (width %d, compile %.2f s, %d chunk-step compile%s; stopped: %s): "
+        "best %.6g; %d distinct minim%s (starts each, best first: %s%s); %s",
         st["wall_s"],
+        st["batch_size"],
         st["compile_s"],
         st["n_compiles"],
         "" if st["n_compiles"] == 1 else "s",

@@ -460,6 +460,20 @@ class Space:
         normal = jnp.asarray(a, dtype) + jnp.asarray(b, dtype) * u
         return jnp.where(is_normal, normal, bounded)
 
+    def to_model(self, u):
+        """One start's unconstrained parameters to the physical pytree the model is evaluated
+        at, behind one :func:`fusion_boundary` (JAX, differentiable).
+
+        ``u`` is the flat vector the engine steps (mapped as one vector, then put behind one
+        boundary, then unravelled: one small product in the compiled step, where a boundary per
+        leaf would be a pad, a product and a slice per leaf) or, for ``flat=False`` searches,
+        the unconstrained pytree. The values are :meth:`to_physical`'s (or
+        ``unravel(forward_flat(u))``'s) bit for bit.
+        """
+        if isinstance(u, dict):
+            return fusion_boundary(self.to_physical(u))
+        return self.unravel(fusion_boundary(self.forward_flat(u)))
+
     def from_unit(self, q_leaves):
         """Physical pytree from per-leaf unit-cube arrays (NumPy)."""
         return self.unflatten(p.from_unit(q) for p, q in zip(self.priors, q_leaves, strict=True))

@@ -23,10 +23,11 @@ but ``scipy, default BLAS`` with one BLAS thread:
   devices (``XLA_FLAGS`` is set for the whole run, before JAX starts; every other engine arm
   runs with ``devices=1``, and scipy's function on the default device, as without the flag).
 
-Per arm: wall time (compile included) until every start ended, median evaluations per start,
-the best χ² against the truth's, and the time at which the best χ² first went under the
-truth's (for the engine's arms interpolated from the per-step history between the first step
-and the end of the loop; for scipy recorded at each evaluation).
+Per arm: wall time (compile included) until every start ended, the process's CPU seconds
+over the same span (every thread's: less moved than wall time by other jobs on the machine),
+median evaluations per start, the best χ² against the truth's, and the time at which the best
+χ² first went under the truth's (for the engine's arms interpolated from the per-step history
+between the first step and the end of the loop; for scipy recorded at each evaluation).
 
     python profiling/time_to_solution.py            # 32 starts
     python profiling/time_to_solution.py --quick    # 8 starts, fewer steps
@@ -99,7 +100,7 @@ def scipy_problem(objective, space, starts):
 
 def scipy_arm(objective, space, starts, n, target, max_evals=None):
     vg, x0s, bounds = scipy_problem(objective, space, starts)
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     hit = [None]
 
     def fun(v):
@@ -120,6 +121,7 @@ def scipy_arm(objective, space, starts, n, target, max_evals=None):
     wall = time.perf_counter() - t0
     return {
         "wall_s": wall,
+        "cpu_s": time.process_time() - cpu0,
         "evals": float(np.median(nfev)),
         "best": float(np.min(foms)),
         "to_target_s": hit[0],
@@ -127,9 +129,9 @@ def scipy_arm(objective, space, starts, n, target, max_evals=None):
 
 
 def engine_arm(search, objective, space, starts, target):
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     result = search.fit(objective, space, starts=starts)
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     st = result.stats
     best_hist = result.best_history
     steps = result.history_steps
@@ -142,6 +144,7 @@ def engine_arm(search, objective, space, starts, target):
     n_evals = result.n_evals if result.n_evals is not None else result.n_steps
     return {
         "wall_s": wall,
+        "cpu_s": cpu,
         "evals": float(np.median(n_evals)),
         "best": result.best_fom,
         "to_target_s": to_target,
@@ -230,7 +233,7 @@ def main(argv=None) -> None:
     ref = rows["scipy L-BFGS-B loop"]
     print()
     print(
-        f"{'arm':<22}{'wall/scipy':>11}{'evals/start':>12}{'evals/scipy':>12}"
+        f"{'arm':<22}{'wall/scipy':>11}{'cpu/scipy':>10}{'evals/start':>12}{'evals/scipy':>12}"
         f"{'best chi2':>13}{'best-scipy (rel)':>18}{'to truth/scipy':>15}"
     )
     for name, r in rows.items():
@@ -241,7 +244,8 @@ def main(argv=None) -> None:
         )
         rel = (r["best"] - ref["best"]) / abs(ref["best"])
         print(
-            f"{name:<22}{r['wall_s'] / ref['wall_s']:>11.3f}{r['evals']:>12.0f}"
+            f"{name:<22}{r['wall_s'] / ref['wall_s']:>11.3f}{r['cpu_s'] / ref['cpu_s']:>10.3f}"
+            f"{r['evals']:>12.0f}"
             f"{r['evals'] / ref['evals']:>12.2f}{r['best']:>13.6g}{rel:>18.2e}{tt:>15}"
         )
     print()

@@ -10,15 +10,21 @@ the image benchmark (48 parameters, float64) at the same 4 points:
 
   f at x (peer)       jit(value_and_grad(f)) at physical parameters passed in: no map at all
   map, no boundary    jit(value_and_grad(f o to_physical)) in unconstrained coordinates
-  map + boundary      the same with fusion_boundary after the map (what the engine runs)
+  map + leaf boundaries  the same with fusion_boundary on each leaf after the map
+  map + one boundary  ``Space.to_model``: the flat vector mapped, one boundary, unravelled
+                      (what the engine runs)
   map + opt. barrier  the same with jax.lax.optimization_barrier instead (does not help)
-  map + boundary, vmap 1  "map + boundary" under ``vmap`` at a batch of one (as the engine's
+  to_model, vmap 1    "map + one boundary" under ``vmap`` at a batch of one (as the engine's
                       chunk step evaluates a start at width 1)
-  engine per eval     MultiStartLBFGS at width 1: the chunk step's seconds per evaluation
+  engine chunk call   MultiStartLBFGS at width 1: one call of its compiled chunk step (one
+                      step of one start: the evaluation, L-BFGS, the guard, the gather and
+                      scatter, the call's dispatch), called in a loop as the sweep calls it
+  engine per eval     the same search's whole loop (host syncs and bookkeeping included),
+                      seconds per evaluation
 
-With ``--others``, the engine with and without the boundary (the driver's
-``fusion_boundary`` swapped for the identity), taking turns, on two models where the map was
-not the problem, to show the boundary costs nothing there: the project's multi-dataset
+With ``--others``, the engine with and without the boundary (``priors.fusion_boundary``,
+which ``Space.to_model`` calls, swapped for the identity), taking turns, on two models where
+the map was not the problem, to show the boundary costs nothing there: the project's multi-dataset
 benchmark (``benchmark_model.py``, 31 parameters, 16 starts, widths 1 and 8) and a cheap
 2-parameter parabola (8192 starts, widths 512 and 4096, float32). Stepping seconds (steps 2 to
 the last), the median of 5 rounds.
@@ -80,29 +86,25 @@ def main() -> None:
 
         return jax.jit(jax.value_and_grad(g))
 
-    rows = interleaved(
-        {
-            "f at x (peer)": (jax.jit(jax.value_and_grad(f)), xs),
-            "map, no boundary": (through(lambda x: x), us),
-            "map + boundary": (through(fusion_boundary), us),
-            "map + opt. barrier": (through(jax.lax.optimization_barrier), us),
-            "map + boundary, vmap 1": (
-                jax.jit(
-                    jax.vmap(
-                        jax.value_and_grad(
-                            lambda v: f(fusion_boundary(sp.unravel(sp.forward_flat(v))))
-                        )
-                    )
-                ),
-                [v[None] for v in us],
-            ),
-        }
-    )
     search = ms.MultiStartLBFGS(
         n_starts=4, batch_size=1, n_steps=25, convergence=None, n_candidates=0, progress=False
     )
     user = {k: np.stack([np.asarray(x[k]) for x in xs]) for k in xs[0]}
-    search.fit(f, space, starts=user)  # compiles
+    chunk_call = engine_chunk_call(search, f, space, user)
+    rows = interleaved(
+        {
+            "f at x (peer)": (jax.jit(jax.value_and_grad(f)), xs),
+            "map, no boundary": (through(lambda x: x), us),
+            "map + leaf boundaries": (through(fusion_boundary), us),
+            "map + one boundary": (jax.jit(jax.value_and_grad(lambda v: f(sp.to_model(v)))), us),
+            "map + opt. barrier": (through(jax.lax.optimization_barrier), us),
+            "to_model, vmap 1": (
+                jax.jit(jax.vmap(jax.value_and_grad(lambda v: f(sp.to_model(v))))),
+                [v[None] for v in us],
+            ),
+            "engine chunk call": chunk_call,
+        }
+    )
     st = search.fit(f, space, starts=user).stats
     rows["engine per eval"] = (st["loop_s"] - st["first_step_s"]) / (st["n_evals"] * 24 / 25)
     base = rows["f at x (peer)"]
@@ -113,11 +115,41 @@ def main() -> None:
         print(f"{name:22s} {s * 1e3:8.2f} {s / base:7.2f}")
 
 
+def engine_chunk_call(search, f, space, starts):
+    """``(call, args)`` for :func:`interleaved`: one call of the search's compiled chunk step at
+    its width on a copy of its first step's population, each call stepping the one before's
+    population, as :meth:`multistart.backends.Backend.run` does."""
+    from multistart import sweep
+
+    seen = {}
+    step = sweep.Stepper.step
+
+    def spy(self, pop, row):
+        if "pop" not in seen:
+            seen.update(pop=sweep._copy_tree(self.programs.place(pop)), stepper=self)
+        return step(self, pop, row)
+
+    sweep.Stepper.step = spy
+    try:
+        search.fit(f, space, starts=starts)
+    finally:
+        sweep.Stepper.step = step
+    stepper = seen["stepper"]
+    programs, compiled, one = stepper.programs, stepper.compiled, stepper._args[:1]
+    state = {"pop": seen["pop"]}
+
+    def call(row):
+        state["pop"] = programs.run(compiled, state["pop"], one, row)
+        return state["pop"]
+
+    return call, [np.int32(0)]
+
+
 def others() -> None:
     import benchmark_model
     import jax.numpy as jnp
 
-    from multistart import driver
+    from multistart import priors
 
     def parabola(p):
         return jnp.sum((p["x"] - 0.3) ** 2)
@@ -138,12 +170,12 @@ def others() -> None:
             (512, 4096),
         ),
     }
-    boundary = driver.fusion_boundary
+    boundary = priors.fusion_boundary
     times: dict = {}
     try:
         for _ in range(5):
             for arm in ("boundary", "none"):
-                driver.fusion_boundary = boundary if arm == "boundary" else (lambda t: t)
+                priors.fusion_boundary = boundary if arm == "boundary" else (lambda t: t)
                 for model, (f, space, n, steps, widths) in cases.items():
                     for w in widths:
                         search = ms.MultiStartAdam(
@@ -155,7 +187,7 @@ def others() -> None:
                             st["loop_s"] - st["first_step_s"]
                         )
     finally:
-        driver.fusion_boundary = boundary
+        priors.fusion_boundary = boundary
     print(f"{'model':16s} {'width':>5s} {'boundary s':>10s} {'none s':>8s} {'ratio':>6s}")
     for model, (_, _, _, _, widths) in cases.items():
         for w in widths:

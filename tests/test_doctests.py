@@ -18,7 +18,9 @@ MODULES = [
     "graph",
     "laplace",
     "least_squares",
-    "memory",
+    "memory.budget",
+    "memory.machine",
+    "memory.widths",
     "minima",
     "parts",
     "priors",
@@ -29,6 +31,7 @@ MODULES = [
     "starts",
     "status",
     "tiktak",
+    "tuning.timing",
 ]
 PACKAGE = Path(multistart.__file__).parent
 

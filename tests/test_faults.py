@@ -73,7 +73,8 @@ def test_a_damaged_newest_checkpoint_falls_back_and_the_search_goes_on(tmp_path)
     assert any("moved the damaged checkpoint of step 60" in ln for ln in ours)
     stamped = re.compile(r"^\d\d:\d\d:\d\d multistart ")
     assert ours and all(stamped.match(ln) for ln in ours), out.stderr
-    assert len(ours) == len(set(ours)), "a line printed twice"
+    # A second handler prints every line twice in a row (two fits may log one line alike).
+    assert all(a != b for a, b in zip(ours, ours[1:], strict=False)), "a line printed twice"
 
 
 def test_a_rule_that_ascends_says_so():

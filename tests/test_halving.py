@@ -51,13 +51,8 @@ def test_halving_keeps_the_deepest_bowl_for_fewer_evaluations(fits):
     assert halved.best_fom == full.best_fom
     assert halved.stats["n_evals"] < 0.7 * full.stats["n_evals"]
     assert halved.stats["n_pruned"] == int(np.sum(halved.status == "pruned")) > 0
-    assert halved.config["schedule"] == {
-        "name": "halving",
-        "r0": 8,
-        "eta": 2,
-        "grace": 1.0,
-        "keep": 1,
-    }
+    assert halved.config["schedule"] == HALVING.record()
+    assert halved.config["schedule"]["r0"] == 8
 
 
 def test_a_continued_start_follows_the_trajectory_it_would_have_had(fits):

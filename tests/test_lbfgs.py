@@ -260,3 +260,52 @@ def test_a_signal_mid_line_search_resumes_bit_identically(rosen_runs, tmp_path, 
     resumed = _lbfgs(**kw, **ck).fit(rosenbrock, ROSEN_SPACE, resume=True)
     assert resumed.stats["resumed_from"] == 23
     assert same_result(full, resumed)
+
+
+def _numpy_two_loop(g, pairs, gamma):
+    """The textbook two-loop recursion (Nocedal & Wright, algorithm 7.4) over ``pairs``,
+    oldest first."""
+    q, alphas = g.copy(), []
+    for s, y in reversed(pairs):
+        a = (s @ q) / (s @ y)
+        q = q - a * y
+        alphas.append(a)
+    r = gamma * q
+    for (s, y), a in zip(pairs, reversed(alphas), strict=True):
+        b = (y @ r) / (s @ y)
+        r = r + (a - b) * s
+    return r
+
+
+def test_the_memory_keeps_the_newest_pairs_oldest_first_and_the_direction_is_the_two_loop(x64):
+    from multistart.solvers.lbfgs import LBFGSFields, LBFGSState, _Dots
+
+    solver, n = LBFGS(memory=3), 4
+    state = solver.init(jnp.zeros(n))
+    assert isinstance(state, LBFGSState) and len(jax.tree_util.tree_leaves(state)) == 3
+    st = LBFGSFields.unpack(state)
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=(n, n))
+    hessian = a @ a.T + n * np.eye(n)
+    pairs = []
+    for _ in range(5):  # two more than the memory holds
+        s = rng.normal(size=n)
+        y = hessian @ s
+        pairs.append((s, y))
+        dots = _Dots.of(jnp.asarray(s), jnp.asarray(y), jnp.zeros(n), st)
+        mem = solver._remember(st, jnp.asarray(s), jnp.asarray(y), dots, jnp.bool_(True))
+        st = st._replace(**mem._asdict())
+        kept = pairs[-3:]
+        assert int(st.n_pairs) == len(kept)
+        np.testing.assert_array_equal(np.asarray(st.s[3 - len(kept) :]), [p[0] for p in kept])
+        np.testing.assert_array_equal(np.asarray(st.y[3 - len(kept) :]), [p[1] for p in kept])
+        assert np.all(np.asarray(st.rho[: 3 - len(kept)]) == 0)  # empty rows first
+        g = rng.normal(size=n)
+        got = np.asarray(LBFGS._two_loop(jnp.asarray(g), mem))
+        gamma = kept[-1][0] @ kept[-1][1] / (kept[-1][1] @ kept[-1][1])
+        np.testing.assert_allclose(got, _numpy_two_loop(g, kept, gamma), rtol=1e-12)
+    again = LBFGSFields.unpack(st.pack())  # the three arrays hold every field
+    for name in LBFGSFields._fields:
+        np.testing.assert_array_equal(
+            np.asarray(getattr(again, name)), np.asarray(getattr(st, name))
+        )

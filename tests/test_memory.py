@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from multistart import memory as m
+from multistart.memory import machine
 
 GiB = 2**30
 
@@ -191,16 +192,16 @@ def test_no_cgroup_means_no_limit(tmp_path):
 
 
 def test_usable_cpu_count_uses_affinity_then_quota_then_cpu_count(monkeypatch):
-    monkeypatch.setattr(m.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
-    monkeypatch.setattr(m, "cgroup_cpu_limit", lambda: None)
+    monkeypatch.setattr(machine.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    monkeypatch.setattr(machine, "cgroup_cpu_limit", lambda: None)
     assert m.usable_cpu_count() == 4
-    monkeypatch.setattr(m, "cgroup_cpu_limit", lambda: 2)
+    monkeypatch.setattr(machine, "cgroup_cpu_limit", lambda: 2)
     assert m.usable_cpu_count() == 2
-    monkeypatch.delattr(m.os, "sched_getaffinity", raising=False)
-    monkeypatch.setattr(m, "cgroup_cpu_limit", lambda: None)
-    monkeypatch.setattr(m.os, "cpu_count", lambda: 6)
+    monkeypatch.delattr(machine.os, "sched_getaffinity", raising=False)
+    monkeypatch.setattr(machine, "cgroup_cpu_limit", lambda: None)
+    monkeypatch.setattr(machine.os, "cpu_count", lambda: 6)
     assert m.usable_cpu_count() == 6
-    monkeypatch.setattr(m.os, "cpu_count", lambda: None)
+    monkeypatch.setattr(machine.os, "cpu_count", lambda: None)
     assert m.usable_cpu_count() == 1
 
 
@@ -240,10 +241,10 @@ def test_gpu_budget_is_a_share_of_the_pool_left(monkeypatch):
 
 def test_cpu_budget_is_shared_by_the_logical_cpu_devices(monkeypatch):
     monkeypatch.delenv(m.ENV_BUDGET_GB, raising=False)
-    monkeypatch.setattr(m, "host_available_memory", lambda: (16 * GiB, "host RAM (fake)"))
-    monkeypatch.setattr(m, "shared_ram_device_count", lambda devices=None: 1)
+    monkeypatch.setattr(machine, "host_available_memory", lambda: (16 * GiB, "host RAM (fake)"))
+    monkeypatch.setattr(machine, "shared_ram_device_count", lambda devices=None: 1)
     assert m.memory_budget(_cpu()).nbytes == 8 * GiB
-    monkeypatch.setattr(m, "shared_ram_device_count", lambda devices=None: 4)
+    monkeypatch.setattr(machine, "shared_ram_device_count", lambda devices=None: 4)
     four = m.memory_budget(_cpu())
     assert four.nbytes == 2 * GiB and four.shared_devices == 4 and "4 devices" in four.source
 
@@ -254,10 +255,10 @@ def test_shared_ram_device_count_counts_cpu_devices_only():
 
 
 def test_host_memory_is_the_lower_of_psutil_and_the_cgroup(monkeypatch):
-    monkeypatch.setattr(m, "cgroup_memory_available", lambda: 1 * GiB)
+    monkeypatch.setattr(machine, "cgroup_memory_available", lambda: 1 * GiB)
     free, source = m.host_available_memory()
     assert free <= 1 * GiB
-    monkeypatch.setattr(m, "cgroup_memory_available", lambda: None)
+    monkeypatch.setattr(machine, "cgroup_memory_available", lambda: None)
     free, source = m.host_available_memory()
     assert free > 0 and "psutil" in source
 
@@ -357,8 +358,8 @@ def test_auto_width_checks_its_choice_and_narrows_again(monkeypatch):
 
 def test_auto_width_without_a_budget_uses_the_count_cap(monkeypatch):
     monkeypatch.delenv(m.ENV_BUDGET_GB, raising=False)
-    monkeypatch.setattr(m, "usable_cpu_count", lambda: 2)
-    monkeypatch.setattr(m, "device_free_memory", lambda device: (None, "unknown"))
+    monkeypatch.setattr(machine, "usable_cpu_count", lambda: 2)
+    monkeypatch.setattr(machine, "device_free_memory", lambda device: (None, "unknown"))
     compile_at, compiled = _compiler(fixed=1000, per=1000)
     bound = m.auto_width(compile_at, n_starts=64, device=_cpu(), start_bytes=8, checkpoint_bytes=0)
     assert bound.width == 8 and bound.estimate == "count cap" and compiled == []

@@ -7,10 +7,13 @@ import functools
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from types import SimpleNamespace
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -38,9 +41,9 @@ WIDE_SPACE = {"x": ms.Uniform(-2.0, 2.0, shape=(2,))}
 @pytest.fixture(autouse=True)
 def _quick_tuning(monkeypatch):
     # time each width for a few steps, not a quarter of a second: these objectives are tiny
-    from multistart import tuning
+    from multistart.tuning import timing
 
-    monkeypatch.setattr(tuning, "TUNE_TARGET_S", 0.005)
+    monkeypatch.setattr(timing, "TUNE_TARGET_S", 0.005)
 
 
 def fit(objective=parabola, space=PARABOLA_SPACE, **kwargs):
@@ -142,7 +145,7 @@ def test_auto_falls_back_to_sizes_then_to_the_count_cap(monkeypatch, caplog):
     monkeypatch.setattr(jax.stages.Compiled, "memory_analysis", no_analysis)
     result = fit(batch_size="auto")
     assert result.stats["width_choice"]["estimate"] == "io_sizes"
-    monkeypatch.setattr(memory, "device_free_memory", lambda device: (None, "unknown"))
+    monkeypatch.setattr(memory.machine, "device_free_memory", lambda device: (None, "unknown"))
     monkeypatch.setenv("MULTISTART_LOG_LEVEL", "DEBUG")
     with caplog.at_level(logging.DEBUG, logger="multistart"):
         result = fit(batch_size="auto")
@@ -182,8 +185,41 @@ def no_timing(monkeypatch):
     monkeypatch.setattr(Backend, "time_chunks", refuse)
 
 
+def always_decide(monkeypatch):
+    """Deciding may cost any share of the fit: these fits are far too short for timing to pay,
+    and the tests below are about the timing itself (the gate is tested on cost models)."""
+    from multistart.tuning import timing
+
+    monkeypatch.setattr(timing, "DECIDE_SHARE", float("inf"))
+
+
+def test_a_short_fit_keeps_the_bound_untimed_and_remembers_its_price(monkeypatch, tmp_path):
+    from multistart.tuning import worth_timing
+
+    monkeypatch.setenv("MULTISTART_AUTO_WIDTH", "measure")
+    monkeypatch.setenv("MULTISTART_CACHE_DIR", str(tmp_path))
+    first = fit(batch_size="auto")  # 12 starts x 40 steps of a parabola: milliseconds
+    info, tuning = first.stats["width_choice"], first.stats["tuning"]
+    assert info["selected_by"] == "auto (priced)" and first.stats["batch_size"] == 12
+    assert re.match(r"the memory bound, untimed: timing width \d+ would bring", info["reason"])
+    assert first.stats["n_compiles"] == 1 and first.stats["n_tune_compiles"] == 0
+    assert [row["width"] for row in tuning["table"]] == [12]  # the one call that priced it
+    prices = json.loads(Path(tuning["path"]).read_text())["prices"]
+    assert prices["n_steps"] == 40 and prices["fit_s"] == info["fit_estimate_s"] > 0
+    # why it did not time: one compile would have cost more than the share of the fit
+    assert prices["compile_s"] == info["compile_estimate_s"] > 0
+    assert not worth_timing(0.0, prices["compile_s"], prices["fit_s"])
+    assert 0 <= info["decide_s"] < first.stats["select_s"]
+
+    no_timing(monkeypatch)
+    second = fit(batch_size="auto")
+    assert second.stats["width_choice"]["selected_by"] == "auto (cache)"
+    assert second.stats["batch_size"] == 12 and identical(first, second)
+
+
 def test_auto_on_a_cpu_times_remembers_and_reuses(monkeypatch, tmp_path, x64):
     monkeypatch.setenv("MULTISTART_AUTO_WIDTH", "measure")
+    always_decide(monkeypatch)
     monkeypatch.setenv("MULTISTART_CACHE_DIR", str(tmp_path))
     # 8 starts, as in test_tune_measures_persists_and_the_next_fit_skips_tuning: the programs
     # are shared, and the claims below hold at any number of starts
@@ -221,13 +257,17 @@ TIMING_STARTS, TIMING_STEPS = 64, 2
 
 @pytest.mark.parametrize("spec", ["auto", "tune"])
 def test_timing_is_bounded_in_chunk_calls(monkeypatch, spec):
-    from multistart import tuning
+    from multistart.tuning import timing as tuning
 
     monkeypatch.setenv("MULTISTART_AUTO_WIDTH", "measure")
+    always_decide(monkeypatch)
     # 2 chunk calls a repeat instead of 16, so that a few chunks are far fewer than the 64
     # starts: width 1 then makes at most 2 * (1 + 12) * 2 = 52 calls, where timing every start
     # would make at least 64 * (1 + 3). The bound below is read from the module, whatever it is.
     monkeypatch.setattr(tuning, "TUNE_CALLS", 2)
+    # width 1 is timed even where 64 calls' dispatch could not beat one call of 64 (this test
+    # is about how many calls timing a width makes)
+    monkeypatch.setattr(tuning, "CALL_FLOOR_S", 0.0)
     counter = CountCalls(monkeypatch)
     n_starts, n_steps = TIMING_STARTS, TIMING_STEPS
     result = fit(batch_size=spec, n_starts=n_starts, n_steps=n_steps)
@@ -260,6 +300,7 @@ def test_auto_measures_within_the_memory_bound(monkeypatch, x64, wide_auto_fit):
     budget = free.stats["width_choice"]["checkpoint_bytes"] + est["extra"] // 2
     monkeypatch.setenv("MULTISTART_MEMORY_BUDGET_GB", repr(budget / 2**30))
     monkeypatch.setenv("MULTISTART_AUTO_WIDTH", "measure")
+    always_decide(monkeypatch)
     tight = fit(wide, WIDE_SPACE, batch_size="auto")
     info = tight.stats["width_choice"]
     assert info["memory_width"] < free.stats["batch_size"]
@@ -268,17 +309,23 @@ def test_auto_measures_within_the_memory_bound(monkeypatch, x64, wide_auto_fit):
 
 
 class CostModelSweep:
-    """Stands in for a sweep in ``tuning._measure``: a chunk call at width ``w`` takes
-    ``call_s(w)`` seconds, nothing compiles or runs, and the widths timed are recorded."""
+    """Stands in for a sweep in ``multistart.tuning.timing``: a chunk call at width ``w`` takes
+    ``call_s(w)`` seconds, a compile ``compile_s``, nothing compiles or runs, and the widths
+    timed are recorded."""
 
-    def __init__(self, n_rows, call_s):
-        self.rows, self.call_s, self.timed = np.arange(n_rows), call_s, []
+    def __init__(self, n_rows, call_s, compile_s=0.0):
+        self.rows, self.call_s, self.compile_s, self.timed = (
+            np.arange(n_rows),
+            call_s,
+            compile_s,
+            [],
+        )
 
     def calls_per_step(self, width):
         return -(-self.rows.size // width)
 
     def compile_seconds(self, width):
-        return 0.0
+        return self.compile_s
 
     def time_chunks(self, pop, width, *, calls, target_s, min_reps, max_reps):
         self.timed.append(width)
@@ -292,32 +339,198 @@ def _per_start(width, unbatched, batched):
     return 50e-6 + (unbatched if width == 1 else batched * width)
 
 
-def test_auto_stops_after_width_one_when_it_is_far_faster_than_the_bound():
-    from multistart import tuning
+def _auto(sweep, upper, gate=None):
+    """``(best, timings, reason)`` of the "auto" ladder on a cost model."""
+    from multistart.tuning import Timings, time_auto
 
+    timings = Timings(sweep, None, "auto")
+    reason = time_auto(timings, upper, gate)
+    return timings.best(), timings, reason
+
+
+def image_like(w):
     # an expensive model whose vmapped code costs 2.5x per start (the image fit's pattern)
-    sweep = CostModelSweep(32, lambda w: _per_start(w, 4e-3, 10e-3))
-    best, table = tuning._measure(sweep, None, 32, "auto")
-    assert best == 1 and {row["width"] for row in table} == {32, 1}
+    return _per_start(w, 4e-3, 10e-3)
+
+
+def test_auto_stops_after_width_one_when_it_is_far_faster_than_the_bound():
+    sweep = CostModelSweep(32, image_like)
+    best, timings, reason = _auto(sweep, 32)
+    assert best == 1 and set(timings.per_call) == {32, 1} and "1x as fast" not in reason
     assert set(sweep.timed) == {32, 1}  # widths 4 and 2 would each have been a compile
     # just under the threshold (width 1 at 1.4x the bound's speed) the ladder goes on
     sweep = CostModelSweep(32, lambda w: _per_start(w, 4e-3, 1.4 * 4e-3 + 50e-6 / 32))
-    tuning._measure(sweep, None, 32, "auto")
+    _auto(sweep, 32)
     assert len(set(sweep.timed)) > 2
 
 
-def test_auto_still_times_the_ladder_when_a_middle_width_wins():
-    from multistart import tuning
-
+def middle_wins(w):
     # width 1 pays its dispatch 32 times, the bound is slowed by its size: the best is inside
-    def call_s(w):
-        return 1e-3 + w * (1e-4 if w <= 8 else 6e-4)
+    return 1e-3 + w * (1e-4 if w <= 8 else 6e-4)
 
-    sweep = CostModelSweep(32, call_s)
-    best, table = tuning._measure(sweep, None, 32, "auto")
-    per_step = {row["width"]: row["step_s"] for row in table}
+
+def test_auto_still_times_the_ladder_when_a_middle_width_wins():
+    best, timings, _ = _auto(CostModelSweep(32, middle_wins), 32)
+    per_step = {row["width"]: row["step_s"] for row in timings.table()}
     assert 1 < best < 32 and per_step[best] == min(per_step.values())
     assert len(per_step) >= 3
+
+
+# -- does deciding pay? (the gate, on cost models: nothing is timed) ---------------------------
+
+
+def test_auto_keeps_the_bound_untimed_when_deciding_would_cost_more_than_the_fit():
+    from multistart.tuning import Gate
+
+    # 8 starts of a small model; a compile costs 2 s, a step under a millisecond
+    def call_s(w):
+        return 50e-6 + 100e-6 * w
+
+    sweep = CostModelSweep(8, call_s, compile_s=2.0)
+    best, timings, reason = _auto(sweep, 8, Gate(n_steps=1000))
+    assert best == 8 and sweep.timed == [8]  # one call to price the fit, no other width
+    assert reason.startswith("the memory bound, untimed: timing width 1 would bring")
+    # the same model fitted for long enough that a compile is a small part of it: timed
+    sweep = CostModelSweep(8, call_s, compile_s=2.0)
+    _, timings, _ = _auto(sweep, 8, Gate(n_steps=1_000_000))
+    assert set(timings.per_call) >= {8, 1}
+
+
+def test_auto_does_not_compile_a_width_whose_calls_alone_cost_more_than_the_best_step():
+    from multistart.tuning import CALL_FLOOR_S, Gate
+
+    # 100,000 starts of a cheap objective: a step of every start costs 36 ms at once, 10 ms in
+    # chunks of 12,500 (the wide chunk's temporaries fall out of cache); width 1 would need
+    # 100,000 calls a step, at least 2 s of dispatch
+    def call_s(w):
+        return 50e-6 + w * (1e-7 if w <= 20_000 else 3.6e-7)
+
+    sweep = CostModelSweep(100_000, call_s, compile_s=0.6)
+    assert sweep.calls_per_step(1) * CALL_FLOOR_S > call_s(100_000)
+    best, timings, reason = _auto(sweep, 100_000, Gate(n_steps=100))
+    assert 1 not in sweep.timed and sweep.timed[:2] == [100_000, 12_500]
+    assert best == 12_500 and "widths timed" in reason
+    # 8 starts of a cheap curve: one call of all 8 is cheaper than 8 calls' dispatch
+    sweep = CostModelSweep(8, lambda w: 50e-6 + 1e-6 * w, compile_s=2.0)
+    best, _, reason = _auto(sweep, 8, Gate(n_steps=10_000_000))
+    assert best == 8 and sweep.timed == [8]
+    assert reason == (
+        "the memory bound, untimed: no narrower width could step faster: its chunk calls "
+        "alone would not"
+    )
+
+
+def test_auto_times_width_one_where_the_fit_pays_for_it():
+    from multistart.tuning import Gate
+
+    # the image fit: 32 starts x 300 steps, about 120 s at the bound, a compile of 3 s
+    sweep = CostModelSweep(32, image_like, compile_s=3.0)
+    gate = Gate(n_steps=300)
+    best, timings, reason = _auto(sweep, 32, gate)
+    assert best == 1 and set(timings.per_call) == {32, 1} and gate.refused is None
+    assert "width 1 steps" in reason
+    # the decision cost one compile and its calls, well within the share of the fit
+    assert timings.spent_s(best) <= 0.2 * gate.fit_s(timings, 32)
+
+
+def test_the_gate_stops_the_ladder_once_deciding_would_cost_too_much_of_the_fit():
+    from multistart.tuning import Gate, worth_timing
+
+    ungated = CostModelSweep(32, middle_wins, compile_s=2.0)
+    _auto(ungated, 32)
+    assert ungated.timed == [32, 1, 4, 11]  # the bound, 1, 32 / 8, then between 4 and 32
+    # 1500 steps: about 30 s at the bound, 17 s at width 4; a compile costs 2 s
+    sweep = CostModelSweep(32, middle_wins, compile_s=2.0)
+    gate = Gate(n_steps=1500)
+    best, timings, reason = _auto(sweep, 32, gate)
+    assert sweep.timed == [32, 1, 4] and best == 4
+    assert gate.refused.startswith("timing width 11 would bring deciding to about")
+    assert reason == f"the fastest of 3 widths timed; {gate.refused}"
+    # refused because the next compile would take deciding past the share of the fit
+    spent, fit = timings.spent_s(best), gate.fit_s(timings, best)
+    assert worth_timing(0.0, gate.compile_s, fit) and not worth_timing(spent, gate.compile_s, fit)
+
+
+# -- records, on fakes: nothing compiles ----------------------------------------------------------
+
+
+class Starts(NamedTuple):
+    fom: np.ndarray
+
+
+class Pop(NamedTuple):
+    starts: Starts
+    history: np.ndarray
+
+
+class MeshSweep:
+    """A sweep over 4 devices, 2 rows each, whose programs need 1000 bytes beyond their
+    arguments at every width (XLA's figures, faked)."""
+
+    n_devices, n_total, data = 4, 8, ()
+
+    def compiled_for(self, width):
+        analysis = SimpleNamespace(
+            temp_size_in_bytes=1000,
+            output_size_in_bytes=0,
+            alias_size_in_bytes=0,
+            generated_code_size_in_bytes=0,
+            argument_size_in_bytes=0,
+        )
+        return SimpleNamespace(memory_analysis=lambda: analysis)
+
+
+NO_FREE_FIGURE = SimpleNamespace(platform="weird", device_kind="fake", memory_stats=lambda: None)
+
+
+def _write_record(sweep, pop, **fields):
+    from multistart.tuning import choice, record
+
+    keyed = dict(start_step=None, backend="loop", program_hash="a model")
+    rec = choice._record_of(sweep, pop, 2, NO_FREE_FIGURE, keyed)
+    record.save({**rec, "table": [], **fields})
+    return rec
+
+
+def _read_record(spec, rec, sweep, pop, n_steps=None):
+    from multistart.tuning import Footprint, choice
+
+    footprint = Footprint.of(sweep, pop)
+    return choice._recorded(spec, dict(rec), sweep, footprint, 2, NO_FREE_FIGURE, n_steps)
+
+
+def test_a_recorded_width_on_a_mesh_is_charged_one_devices_share_of_the_population(
+    monkeypatch, tmp_path
+):
+    from multistart.memory import tree_bytes
+
+    monkeypatch.setenv("MULTISTART_CACHE_DIR", str(tmp_path))
+    sweep = MeshSweep()
+    pop = Pop(Starts(np.zeros(8)), np.zeros((100, 8)))  # 6464 bytes, 1616 on each device
+    # a budget that holds a step (1000 bytes) and one device's copy, not the whole population
+    monkeypatch.setenv("MULTISTART_MEMORY_BUDGET_GB", repr(4000 / 2**30))
+    assert 1000 + tree_bytes(pop) // 4 < 4000 < 1000 + tree_bytes(pop)
+    rec = _write_record(sweep, pop, width=2, method="auto")
+    width, _ = _read_record("auto", rec, sweep, pop)
+    assert width == 2
+    # and a budget below one device's need sets the record aside
+    monkeypatch.setenv("MULTISTART_MEMORY_BUDGET_GB", repr(2000 / 2**30))
+    assert _read_record("auto", rec, sweep, pop) == (None, 0.0)
+
+
+def test_a_priced_record_serves_auto_until_a_longer_fit_makes_timing_worth_it(
+    monkeypatch, tmp_path
+):
+    monkeypatch.setenv("MULTISTART_CACHE_DIR", str(tmp_path))
+    sweep, pop = MeshSweep(), Pop(Starts(np.zeros(8)), np.zeros((100, 8)))
+    prices = {"n_steps": 100, "fit_s": 1.0, "compile_s": 2.0}
+    rec = _write_record(sweep, pop, width=2, method="auto (priced)", prices=prices)
+    assert _read_record("auto", rec, sweep, pop, n_steps=100) == (2, 2.0)
+    assert _read_record("auto", rec, sweep, pop, n_steps=None) == (2, 2.0)
+    # 10,000 steps: a fit of about 100 s, where a 2 s compile is worth timing; the record's
+    # compile seconds then price a compile (this process's may come from JAX's cache)
+    assert _read_record("auto", rec, sweep, pop, n_steps=10_000) == (None, 2.0)
+    assert _read_record("tune", rec, sweep, pop, n_steps=100) == (None, 2.0)  # tune times
 
 
 class FakeAccelerator:
@@ -427,7 +640,7 @@ def test_a_second_process_finds_the_tuned_width(tmp_path):
         import multistart as ms
         from conftest import parabola, PARABOLA_SPACE
         os.environ["MULTISTART_CACHE_DIR"] = folder  # conftest empties it for the suite
-        ms.tuning.TUNE_TARGET_S = 0.005
+        ms.tuning.timing.TUNE_TARGET_S = 0.005
         r = ms.MultiStartAdam(n_starts=4, n_steps=10, batch_size="tune", seed=0).fit(
             parabola, PARABOLA_SPACE
         )

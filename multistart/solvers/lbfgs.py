@@ -12,8 +12,9 @@ The rule, per start (Nocedal & Wright, *Numerical Optimization*, 2nd ed., algori
 7.5, with the safeguards of scipy's L-BFGS-B where they apply to unconstrained coordinates):
 
 - **Direction**: the two-loop recursion over the start's own ``memory`` most recent pairs
-  ``(s, y)`` with the initial scale ``gamma = sᵀy / yᵀy`` of the newest pair. Memory is never
-  shared across starts: the curvature of one basin says nothing about another's.
+  ``(s, y)`` (kept oldest first: a new pair shifts the others up) with the initial scale
+  ``gamma = sᵀy / yᵀy`` of the newest pair. Memory is never shared across starts: the
+  curvature of one basin says nothing about another's.
 - **Line search**: Armijo sufficient decrease ``f(x + a d) <= f(x) + c1 a gᵀd``. A failed trial
   backtracks to the minimiser of the cubic through the values and slopes at ``0`` and ``a``
   (every trial is evaluated with its gradient, so both slopes are known), falling back to the
@@ -46,7 +47,7 @@ from jax.flatten_util import ravel_pytree
 from .. import checks
 from .base import Solver, SolverStep
 
-__all__ = ["LBFGS", "LBFGSState"]
+__all__ = ["LBFGS", "LBFGSFields", "LBFGSState"]
 
 
 def _select(pred, on_true, on_false):
@@ -54,21 +55,83 @@ def _select(pred, on_true, on_false):
 
 
 class LBFGSState(NamedTuple):
-    """One start's L-BFGS state (vectors are the flattened unconstrained parameters)."""
+    """One start's L-BFGS state, in three arrays (:class:`LBFGSFields` names their parts).
+
+    Few leaves on purpose: every leaf of a start's state is its own gather, scatter and
+    selects in the compiled chunk step, whose compile time grows with them
+    (``profiling/lbfgs_compile.py``).
+    """
+
+    rows: jax.Array  # (3 + 2 * memory, n): x, g, d, the memory's s rows, its y rows
+    reals: jax.Array  # (memory + 3,): the memory's rho, then f, alpha, gamma
+    ints: jax.Array  # (4,) int32: n_back, started, done, n_pairs
+
+
+class LBFGSFields(NamedTuple):
+    """The parts of :class:`LBFGSState` (vectors are the flattened unconstrained parameters).
+
+    The memory is kept oldest first: a new pair shifts the others up one row and takes the
+    last; empty rows (before ``memory`` pairs were stored, or after a reset) are zero and come
+    first.
+    """
 
     x: jax.Array  # the last accepted point
     f: jax.Array  # the figure of merit at x (inf before the first finite evaluation)
     g: jax.Array  # the gradient at x
     d: jax.Array  # the search direction from x
     alpha: jax.Array  # the step length of the pending trial x + alpha d
-    s: jax.Array  # (memory, n) steps, a ring; empty rows are zero
+    s: jax.Array  # (memory, n) steps, oldest first; empty rows are zero
     y: jax.Array  # (memory, n) gradient changes
     rho: jax.Array  # (memory,) 1 / sᵀy, zero for an empty row
-    head: jax.Array  # the ring row the next pair is written to
     gamma: jax.Array  # the initial inverse-Hessian scale
+    n_pairs: jax.Array  # pairs in the memory
     n_back: jax.Array  # failed trials in the current line search
     started: jax.Array  # has x been evaluated (a finite first evaluation)?
     done: jax.Array  # a stopping test passed
+
+    def pack(self) -> LBFGSState:
+        rows = jnp.concatenate([jnp.stack([self.x, self.g, self.d]), self.s, self.y])
+        reals = jnp.concatenate([self.rho, jnp.stack([self.f, self.alpha, self.gamma])])
+        flags = (self.n_back, self.started, self.done, self.n_pairs)
+        return LBFGSState(rows, reals, jnp.stack([jnp.asarray(a, jnp.int32) for a in flags]))
+
+    @classmethod
+    def unpack(cls, state: LBFGSState) -> LBFGSFields:
+        rows, reals, ints = state
+        m = reals.shape[0] - 3
+        return cls(
+            x=rows[0],
+            f=reals[m],
+            g=rows[1],
+            d=rows[2],
+            alpha=reals[m + 1],
+            s=rows[3 : 3 + m],
+            y=rows[3 + m :],
+            rho=reals[:m],
+            gamma=reals[m + 2],
+            n_pairs=ints[3],
+            n_back=ints[0],
+            started=ints[1] != 0,
+            done=ints[2] != 0,
+        )
+
+
+class _Memory(NamedTuple):
+    s: jax.Array
+    y: jax.Array
+    rho: jax.Array
+    gamma: jax.Array
+    n_pairs: jax.Array
+
+    def cleared_unless(self, keep) -> _Memory:
+        """This memory where ``keep``, else an empty one."""
+        return _Memory(
+            jnp.where(keep, self.s, 0.0),
+            jnp.where(keep, self.y, 0.0),
+            jnp.where(keep, self.rho, 0.0),
+            jnp.where(keep, self.gamma, 1.0).astype(self.gamma.dtype),
+            jnp.where(keep, self.n_pairs, 0).astype(jnp.int32),
+        )
 
 
 class LBFGS(Solver):
@@ -126,7 +189,7 @@ class LBFGS(Solver):
         x, _ = ravel_pytree(u)
         n, dtype = x.shape[0], x.dtype
         zeros = jnp.zeros((self.memory, n), dtype)
-        return LBFGSState(
+        return LBFGSFields(
             x=x,
             f=jnp.asarray(jnp.inf, dtype),
             g=jnp.zeros_like(x),
@@ -135,15 +198,15 @@ class LBFGS(Solver):
             s=zeros,
             y=zeros,
             rho=jnp.zeros((self.memory,), dtype),
-            head=jnp.int32(0),
             gamma=jnp.asarray(1.0, dtype),
+            n_pairs=jnp.int32(0),
             n_back=jnp.int32(0),
             started=jnp.bool_(False),
             done=jnp.bool_(False),
-        )
+        ).pack()
 
     def converged(self, state: LBFGSState) -> jax.Array:
-        return state.done
+        return LBFGSFields.unpack(state).done
 
     # -- the step ----------------------------------------------------------------------------
 
@@ -151,134 +214,153 @@ class LBFGS(Solver):
         del value_fn  # one evaluation a step: the engine's
         u_flat, unravel = ravel_pytree(u)
         g_flat, _ = ravel_pytree(grad)
-        st = state
+        st = LBFGSFields.unpack(state)
         dtype = u_flat.dtype
         value = jnp.asarray(value, dtype)
-        finite = jnp.isfinite(value) & jnp.all(jnp.isfinite(g_flat))
+        s_new, y_new = u_flat - st.x, g_flat - st.g
+        dots = _Dots.of(s_new, y_new, g_flat, st)
+        finite = jnp.isfinite(value) & jnp.isfinite(dots.g_max)  # nan or inf if g is
         first = ~st.started
-
-        slope0 = jnp.vdot(st.g, st.d)  # gᵀd at x: negative for a descent direction
-        armijo = finite & (value <= st.f + self.c1 * st.alpha * slope0)
+        armijo = finite & (value <= st.f + self.c1 * st.alpha * dots.slope0)
         accept = jnp.where(first, finite, armijo)
 
         # -- an accepted point: a new pair, a new direction, the stopping tests.
-        s_new, y_new = u_flat - st.x, g_flat - st.g
-        sy = jnp.vdot(s_new, y_new)
-        curv_ok = sy > self.curvature_eps * jnp.linalg.norm(s_new) * jnp.linalg.norm(y_new)
-        store = accept & ~first & curv_ok & jnp.isfinite(sy)
-        mem = self._remember(st, s_new, y_new, sy, store)
-        d_acc = -self._two_loop(g_flat, *mem)
-        descent = (jnp.vdot(d_acc, g_flat) < 0) & jnp.all(jnp.isfinite(d_acc))
-        mem = self._clear_unless(mem, descent)
-        d_acc = jnp.where(descent, d_acc, -g_flat)
-        has_pair = jnp.any(mem[2] != 0)
+        curv_ok = dots.sy > self.curvature_eps * jnp.sqrt(dots.ss) * jnp.sqrt(dots.yy)
+        store = accept & ~first & curv_ok & jnp.isfinite(dots.sy)
+        mem = self._remember(st, s_new, y_new, dots, store)  # st's memory when not accepted
+        d_acc, norm_acc, max_acc, descent = _direction(self._two_loop(g_flat, mem), g_flat, dots)
         drop = (st.f - value) / jnp.maximum(jnp.maximum(jnp.abs(st.f), jnp.abs(value)), 1.0)
-        stop_acc = (jnp.max(jnp.abs(g_flat)) <= self.gtol) | (~first & (drop <= self.ftol))
+        stop_acc = (dots.g_max <= self.gtol) | (~first & (drop <= self.ftol))
 
         # -- a failed trial: backtrack; clear the memory after too many; stop after twice that.
-        alpha_back = self._backtrack(st, value, g_flat, slope0, finite)
+        alpha_back = _backtrack(st, value, dots, finite)
         n_back = st.n_back + 1
         exhausted = n_back >= self.max_linesearch
-        had_pair = jnp.any(st.rho != 0)
+        had_pair = st.n_pairs > 0
         reset = exhausted & had_pair  # steepest descent from x with an empty memory
         stalled = exhausted & ~had_pair
 
         # -- put the two cases together.
-        x = jnp.where(accept, u_flat, st.x)
-        f = jnp.where(accept, value, st.f)
-        g = jnp.where(accept, g_flat, st.g)
         fresh = accept | reset  # a new line search begins from x
         d = jnp.where(accept, d_acc, jnp.where(reset, -st.g, st.d))
-        old = (st.s, st.y, st.rho, st.head, st.gamma)
-        cleared = self._clear_unless(old, jnp.bool_(False))
-        s_mem, y_mem, rho, head, gamma = _select(accept, mem, _select(reset, cleared, old))
+        norm_d = jnp.where(accept, norm_acc, jnp.where(reset, dots.norm_g_old, dots.norm_d_old))
+        max_d = jnp.where(accept, max_acc, jnp.where(reset, dots.g_max_old, dots.d_max_old))
+        # The memory is cleared by a direction that is not a descent direction and by a reset:
+        # one select per element, whichever case.
+        mem = mem.cleared_unless(jnp.where(accept, descent, ~reset))
         alpha0 = jnp.where(
-            accept & has_pair, 1.0, jnp.minimum(1.0, 1.0 / jnp.maximum(jnp.linalg.norm(d), 1e-30))
+            accept & (mem.n_pairs > 0), 1.0, jnp.minimum(1.0, 1.0 / jnp.maximum(norm_d, 1e-30))
         )
-        alpha0 = jnp.minimum(alpha0, self.max_step / jnp.maximum(jnp.max(jnp.abs(d)), 1e-30))
-        alpha = jnp.where(fresh, alpha0 * scale, alpha_back).astype(dtype)
-        done = jnp.where(accept, stop_acc, stalled)
-        # A start whose first evaluation was non-finite stays where it is (the engine ends it).
-        idle = first & ~finite
-        new = LBFGSState(
-            x=x,
-            f=f,
-            g=g,
-            d=d,
-            alpha=alpha,
-            s=s_mem,
-            y=y_mem,
-            rho=rho,
-            head=head,
-            gamma=gamma,
+        alpha0 = jnp.minimum(alpha0, self.max_step / jnp.maximum(max_d, 1e-30))
+        new = LBFGSFields(
+            jnp.where(accept, u_flat, st.x),
+            jnp.where(accept, value, st.f),
+            jnp.where(accept, g_flat, st.g),
+            d,
+            jnp.where(fresh, alpha0 * scale, alpha_back).astype(dtype),
+            *mem,
             n_back=jnp.where(fresh, 0, n_back).astype(jnp.int32),
             started=st.started | accept,
-            done=done & ~idle,
+            done=jnp.where(accept, stop_acc, stalled),
         )
-        new = _select(idle, st, new)
+        # A start whose first evaluation was non-finite stays where it is (the engine ends it;
+        # it accepted nothing, so new.x is st.x).
+        idle = first & ~finite
         u_next = jnp.where(idle | new.done, new.x, new.x + new.alpha * new.d)
-        return SolverStep(unravel(u_next.astype(dtype)), new, 0)
+        return SolverStep(unravel(u_next.astype(dtype)), _select(idle, state, new.pack()), 0)
 
     # -- pieces ------------------------------------------------------------------------------
 
-    def _remember(self, st: LBFGSState, s_new, y_new, sy, store):
-        """The memory with ``(s_new, y_new)`` written at ``head`` when ``store``."""
-        row = jax.nn.one_hot(st.head, self.memory, dtype=jnp.bool_) & store
-        s = jnp.where(row[:, None], s_new[None, :], st.s)
-        y = jnp.where(row[:, None], y_new[None, :], st.y)
-        rho = jnp.where(row, 1.0 / jnp.where(store, sy, 1.0), st.rho)
-        head = jnp.where(store, (st.head + 1) % self.memory, st.head).astype(jnp.int32)
-        yy = jnp.vdot(y_new, y_new)
-        gamma = jnp.where(store, sy / jnp.where(store, yy, 1.0), st.gamma)
-        return s, y, rho, head, gamma
+    def _remember(self, st: LBFGSFields, s_new, y_new, dots: _Dots, store) -> _Memory:
+        """The memory with ``(s_new, y_new)`` appended (the oldest pair dropped) when ``store``."""
+        s = jnp.where(store, jnp.concatenate([st.s[1:], s_new[None]]), st.s)
+        y = jnp.where(store, jnp.concatenate([st.y[1:], y_new[None]]), st.y)
+        rho_new = 1.0 / jnp.where(store, dots.sy, 1.0)
+        rho = jnp.where(store, jnp.concatenate([st.rho[1:], rho_new[None]]), st.rho)
+        gamma = jnp.where(store, dots.sy / jnp.where(store, dots.yy, 1.0), st.gamma)
+        n_pairs = jnp.minimum(st.n_pairs + store.astype(jnp.int32), self.memory)
+        return _Memory(s, y, rho, gamma, n_pairs)
 
     @staticmethod
-    def _clear_unless(mem, keep):
-        s, y, rho, head, gamma = mem
-        return (
-            jnp.where(keep, s, 0.0),
-            jnp.where(keep, y, 0.0),
-            jnp.where(keep, rho, 0.0),
-            jnp.where(keep, head, 0).astype(jnp.int32),
-            jnp.where(keep, gamma, 1.0).astype(gamma.dtype),
-        )
-
-    def _two_loop(self, g, s, y, rho, head, gamma):
+    def _two_loop(g, mem: _Memory):
         """``H g`` for the inverse-Hessian approximation of the memory (empty rows add nothing).
 
         Both loops are ``lax.scan`` s over the memory rather than unrolled Python loops: the
         compiled step stays small (unrolled, the L-BFGS step compiled 3x slower than Adam's).
+        The memory is kept oldest first, so the scans read it as it is, with no gather.
         """
-        m = self.memory
-        order = (head - 1 - jnp.arange(m)) % m  # newest first
-        s, y, rho = s[order], y[order], rho[order]
 
-        def first(q, row):
+        def first(q, row):  # newest to oldest
             s_i, y_i, rho_i = row
             a = rho_i * jnp.vdot(s_i, q)
             return q - a * y_i, a
 
-        q, alphas = jax.lax.scan(first, g, (s, y, rho))
+        q, alphas = jax.lax.scan(first, g, (mem.s, mem.y, mem.rho), reverse=True)
 
-        def second(r, row):
+        def second(r, row):  # oldest to newest
             s_i, y_i, rho_i, a = row
             b = rho_i * jnp.vdot(y_i, r)
             return r + (a - b) * s_i, None
 
-        r, _ = jax.lax.scan(second, gamma * q, (s, y, rho, alphas), reverse=True)
+        r, _ = jax.lax.scan(second, mem.gamma * q, (mem.s, mem.y, mem.rho, alphas))
         return r
 
-    @staticmethod
-    def _backtrack(st: LBFGSState, value, g_flat, slope0, finite):
-        """The next, shorter trial step after a failed one (safeguarded interpolation)."""
-        a, f0 = st.alpha, st.f
-        slope_a = jnp.vdot(g_flat, st.d)
-        d1 = slope0 + slope_a - 3.0 * (value - f0) / a
-        disc = d1 * d1 - slope0 * slope_a
-        d2 = jnp.sqrt(jnp.maximum(disc, 0.0))
-        cubic = a - a * (slope_a + d2 - d1) / (slope_a - slope0 + 2.0 * d2)
-        quad = -slope0 * a * a / (2.0 * (value - f0 - slope0 * a))
-        pick = jnp.where((disc >= 0) & jnp.isfinite(cubic) & (cubic > 0), cubic, quad)
-        pick = jnp.where(jnp.isfinite(pick) & (pick > 0), pick, 0.5 * a)
-        shorter = jnp.clip(pick, 0.1 * a, 0.5 * a)
-        return jnp.where(finite, shorter, 0.1 * a).astype(a.dtype)
+
+class _Dots(NamedTuple):
+    """The inner products and largest magnitudes a step reads, from two reductions over the
+    parameters: sums of eight products, stacked, and the largest |value| of three vectors.
+
+    Each reduction over the parameters is a kernel of its own in the compiled chunk step (and
+    the small values between them more kernels); reducing stacked rows together keeps that
+    count, and the compile time, low. A vector holding nan or inf has a nan or inf largest
+    magnitude, which is the finite check.
+    """
+
+    slope0: jax.Array  # gᵀd at the last accepted point: negative for a descent direction
+    sy: jax.Array  # sᵀy of the new pair
+    ss: jax.Array  # sᵀs
+    yy: jax.Array  # yᵀy
+    slope_a: jax.Array  # gᵀd at the point just evaluated
+    norm_g: jax.Array  # ‖g‖ at the point just evaluated
+    norm_g_old: jax.Array  # ‖g‖ at the last accepted point
+    norm_d_old: jax.Array  # ‖d‖ of the pending direction
+    g_max: jax.Array  # max |g| at the point just evaluated
+    g_max_old: jax.Array  # max |g| at the last accepted point
+    d_max_old: jax.Array  # max |d| of the pending direction
+
+    @classmethod
+    def of(cls, s_new, y_new, g, st: LBFGSFields) -> _Dots:
+        left = jnp.stack([st.g, s_new, s_new, y_new, g, g, st.g, st.d])
+        right = jnp.stack([st.d, y_new, s_new, y_new, st.d, g, st.g, st.d])
+        sums = jnp.sum(left * right, axis=1)
+        big = jnp.max(jnp.abs(jnp.stack([g, st.g, st.d])), axis=1)
+        return cls(*sums[:5], *jnp.sqrt(sums[5:]), *big)
+
+
+def _direction(hg, g, dots: _Dots):
+    """``(d, ‖d‖, max |d|, descent)``: the quasi-Newton direction ``-hg`` when it is a finite
+    descent direction, else steepest descent ``-g`` (two reductions)."""
+    d = -hg
+    dg, dd = jnp.sum(jnp.stack([d * g, d * d]), axis=1)
+    d_max = jnp.max(jnp.abs(d))
+    descent = (dg < 0) & jnp.isfinite(d_max)
+    return (
+        jnp.where(descent, d, -g),
+        jnp.where(descent, jnp.sqrt(dd), dots.norm_g),
+        jnp.where(descent, d_max, dots.g_max),
+        descent,
+    )
+
+
+def _backtrack(st: LBFGSFields, value, dots: _Dots, finite):
+    """The next, shorter trial step after a failed one (safeguarded interpolation)."""
+    a, f0, slope0, slope_a = st.alpha, st.f, dots.slope0, dots.slope_a
+    d1 = slope0 + slope_a - 3.0 * (value - f0) / a
+    disc = d1 * d1 - slope0 * slope_a
+    d2 = jnp.sqrt(jnp.maximum(disc, 0.0))
+    cubic = a - a * (slope_a + d2 - d1) / (slope_a - slope0 + 2.0 * d2)
+    quad = -slope0 * a * a / (2.0 * (value - f0 - slope0 * a))
+    pick = jnp.where((disc >= 0) & jnp.isfinite(cubic) & (cubic > 0), cubic, quad)
+    pick = jnp.where(jnp.isfinite(pick) & (pick > 0), pick, 0.5 * a)
+    shorter = jnp.clip(pick, 0.1 * a, 0.5 * a)
+    return jnp.where(finite, shorter, 0.1 * a).astype(a.dtype)

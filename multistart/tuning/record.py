@@ -1,0 +1,107 @@
+"""The record of a measured width: its key, where it lives, reading and writing it.
+
+One JSON file per key under ``<cache folder>/tuning/`` (:func:`multistart.cache.cache_dir`),
+written by a rename so a concurrent run reads the old record or the new one, never half.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import jax
+
+from .. import log
+from ..cache import cache_dir
+from ..identity import step_program_hash
+
+__all__ = ["read_width", "record_path", "save", "tune_key"]
+
+_RECORD_FORMAT = 1
+
+
+def tune_key(
+    start_step,
+    pop,
+    data,
+    *,
+    device,
+    backend: str,
+    n_starts: int,
+    sweep=None,
+    program_hash: str | None = None,
+):
+    """``(key, parts)``: the tuning record's key and what it was hashed from (see
+    :mod:`multistart.tuning`)."""
+    if program_hash is None:
+        one = jax.tree_util.tree_map(
+            lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype), pop.starts
+        )
+        program_hash = step_program_hash(start_step, one, data)
+    parts = {
+        "format": _RECORD_FORMAT,
+        # the same hash of the lowered per-start step as the search's identity (checkpoints)
+        "program_sha256": program_hash,
+        "backend": backend,
+        "platform": device.platform,
+        "device_kind": device.device_kind,
+        "dtype": str(pop.starts.fom.dtype),
+        "n_starts_bucket": 1 << max(0, n_starts - 1).bit_length(),
+        "jax": jax.__version__,
+    }
+    n_dev = 1 if sweep is None else sweep.n_devices
+    if n_dev > 1:  # devices sharing a host's cores time differently from one
+        parts["n_devices"] = n_dev
+    key = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
+    return key, parts
+
+
+def record_path(key: str) -> Path | None:
+    """Where the record of ``key`` lives; ``None`` when caching is off (no cache folder)."""
+    folder = cache_dir()
+    return None if folder is None else folder / "tuning" / f"{key}.json"
+
+
+def read_width(path: Path) -> tuple[int, dict[str, Any]] | None:
+    """``(width, record)`` from the file at ``path``; ``None`` (with a warning) when it cannot
+    be read or holds no positive width."""
+    try:
+        saved = json.loads(path.read_text())
+        width = int(saved["width"])
+        if width < 1:
+            raise ValueError(width)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        log.logger.warning("ignoring the unreadable tuning record %s (%s)", path, exc)
+        return None
+    return width, saved
+
+
+def save(tuning: dict[str, Any]) -> None:
+    """Write the measured choice ``tuning`` (its ``width``, ``method``, ``table`` and
+    ``key_parts``) to its ``path``; a failure is a warning, never an error."""
+    path = tuning.get("path")
+    if path is None:
+        return
+    path = Path(path)
+    record = {
+        "width": tuning["width"],
+        "method": tuning["method"],
+        "table": tuning["table"],
+        "key_parts": tuning["key_parts"],
+        **({"prices": tuning["prices"]} if "prices" in tuning else {}),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # write then rename: a concurrent run reads either the old record or the new one
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tuning-", suffix=".json")
+        with os.fdopen(fd, "w") as f:
+            json.dump(record, f, indent=1)
+        os.replace(tmp, path)
+    except OSError as exc:
+        log.logger.warning("could not save the tuned width to %s (%s)", path, exc)

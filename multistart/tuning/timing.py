@@ -1,0 +1,347 @@
+"""Timing widths: the ``"tune"`` and ``"auto"`` ladders, and the gate that prices deciding.
+
+A width is timed on a bounded number of chunk calls
+(:meth:`multistart.backends.Backend.time_chunks`: never every start) and a step's time
+predicted from the median seconds per call.
+:class:`Timings` keeps what was timed and what timing cost; :func:`time_tune` and
+:func:`time_auto` are the two ladders; :class:`Gate` says whether ``"auto"`` should time one
+more width, weighing what deciding costs against the fit it decides for. The ladders need of a
+sweep only ``time_chunks``, ``calls_per_step``, ``compile_seconds`` and ``rows``, so they are
+tested on cost models that compile and run nothing.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import log
+from ..memory import auto_candidates, balanced_width, candidate_widths, is_out_of_memory
+
+__all__ = [
+    "AUTO_UNBATCHED_WINS",
+    "CALL_FLOOR_S",
+    "DECIDE_SHARE",
+    "Gate",
+    "Timings",
+    "say",
+    "time_auto",
+    "time_tune",
+    "worth_timing",
+]
+
+# Timing per candidate width and pass: TUNE_CALLS chunk calls at a time (fewer when a step has
+# fewer), repeated at least MIN and at most MAX times, stopping once TARGET seconds have passed.
+# A width therefore costs at most (1 + TUNE_MAX_REPS) * TUNE_CALLS chunk calls beyond its
+# compile, whatever the number of starts.
+TUNE_TARGET_S = 0.1
+TUNE_CALLS = 16
+TUNE_MIN_REPS = 3
+TUNE_MAX_REPS = 12
+# Throughput against width rises and then falls. Widths are tried narrow to wide, and timing
+# stops once two successive widths each fall below this share of the best so far.
+TUNE_STOP_RATIO = 0.75
+# After the ladder, widths whose step is within this factor of the best are timed again (and
+# keep the median of all their repeats), so a slow spell during the first pass does not decide
+# between close widths; a width this much slower is out of the race.
+TUNE_AGAIN_RATIO = 1.25
+# "auto" times the widest width, then width 1. When width 1 steps at least this many times as
+# fast, the batched program costs more per start than the unbatched one by more than the chunk
+# calls it saves (an expensive model, whose single evaluation already keeps the cores busy), and
+# the narrower widths are not timed: each is a compile (seconds for such a model), and on the
+# models measured the best width was then 1 (``profiling/auto_width.py``).
+AUTO_UNBATCHED_WINS = 1.5
+# "auto" spends at most this share of the fit's estimated time on deciding its width (compiles
+# of widths not kept, and their timing). When no other width turns out faster, the fit then
+# took at most 1.3x what it would have at the memory bound; when one does, it can be 2.5x
+# faster a step on a CPU (the image fit at width 1, 100,000 cheap starts at 16,384 rather
+# than all at once: profiling/first_fit.py), which a smaller share would rarely find.
+DECIDE_SHARE = 0.3
+# No chunk call costs less than this on a CPU (the dispatch of a compiled program and the
+# gathers and scatters of the population's leaves: the smallest chunk steps measured here took
+# 50-350 us a call). A width needing more calls a step than the best step's seconds allow at
+# this price cannot win, and is not compiled to find out.
+CALL_FLOOR_S = 20e-6
+
+
+def say(spec, *args) -> None:
+    """What the width choice is doing: INFO for an explicit ``"tune"``, DEBUG otherwise (a
+    default fit logs only what runs and what came out)."""
+    (log.logger.info if spec == "tune" else log.logger.debug)(*args)
+
+
+class Timings:
+    """Seconds per chunk call of each width timed for one decision, and what timing cost.
+
+    Args:
+      sweep: what compiles and times a width (``compiled_for``, ``time_chunks``,
+        ``calls_per_step``, ``compile_seconds``, ``rows``).
+      pop: the initial population (timing steps a copy).
+      spec: ``"auto"`` or ``"tune"``, for the log.
+    """
+
+    def __init__(self, sweep, pop, spec: str):
+        self.sweep, self.pop, self.spec = sweep, pop, spec
+        self.per_call: dict[int, list[float]] = {}
+        self.calls: dict[int, int] = {}
+        self.failed: list[int] = []
+        self.timing_s = 0.0  # the timed calls' seconds (their count x the median per call)
+
+    def time(self, width: int, label: str, *, min_reps: int = TUNE_MIN_REPS, target_s=None):
+        """Time ``width`` (compiling it first if needed) and keep its seconds per call."""
+        say(self.spec, "batch_size %s: timing width %d (%s) ...", self.spec, width, label)
+        seconds, n = self.sweep.time_chunks(
+            self.pop,
+            width,
+            calls=TUNE_CALLS,
+            target_s=TUNE_TARGET_S if target_s is None else target_s,
+            min_reps=min_reps,
+            max_reps=max(min_reps, TUNE_MAX_REPS),
+        )
+        self.per_call.setdefault(width, []).extend(seconds)
+        self.calls[width] = self.calls.get(width, 0) + n
+        self.timing_s += n * statistics.median(seconds)
+
+    def try_time(self, width: int, label: str, **kwargs) -> bool:
+        """:meth:`time`, but a width that runs out of memory is noted and skipped."""
+        try:
+            self.time(width, label, **kwargs)
+        except Exception as exc:
+            if not is_out_of_memory(exc):
+                raise
+            self.per_call.pop(width, None)
+            self.failed.append(width)
+            return False
+        return True
+
+    def step_s(self, width: int) -> float:
+        """Predicted seconds of one step at ``width``: calls a step x median seconds a call."""
+        return self.sweep.calls_per_step(width) * statistics.median(self.per_call[width])
+
+    def best(self) -> int:
+        if not self.per_call:
+            raise RuntimeError(
+                f"batch_size {self.spec}: no width ran without running out of memory"
+            )
+        return min(self.per_call, key=self.step_s)
+
+    def again(self) -> None:
+        """Time the widths within :data:`TUNE_AGAIN_RATIO` of the best again, widest first."""
+        if len(self.per_call) < 2:
+            return
+        best = self.step_s(self.best())
+        close = [w for w in self.per_call if self.step_s(w) <= TUNE_AGAIN_RATIO * best]
+        if len(close) < 2:
+            return
+        for w in sorted(close, reverse=True):
+            self.time(w, "again")
+
+    def spent_s(self, kept: int) -> float:
+        """Seconds deciding has cost so far, were ``kept`` the width chosen: the compiles of
+        the other widths timed and every timed call."""
+        compiles = sum(self.sweep.compile_seconds(w) for w in self.per_call if w != kept)
+        return compiles + self.timing_s
+
+    def table(self) -> list[dict[str, Any]]:
+        n_rows = self.sweep.rows.size
+        rows: list[dict[str, Any]] = [
+            {
+                "width": w,
+                "calls": self.calls[w],
+                "chunk_s": statistics.median(self.per_call[w]),
+                "step_s": self.step_s(w),
+                "steps_per_s": 1.0 / self.step_s(w),
+                "starts_steps_per_s": n_rows / self.step_s(w),
+                "compile_s": self.sweep.compile_seconds(w),
+            }
+            for w in sorted(self.per_call)
+        ]
+        return rows + [{"width": w, "error": "out of memory"} for w in self.failed]
+
+
+def worth_timing(spent_s: float, cost_s: float, fit_s: float, share: float | None = None) -> bool:
+    """Is timing one more width worth it? When deciding, with it, stays within ``share``
+    (default :data:`DECIDE_SHARE`) of the fit.
+
+    >>> worth_timing(0.0, 3.0, 120.0), worth_timing(0.0, 3.0, 0.05), worth_timing(30.0, 3.0, 100.0)
+    (True, False, False)
+    """
+    return spent_s + cost_s <= (DECIDE_SHARE if share is None else share) * fit_s
+
+
+@dataclass
+class Gate:
+    """Whether ``"auto"`` times one more width: :func:`worth_timing` on priced seconds.
+
+    The fit is priced at the best width timed so far: ``n_steps`` x its chunk calls a step x
+    its median seconds a call (every start stepping every step: an upper bound when starts
+    converge early). What deciding has spent is the compiles of the other widths timed and
+    every timed call. A width not yet timed is priced as one more compile, at ``compile_s``
+    (the seconds the memory bound's compile took, the first compile of the fit, which every
+    width's resembles; or more, when a record remembers a slower one: a compile served from
+    JAX's persistent cache says nothing of a compile's price), plus its timed calls at the best
+    width's seconds per start.
+
+    Args:
+      n_steps: the steps the search takes at most.
+      compile_s: the seconds one compile is priced at (at least; the first compile may raise it).
+      share: the share of the fit deciding may cost.
+    """
+
+    n_steps: int
+    compile_s: float = 0.0
+    share: float | None = None  # None: DECIDE_SHARE, read when asked
+    refused: str | None = field(default=None, init=False)
+
+    def fit_s(self, timings: Timings, width: int) -> float:
+        return self.n_steps * timings.step_s(width)
+
+    def cost_s(self, timings: Timings, width: int) -> float:
+        """The price of timing ``width``: a compile and its timed calls."""
+        best = timings.best()
+        per_start = statistics.median(timings.per_call[best]) / best
+        k = min(TUNE_CALLS, timings.sweep.calls_per_step(width))
+        return self.compile_s + (1 + TUNE_MIN_REPS) * k * per_start * width
+
+    def allows(self, timings: Timings, width: int) -> bool:
+        """Is timing ``width`` worth it? When not, :attr:`refused` says why."""
+        if not timings.per_call:  # nothing priced yet (the bound ran out of memory)
+            return True
+        best = timings.best()
+        fit, spent = self.fit_s(timings, best), timings.spent_s(best)
+        cost = self.cost_s(timings, width)
+        if worth_timing(spent, cost, fit, self.share):
+            return True
+        share = DECIDE_SHARE if self.share is None else self.share
+        self.refused = (
+            f"timing width {width} would bring deciding to about {spent + cost:.3g} s, over "
+            f"{share:g} of a fit of about {fit:.3g} s at width {best} "
+            f"({self.n_steps} steps)"
+        )
+        return False
+
+    def prices(self, timings: Timings) -> dict[str, Any]:
+        """What the decision was weighed on, for the record and ``stats``."""
+        fit_s = self.fit_s(timings, timings.best())
+        return {"n_steps": self.n_steps, "fit_s": fit_s, "compile_s": self.compile_s}
+
+
+def time_tune(timings: Timings, upper: int) -> str:
+    """``"tune"``: time 1 and the powers of two up to ``upper``, narrow to wide, stopping once
+    two in a row fall well below the best (:data:`TUNE_STOP_RATIO`); time the close ones again.
+    Returns the reason for the log."""
+    n_rows = timings.sweep.rows.size
+    ladder = sorted({balanced_width(n_rows, w) for w in candidate_widths(upper)})
+    best, n_slow = None, 0
+    for i, w in enumerate(ladder):
+        if not timings.try_time(w, f"{i + 1}/{len(ladder)}"):
+            break
+        if best is None or timings.step_s(w) < timings.step_s(best):
+            best, n_slow = w, 0
+        elif timings.step_s(best) < TUNE_STOP_RATIO * timings.step_s(w):
+            n_slow += 1
+        else:
+            n_slow = 0
+        if n_slow >= 2:
+            break
+    timings.again()
+    _log_table(timings, timings.best())
+    return f"the fastest of {len(timings.per_call)} widths timed"
+
+
+def time_auto(timings: Timings, upper: int, gate: Gate | None) -> str:
+    """``"auto"`` on a CPU: time a sparse ladder of widths up to ``upper`` (compiled for the
+    memory bound) while ``gate`` allows; without a gate, all of it. Returns the reason.
+
+    With a gate, ``upper`` is first timed on one call after a warm-up: the fit's price. The
+    ladder (:func:`multistart.memory.auto_candidates`): ``upper``, 1, then narrower by factors
+    of 8 until one is slower than the last, then the width halfway (on a log scale) between the
+    best and its faster neighbour; it stops after ``upper`` and 1 when width 1 steps
+    :data:`AUTO_UNBATCHED_WINS` times as fast. A width whose chunk calls a step would take
+    longer than the best step so far at :data:`CALL_FLOOR_S` each is skipped (width 1 of
+    100,000 starts: 100,000 calls), so the gate's budget goes to widths that can win. Widths
+    are balanced over the rows (same chunk count, least padding).
+    """
+    n_rows = timings.sweep.rows.size
+    ladder = list(dict.fromkeys(balanced_width(n_rows, w) for w in auto_candidates(upper)))
+    if gate is None:
+        timings.try_time(upper, f"1/{len(ladder)}")
+    else:
+        timings.try_time(upper, "the fit's price", min_reps=1, target_s=0.0)
+        gate.compile_s = max(gate.compile_s, timings.sweep.compile_seconds(upper))
+    previous, gated = None, False
+    for i, w in enumerate(ladder[1:], start=1):
+        if _cannot_win(timings, w):  # its calls' dispatch alone: no compile spent on it
+            continue
+        if gate is not None and not gate.allows(timings, w):
+            gated = True
+            break
+        # wide to narrow after width 1; narrower widths may fit where a wider one did not
+        if not timings.try_time(w, f"{i + 1}/{len(ladder)}"):
+            continue
+        if w == 1:
+            if upper in timings.per_call:
+                ratio = timings.step_s(upper) / timings.step_s(w)
+                if ratio >= AUTO_UNBATCHED_WINS:
+                    return _finish(timings, f"width 1 steps {ratio:.3g}x as fast as width {upper}")
+            continue
+        if previous is not None and timings.step_s(w) > timings.step_s(previous):
+            break
+        previous = w
+    if not gated and timings.per_call:
+        between = _between(timings, n_rows)
+        if between is not None and (gate is None or gate.allows(timings, between)):
+            timings.try_time(between, "between the best two")
+    refused = None if gate is None else gate.refused
+    if len(timings.per_call) == 1:
+        why = refused or "no narrower width could step faster: its chunk calls alone would not"
+        return f"the memory bound, untimed: {why}"
+    why = f"the fastest of {len(timings.per_call)} widths timed"
+    return _finish(timings, why if refused is None else f"{why}; {refused}")
+
+
+def _cannot_win(timings: Timings, width: int) -> bool:
+    """Would ``width``'s chunk calls alone, at :data:`CALL_FLOOR_S` each, take longer than a
+    step at the best width timed so far?"""
+    if not timings.per_call:
+        return False
+    floor = timings.sweep.calls_per_step(width) * CALL_FLOOR_S
+    return floor >= timings.step_s(timings.best())
+
+
+def _finish(timings: Timings, reason: str) -> str:
+    timings.again()
+    _log_table(timings, timings.best())
+    return reason
+
+
+def _between(timings: Timings, n_rows: int) -> int | None:
+    """The width halfway (geometric mean) between the best and the faster of its timed
+    neighbours in width, when that width is not timed yet."""
+    best = timings.best()
+    timed = sorted(timings.per_call)
+    i = timed.index(best)
+    near = timed[max(0, i - 1) : i] + timed[i + 1 : i + 2]
+    if not near:
+        return None
+    other = min(near, key=timings.step_s)
+    w = balanced_width(n_rows, max(1, round(math.sqrt(best * other))))
+    return None if w in timings.per_call else w
+
+
+def _log_table(timings: Timings, best: int) -> None:
+    spec = timings.spec
+    lines = [f"batch_size {spec}: width  calls  steps/s  starts*steps/s  compile s"]
+    for row in timings.table():
+        if "error" in row:
+            lines.append(f"  {row['width']:>5}  {row['error']}")
+            continue
+        mark = "  <- chosen" if row["width"] == best else ""
+        lines.append(
+            f"  {row['width']:>5}  {row['calls']:>5}  {row['steps_per_s']:>7.3g}"
+            f"  {row['starts_steps_per_s']:>14.4g}"
+            f"  {row['compile_s']:>9.2f}{mark}"
+        )
+    say(spec, "\n".join(lines))

@@ -1,0 +1,163 @@
+"""Compile seconds of the L-BFGS chunk step against Adam's, on the same objectives, before and
+after a change to ``multistart/solvers/lbfgs.py``.
+
+Arms, each compiled in a fresh process with the persistent compilation cache off (the chunk
+step's XLA compile, ``lower().compile()``, timed as wall and as process CPU seconds; CPU time
+moves less with other jobs on the machine):
+
+  adam         MultiStartAdam
+  lbfgs        MultiStartLBFGS as the working tree has it
+  lbfgs@REV    the LBFGS solver of ``multistart/solvers/lbfgs.py`` at git revision REV (with
+               ``--before REV``), run by the same engine: the "before" of a change
+
+Objectives: ``curve`` (3 parameters, 60 points: the step's own code dominates), ``bench``
+(benchmark_model.py: 31 parameters, 4 datasets) and ``image`` (image_model.py: 48
+parameters, float64: the model dominates). Width 8, 8 starts; rounds interleave the arms and
+the table gives medians and each arm's ratio to Adam's.
+
+    python profiling/lbfgs_compile.py --before aaa59ba --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+
+
+def objective(name: str):
+    import jax.numpy as jnp
+    import numpy as np
+
+    import multistart as ms
+
+    sys.path.insert(0, str(HERE))
+    if name == "curve":
+        x = np.linspace(0.0, 10.0, 60)
+        y = 3.0 * np.exp(-0.4 * x) + 0.5
+
+        def curve(p):
+            return jnp.sum((p["a"] * jnp.exp(-p["k"] * x) + p["c"] - y) ** 2)
+
+        space = {"a": ms.Uniform(0, 10), "k": ms.LogUniform(0.01, 5), "c": ms.Uniform(-2, 2)}
+        return curve, space
+    if name == "bench":
+        import benchmark_model as bm
+
+        return bm.make_objective(), bm.space()
+    import image_model
+
+    f, space, _ = image_model.make_problem()
+    return f, space
+
+
+def solver_at(rev: str):
+    """The ``LBFGS`` class of ``multistart/solvers/lbfgs.py`` at git revision ``rev``."""
+    text = subprocess.run(
+        ["git", "show", f"{rev}:multistart/solvers/lbfgs.py"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    path = Path(tempfile.mkdtemp()) / "lbfgs_before.py"
+    path.write_text(text)
+    # a module inside the package, so its relative imports resolve as the original's did
+    spec = importlib.util.spec_from_file_location("multistart.solvers.lbfgs_before", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module.LBFGS
+
+
+def run_arm(arm: str, model: str) -> dict:
+    """Compile the chunk step of ``arm`` on ``model`` in this (fresh) process."""
+    os.environ["MULTISTART_CACHE_DIR"] = ""
+    os.environ.setdefault("MULTISTART_LOG_LEVEL", "WARNING")
+    import jax
+
+    jax.config.update("jax_enable_compilation_cache", False)
+    import multistart as ms
+    from multistart import sweep
+
+    timed = {}
+
+    def lower_and_compile(jitted, what, *args):
+        lowered = jitted.lower(*args)
+        cpu0, t0 = time.process_time(), time.perf_counter()
+        compiled = lowered.compile()
+        if "chunk step" in what:
+            timed.update(wall=time.perf_counter() - t0, cpu=time.process_time() - cpu0)
+            timed["kernels"] = compiled.as_text().count(" fusion(")
+        return compiled, time.perf_counter() - t0
+
+    sweep.lower_and_compile = lower_and_compile
+    common = dict(n_starts=8, batch_size=8, n_steps=3, n_candidates=0, log_every=0)
+    if arm == "adam":
+        search = ms.MultiStartAdam(progress=False, **common)
+    elif arm == "lbfgs":
+        search = ms.MultiStartLBFGS(progress=False, **common)
+    else:
+        search = ms.MultiStartGradient(solver_at(arm.split("@")[1])(), progress=False, **common)
+    f, space = objective(model)
+    search.fit(f, space)
+    return timed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="curve,bench,image")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--before", help="a git revision: add its L-BFGS as an arm")
+    parser.add_argument("--arm", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.arm:
+        arm, model = args.arm.rsplit(":", 1)
+        print(json.dumps(run_arm(arm, model)))
+        return
+    arms = ["adam", "lbfgs"] + ([f"lbfgs@{args.before}"] if args.before else [])
+    models = args.models.split(",")
+    rows: dict[tuple[str, str], list[dict]] = {}
+    for r in range(args.rounds):
+        for model in models:
+            for arm in arms if r % 2 == 0 else arms[::-1]:
+                cmd = [sys.executable, __file__, "--arm", f"{arm}:{model}"]
+                out = subprocess.run(cmd, capture_output=True, text=True)
+                if out.returncode:
+                    print(f"{arm}:{model} failed\n{out.stderr[-2000:]}", file=sys.stderr)
+                    continue
+                rows.setdefault((arm, model), []).append(json.loads(out.stdout.splitlines()[-1]))
+                print(f"  {arm} {model}: {rows[(arm, model)][-1]}", file=sys.stderr, flush=True)
+
+    def med(arm, model, key):
+        return statistics.median(row[key] for row in rows[(arm, model)])
+
+    import jax
+
+    print(f"chunk-step compile, width 8; median of {args.rounds} rounds; jax {jax.__version__}")
+    print(f"{'objective':10s} {'arm':18s} {'wall s':>7s} {'/ adam':>7s} {'cpu s':>7s} "
+          f"{'/ adam':>7s} {'kernels':>8s}")  # fmt: skip
+    for model in models:
+        for arm in arms:
+            if (arm, model) not in rows:
+                continue
+            wall, cpu = med(arm, model, "wall"), med(arm, model, "cpu")
+            print(
+                f"{model:10s} {arm:18s} {wall:7.2f} {wall / med('adam', model, 'wall'):7.2f} "
+                f"{cpu:7.2f} {cpu / med('adam', model, 'cpu'):7.2f} "
+                f"{med(arm, model, 'kernels'):8.0f}"
+            )
+
+
+if __name__ == "__main__":
+    main()
