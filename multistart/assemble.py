@@ -137,30 +137,43 @@ def stats(
     out["evals_to_best"] = outcome.evals_to_best
     if outcome.resumed_from:
         out["resumed_from"] = outcome.resumed_from
-    halving = search.options.halving
-    if halving is not None and outcome.rungs is not None:
-        pruned = list(outcome.rungs.pruned)
-        out["rungs"] = {
-            "evals": [halving.rung(k) for k in range(len(pruned))],
-            "reached": [len(r) for r in outcome.rungs.reached],
-            "pruned": pruned,
-        }
-        out["n_pruned"] = int(sum(pruned))
-    refiller = engine.refiller
-    if refiller is not None:
-        out.update(
-            n_resurrections=refiller.n_resurrections,
-            n_replace_compiles=compiles.count(REPLACE_NAME),
-        )
-        if search.options.tiktak:
-            out["n_local"] = int(np.sum(start_plan.started)) + refiller.n_resurrections
-            queue = refiller.queue
-            if isinstance(queue, TikTakQueue) and queue.discoveries is not None:
-                out["discoveries"] = queue.discoveries.count
+    out.update(_rung_stats(search, outcome))
+    out.update(_refill_stats(search, start_plan, engine))
     if engine.checkpoints is not None:
         out["checkpoints"] = list(engine.checkpoints.saved)
     if choice.tuning is not None:
         out["tuning"] = choice.tuning
+    return out
+
+
+def _rung_stats(search, outcome: Outcome) -> dict[str, Any]:
+    """The halving schedule's rungs: where they stood, how many reached and were pruned."""
+    halving = search.options.halving
+    if halving is None or outcome.rungs is None:
+        return {}
+    pruned = list(outcome.rungs.pruned)
+    rungs = {
+        "evals": [halving.rung(k) for k in range(len(pruned))],
+        "reached": [len(r) for r in outcome.rungs.reached],
+        "pruned": pruned,
+    }
+    return {"rungs": rungs, "n_pruned": int(sum(pruned))}
+
+
+def _refill_stats(search, start_plan: StartPlan, engine) -> dict[str, Any]:
+    """Resurrection's and TikTak's counts, when freed slots were refilled."""
+    refiller = engine.refiller
+    if refiller is None:
+        return {}
+    out: dict[str, Any] = {
+        "n_resurrections": refiller.n_resurrections,
+        "n_replace_compiles": engine.compiles.count(REPLACE_NAME),
+    }
+    if search.options.tiktak:
+        out["n_local"] = int(np.sum(start_plan.started)) + refiller.n_resurrections
+        queue = refiller.queue
+        if isinstance(queue, TikTakQueue) and queue.discoveries is not None:
+            out["discoveries"] = queue.discoveries.count
     return out
 
 

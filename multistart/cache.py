@@ -115,14 +115,15 @@ def _configure() -> CacheSetup:
 
     from . import log
 
-    enabled = bool(jax.config.jax_enable_compilation_cache)
-    jax_dir = jax.config.jax_compilation_cache_dir
+    enabled = bool(jax.config.jax_enable_compilation_cache)  # type: ignore[attr-defined]  # a dynamic option
+    jax_dir = jax.config.jax_compilation_cache_dir  # type: ignore[attr-defined]  # a dynamic option
     ours = cache_dir()
     path, source = plan_cache(enabled, jax_dir, ours)
     if source == "off":
         why = "jax_enable_compilation_cache is False" if not enabled else f"{_ENV} is empty"
         return CacheSetup(None, "off", f"off ({why}); every process compiles afresh")
     if source == "multistart":
+        assert path is not None  # plan_cache gives a folder with this source
         try:
             Path(path).mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -147,11 +148,11 @@ def _lower_thresholds() -> tuple[float, int]:
         "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS",
         "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES",
     )
-    min_time = jax.config.jax_persistent_cache_min_compile_time_secs
+    min_time = jax.config.jax_persistent_cache_min_compile_time_secs  # type: ignore[attr-defined]  # a dynamic option
     if t_env not in os.environ and min_time == _JAX_MIN_COMPILE_TIME_S:
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
         min_time = 0.0
-    min_size = jax.config.jax_persistent_cache_min_entry_size_bytes
+    min_size = jax.config.jax_persistent_cache_min_entry_size_bytes  # type: ignore[attr-defined]  # a dynamic option
     if s_env not in os.environ and min_size == _JAX_MIN_ENTRY_SIZE:
         # -1: no size limit, and JAX may not raise it for the filesystem (0 allows that).
         jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)

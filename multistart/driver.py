@@ -359,7 +359,7 @@ def _width(search, setup: Setup, backend: Backend, pop, program: Program, n: int
         n_starts=math.ceil(n / backend.n_devices),  # per device
         device=next(d for d in setup.devices if d.process_index == jax.process_index()),
         start_step=program.start_step,
-        backend=search.options.backend,
+        backend_name=search.options.backend,
         program_hash=program.identity.program,  # lowered once, for the identity
         n_steps=search.options.n_steps,  # "auto" times widths only where the fit pays for it
     )

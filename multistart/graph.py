@@ -30,7 +30,7 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from .priors import Space
-from .problem import Problem, check_scalar
+from .problem import Problem, add_note, check_scalar
 from .result import Result
 
 __all__ = ["Factor", "FactorGraphModel", "FactorView"]
@@ -121,8 +121,9 @@ class Factor:
         self.space = Space(space, argname=f"{label} space") if space else None
         self.name = name
         #: ``residuals(params, data)`` for a factor made by :meth:`from_residuals`, else None
-        gaussian = isinstance(log_likelihood, _GaussianLogLikelihood)
-        self.residuals = log_likelihood.residuals if gaussian else None
+        self.residuals = (
+            log_likelihood.residuals if isinstance(log_likelihood, _GaussianLogLikelihood) else None
+        )
 
     @classmethod
     def from_residuals(cls, residuals: Callable, data: Any, *, space=None, name=None) -> Factor:
@@ -290,8 +291,8 @@ class FactorGraphModel:
             try:
                 out = jax.eval_shape(f.log_likelihood, params, f.data)
             except Exception as e:
-                e.add_note(
-                    f"multistart: raised while tracing the log_likelihood of factor {name!r}"
+                add_note(
+                    e, f"multistart: raised while tracing the log_likelihood of factor {name!r}"
                 )
                 raise
             _check_scalar(out, name)

@@ -109,6 +109,7 @@ def _plain(residuals):
 def check_residuals(problem: ResidualProblem, dtype) -> None:
     """Trace the residuals once (no compile): a floating array or pytree of them, not a scalar."""
     subject = f"residuals {problem.name!r}"
+    assert problem.residuals is not None  # a ResidualProblem is made with its residuals
     try:
         out = jax.eval_shape(problem.residuals, problem.space.example(dtype), problem.data)
     except Exception as e:
@@ -146,10 +147,10 @@ def least_squares_rule(method, *, ftol, xtol, gtol, jacobian) -> Solver:
         return LeastSquaresSolver(method, **given)
     from .solvers.optimistix import as_least_squares_solver
 
-    given = [k for k, v in tolerances.items() if v is not None and k != "jacobian"]
-    if given:
+    named = [k for k, v in tolerances.items() if v is not None and k != "jacobian"]
+    if named:
         raise ValueError(
-            f"{', '.join(given)} apply to the built-in methods ({', '.join(METHODS)}); an "
+            f"{', '.join(named)} apply to the built-in methods ({', '.join(METHODS)}); an "
             "optimistix solver carries its own rtol and atol"
         )
     return as_least_squares_solver(method, jacobian=jacobian or "auto")
@@ -233,7 +234,9 @@ class MultiStartLeastSquares(MultiStartGradient):
             residuals, space, absolute_sigma=self.absolute_sigma, covariance=self.covariance
         )
 
-    def fit(self, residuals, space=None, **kwargs) -> Result:
+    def fit(  # type: ignore[override]  # residuals, not a scalar objective
+        self, residuals, space=None, *, starts=None, resume: bool = False, part=None
+    ) -> Result:
         """Minimise ``‖residuals(params)‖²`` over ``space``, or fit a graph of residual factors.
 
         Args:
@@ -241,7 +244,7 @@ class MultiStartLeastSquares(MultiStartGradient):
             physical parameters; or a :class:`multistart.FactorGraphModel` whose factors give
             residuals (then ``space`` is omitted).
           space: a (nested) dict of priors: the bounds and the start distribution.
-          **kwargs: ``starts``, ``resume``, ``part``, as :meth:`MultiStartGradient.fit`.
+          starts, resume, part: as :meth:`MultiStartGradient.fit`.
 
         Raises:
           TypeError: ``residuals`` returns a scalar (pass the residual vector, not its sum of
@@ -251,11 +254,12 @@ class MultiStartLeastSquares(MultiStartGradient):
         bind = getattr(self.solver, "bind", None)  # optimistix's states hold the residuals
         if bind is not None:
             self.solver = bind(residual_size(problem))
-        return super().fit(problem, None, **kwargs)
+        return super().fit(problem, None, starts=starts, resume=resume, part=part)
 
 
 def residual_size(problem: ResidualProblem) -> int:
     """The number of residuals (one trace, no compile)."""
     dtype = jax.dtypes.canonicalize_dtype(jnp.float64)
+    assert problem.residuals is not None  # a ResidualProblem is made with its residuals
     out = jax.eval_shape(problem.residuals, problem.space.example(dtype), problem.data)
     return int(sum(x.size for x in jax.tree_util.tree_leaves(out)))

@@ -80,46 +80,58 @@ def cluster_minima(x: np.ndarray, f: np.ndarray, *, xtol: float, ftol: float) ->
     finite = np.isfinite(f) & np.all(np.isfinite(x), axis=1)
     order = np.flatnonzero(finite)[np.argsort(f[finite], kind="stable")]
     f_list = f.tolist()  # Python floats: the per-start work below is scalar
-    # The minima's best starts, in the order they were founded (so by figure of merit, as the
-    # starts come best first): their f (sorted, for bisection), x and x's scale.
-    head_f: list[float] = []
-    head_f_array = np.empty(order.size)  # the same, for the vectorised comparison
-    head_x = np.empty((order.size, x.shape[1]))
-    head_scale = np.empty_like(head_x)
-    # A head can match only if f_i - f_h <= ftol * max(1, |f_h|) <= ftol * (1 + |f_i| + f_i - f_h),
-    # so (ftol < 1) only heads with f_h >= f_i - ftol * (1 + |f_i|) / (1 - ftol) can: a window
-    # found by bisection, checked exactly. Linear in the starts when minima are spread out.
-    reach = ftol / (1.0 - ftol) if ftol < 1.0 else math.inf
+    heads = _Heads(order.size, x.shape[1], xtol=xtol, ftol=ftol)
     for i in order.tolist():
         fi = f_list[i]
-        k = len(head_f)
-        lo = 0
-        if reach != math.inf:
-            lo = bisect.bisect_left(head_f, fi - reach * (1.0 + abs(fi)) * (1.0 + 1e-12) - 1e-300)
-        label = -1
-        if k - lo > _VECTOR_FROM:  # many candidates: test them at once
-            window = head_f_array[lo:k]
-            same_f = np.abs(fi - window) <= ftol * np.maximum(1.0, np.abs(window))
-            same_x = np.all(np.abs(x[i] - head_x[lo:k]) <= xtol * head_scale[lo:k], axis=1)
-            hit = np.flatnonzero(same_f & same_x)
-            if hit.size:
-                label = lo + int(hit[0])
-        else:
-            for h in range(lo, k):
-                fh = head_f[h]
-                if abs(fi - fh) <= ftol * max(1.0, abs(fh)) and bool(
-                    np.all(np.abs(x[i] - head_x[h]) <= xtol * head_scale[h])
-                ):
-                    label = h
-                    break
-        if label < 0:
-            label = k
-            head_f.append(fi)
-            head_f_array[k] = fi
-            head_x[k] = x[i]
-            head_scale[k] = np.maximum(1.0, np.abs(x[i]))
-        labels[i] = label
+        label = heads.match(fi, x[i])
+        labels[i] = label if label >= 0 else heads.found(fi, x[i])
     return labels
+
+
+class _Heads:
+    """The minima's best starts, in the order they were founded (so by figure of merit, as the
+    starts come best first): their f (sorted, for bisection), x and x's scale."""
+
+    def __init__(self, n: int, d: int, *, xtol: float, ftol: float):
+        self.xtol, self.ftol = xtol, ftol
+        self.f: list[float] = []
+        self.f_array = np.empty(n)  # the same, for the vectorised comparison
+        self.x = np.empty((n, d))
+        self.scale = np.empty_like(self.x)
+        # A head can match only if f_i - f_h <= ftol * max(1, |f_h|) <= ftol * (1 + |f_i| +
+        # f_i - f_h), so (ftol < 1) only heads with f_h >= f_i - ftol * (1 + |f_i|) / (1 - ftol)
+        # can: a window found by bisection, checked exactly. Linear in the starts when minima
+        # are spread out.
+        self.reach = ftol / (1.0 - ftol) if ftol < 1.0 else math.inf
+
+    def match(self, fi: float, xi: np.ndarray) -> int:
+        """The first head within the tolerances of ``(fi, xi)``, or -1."""
+        k, lo = len(self.f), 0
+        if self.reach != math.inf:
+            floor = fi - self.reach * (1.0 + abs(fi)) * (1.0 + 1e-12) - 1e-300
+            lo = bisect.bisect_left(self.f, floor)
+        if k - lo > _VECTOR_FROM:  # many candidates: test them at once
+            window = self.f_array[lo:k]
+            same_f = np.abs(fi - window) <= self.ftol * np.maximum(1.0, np.abs(window))
+            near = np.abs(xi - self.x[lo:k]) <= self.xtol * self.scale[lo:k]
+            hit = np.flatnonzero(same_f & np.all(near, axis=1))
+            return lo + int(hit[0]) if hit.size else -1
+        for h in range(lo, k):
+            fh = self.f[h]
+            if abs(fi - fh) <= self.ftol * max(1.0, abs(fh)) and bool(
+                np.all(np.abs(xi - self.x[h]) <= self.xtol * self.scale[h])
+            ):
+                return h
+        return -1
+
+    def found(self, fi: float, xi: np.ndarray) -> int:
+        """Make ``(fi, xi)`` the head of a new minimum; its label."""
+        k = len(self.f)
+        self.f.append(fi)
+        self.f_array[k] = fi
+        self.x[k] = xi
+        self.scale[k] = np.maximum(1.0, np.abs(xi))
+        return k
 
 
 def cluster_minima_all_pairs(x, f, *, xtol: float, ftol: float) -> np.ndarray:

@@ -37,7 +37,7 @@ def _broadcast(cls: str, shape, **params) -> tuple[tuple[int, ...], dict[str, np
     try:
         target = np.broadcast_shapes(*(p.shape for p in params.values()))
         if shape is not None:
-            shape = (int(shape),) if np.isscalar(shape) else tuple(int(s) for s in shape)
+            shape = (int(shape),) if np.ndim(shape) == 0 else tuple(int(s) for s in shape)
             target = np.broadcast_shapes(target, shape)
             if target != shape:
                 raise ValueError
@@ -320,8 +320,8 @@ class Space:
                 )
             paths.append(name)
             priors.append(leaf)
-        self.tree = space
-        self.treedef = treedef
+        self.tree: dict = space
+        self.treedef: Any = treedef
         self.paths: list[str] = paths
         self.priors: list[Prior] = priors
 

@@ -346,15 +346,7 @@ class Result:
         xtol, ftol = dx if xtol is None else xtol, df if ftol is None else ftol
         leaves = jax.tree_util.tree_leaves(self.params)
         x = np.concatenate([np.asarray(v).reshape(self.n_starts, -1) for v in leaves], axis=1)
-        f = np.asarray(self.foms, dtype=np.float64).copy()
-        if not include_nonfinite:
-            f[np.array([s is Status.NONFINITE for s in self.status], dtype=bool)] = np.inf
-        converged = np.array([s is Status.CONVERGED for s in self.status], dtype=bool)
-        if include_unconverged is None:
-            include_unconverged = not converged.any()
-        if not include_unconverged:
-            moving = ~converged & np.array([s is not Status.NONFINITE for s in self.status])
-            f[moving] = np.inf
+        f = self._grouped_foms(include_nonfinite, include_unconverged)
         labels = cluster_minima(x, f, xtol=xtol, ftol=ftol)
         # Every minimum's starts, best first, from one sort (by label, then f, then index).
         order = np.lexsort((np.arange(f.size), f, labels))
@@ -370,6 +362,19 @@ class Result:
             fit = self._laplace_at(params) if errors else None
             minima.append(Minimum(Fom(f[head], dtype), params, tuple(members.tolist()), fit))
         return minima
+
+    def _grouped_foms(self, include_nonfinite: bool, include_unconverged: bool | None):
+        """Every start's figure of merit, ``inf`` for the starts left out of the grouping."""
+        f = np.asarray(self.foms, dtype=np.float64).copy()
+        if not include_nonfinite:
+            f[np.array([s is Status.NONFINITE for s in self.status], dtype=bool)] = np.inf
+        converged = np.array([s is Status.CONVERGED for s in self.status], dtype=bool)
+        if include_unconverged is None:
+            include_unconverged = not converged.any()
+        if not include_unconverged:
+            moving = ~converged & np.array([s is not Status.NONFINITE for s in self.status])
+            f[moving] = np.inf
+        return f
 
     def minimum_labels(self) -> np.ndarray:
         """``(n_starts,)`` which of :meth:`distinct_minima` (default tolerances) each start
@@ -538,7 +543,7 @@ def _expand_columns(paths: list[str], leaves: list) -> dict[str, np.ndarray]:
             out[name] = a
             continue
         for idx in np.ndindex(a.shape[1:]):
-            out[f"{name}[{','.join(str(i) for i in idx)}]"] = a[(slice(None), *idx)]
+            out[f"{name}[{','.join(str(i) for i in idx)}]"] = a[(slice(None),) + tuple(idx)]
     return out
 
 

@@ -216,6 +216,48 @@ class _Working:
         """Bests at rung ``k`` so far: starts that reached it, and those that ended before."""
         return self.reached[k] + [f for f, first in self.ended if first <= k]
 
+    @classmethod
+    def of(cls, rungs: Rungs) -> _Working:
+        return cls(
+            rungs.next_rung.copy(),
+            rungs.last_f.copy(),
+            rungs.counted.copy(),
+            [list(r) for r in rungs.reached],
+            list(rungs.ended),
+            list(rungs.pruned),
+        )
+
+    def frozen(self) -> Rungs:
+        reached = tuple(tuple(r) for r in self.reached)
+        return Rungs(
+            self.next_rung,
+            self.last_f,
+            self.counted,
+            reached,
+            tuple(self.ended),
+            tuple(self.pruned),
+        )
+
+    def judge(self, k: int, arriving: np.ndarray, f: np.ndarray, halving: Halving) -> list[int]:
+        """The starts ``arriving`` at rung ``k`` with bests ``f[arriving]``: those that fall
+        outside its cut and are not improving fast enough to catch up (pruned; returned), the
+        rest go on to rung ``k + 1``."""
+        self.grow(k)
+        self.reached[k].extend(float(f[i]) for i in arriving)
+        values = np.sort(np.asarray(self.competitors(k)))
+        m = max(halving.keep, math.ceil(values.size / halving.eta))
+        cut = values[min(m, values.size) - 1]
+        pruned = []
+        for i in arriving:
+            projected = f[i] - halving.grace * halving.eta * _decrease(self.last_f[i], f[i])
+            if f[i] <= cut or projected < cut:
+                self.next_rung[i] = k + 1
+                self.last_f[i] = f[i]
+            else:
+                pruned.append(int(i))
+                self.pruned[k] += 1
+        return pruned
+
 
 def prune(
     rungs: Rungs,
@@ -232,14 +274,7 @@ def prune(
       halving: the schedule's settings.
       status, best_fom, n_evals: ``(n,)`` each slot's status code, best and evaluations now.
     """
-    w = _Working(
-        rungs.next_rung.copy(),
-        rungs.last_f.copy(),
-        rungs.counted.copy(),
-        [list(r) for r in rungs.reached],
-        list(rungs.ended),
-        list(rungs.pruned),
-    )
+    w = _Working.of(rungs)
     f = np.where(np.isnan(best_fom), np.inf, best_fom).astype(np.float64)
     running = status == _RUNNING
     # Starts that ended since the last sync count, at their final best, from their next rung.
@@ -258,29 +293,8 @@ def prune(
         if not due.any():
             break
         k = int(w.next_rung[due].min())
-        arriving = np.flatnonzero(due & (w.next_rung == k))
-        w.grow(k)
-        w.reached[k].extend(float(f[i]) for i in arriving)
-        values = np.sort(np.asarray(w.competitors(k)))
-        m = max(halving.keep, math.ceil(values.size / halving.eta))
-        cut = values[min(m, values.size) - 1]
-        for i in arriving:
-            projected = f[i] - halving.grace * halving.eta * _decrease(w.last_f[i], f[i])
-            if f[i] <= cut or projected < cut:
-                w.next_rung[i] = k + 1
-                w.last_f[i] = f[i]
-            else:
-                pruned.append(int(i))
-                w.pruned[k] += 1
-    out = Rungs(
-        w.next_rung,
-        w.last_f,
-        w.counted,
-        tuple(tuple(r) for r in w.reached),
-        tuple(w.ended),
-        tuple(w.pruned),
-    )
-    return np.asarray(sorted(pruned), np.int64), out
+        pruned += w.judge(k, np.flatnonzero(due & (w.next_rung == k)), f, halving)
+    return np.asarray(sorted(pruned), np.int64), w.frozen()
 
 
 def _decrease(before: float, now: float) -> float:

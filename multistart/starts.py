@@ -209,40 +209,9 @@ def user_starts(space: Space, starts, n_starts: int):
       TypeError / ValueError: naming the offending start index and parameter path.
     """
     if isinstance(starts, (list, tuple)):
-        if not starts:
-            raise ValueError("starts is an empty list: give at least one params dict")
-        rows = []
-        for i, one in enumerate(starts):
-            named = _match_paths(space, one, f"starts[{i}]")
-            row = {}
-            for path, prior in zip(space.paths, space.priors, strict=True):
-                v = _as_float(named[path], f"starts[{i}][{path!r}]")
-                if v.shape != prior.shape:
-                    raise ValueError(
-                        f"starts[{i}][{path!r}] must have shape {prior.shape} like its prior; "
-                        f"got {v.shape}"
-                    )
-                row[path] = v
-            rows.append(row)
-        stacked = {p: np.stack([r[p] for r in rows]) for p in space.paths}
+        stacked = _stack_start_list(space, starts)
     else:
-        named = _match_paths(space, starts, "starts")
-        stacked, k = {}, None
-        for path, prior in zip(space.paths, space.priors, strict=True):
-            v = _as_float(named[path], f"starts[{path!r}]")
-            if v.ndim != 1 + len(prior.shape) or v.shape[1:] != prior.shape:
-                raise ValueError(
-                    f"starts[{path!r}] must have shape (n, *{prior.shape}) with a leading axis "
-                    f"of starts; got {v.shape}"
-                )
-            if k is not None and v.shape[0] != k:
-                raise ValueError(
-                    f"starts[{path!r}] has {v.shape[0]} starts but {space.paths[0]!r} has {k}"
-                )
-            k = v.shape[0]
-            stacked[path] = v
-        if k == 0:
-            raise ValueError("starts has no starts (a leading axis of length 0)")
+        stacked = _start_columns(space, starts)
     k = len(next(iter(stacked.values())))
     if k > n_starts:
         raise ValueError(
@@ -253,6 +222,48 @@ def user_starts(space: Space, starts, n_starts: int):
         _check_inside(stacked[path], prior, path)
         _check_off_bound(stacked[path], prior, path)
     return space.unflatten(stacked[p] for p in space.paths)
+
+
+def _stack_start_list(space: Space, starts) -> dict[str, np.ndarray]:
+    """A list of ``k`` params dicts as one array per path with a leading axis of ``k``."""
+    if not starts:
+        raise ValueError("starts is an empty list: give at least one params dict")
+    rows = []
+    for i, one in enumerate(starts):
+        named = _match_paths(space, one, f"starts[{i}]")
+        row = {}
+        for path, prior in zip(space.paths, space.priors, strict=True):
+            v = _as_float(named[path], f"starts[{i}][{path!r}]")
+            if v.shape != prior.shape:
+                raise ValueError(
+                    f"starts[{i}][{path!r}] must have shape {prior.shape} like its prior; "
+                    f"got {v.shape}"
+                )
+            row[path] = v
+        rows.append(row)
+    return {p: np.stack([r[p] for r in rows]) for p in space.paths}
+
+
+def _start_columns(space: Space, starts) -> dict[str, np.ndarray]:
+    """A params pytree whose leaves have a leading axis of starts, one array per path."""
+    named = _match_paths(space, starts, "starts")
+    stacked, k = {}, None
+    for path, prior in zip(space.paths, space.priors, strict=True):
+        v = _as_float(named[path], f"starts[{path!r}]")
+        if v.ndim != 1 + len(prior.shape) or v.shape[1:] != prior.shape:
+            raise ValueError(
+                f"starts[{path!r}] must have shape (n, *{prior.shape}) with a leading axis "
+                f"of starts; got {v.shape}"
+            )
+        if k is not None and v.shape[0] != k:
+            raise ValueError(
+                f"starts[{path!r}] has {v.shape[0]} starts but {space.paths[0]!r} has {k}"
+            )
+        k = v.shape[0]
+        stacked[path] = v
+    if k == 0:
+        raise ValueError("starts has no starts (a leading axis of length 0)")
+    return stacked
 
 
 # A start this close to a bound, in its prior's unit interval, is refused: its logit is past

@@ -2,9 +2,23 @@
 
 One start's step is value_and_grad -> the solver's step (any optax rule, or the batched
 L-BFGS), with a non-finite guard, the start's best-so-far and convergence kept inside the
-compiled program. The chunk step gathers ``batch_size``
-starts from the population state, runs ``vmap`` of the start step over them and scatters them
-back, so the population stays on the device and one compiled program serves every chunk.
+compiled program. The chunk step gathers ``batch_size`` starts from the population state,
+runs ``vmap`` of the start step over them and scatters them back, so the population stays on
+the device and one compiled program serves every chunk.
+
+Around the solver, the same for every rule:
+
+- **The non-finite guard.** A non-finite value or gradient, or a non-finite next point,
+  counts as a failure. Unless the solver handles non-finite values itself
+  (``solver.handles_nonfinite``: a line search backtracks), the start is rolled back to its
+  last finite point, its solver state restarted there (momentum would carry it straight
+  back) and its step scale halved for good. ``max_nonfinite`` failures without an
+  improvement in between, or a start that never had a finite value, end it as
+  ``nonfinite``.
+- **The best-so-far** over every evaluated point, and the step it was found at.
+- **Convergence**: the window rule on the best-so-far, or the solver's own test.
+- **A per-start step cap** (``max_start_steps``, TikTak's ``local_steps``): a start that
+  took that many steps ends as ``max_steps`` on the device, so its slot can be reused.
 
 Everything here is a pure function of its arguments: the model's data is an argument, not a
 captured value, so the same model gives the same program in another process (the persistent
@@ -90,19 +104,8 @@ def make_start_step(
     A least-squares rule (``solver.uses_residuals``) instead gets the residuals
     ``residual_u(u, data)`` and their Jacobian there (``solver.linearize``: one evaluation,
     counted in ``n_evals`` at what it costs), the figure of merit being their sum of squares.
-    Around the solver, the same for every rule:
-
-    - **The non-finite guard.** A non-finite value or gradient, or a non-finite next point,
-      counts as a failure. Unless the solver handles non-finite values itself
-      (``solver.handles_nonfinite``: a line search backtracks), the start is rolled back to its
-      last finite point, its solver state restarted there (momentum would carry it straight
-      back) and its step scale halved for good. ``max_nonfinite`` failures without an
-      improvement in between, or a start that never had a finite value, end it as
-      ``nonfinite``.
-    - **The best-so-far** over every evaluated point, and the step it was found at.
-    - **Convergence**: the window rule on the best-so-far, or the solver's own test.
-    - **A per-start step cap** (``max_start_steps``, TikTak's ``local_steps``): a start that
-      took that many steps ends as ``max_steps`` on the device, so its slot can be reused.
+    Around the solver, the same for every rule: the guard, the best-so-far, convergence and
+    the per-start step cap (the module doc).
 
     A start that is not running is returned unchanged, so results do not depend on when the
     host drops it.
@@ -123,39 +126,10 @@ def make_start_step(
         u_next, opt_next, extra_evals = solver.step(
             fom, grad, s.u, s.opt_state, scale=s.scale, value_fn=f, **extra
         )
-        # One check covers the new point too: a rule such as Lion can turn an inf gradient
-        # into a finite step and carry the inf in its state.
         moved = _tree_all_finite(u_next)
-        ok = moved & (finite | solver.handles_nonfinite)  # keep the solver's next point
-        failed = ~(finite & moved)  # counts towards max_nonfinite
-
-        improved = jnp.isfinite(fom) & (fom < s.best_fom)
-        best_fom = jnp.where(improved, fom, s.best_fom)
-        # Failures count until the start improves again, so a start bouncing off a nan wall
-        # without getting better ends after max_nonfinite tries at ever smaller steps.
-        n_bad = jnp.where(improved, 0, s.n_bad + failed.astype(s.n_bad.dtype))
-        dead = failed & ((n_bad >= max_nonfinite) | ~jnp.isfinite(best_fom))
-
-        status = jnp.where(dead, _NONFINITE, s.status)
-        conv = solver.converged(opt_next) & ok
-        ring = s.ring
-        if convergence is not None:
-            slot = s.n_steps % ring.shape[0]
-            conv = conv | window_converged(
-                ring[slot],
-                best_fom,
-                s.n_steps,
-                window=convergence.window,
-                rtol=convergence.rtol,
-                atol=convergence.atol,
-                min_steps=convergence.min_steps,
-                xp=jnp,
-            )
-            ring = ring.at[slot].set(best_fom)
-        status = jnp.where(~dead & conv, _CONVERGED, status)
-        if max_start_steps is not None:
-            out_of_steps = (status == _RUNNING) & (s.n_steps + 1 >= max_start_steps)
-            status = jnp.where(out_of_steps, _MAX_STEPS, status)
+        g = _guard(s, fom, finite, moved, solver.handles_nonfinite, max_nonfinite)
+        ok, improved, best_fom = g.ok, g.improved, g.best_fom
+        status, ring = _ending(s, g, solver.converged, opt_next, convergence, max_start_steps)
 
         new = StartState(
             u=_tree_select(ok, u_next, s.good_u),
@@ -166,7 +140,7 @@ def make_start_step(
             best_step=jnp.where(improved, s.n_steps, s.best_step),
             good_u=_tree_select(finite & moved, s.u, s.good_u),
             scale=jnp.where(ok, s.scale, s.scale / 2),
-            n_bad=n_bad,
+            n_bad=g.n_bad,
             n_steps=s.n_steps + 1,
             n_evals=s.n_evals + cost + jnp.asarray(extra_evals, s.n_evals.dtype),
             status=status.astype(s.status.dtype),
@@ -175,6 +149,59 @@ def make_start_step(
         return _tree_select(s.status == _RUNNING, new, s)
 
     return start_step
+
+
+class _Guarded(NamedTuple):
+    """The guard's reading of one step (see :func:`make_start_step`)."""
+
+    ok: jax.Array  # keep the solver's next point
+    improved: jax.Array  # the point just evaluated is the best so far
+    best_fom: jax.Array
+    n_bad: jax.Array  # failures since the last improvement
+    dead: jax.Array  # too many failures: the start ends as nonfinite
+
+
+def _guard(s: StartState, fom, finite, moved, handles_nonfinite: bool, max_nonfinite: int):
+    """The non-finite guard and the best-so-far for one step. One check covers the new point
+    too (``moved``): a rule such as Lion can turn an inf gradient into a finite step and carry
+    the inf in its state."""
+    ok = moved & (finite | handles_nonfinite)
+    failed = ~(finite & moved)  # counts towards max_nonfinite
+    improved = jnp.isfinite(fom) & (fom < s.best_fom)
+    best_fom = jnp.where(improved, fom, s.best_fom)
+    # Failures count until the start improves again, so a start bouncing off a nan wall
+    # without getting better ends after max_nonfinite tries at ever smaller steps.
+    n_bad = jnp.where(improved, 0, s.n_bad + failed.astype(s.n_bad.dtype))
+    dead = failed & ((n_bad >= max_nonfinite) | ~jnp.isfinite(best_fom))
+    return _Guarded(ok, improved, best_fom, n_bad, dead)
+
+
+def _ending(s: StartState, g: _Guarded, converged, opt_next, convergence, max_start_steps):
+    """``(status, ring)`` after one step: nonfinite, converged (the solver's own test,
+    ``converged(opt_next)``, or the window rule on the best-so-far), out of steps, or still
+    running."""
+    dead, best_fom = g.dead, g.best_fom
+    status = jnp.where(dead, _NONFINITE, s.status)
+    conv = converged(opt_next) & g.ok
+    ring = s.ring
+    if convergence is not None:
+        slot = s.n_steps % ring.shape[0]
+        conv = conv | window_converged(
+            ring[slot],
+            best_fom,
+            s.n_steps,
+            window=convergence.window,
+            rtol=convergence.rtol,
+            atol=convergence.atol,
+            min_steps=convergence.min_steps,
+            xp=jnp,
+        )
+        ring = ring.at[slot].set(best_fom)
+    status = jnp.where(~dead & conv, _CONVERGED, status)
+    if max_start_steps is not None:
+        out_of_steps = (status == _RUNNING) & (s.n_steps + 1 >= max_start_steps)
+        status = jnp.where(out_of_steps, _MAX_STEPS, status)
+    return status, ring
 
 
 def _evaluate(solver: Solver, f, residual_u, data, u):

@@ -91,7 +91,7 @@ def tree_bytes(tree) -> int:
 
     return int(
         sum(
-            math.prod(getattr(x, "shape", ())) * getattr(x, "dtype", None).itemsize
+            math.prod(getattr(x, "shape", ())) * x.dtype.itemsize
             for x in jax.tree_util.tree_leaves(tree)
             if getattr(x, "dtype", None) is not None
         )
@@ -206,6 +206,13 @@ def auto_width(
         if top_need > budget.nbytes:
             _warn_over_budget(top_need, budget)
         return WidthBound(upper, upper, top.source, budget, estimates=estimates)
+    return _narrow(estimate, n_starts, upper, top_need, budget, estimates)
+
+
+def _narrow(estimate, n_starts: int, upper: int, top_need, budget: Budget, estimates):
+    """``upper`` does not fit: width 1's estimate and ``upper``'s give a line; the widest width
+    under the budget on it is compiled and checked, narrowed until one fits (or width 1)."""
+    assert budget.nbytes is not None  # a width is narrowed only against a known budget
     one, one_need = estimate(1)
     estimates.append(one)
     fixed, per = linear_fit(1, one_need, upper, top_need)
@@ -228,6 +235,7 @@ def auto_width(
 
 
 def _warn_over_budget(nbytes: float, budget: Budget) -> None:
+    assert budget.nbytes is not None  # called only where the budget is known
     logger.warning(
         "batch_size auto: even width 1 needs about %.3g GiB beyond its arguments, over the "
         "budget of %.3g GiB (%s); running at width 1",

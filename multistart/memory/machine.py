@@ -76,7 +76,7 @@ def _cgroup_dirs(root: Path, controller: str, proc_cgroup: str | None) -> list[P
         except OSError:
             proc_cgroup = ""
     own = _own_cgroup_paths(proc_cgroup)
-    dirs = []
+    dirs: list[Path] = []
     for base, key in ((root, ""), (root / controller, controller)):
         rel = Path(own.get(key, "/").lstrip("/"))
         chain = [rel, *rel.parents] if str(rel) != "." else [Path(".")]
@@ -104,7 +104,7 @@ def _read_number(path: Path) -> float | None:
 
 def cgroup_cpu_limit(root: Path = CGROUP_ROOT, proc_cgroup: str | None = None) -> int | None:
     """Cores the cgroup CPU quota allows this process (the tightest level); None: no quota."""
-    limits = []
+    limits: list[int | None] = []
     for d in _cgroup_dirs(root, "cpu", proc_cgroup):
         try:
             limits.append(parse_cpu_max((d / "cpu.max").read_text()))
@@ -113,8 +113,8 @@ def cgroup_cpu_limit(root: Path = CGROUP_ROOT, proc_cgroup: str | None = None) -
         quota, period = _read_number(d / "cpu.cfs_quota_us"), _read_number(d / "cpu.cfs_period_us")
         if quota is not None and period is not None:
             limits.append(quota_cores(quota, period))
-    limits = [x for x in limits if x is not None]
-    return min(limits) if limits else None
+    known = [x for x in limits if x is not None]
+    return min(known) if known else None
 
 
 def usable_cpu_count() -> int:

@@ -162,7 +162,7 @@ class LeastSquaresSolver(Solver):
     def converged(self, state: LeastSquaresState) -> jax.Array:
         return state.done
 
-    def step(
+    def step(  # type: ignore[override]  # the engine passes a least-squares rule its residuals
         self, value, grad, u, state: LeastSquaresState, *, scale, value_fn, residuals, jacobian
     ) -> SolverStep:
         del grad, value_fn  # the residuals and their Jacobian say more

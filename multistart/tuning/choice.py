@@ -72,30 +72,30 @@ class WidthChoice:
 
 def resolve_width(
     spec,
-    sweep,
+    backend,
     pop,
     *,
     n_starts: int,
     device,
     start_step=None,
-    backend: str = "loop",
+    backend_name: str = "loop",
     program_hash: str | None = None,
     n_steps: int | None = None,
 ) -> WidthChoice:
-    """Choose the batch width for ``spec`` (``sweep.at(choice.width)`` then steps at it).
+    """Choose the batch width for ``spec`` (``backend.at(choice.width)`` then steps at it).
 
     Programs compiled on the way (memory probes, timed widths) are released, except the
     chosen one, which the search then uses without compiling it again.
 
     Args:
       spec: ``None``, an int, ``"auto"`` or ``"tune"`` (already validated).
-      sweep: a :class:`multistart.backends.Backend`.
+      backend: a :class:`multistart.backends.Backend`.
       pop: the initial population (never stepped here: timing steps a copy).
       n_starts: the number of starts (on each device, on several).
       device: the device the search runs on (the first, on several: widths are per device).
       start_step: the per-start step, for the tuning record's key (``"tune"``, and
         ``"auto"`` on a CPU).
-      backend: ``"loop"`` or ``"scan"``, for the tuning key.
+      backend_name: ``"loop"`` or ``"scan"``, for the tuning key.
       program_hash: the per-start step's hash when the caller has it (the search identity's
         ``program``), so the key does not lower the step a second time.
       n_steps: the steps the search will take at most: with it ``"auto"`` prices the fit and
@@ -117,22 +117,16 @@ def resolve_width(
     if spec is None or isinstance(spec, int):
         width = _explicit(spec, n_starts, max_batch, info)
     else:
-        keyed = dict(start_step=start_step, backend=backend, program_hash=program_hash)
-        width, tuning = _by_word(spec, sweep, pop, info, n_starts, device, n_steps, keyed)
+        keyed = dict(start_step=start_step, backend=backend_name, program_hash=program_hash)
+        width, tuning = _by_word(spec, backend, pop, info, n_starts, device, n_steps, keyed)
         info["selected_by"] = spec if tuning is None else f"{spec} ({tuning['source']})"
-    n_tune = len([w for w in sweep.compiled_widths() if w != width])
-    sweep.release(keep=width)
-    sweep.compiled_for(width)  # compiled here, so select_s includes it
+    n_tune = len([w for w in backend.compiled_widths() if w != width])
+    backend.release(keep=width)
+    backend.compiled_for(width)  # compiled here, so select_s includes it
     select_s = time.perf_counter() - t0
-    info["decide_s"] = max(0.0, select_s - sweep.compile_seconds(width))
-    say(
-        spec,
-        "batch_size %r: width %d (%s); deciding took %.3g s",
-        spec,
-        width,
-        info["reason"],
-        info["decide_s"],
-    )
+    info["decide_s"] = max(0.0, select_s - backend.compile_seconds(width))
+    why, took = info["reason"], info["decide_s"]
+    say(spec, "batch_size %r: width %d (%s); deciding took %.3g s", spec, width, why, took)
     return WidthChoice(width, info, tuning, n_tune, select_s)
 
 
@@ -150,23 +144,23 @@ def _explicit(spec, n_starts: int, max_batch, info) -> int:
     return width
 
 
-def _by_word(spec, sweep, pop, info, n_starts, device, n_steps, keyed):
+def _by_word(spec, backend, pop, info, n_starts, device, n_steps, keyed):
     """``(width, tuning)`` for ``"auto"`` or ``"tune"``: a record, else the memory bound and,
     where it is worth it, timing."""
-    footprint = Footprint.of(sweep, pop)
+    footprint = Footprint.of(backend, pop)
     info["checkpoint_bytes"] = footprint.checkpoint_bytes
     if not (spec == "tune" or _auto_measures(device)):
-        bound = _bound(spec, sweep, footprint, info, n_starts, device, measure=False)
+        bound = _bound(spec, backend, footprint, info, n_starts, device, measure=False)
         where = "an accelerator" if device.platform != "cpu" else "MULTISTART_AUTO_WIDTH=memory"
         info["reason"] = f"the memory bound ({bound.estimate}; no timing on {where})"
         return bound.width, None
-    record = _record_of(sweep, pop, n_starts, device, keyed)
-    width, compile_s = _recorded(spec, record, sweep, footprint, n_starts, device, n_steps)
+    record = _record_of(backend, pop, n_starts, device, keyed)
+    width, compile_s = _recorded(spec, record, backend, footprint, n_starts, device, n_steps)
     if width is not None:
         info["reason"] = f"recorded in {record['path']}"
         return width, record
-    bound = _bound(spec, sweep, footprint, info, n_starts, device, measure=True)
-    timings = Timings(sweep, pop, spec)
+    bound = _bound(spec, backend, footprint, info, n_starts, device, measure=True)
+    timings = Timings(backend, pop, spec)
     if spec == "tune":
         info["reason"] = time_tune(timings, bound.width)
         tuning = {**record, "source": "measured", "method": spec}
@@ -184,10 +178,10 @@ def _by_word(spec, sweep, pop, info, n_starts, device, n_steps, keyed):
     return tuning["width"], tuning
 
 
-def _bound(spec, sweep, footprint, info, n_starts, device, *, measure: bool):
+def _bound(spec, backend, footprint, info, n_starts, device, *, measure: bool):
     """The memory bound (:func:`multistart.memory.auto_width`), its figures put in ``info``."""
     bound = auto_width(
-        sweep.compiled_for,
+        backend.compiled_for,
         n_starts=n_starts,
         device=device,
         start_bytes=footprint.start_bytes,
@@ -266,34 +260,34 @@ class Footprint:
     checkpoint_bytes: int
 
     @classmethod
-    def of(cls, sweep, pop) -> Footprint:
-        return cls(tree_bytes(pop.starts) // sweep.n_total, tree_bytes(pop) // sweep.n_devices)
+    def of(cls, backend, pop) -> Footprint:
+        return cls(tree_bytes(pop.starts) // backend.n_total, tree_bytes(pop) // backend.n_devices)
 
-    def fits(self, sweep, width: int, budget) -> bool:
+    def fits(self, backend, width: int, budget) -> bool:
         """Does the chunk step at ``width`` (compiled now if it is not yet) fit ``budget``?"""
         if budget.nbytes is None:
             return True
-        est = step_memory(sweep.compiled_for(width), width, self.start_bytes)
+        est = step_memory(backend.compiled_for(width), width, self.start_bytes)
         return need(est, self.checkpoint_bytes) <= budget.nbytes
 
 
-def _record_of(sweep, pop, n_starts, device, keyed) -> dict[str, Any]:
+def _record_of(backend, pop, n_starts, device, keyed) -> dict[str, Any]:
     """The record's key, what it was hashed from and its path (``None``: no cache folder)."""
     key, parts = records.tune_key(
         keyed["start_step"],
         pop,
-        sweep.data,
+        backend.data,
         device=device,
         backend=keyed["backend"],
         n_starts=n_starts,
-        sweep=sweep,
+        n_devices=backend.n_devices,
         program_hash=keyed["program_hash"],
     )
     path = records.record_path(key)
     return {"key": key, "key_parts": parts, "path": None if path is None else str(path)}
 
 
-def _recorded(spec, record, sweep, footprint: Footprint, n_starts, device, n_steps):
+def _recorded(spec, record, backend, footprint: Footprint, n_starts, device, n_steps):
     """``(width, compile_s)``: the recorded width when there is one that still serves (else
     ``None``; ``record`` is updated to say it came from the cache), and the compile seconds a
     priced record holds (``0.0`` without one) to price a compile with.
@@ -322,7 +316,7 @@ def _recorded(spec, record, sweep, footprint: Footprint, n_starts, device, n_ste
             )
             return None, compile_s
     width = cap_width(width, n_starts, max_batch_from_env())
-    if not footprint.fits(sweep, width, memory_budget(device)):
+    if not footprint.fits(backend, width, memory_budget(device)):
         log.logger.info(
             "batch_size %s: the recorded width %d no longer fits the memory budget; timing again",
             spec,

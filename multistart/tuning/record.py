@@ -33,7 +33,7 @@ def tune_key(
     device,
     backend: str,
     n_starts: int,
-    sweep=None,
+    n_devices: int = 1,
     program_hash: str | None = None,
 ):
     """``(key, parts)``: the tuning record's key and what it was hashed from (see
@@ -54,9 +54,8 @@ def tune_key(
         "n_starts_bucket": 1 << max(0, n_starts - 1).bit_length(),
         "jax": jax.__version__,
     }
-    n_dev = 1 if sweep is None else sweep.n_devices
-    if n_dev > 1:  # devices sharing a host's cores time differently from one
-        parts["n_devices"] = n_dev
+    if n_devices > 1:  # devices sharing a host's cores time differently from one
+        parts["n_devices"] = n_devices
     key = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
     return key, parts
 

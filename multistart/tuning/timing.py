@@ -6,7 +6,7 @@ predicted from the median seconds per call.
 :class:`Timings` keeps what was timed and what timing cost; :func:`time_tune` and
 :func:`time_auto` are the two ladders; :class:`Gate` says whether ``"auto"`` should time one
 more width, weighing what deciding costs against the fit it decides for. The ladders need of a
-sweep only ``time_chunks``, ``calls_per_step``, ``compile_seconds`` and ``rows``, so they are
+backend only ``time_chunks``, ``calls_per_step``, ``compile_seconds`` and ``rows``, so they are
 tested on cost models that compile and run nothing.
 """
 
@@ -76,14 +76,14 @@ class Timings:
     """Seconds per chunk call of each width timed for one decision, and what timing cost.
 
     Args:
-      sweep: what compiles and times a width (``compiled_for``, ``time_chunks``,
+      backend: what compiles and times a width (``compiled_for``, ``time_chunks``,
         ``calls_per_step``, ``compile_seconds``, ``rows``).
       pop: the initial population (timing steps a copy).
       spec: ``"auto"`` or ``"tune"``, for the log.
     """
 
-    def __init__(self, sweep, pop, spec: str):
-        self.sweep, self.pop, self.spec = sweep, pop, spec
+    def __init__(self, backend, pop, spec: str):
+        self.backend, self.pop, self.spec = backend, pop, spec
         self.per_call: dict[int, list[float]] = {}
         self.calls: dict[int, int] = {}
         self.failed: list[int] = []
@@ -92,7 +92,7 @@ class Timings:
     def time(self, width: int, label: str, *, min_reps: int = TUNE_MIN_REPS, target_s=None):
         """Time ``width`` (compiling it first if needed) and keep its seconds per call."""
         say(self.spec, "batch_size %s: timing width %d (%s) ...", self.spec, width, label)
-        seconds, n = self.sweep.time_chunks(
+        seconds, n = self.backend.time_chunks(
             self.pop,
             width,
             calls=TUNE_CALLS,
@@ -118,7 +118,7 @@ class Timings:
 
     def step_s(self, width: int) -> float:
         """Predicted seconds of one step at ``width``: calls a step x median seconds a call."""
-        return self.sweep.calls_per_step(width) * statistics.median(self.per_call[width])
+        return self.backend.calls_per_step(width) * statistics.median(self.per_call[width])
 
     def best(self) -> int:
         if not self.per_call:
@@ -141,11 +141,11 @@ class Timings:
     def spent_s(self, kept: int) -> float:
         """Seconds deciding has cost so far, were ``kept`` the width chosen: the compiles of
         the other widths timed and every timed call."""
-        compiles = sum(self.sweep.compile_seconds(w) for w in self.per_call if w != kept)
+        compiles = sum(self.backend.compile_seconds(w) for w in self.per_call if w != kept)
         return compiles + self.timing_s
 
     def table(self) -> list[dict[str, Any]]:
-        n_rows = self.sweep.rows.size
+        n_rows = self.backend.rows.size
         rows: list[dict[str, Any]] = [
             {
                 "width": w,
@@ -154,7 +154,7 @@ class Timings:
                 "step_s": self.step_s(w),
                 "steps_per_s": 1.0 / self.step_s(w),
                 "starts_steps_per_s": n_rows / self.step_s(w),
-                "compile_s": self.sweep.compile_seconds(w),
+                "compile_s": self.backend.compile_seconds(w),
             }
             for w in sorted(self.per_call)
         ]
@@ -202,7 +202,7 @@ class Gate:
         """The price of timing ``width``: a compile and its timed calls."""
         best = timings.best()
         per_start = statistics.median(timings.per_call[best]) / best
-        k = min(TUNE_CALLS, timings.sweep.calls_per_step(width))
+        k = min(TUNE_CALLS, timings.backend.calls_per_step(width))
         return self.compile_s + (1 + TUNE_MIN_REPS) * k * per_start * width
 
     def allows(self, timings: Timings, width: int) -> bool:
@@ -232,7 +232,7 @@ def time_tune(timings: Timings, upper: int) -> str:
     """``"tune"``: time 1 and the powers of two up to ``upper``, narrow to wide, stopping once
     two in a row fall well below the best (:data:`TUNE_STOP_RATIO`); time the close ones again.
     Returns the reason for the log."""
-    n_rows = timings.sweep.rows.size
+    n_rows = timings.backend.rows.size
     ladder = sorted({balanced_width(n_rows, w) for w in candidate_widths(upper)})
     best, n_slow = None, 0
     for i, w in enumerate(ladder):
@@ -264,32 +264,16 @@ def time_auto(timings: Timings, upper: int, gate: Gate | None) -> str:
     100,000 starts: 100,000 calls), so the gate's budget goes to widths that can win. Widths
     are balanced over the rows (same chunk count, least padding).
     """
-    n_rows = timings.sweep.rows.size
+    n_rows = timings.backend.rows.size
     ladder = list(dict.fromkeys(balanced_width(n_rows, w) for w in auto_candidates(upper)))
     if gate is None:
         timings.try_time(upper, f"1/{len(ladder)}")
     else:
         timings.try_time(upper, "the fit's price", min_reps=1, target_s=0.0)
-        gate.compile_s = max(gate.compile_s, timings.sweep.compile_seconds(upper))
-    previous, gated = None, False
-    for i, w in enumerate(ladder[1:], start=1):
-        if _cannot_win(timings, w):  # its calls' dispatch alone: no compile spent on it
-            continue
-        if gate is not None and not gate.allows(timings, w):
-            gated = True
-            break
-        # wide to narrow after width 1; narrower widths may fit where a wider one did not
-        if not timings.try_time(w, f"{i + 1}/{len(ladder)}"):
-            continue
-        if w == 1:
-            if upper in timings.per_call:
-                ratio = timings.step_s(upper) / timings.step_s(w)
-                if ratio >= AUTO_UNBATCHED_WINS:
-                    return _finish(timings, f"width 1 steps {ratio:.3g}x as fast as width {upper}")
-            continue
-        if previous is not None and timings.step_s(w) > timings.step_s(previous):
-            break
-        previous = w
+        gate.compile_s = max(gate.compile_s, timings.backend.compile_seconds(upper))
+    unbatched_wins, gated = _descend(timings, ladder, upper, gate)
+    if unbatched_wins is not None:
+        return unbatched_wins
     if not gated and timings.per_call:
         between = _between(timings, n_rows)
         if between is not None and (gate is None or gate.allows(timings, between)):
@@ -302,12 +286,40 @@ def time_auto(timings: Timings, upper: int, gate: Gate | None) -> str:
     return _finish(timings, why if refused is None else f"{why}; {refused}")
 
 
+def _descend(
+    timings: Timings, ladder: list[int], upper: int, gate: Gate | None
+) -> tuple[str | None, bool]:
+    """Time the ladder below ``upper``, wide to narrow after width 1, until a width is slower
+    than the last or the gate refuses. Returns ``(reason, gated)``: a reason when width 1 won
+    outright (the choice is made), and whether the gate stopped the walk."""
+    previous = None
+    for i, w in enumerate(ladder[1:], start=1):
+        if _cannot_win(timings, w):  # its calls' dispatch alone: no compile spent on it
+            continue
+        if gate is not None and not gate.allows(timings, w):
+            return None, True
+        # narrower widths may fit where a wider one did not
+        if not timings.try_time(w, f"{i + 1}/{len(ladder)}"):
+            continue
+        if w == 1:
+            if upper in timings.per_call:
+                ratio = timings.step_s(upper) / timings.step_s(w)
+                if ratio >= AUTO_UNBATCHED_WINS:
+                    why = f"width 1 steps {ratio:.3g}x as fast as width {upper}"
+                    return _finish(timings, why), False
+            continue
+        if previous is not None and timings.step_s(w) > timings.step_s(previous):
+            break
+        previous = w
+    return None, False
+
+
 def _cannot_win(timings: Timings, width: int) -> bool:
     """Would ``width``'s chunk calls alone, at :data:`CALL_FLOOR_S` each, take longer than a
     step at the best width timed so far?"""
     if not timings.per_call:
         return False
-    floor = timings.sweep.calls_per_step(width) * CALL_FLOOR_S
+    floor = timings.backend.calls_per_step(width) * CALL_FLOOR_S
     return floor >= timings.step_s(timings.best())
 
 
