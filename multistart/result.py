@@ -246,7 +246,8 @@ class Result:
 
         A search attaches its problem itself. A loaded Result that was saved without a
         covariance needs it again: ``Result.load(path).attach_problem(objective, space)``
-        (or ``attach_problem(graph)``).
+        (or ``attach_problem(graph)``). A covariance computed or loaded before is dropped:
+        the next one is the attached problem's.
 
         Raises:
           ValueError: the space's parameters are not the Result's ``paths``.

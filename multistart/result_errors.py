@@ -29,7 +29,8 @@ def attach(result: Result, objective, space=None) -> Result:
             f"the problem's parameters {problem.space.paths} are not this Result's "
             f"{list(result.paths)}"
         )
-    result._problem, result._hessian = problem, None
+    # the covariance is now this problem's: one computed (or loaded) before is dropped
+    result._problem, result._hessian, result._laplace = problem, None, None
     return result
 
 

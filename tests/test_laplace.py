@@ -168,6 +168,19 @@ def test_save_stores_the_covariance_and_load_restores_it(tmp_path):
         _ = ms.Result.load(tmp_path / "bare.npz").errors
 
 
+def test_attaching_a_problem_replaces_the_covariance_computed_before(tmp_path):
+    result = small_fit().attach_problem(parabola, PARABOLA_SPACE)
+    result.save(tmp_path / "r.npz")  # with parabola's covariance, the identity
+    loaded = ms.Result.load(tmp_path / "r.npz")
+    np.testing.assert_allclose(loaded.covariance, np.eye(3), atol=1e-4)
+
+    def steeper(p):  # four times parabola: H = 8 I, covariance 2 H^-1 = I / 4
+        return 4.0 * parabola(p)
+
+    loaded.attach_problem(steeper, PARABOLA_SPACE)
+    np.testing.assert_allclose(loaded.covariance, np.eye(3) / 4, atol=1e-4)
+
+
 def test_each_distinct_minimum_gets_its_errors_with_one_compile(x64):
     result = ms.MultiStartAdam(n_starts=8, batch_size=8, n_steps=600, seed=0).fit(
         multimodal, MULTIMODAL_SPACE
