@@ -36,9 +36,9 @@ _records: dict[str, dict] = collections.defaultdict(
 def pytest_configure(config):
     if not hasattr(config, "workerinput") and _DIR_ENV not in os.environ:
         os.environ[_DIR_ENV] = tempfile.mkdtemp(prefix="suite-compiles-")  # workers inherit it
-    from multistart import sweep
+    from multistart import backends  # where the chunk step is compiled
 
-    original = sweep.lower_and_compile
+    original = backends.lower_and_compile
 
     def hashing(jitted, what, *args):
         if _current["test"] is not None and what.startswith("the chunk step"):
@@ -48,7 +48,7 @@ def pytest_configure(config):
             )
         return original(jitted, what, *args)
 
-    sweep.lower_and_compile = hashing
+    backends.lower_and_compile = hashing
 
 
 @pytest.hookimpl(hookwrapper=True)

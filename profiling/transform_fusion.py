@@ -119,27 +119,27 @@ def engine_chunk_call(search, f, space, starts):
     """``(call, args)`` for :func:`interleaved`: one call of the search's compiled chunk step at
     its width on a copy of its first step's population, each call stepping the one before's
     population, as :meth:`multistart.backends.Backend.run` does."""
-    from multistart import sweep
+    from multistart import stepper as stepper_module
 
     seen = {}
-    step = sweep.Stepper.step
+    step = stepper_module.Stepper.step
 
     def spy(self, pop, row):
         if "pop" not in seen:
-            seen.update(pop=sweep._copy_tree(self.programs.place(pop)), stepper=self)
+            seen.update(pop=stepper_module._copy_tree(self.backend.place(pop)), stepper=self)
         return step(self, pop, row)
 
-    sweep.Stepper.step = spy
+    stepper_module.Stepper.step = spy
     try:
         search.fit(f, space, starts=starts)
     finally:
-        sweep.Stepper.step = step
+        stepper_module.Stepper.step = step
     stepper = seen["stepper"]
-    programs, compiled, one = stepper.programs, stepper.compiled, stepper._args[:1]
+    backend, compiled, one = stepper.backend, stepper.compiled, stepper._args[:1]
     state = {"pop": seen["pop"]}
 
     def call(row):
-        state["pop"] = programs.run(compiled, state["pop"], one, row)
+        state["pop"] = backend.run(compiled, state["pop"], one, row)
         return state["pop"]
 
     return call, [np.int32(0)]

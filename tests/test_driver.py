@@ -145,6 +145,18 @@ def test_default_logging_is_two_info_lines(caplog, monkeypatch):
     assert lines[0].getMessage().startswith("fitting") and "done" in lines[-1].getMessage()
 
 
+def test_both_log_lines_name_the_width_the_search_ran_at(caplog, monkeypatch):
+    # issue 24 item 9: the first line named the width asked for ('auto', or 100 for 4 starts)
+    monkeypatch.setenv("MULTISTART_LOG_LEVEL", "INFO")
+    with caplog.at_level(logging.INFO, logger="multistart"):
+        ms.MultiStartAdam(n_starts=4, batch_size=100, n_steps=3, seed=0).fit(
+            parabola, PARABOLA_SPACE
+        )
+    lines = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    assert "batch_size 4," in lines[0] and "100" not in lines[0], lines[0]
+    assert "(width 4," in lines[-1], lines[-1]
+
+
 # -- one identity: resume only the same search; a larger n_steps runs on -------------------------
 
 pytest.importorskip("orbax.checkpoint")
