@@ -15,7 +15,7 @@ Objectives: ``curve`` (3 parameters, 60 points: the step's own code dominates), 
 parameters, float64: the model dominates). Width 8, 8 starts; rounds interleave the arms and
 the table gives medians and each arm's ratio to Adam's.
 
-    python profiling/lbfgs_compile.py --before aaa59ba --rounds 3
+    python profiling/lbfgs_compile.py --before ab06b41 --rounds 3   # ab06b41: the rule before
 """
 
 from __future__ import annotations

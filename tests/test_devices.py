@@ -60,6 +60,13 @@ assert_same_result(search(devices=1, **kt).fit(nan_right, SPACE),
                    search(devices=two, **kt).fit(nan_right, SPACE))
 print("ok tiktak")
 
+# halving ranks every device's starts together: the one-device result, pruning included
+kh = dict(schedule=ms.Halving(r0=5, eta=2, grace=0.0), resurrect=0)
+one_h = search(devices=1, **kh).fit(nan_right, SPACE)
+assert one_h.stats["n_pruned"] > 0, one_h.stats  # the case under test
+assert_same_result(one_h, search(**kh).fit(nan_right, SPACE))
+print("ok halving")
+
 # a checkpointed search resumed longer gives the uninterrupted run; another device count refuses
 d = tempfile.mkdtemp()
 kc = dict(checkpoint_dir=d, checkpoint_every=20)
@@ -99,7 +106,7 @@ def test_four_logical_devices_give_the_one_device_result_with_one_compile():
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.split("\n").count("ok tiktak") == 1, out.stdout
-    for word in ("ok loop", "ok scan", "ok resume", "ok auto"):
+    for word in ("ok loop", "ok scan", "ok halving", "ok resume", "ok auto"):
         assert word in out.stdout, out.stdout
 
 

@@ -90,6 +90,37 @@ def test_rank_alone_prunes_more(fits):
     assert strict.stats["n_evals"] <= lenient.stats["n_evals"]
 
 
+def test_the_scan_backend_prunes_as_the_loop_does(fits):
+    assert_same_result(fits(HALVING), fits(HALVING, backend="scan"))
+
+
+def test_a_pruned_slot_takes_tiktak_s_next_start(fits):
+    halved = fits(HALVING, start_strategy="tiktak", n_candidates=48)
+    assert halved.stats["n_pruned"] > 0
+    # slots freed by pruning (and by ends) ran further local searches from the queue
+    assert halved.stats["n_local"] > halved.n_starts
+    assert np.isclose(halved.best_fom, 0.0, atol=1e-3)
+
+
+def rosenbrock(p):
+    x = p["x"]
+    return jnp.sum(100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1.0 - x[:-1]) ** 2)
+
+
+def test_a_continued_lbfgs_start_keeps_its_memory_and_line_search():
+    """L-BFGS carries a memory and a line search across steps: a start that continues past a
+    rung follows the uninterrupted run's trajectory exactly."""
+    space = {"x": ms.Uniform(-2.0, 2.0, shape=(4,))}
+    base = dict(n_starts=8, batch_size=4, n_steps=80, seed=1, n_candidates=0)
+    full = ms.MultiStartLBFGS(**base).fit(rosenbrock, space)
+    halved = ms.MultiStartLBFGS(**base, schedule=ms.Halving(r0=6, eta=2)).fit(rosenbrock, space)
+    assert halved.stats["n_pruned"] > 0
+    kept = halved.status != "pruned"
+    assert kept.sum() >= 2
+    np.testing.assert_array_equal(halved.foms[kept], full.foms[kept])
+    np.testing.assert_array_equal(halved.n_evals[kept], full.n_evals[kept])
+
+
 pytest.importorskip("orbax.checkpoint")
 
 
