@@ -61,10 +61,13 @@ assert_same_result(search(devices=1, **kt).fit(nan_right, SPACE),
 print("ok tiktak")
 
 # halving ranks every device's starts together: the one-device result, pruning included
+def bowl(p):  # every start alive, so rung 5 ranks all ten
+    return jnp.sum((p["x"] - 0.5) ** 2)
+
 kh = dict(schedule=ms.Halving(r0=5, eta=2, grace=0.0), resurrect=0)
-one_h = search(devices=1, **kh).fit(nan_right, SPACE)
+one_h = search(devices=1, **kh).fit(bowl, SPACE)
 assert one_h.stats["n_pruned"] > 0, one_h.stats  # the case under test
-assert_same_result(one_h, search(**kh).fit(nan_right, SPACE))
+assert_same_result(one_h, search(**kh).fit(bowl, SPACE))
 print("ok halving")
 
 # a checkpointed search resumed longer gives the uninterrupted run; another device count refuses
