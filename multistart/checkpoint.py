@@ -161,7 +161,8 @@ class Checkpointer:
         steps = self.steps()
         if not steps:
             return None
-        failures, damaged = [], []
+        failures: list[str] = []
+        damaged: list[int] = []
         for step in reversed(steps):
             try:
                 meta = self.read_meta(step)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+from typing import Any
 
 __all__ = ["main", "parser"]
 
@@ -264,7 +265,7 @@ def _plan(args):
     from .census import runner
     from .census.supervise import default_rss_cap_mb
 
-    size = dict(runner.QUICK if args.quick else runner.FULL)
+    size: dict[str, Any] = dict(runner.QUICK if args.quick else runner.FULL)
     for key in ("widths", "components", "n_starts"):
         if getattr(args, key) is not None:
             size[key] = getattr(args, key)

@@ -202,12 +202,13 @@ def to_host(tree):
     spread: dict = {}  # mesh -> indices of the leaves sharded on it
     for i, a in enumerate(leaves):
         if isinstance(a, jax.Array) and not a.is_fully_addressable:
-            spread.setdefault(a.sharding.mesh, []).append(i)
+            mesh = a.sharding.mesh  # type: ignore[attr-defined]  # a NamedSharding's
+            spread.setdefault(mesh, []).append(i)
     for mesh, idx in spread.items():
         gathered = _replicated(mesh)([leaves[i] for i in idx])
         for i, g in zip(idx, gathered, strict=True):
             leaves[i] = g.addressable_data(0)  # this process's full copy
-    return treedef.unflatten([np.asarray(a) for a in jax.device_get(leaves)])
+    return jax.tree_util.tree_unflatten(treedef, [np.asarray(a) for a in jax.device_get(leaves)])
 
 
 @functools.cache

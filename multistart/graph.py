@@ -308,7 +308,7 @@ class FactorGraphModel:
 
     def _total_log_likelihood(self, params, data):
         shared = self._shared_params(params)
-        total = 0.0
+        total: Any = 0.0
         for group, gdata in zip(self._groups, data, strict=True):
             if group.stacked:
                 own = _stack([params[n] for n in group.names]) if group.own else {}

@@ -57,8 +57,16 @@ class Prior:
     """
 
     shape: tuple[int, ...]
-    lower_bound: np.ndarray
-    upper_bound: np.ndarray
+
+    @property
+    def lower_bound(self) -> np.ndarray:
+        """The smallest value the prior allows (``-inf`` where unbounded), shaped as the prior."""
+        raise NotImplementedError
+
+    @property
+    def upper_bound(self) -> np.ndarray:
+        """The largest value the prior allows (``inf`` where unbounded), shaped as the prior."""
+        raise NotImplementedError
 
     @property
     def size(self) -> int:
@@ -429,10 +437,13 @@ class Space:
                 for p in self.priors:
                     k = kinds[type(p)]
                     kind.append(np.full(p.size, k))
-                    if k == 2:
-                        a.append(p.mean.ravel()), b.append(p.sigma.ravel())
+                    if isinstance(p, Normal):
+                        a.append(p.mean.ravel())
+                        b.append(p.sigma.ravel())
                     else:
-                        a.append(p.lower.ravel()), b.append(p.upper.ravel())
+                        assert isinstance(p, Uniform)  # LogUniform is one
+                        a.append(p.lower.ravel())
+                        b.append(p.upper.ravel())
                 self._tables_cache = tuple(np.concatenate(t) for t in (kind, a, b))
         return self._tables_cache
 
