@@ -32,6 +32,7 @@ between the first step and the end of the loop; for scipy recorded at each evalu
     python profiling/time_to_solution.py            # 32 starts
     python profiling/time_to_solution.py --quick    # 8 starts, fewer steps
     python profiling/time_to_solution.py --max-evals 300 --devices 2 --no-adam
+    python profiling/time_to_solution.py --max-evals 300 --no-adam --with-scan  # scan too
 """
 
 from __future__ import annotations
@@ -172,6 +173,11 @@ def main(argv=None) -> None:
     ap.add_argument("--quick", action="store_true", help="8 starts, 150 evaluations each")
     ap.add_argument("--devices", type=int, default=None, help="add an arm on N CPU devices")
     ap.add_argument("--no-adam", action="store_true", help="leave the Adam arm out")
+    ap.add_argument(
+        "--with-scan",
+        action="store_true",
+        help="add MultiStartLBFGS arms with backend='scan' (cold, then warm)",
+    )
     args = ap.parse_args(argv)
     if args.quick:
         args.starts, args.max_evals = 8, 150
@@ -201,6 +207,15 @@ def main(argv=None) -> None:
     arms["MultiStartLBFGS, warm"] = lambda: engine_arm(
         ms.MultiStartLBFGS(n_steps=args.lbfgs_steps, **common), objective, space, starts, target
     )
+    if args.with_scan:
+        for name in ("MultiStartLBFGS, scan", "MultiStartLBFGS, scan, warm"):
+            arms[name] = lambda: engine_arm(
+                ms.MultiStartLBFGS(n_steps=args.lbfgs_steps, backend="scan", **common),
+                objective,
+                space,
+                starts,
+                target,
+            )
     if args.devices:
         arms[f"MultiStartLBFGS, {args.devices} dev"] = lambda: engine_arm(
             ms.MultiStartLBFGS(n_steps=args.lbfgs_steps, **{**common, "devices": args.devices}),
