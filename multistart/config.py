@@ -18,7 +18,7 @@ import difflib
 import enum
 import numbers
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -436,9 +436,10 @@ class SearchConfig:
         return f is not None and f.metadata["on_resume"] is not OnResume.FIXED
 
 
-def unknown_options(given, owner: str) -> None:
-    """Raise a ``TypeError`` naming any of ``given`` that is not an option (and the nearest)."""
-    names = [f.name for f in dataclasses.fields(SearchConfig)]
+def unknown_options(given, owner: str, own: Iterable[str] = ()) -> None:
+    """Raise a ``TypeError`` naming any of ``given`` that is not an option (and the nearest of
+    the options and of ``own``, the owner's own keyword arguments: a rule's hyperparameters)."""
+    names = [f.name for f in dataclasses.fields(SearchConfig)] + list(own)
     for key in given:
         if key not in names:
             near = difflib.get_close_matches(key, names, n=1)

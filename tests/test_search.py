@@ -484,6 +484,11 @@ def test_an_unknown_option_is_named_with_the_nearest():
         ms.MultiStartLBFGS(n_start=4)
     with pytest.raises(TypeError, match="unknown option 'colour'"):
         ms.MultiStartAdam(colour="blue")
+    # a rule's own hyperparameters and a least-squares search's options are suggested too
+    with pytest.raises(TypeError, match="'learning_rat' .did you mean 'learning_rate'"):
+        ms.MultiStartAdam(learning_rat=0.1)
+    with pytest.raises(TypeError, match="'absolut_sigma' .did you mean 'absolute_sigma'"):
+        ms.MultiStartLeastSquares(absolut_sigma=True)
 
 
 def test_options_are_one_frozen_configuration():
