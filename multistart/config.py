@@ -16,9 +16,10 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import enum
+import inspect
 import numbers
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -436,15 +437,30 @@ class SearchConfig:
         return f is not None and f.metadata["on_resume"] is not OnResume.FIXED
 
 
-def unknown_options(given, owner: str, own: Iterable[str] = ()) -> None:
-    """Raise a ``TypeError`` naming any of ``given`` that is not an option (and the nearest of
-    the options and of ``own``, the owner's own keyword arguments: a rule's hyperparameters)."""
-    names = [f.name for f in dataclasses.fields(SearchConfig)] + list(own)
+def unknown_options(given, owner: type) -> None:
+    """Raise a ``TypeError`` naming any of ``given`` that is not an option of a search of class
+    ``owner``, and the nearest of the options and of the class's own keyword arguments (a rule's
+    hyperparameters, a least-squares search's ``absolute_sigma``)."""
+    names = [f.name for f in dataclasses.fields(SearchConfig)]
     for key in given:
         if key not in names:
-            near = difflib.get_close_matches(key, names, n=1)
+            known = names + _own_keywords(owner)  # read only when a key is unknown
+            near = difflib.get_close_matches(key, known, n=1)
             hint = f" (did you mean {near[0]!r}?)" if near else ""
-            raise TypeError(f"{owner} got an unknown option {key!r}{hint}")
+            raise TypeError(f"{owner.__name__} got an unknown option {key!r}{hint}")
+
+
+def _own_keywords(cls: type) -> list[str]:
+    """The keyword-only arguments of the constructors along ``cls``'s MRO."""
+    names: list[str] = []
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None or klass is object:
+            continue
+        for p in inspect.signature(init).parameters.values():
+            if p.kind is p.KEYWORD_ONLY and p.name not in names:
+                names.append(p.name)
+    return names
 
 
 def options_doc(indent: str = "      ") -> str:

@@ -59,7 +59,7 @@ class MultiStartGradient:
     """
 
     def __init__(self, optimizer: optax.GradientTransformation | Solver, /, **options):
-        unknown_options(options, type(self).__name__, _own_keywords(type(self)))
+        unknown_options(options, type(self))
         solver = as_solver(optimizer)
         config = SearchConfig(**options)
         object.__setattr__(self, "solver", solver)
@@ -268,19 +268,3 @@ for _cls in (
     MultiStartLBFGS,
 ):
     _with_options(_cls)
-
-
-def _own_keywords(cls) -> list[str]:
-    """The keyword-only arguments a rule's class takes itself (its hyperparameters, a least-
-    squares search's ``absolute_sigma``), for the did-you-mean of a misspelt option."""
-    import inspect
-
-    names: list[str] = []
-    for klass in cls.__mro__:
-        init = klass.__dict__.get("__init__")
-        if init is None or klass is object:
-            continue
-        for p in inspect.signature(init).parameters.values():
-            if p.kind is p.KEYWORD_ONLY and p.name not in names:
-                names.append(p.name)
-    return names

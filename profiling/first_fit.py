@@ -62,19 +62,10 @@ def problem(model: str):
         space = {"a": ms.Uniform(0, 10), "k": ms.LogUniform(0.01, 5), "c": ms.Uniform(-2, 2)}
         return ms.MultiStartLBFGS, dict(n_starts=8, seed=0), curve, space
     if model == "readme":
-        x = np.linspace(0.0, 100.0, 400)
-        noise = np.random.default_rng(0).normal(0.0, 0.5, x.size)
-        data = 25.0 * np.exp(-0.5 * ((x - 37.0) / 4.0) ** 2) + noise
+        sys.path.insert(0, str(HERE))
+        import readme_model
 
-        def chi2(p):
-            model = p["amp"] * jnp.exp(-0.5 * ((x - p["centre"]) / p["sigma"]) ** 2)
-            return jnp.sum(((model - data) / 0.5) ** 2)
-
-        space = {
-            "centre": ms.Uniform(0.0, 100.0),
-            "sigma": ms.LogUniform(0.1, 30.0),
-            "amp": ms.Uniform(0.0, 50.0),
-        }
+        chi2, space = readme_model.make_problem()
         return ms.MultiStartAdam, dict(n_starts=64, n_steps=500, seed=0), chi2, space
     if model == "image":
         sys.path.insert(0, str(HERE))

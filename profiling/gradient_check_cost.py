@@ -9,30 +9,22 @@ three-band graph, measured side by side in one process.
 Run: ``python profiling/gradient_check_cost.py``.
 """
 
+import sys
 import time
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-import multistart as ms
 from multistart import demo
 from multistart.problem import as_problem, flat_leaves_without_gradient
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import readme_model  # noqa: E402
+
 
 def readme_problem():
-    x = np.linspace(0.0, 100.0, 400)
-    data = 25.0 * np.exp(-0.5 * ((x - 37.0) / 4.0) ** 2)
-
-    def chi2(p):
-        model = p["amp"] * jnp.exp(-0.5 * ((x - p["centre"]) / p["sigma"]) ** 2)
-        return jnp.sum(((model - data) / 0.5) ** 2)
-
-    space = {
-        "centre": ms.Uniform(0.0, 100.0),
-        "sigma": ms.LogUniform(0.1, 30.0),
-        "amp": ms.Uniform(0.0, 50.0),
-    }
+    chi2, space = readme_model.make_problem(noise=False)
     return as_problem(chi2, space)
 
 

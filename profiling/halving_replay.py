@@ -94,23 +94,9 @@ def _sines(seed, n):
 
 
 def _peak(seed, n):
-    import jax.numpy as jnp
+    import readme_model
 
-    import multistart as ms
-
-    x = np.linspace(0.0, 100.0, 400)
-    noise = np.random.default_rng(0).normal(0.0, 0.5, x.size)
-    data = 25.0 * np.exp(-0.5 * ((x - 37.0) / 4.0) ** 2) + noise
-
-    def chi2(p):
-        model = p["amp"] * jnp.exp(-0.5 * ((x - p["centre"]) / p["sigma"]) ** 2)
-        return jnp.sum(((model - data) / 0.5) ** 2)
-
-    space = {
-        "centre": ms.Uniform(0.0, 100.0),
-        "sigma": ms.LogUniform(0.1, 30.0),
-        "amp": ms.Uniform(0.0, 50.0),
-    }
+    chi2, space = readme_model.make_problem()
     return chi2, space, None
 
 
