@@ -186,18 +186,24 @@ def no_timing(monkeypatch):
 
 
 def always_decide(monkeypatch):
-    """Deciding may cost any share of the fit: these fits are far too short for timing to pay,
-    and the tests below are about the timing itself (the gate is tested on cost models)."""
+    """Deciding may cost any share of the fit, and no width is skipped for its calls' dispatch:
+    these fits are far too short for timing to pay, and on a fast machine a step of 8 starts
+    takes less than 8 calls at CALL_FLOOR_S (CI skipped width 1 so). The tests below are about
+    the timing itself; the gate and the floor are tested on cost models."""
     from multistart.tuning import timing
 
     monkeypatch.setattr(timing, "DECIDE_SHARE", float("inf"))
+    monkeypatch.setattr(timing, "CALL_FLOOR_S", 0.0)
 
 
 def test_a_short_fit_keeps_the_bound_untimed_and_remembers_its_price(monkeypatch, tmp_path):
-    from multistart.tuning import worth_timing
+    from multistart.tuning import timing, worth_timing
 
     monkeypatch.setenv("MULTISTART_AUTO_WIDTH", "measure")
     monkeypatch.setenv("MULTISTART_CACHE_DIR", str(tmp_path))
+    # the gate, not the dispatch floor, refuses here: on a fast machine width 1's 12 calls at
+    # CALL_FLOOR_S can outlast a step of 12, and the floor would skip it before the gate is asked
+    monkeypatch.setattr(timing, "CALL_FLOOR_S", 0.0)
     first = fit(batch_size="auto")  # 12 starts x 40 steps of a parabola: milliseconds
     info, tuning = first.stats["width_choice"], first.stats["tuning"]
     assert info["selected_by"] == "auto (priced)" and first.stats["batch_size"] == 12
@@ -260,14 +266,11 @@ def test_timing_is_bounded_in_chunk_calls(monkeypatch, spec):
     from multistart.tuning import timing as tuning
 
     monkeypatch.setenv("MULTISTART_AUTO_WIDTH", "measure")
-    always_decide(monkeypatch)
+    always_decide(monkeypatch)  # CALL_FLOOR_S 0: width 1 is timed, as this test needs
     # 2 chunk calls a repeat instead of 16, so that a few chunks are far fewer than the 64
     # starts: width 1 then makes at most 2 * (1 + 12) * 2 = 52 calls, where timing every start
     # would make at least 64 * (1 + 3). The bound below is read from the module, whatever it is.
     monkeypatch.setattr(tuning, "TUNE_CALLS", 2)
-    # width 1 is timed even where 64 calls' dispatch could not beat one call of 64 (this test
-    # is about how many calls timing a width makes)
-    monkeypatch.setattr(tuning, "CALL_FLOOR_S", 0.0)
     counter = CountCalls(monkeypatch)
     n_starts, n_steps = TIMING_STARTS, TIMING_STEPS
     result = fit(batch_size=spec, n_starts=n_starts, n_steps=n_steps)
