@@ -22,6 +22,11 @@ Models (``--models``, default all four):
 
     python profiling/first_fit.py                      # every model, 2 rounds
     python profiling/first_fit.py --models curve,readme --rounds 3
+    python profiling/first_fit.py --models image --fixed image=1 --rounds 5   # the best only
+
+The table gives the ratio of the medians and, as "paired", the median over rounds of each
+round's own ratio (auto against the best width's run of the same round: on a VM whose speed
+drifts between rounds, the steadier figure).
 """
 
 from __future__ import annotations
@@ -120,6 +125,13 @@ def main() -> None:
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--json", help="also write every run here")
+    parser.add_argument(
+        "--fixed",
+        action="append",
+        default=[],
+        metavar="MODEL=W1,W2",
+        help="the fixed widths to time for MODEL (default: the module's MODELS)",
+    )
     parser.add_argument("--arm", help=argparse.SUPPRESS)  # child mode: model:width
     args = parser.parse_args()
     if args.arm:
@@ -127,6 +139,9 @@ def main() -> None:
         print(json.dumps(run_arm(model, width)))
         return
     models = args.models.split(",")
+    for spec in args.fixed:
+        name, widths = spec.split("=")
+        MODELS[name] = [int(w) for w in widths.split(",")]
     runs: dict[tuple[str, str, str], list[dict]] = {}
     t0 = time.perf_counter()
     for r in range(args.rounds):
@@ -137,6 +152,7 @@ def main() -> None:
                     for phase in ("cold", "warm"):
                         row = child(model, width, folder)
                         if row is not None:
+                            row["round"] = r
                             runs.setdefault((model, width, phase), []).append(row)
                             print(f"  {model} {width} {phase}: {row}", file=sys.stderr, flush=True)
     if args.json:
@@ -156,8 +172,8 @@ def report(models, runs, rounds, seconds) -> None:
         f"first fit: wall of fit(), batch_size='auto' / the best fixed width; median of "
         f"{rounds} round(s), fresh processes; jax {jax.__version__}; {seconds:.0f} s in all"
     )
-    print(f"{'model':8s} {'phase':5s} {'auto/best':>9s} {'best':>6s} {'auto width':>10s}"
-          f" {'deciding s':>10s} {'deciding/wall':>13s}  fixed widths / best"
+    print(f"{'model':8s} {'phase':5s} {'auto/best':>9s} {'best':>6s} {'paired':>6s}"
+          f" {'auto width':>10s} {'deciding s':>10s} {'deciding/wall':>13s}  fixed widths / best"
           f"    |  by CPU seconds: auto/best, best")  # fmt: skip
     for model in models:
         for phase in ("cold", "warm"):
@@ -169,13 +185,19 @@ def report(models, runs, rounds, seconds) -> None:
             auto = runs[(model, "auto", phase)]
             widths = sorted({r["width"] for r in auto})
             deciding = med(model, "auto", phase, "decide_s")
+            of_round = {b["round"]: b["wall_s"] for b in runs[(model, best, phase)]}
+            paired = statistics.median(
+                [a["wall_s"] / of_round[a["round"]] for a in auto if a["round"] in of_round]
+                or [float("nan")]
+            )
             share = deciding / med(model, "auto", phase)
             others = ", ".join(f"{w}: {med(model, w, phase) / ref:.3f}" for w in fixed)
             cpu_best = min(fixed, key=lambda w: med(model, w, phase, "cpu_s"))
             cpu = med(model, "auto", phase, "cpu_s") / med(model, cpu_best, phase, "cpu_s")
             print(
                 f"{model:8s} {phase:5s} {med(model, 'auto', phase) / ref:9.3f} {best:>6s}"
-                f" {','.join(map(str, widths)):>10s} {deciding:10.2f} {share:13.3f}  {others}"
+                f" {paired:6.3f} {','.join(map(str, widths)):>10s} {deciding:10.2f}"
+                f" {share:13.3f}  {others}"
                 f"    |  {cpu:.3f}, {cpu_best}"
             )
             chosen = {r["selected_by"] for r in auto}
