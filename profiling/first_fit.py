@@ -140,7 +140,9 @@ def main() -> None:
         return
     models = args.models.split(",")
     for spec in args.fixed:
-        name, widths = spec.split("=")
+        name, _, widths = spec.partition("=")
+        if name not in MODELS or not all(w.isdigit() and int(w) > 0 for w in widths.split(",")):
+            parser.error(f"--fixed {spec!r}: expected MODEL=W1,W2 with MODEL one of {list(MODELS)}")
         MODELS[name] = [int(w) for w in widths.split(",")]
     runs: dict[tuple[str, str, str], list[dict]] = {}
     t0 = time.perf_counter()
