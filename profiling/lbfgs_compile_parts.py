@@ -153,6 +153,8 @@ def main() -> None:
         "XLA's own)",
     )
     args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
     jax.config.update("jax_enable_compilation_cache", False)
     arms = lower_arms(args.model)
     cpu: dict[str, list[float]] = {arm: [] for arm in arms}
