@@ -64,7 +64,6 @@ T = None  # set by _curve() once JAX is imported (the arms import it in their ow
 SIGMA = 0.1
 TRUTH = {"a1": 2.0, "m1": 3.0, "s1": 0.6, "a2": 1.2, "m2": 6.5, "s2": 1.1, "b": 0.3}
 KEYS = tuple(TRUTH)
-BAND = (0.15, 0.85)
 
 
 def _curve():
@@ -97,25 +96,9 @@ def _curve():
         "s2": ms.LogUniform(0.1, 3.0),
         "b": ms.Uniform(-1.0, 1.0),
     }
+    from central_starts import draw_starts
+
     return residuals, space, lambda n, seed: draw_starts(space, n, seed)
-
-
-def draw_starts(space: dict, n: int, seed: int) -> dict:
-    """``n`` starts per parameter, uniform in the central band of each prior's quantiles."""
-    import numpy as np
-
-    import multistart as ms
-
-    rng = np.random.default_rng(seed)
-    out = {}
-    for name, prior in space.items():
-        q = rng.uniform(*BAND, size=(n, *prior.shape))
-        lo, hi = np.asarray(prior.lower, float), np.asarray(prior.upper, float)
-        if isinstance(prior, ms.LogUniform):
-            out[name] = np.exp(np.log(lo) + (np.log(hi) - np.log(lo)) * q)
-        else:
-            out[name] = lo + (hi - lo) * q
-    return out
 
 
 def scipy_least_squares(residuals, space, starts, method: str) -> dict:

@@ -63,25 +63,10 @@ import numpy as np  # noqa: E402
 import optax  # noqa: E402
 import peers  # noqa: E402
 import scipy.optimize  # noqa: E402
+from central_starts import draw_starts  # noqa: E402  (halving.py, peers.py ... import it from here)
 from jax.flatten_util import ravel_pytree  # noqa: E402
 
 import multistart as ms  # noqa: E402
-
-BAND = (0.15, 0.85)
-
-
-def draw_starts(space: dict, n: int, seed: int) -> dict:
-    """``n`` starts per leaf, uniform in the central band of each prior's quantiles."""
-    rng = np.random.default_rng(seed)
-    out = {}
-    for name, prior in space.items():
-        u = rng.uniform(*BAND, size=(n, *prior.shape))
-        lo, hi = np.asarray(prior.lower, float), np.asarray(prior.upper, float)
-        if isinstance(prior, ms.LogUniform):
-            out[name] = np.exp(np.log(lo) + (np.log(hi) - np.log(lo)) * u)
-        else:
-            out[name] = lo + (hi - lo) * u
-    return out
 
 
 def scipy_problem(objective, space, starts):
