@@ -12,7 +12,6 @@ import pytest
 from conftest import PARABOLA_SPACE, NoCompile, assert_same_result, parabola
 
 import multistart as ms
-from multistart import log
 
 KW = dict(n_starts=4, batch_size=2, n_steps=300, seed=0, log_every=0, n_candidates=0)
 # The Adam searches of this file share one program (one compile): the default Adam, 50 steps,
@@ -110,28 +109,6 @@ def test_progress_bar_is_off_when_output_is_not_a_terminal(capsys):
     ms.MultiStartAdam(**ADAM, progress=True).fit(parabola, PARABOLA_SPACE)
     err = capsys.readouterr().err
     assert "multistart" in err and "50/50" in err
-
-
-def test_no_duplicate_log_lines_once_the_root_logger_has_a_handler(monkeypatch):
-    root = logging.getLogger()
-    saved = list(root.handlers)
-    for h in saved:
-        root.removeHandler(h)
-    monkeypatch.setattr(log, "_own_handler", None)
-    try:
-        log.configure()
-        own = log._own_handler
-        assert own is not None and own in log.logger.handlers
-        root.addHandler(logging.NullHandler())  # e.g. absl, imported with orbax
-        log.configure()
-        assert own not in log.logger.handlers and log._own_handler is None
-    finally:
-        for h in list(root.handlers):
-            root.removeHandler(h)
-        for h in saved:
-            root.addHandler(h)
-        if log._own_handler is not None:
-            log.logger.removeHandler(log._own_handler)
 
 
 def test_default_logging_is_two_info_lines(caplog, monkeypatch):
