@@ -1,8 +1,11 @@
+import contextlib
+import io
+
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 from conftest import MULTIMODAL_SPACE, multimodal
+from markdown_blocks import ROOT, python_blocks
 
 import multistart as ms
 from multistart.minima import cluster_minima, cluster_minima_all_pairs, default_tolerances
@@ -46,22 +49,11 @@ def test_result_distinct_minima_of_a_multimodal_search(x64):
 
 
 def readme_fit():
-    """The README's first example, as it is there."""
-    x = np.linspace(0.0, 100.0, 400)
-    noise = np.random.default_rng(0).normal(0, 0.5, x.size)
-    data = 25.0 * np.exp(-0.5 * ((x - 37.0) / 4.0) ** 2) + noise
-
-    def chi2(p):
-        model = p["amp"] * jnp.exp(-0.5 * ((x - p["centre"]) / p["sigma"]) ** 2)
-        return jnp.sum(((model - data) / 0.5) ** 2)
-
-    space = {
-        "centre": ms.Uniform(0.0, 100.0),
-        "sigma": ms.LogUniform(0.1, 30.0),
-        "amp": ms.Uniform(0.0, 50.0),
-    }
-    search = ms.MultiStartAdam(n_starts=64, batch_size=8, n_steps=500, seed=0, log_every=0)
-    return search.fit(chi2, space)
+    """The README's first example, run from the README itself (its printout discarded)."""
+    namespace: dict = {}
+    with contextlib.redirect_stdout(io.StringIO()):
+        exec(python_blocks(ROOT / "README.md")[0].code, namespace)
+    return namespace["result"]
 
 
 @pytest.mark.parametrize("x64_on", [False, True], ids=["float32", "float64"])
