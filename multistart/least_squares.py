@@ -20,7 +20,7 @@ import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
 from .priors import Space
-from .problem import Problem, add_note, tracer_hint
+from .problem import Problem, add_note, refuse_space, tracer_hint
 from .result import Result
 from .search import MultiStartGradient
 from .solvers import Solver
@@ -74,11 +74,7 @@ def residual_problem(
         )
     provider = getattr(residuals, "multistart_residual_problem", None)
     if provider is not None:
-        if space is not None:
-            raise TypeError(
-                f"space must not be given when fitting a {type(residuals).__name__}: "
-                "the model carries its own space"
-            )
+        refuse_space(residuals, space)
         fn, space, data, name = provider()
     elif callable(residuals) and not isinstance(residuals, Problem):
         if space is None:

@@ -27,6 +27,7 @@ __all__ = [
     "check_objective",
     "check_scalar",
     "flat_leaves_without_gradient",
+    "refuse_space",
     "tracer_hint",
 ]
 
@@ -48,15 +49,20 @@ class Problem:
     name: str = "objective"
 
 
+def refuse_space(model, space) -> None:
+    """A model that carries its own space (a factor graph) takes none from ``fit``."""
+    if space is not None:
+        raise TypeError(
+            f"space must not be given when fitting a {type(model).__name__}: "
+            "the model carries its own space"
+        )
+
+
 def as_problem(objective, space=None) -> Problem:
     """Turn ``fit``'s arguments into a :class:`Problem`, checking them (no tracing yet)."""
     provider = getattr(objective, "multistart_problem", None)
     if provider is not None:
-        if space is not None:
-            raise TypeError(
-                f"space must not be given when fitting a {type(objective).__name__}: "
-                "the model carries its own space"
-            )
+        refuse_space(objective, space)
         problem = provider()
         if not isinstance(problem, Problem):
             raise TypeError(
