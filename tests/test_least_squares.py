@@ -203,6 +203,9 @@ def test_a_graph_of_residual_factors_is_the_same_least_squares_fit(fits, x64):
     )
     with pytest.raises(TypeError, match="'plain'"):
         _ls().fit(mixed)
+    # the graph carries its space: a second one is refused before anything compiles
+    with NoCompile(), pytest.raises(TypeError, match="space must not be given.*FactorGraphModel"):
+        _ls().fit(graph, SPACE)
 
 
 def test_a_saved_result_says_which_covariance(fits, tmp_path):
