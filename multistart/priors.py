@@ -260,10 +260,6 @@ def _prior_repr(name: str, a: np.ndarray, b: np.ndarray, shape: tuple[int, ...])
     return f"{name}({args})" if implied or shape == () else f"{name}({args}, shape={shape})"
 
 
-def _is_prior(x) -> bool:
-    return isinstance(x, Prior)
-
-
 _BOUNDARY_BLOCK = 8  # an identity product of this size: a dot XLA keeps as a dot
 
 
