@@ -24,6 +24,10 @@ table gives the median process CPU seconds of ``compile()`` and the ratio to Ada
     python profiling/lbfgs_compile_parts.py --model curve --rounds 5
     python profiling/lbfgs_compile_parts.py --model image --rounds 3
     python profiling/lbfgs_compile_parts.py --opt-level 0   # XLA's LLVM optimisation level
+
+With ``--opt-level``, what the level costs at run time too: the model's jitted value-and-grad
+(at the truth for ``image``, at the prior centres otherwise) compiled at XLA's default level and
+at the one asked, each timed over 50 calls a round, side by side.
 """
 
 from __future__ import annotations
@@ -142,6 +146,43 @@ def lower_arms(model: str) -> dict:
     return found
 
 
+def evaluation_cost(model: str, level: int, rounds: int) -> None:
+    """Compile seconds and milliseconds an evaluation of the bare value-and-grad of ``model``
+    at XLA's default optimisation level and at ``level``, the arms taking turns."""
+    from jax.flatten_util import ravel_pytree
+
+    f, space = lbfgs_compile.objective(model)
+    if model == "image":
+        import image_model
+
+        point = image_model.make_truth()
+    else:
+        point = {k: 0.5 * (p.lower + p.upper) for k, p in space.items()}
+    flat, unravel = ravel_pytree(jax.tree_util.tree_map(jnp.asarray, point))
+    jitted = jax.jit(jax.value_and_grad(lambda v: f(unravel(v))))
+    arms = {"default": {}, f"level {level}": {"xla_backend_optimization_level": level}}
+    compiled, compile_s, eval_s = {}, {}, {a: [] for a in arms}
+    for arm, options in arms.items():
+        jax.clear_caches()
+        lowered = jitted.lower(flat)
+        t = time.process_time()
+        compiled[arm] = lowered.compile(compiler_options=options)
+        compile_s[arm] = time.process_time() - t
+        jax.block_until_ready(compiled[arm](flat))
+    for r in range(rounds):
+        for arm in arms if r % 2 == 0 else list(arms)[::-1]:
+            t = time.perf_counter()
+            for i in range(50):
+                out = compiled[arm](flat + 1e-6 * i)
+            jax.block_until_ready(out)
+            eval_s[arm].append((time.perf_counter() - t) / 50)
+    base = statistics.median(eval_s["default"])
+    print(f"\nbare value-and-grad of {model}: compile CPU s, ms an evaluation (median of {rounds})")
+    for arm in arms:
+        e = statistics.median(eval_s[arm])
+        print(f"{arm:10s} compile {compile_s[arm]:6.3f} s   {1e3 * e:8.3f} ms  {e / base:6.2f}x")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="curve", choices=["curve", "bench", "image"])
@@ -176,6 +217,8 @@ def main() -> None:
     for arm, seconds in cpu.items():
         s = statistics.median(seconds)
         print(f"{arm:15s} {s:7.3f} {s / adam:7.2f} {kernels[arm]:8d}")
+    if args.opt_level is not None:
+        evaluation_cost(args.model, args.opt_level, args.rounds)
 
 
 if __name__ == "__main__":
