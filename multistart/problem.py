@@ -8,6 +8,8 @@ as a captured constant, so programs stay small and identical across processes.
 
 from __future__ import annotations
 
+import difflib
+import inspect
 import logging
 import warnings
 from collections.abc import Callable
@@ -24,6 +26,7 @@ __all__ = [
     "Problem",
     "add_note",
     "as_problem",
+    "check_call",
     "check_objective",
     "check_scalar",
     "flat_leaves_without_gradient",
@@ -77,6 +80,7 @@ def as_problem(objective, space=None) -> Problem:
     if space is None:
         raise TypeError("space is required with a plain objective: fit(objective, space)")
     name = getattr(objective, "__name__", type(objective).__name__)
+    check_call(objective, f"the objective {name!r}", "objective(params) -> scalar")
 
     def fom(params, data):
         out = objective(params)
@@ -105,7 +109,7 @@ def check_objective(problem: Problem, dtype, context: str) -> None:
     try:
         out = jax.eval_shape(problem.fom, example, problem.data)
     except Exception as e:
-        hint = tracer_hint(e)
+        hint = tracer_hint(e, problem.space)
         if hint:
             add_note(e, hint)
         add_note(e, f"multistart: raised while tracing {problem.name!r} for {context}")
@@ -239,12 +243,77 @@ _TRACER_HINTS = (
 )
 
 
-def tracer_hint(error: BaseException) -> str | None:
-    """The hint for a JAX tracer error raised by a user's objective, else ``None``."""
+def tracer_hint(error: BaseException, space: Space | None = None) -> str | None:
+    """The hint for an error raised while tracing a user's objective, else ``None``.
+
+    JAX's tracer errors get the fix (``jnp.where``, ``jnp.exp``); given the ``space``, a
+    ``KeyError`` for a name that is not a parameter (``p["A"]`` in a space of ``"amp"``) gets
+    the space's names and the closest of them.
+    """
     for kind, hint in _TRACER_HINTS:
         if isinstance(error, kind):
             return hint
+    if space is not None and isinstance(error, KeyError) and len(error.args) == 1:
+        return _key_hint(error.args[0], space)
     return None
+
+
+def _key_hint(key, space: Space) -> str | None:
+    """The space's parameter names, for a lookup of ``key`` that is none of them."""
+    names = {part for path in space.paths for part in path.split(".")}
+    if not isinstance(key, str) or key in names:
+        return None  # a name of the space (a data dict's key, or a nested level): not ours
+    close = difflib.get_close_matches(key, sorted(names), n=1, cutoff=0.5)
+    if not close:  # a different case is the commonest slip ('A' for 'a'), and difflib's
+        close = [n for n in sorted(names) if n.lower() == key.lower()][:1]  # ratio misses it
+    mean = f"; did you mean {close[0]!r}?" if close else ""
+    return (
+        f"multistart: {key!r} is not a parameter of the space, whose parameters are "
+        f"{', '.join(repr(space.paths[i]) for i in space.written_order)} (params[name]; a "
+        "nested space's as "
+        f"params[group][name]){mean}"
+    )
+
+
+def check_call(fn, subject: str, expected: str) -> None:
+    """Refuse, before any trace, a callable that cannot take a single argument (the params).
+
+    A model written as scipy's ``curve_fit`` takes it, ``f(x, a, tau)``, would otherwise fail
+    at tracing with "missing 2 required positional arguments" and no word of the call a search
+    makes. A callable whose signature cannot be read is left to the trace.
+
+    Raises:
+      TypeError: naming the call expected, ``ms.curve_fit`` for a model ``f(x, *params)``, and
+        the objective written for this one.
+    """
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind(None)
+    except TypeError:
+        pass
+    else:
+        return
+    names = [
+        p.name
+        for p in signature.parameters.values()
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+    curve_fit = ""
+    if len(names) >= 2:
+        call = f"f({names[0]}, {', '.join(f'p[{n!r}]' for n in names[1:])})"
+        curve_fit = (
+            ". For a model f(x, *params), as scipy's curve_fit takes it, use "
+            "ms.curve_fit(f, xdata, ydata, p0, sigma), which takes f(x, *params); or write the "
+            f"objective around it: lambda p: jnp.sum((({call} - ydata) / sigma) ** 2), over a "
+            f"space of {', '.join(map(repr, names[1:]))}"
+        )
+    raise TypeError(
+        f"{subject} takes {signature}, but multistart calls {expected}: one argument, the dict "
+        f"of the space's parameters (p['name']){curve_fit}"
+    )
 
 
 def add_note(error: BaseException, note: str) -> None:

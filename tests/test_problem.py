@@ -49,6 +49,72 @@ def test_other_errors_get_no_hint():
     assert tracer_hint(TypeError("x")) is None
 
 
+# -- messages that point at the fix (issue 35, item 4) ------------------------------------------
+
+DECAY = {"a": ms.Uniform(0.0, 10.0), "tau": ms.LogUniform(0.1, 10.0), "offset": ms.Uniform(-1, 1)}
+
+
+@pytest.mark.parametrize(
+    "key, close",
+    [("A", "'a'"), ("tua", "'tau'"), ("ofset", "'offset'"), ("width", None)],
+)
+def test_a_misspelt_parameter_name_lists_the_space_s_names(key, close):
+    def misspelt(p):
+        return (p[key] - 1.0) ** 2 + p["tau"] ** 2
+
+    search = ms.MultiStartLBFGS(n_starts=2, batch_size=2, n_steps=5)
+    for fit in (
+        lambda: search.fit(misspelt, DECAY),
+        lambda: ms.laplace(misspelt, DECAY, {"a": 1.0, "tau": 1.0, "offset": 0.0}),
+    ):
+        with NoCompile(), pytest.raises(KeyError) as info:
+            fit()
+        (note,) = [n for n in info.value.__notes__ if "is not a parameter" in n]
+        # the names in the order the space was written in, and the nearest one
+        assert f"{key!r} is not a parameter of the space, whose parameters are 'a', 'tau', " in note
+        assert "'offset'" in note and (
+            f"did you mean {close}?" in note if close else "mean" not in note
+        )
+
+
+def test_a_key_the_space_has_gets_no_parameter_note():
+    space = as_problem(lambda p: p["x"], SPACE).space
+    assert tracer_hint(KeyError("x"), space) is None  # a data dict's key, not a misspelling
+    assert tracer_hint(KeyError(3), space) is None
+    assert "is not a parameter" in tracer_hint(KeyError("z"), space)
+
+
+def test_a_curve_fit_style_model_is_refused_with_the_call_to_make():
+    def decay(x, a, tau):
+        return a * jnp.exp(-x / tau)
+
+    search = ms.MultiStartLBFGS(n_starts=2, batch_size=2, n_steps=5)
+    with NoCompile(), pytest.raises(TypeError) as info:
+        search.fit(decay, DECAY)
+    message = str(info.value)
+    assert message.startswith("the objective 'decay' takes (x, a, tau), but multistart calls ")
+    assert "objective(params) -> scalar" in message
+    assert "ms.curve_fit(f, xdata, ydata, p0, sigma), which takes f(x, *params)" in message
+    assert "lambda p: jnp.sum(((f(x, p['a'], p['tau']) - ydata) / sigma) ** 2)" in message
+    with NoCompile(), pytest.raises(TypeError, match="takes \\(\\), but multistart calls"):
+        ms.laplace(lambda: 1.0, DECAY, {"a": 1.0, "tau": 1.0, "offset": 0.0})
+
+
+@pytest.mark.parametrize(
+    "objective",
+    [
+        lambda p, scale=2.0: scale * (p["x"] ** 2 + p["y"] ** 2),  # a default is fine
+        lambda *args: args[0]["x"] ** 2 + args[0]["y"] ** 2,
+        jax.jit(lambda p: p["x"] ** 2 + p["y"] ** 2),
+        np.frompyfunc(lambda p: p, 1, 1),  # no signature to read: left to the trace
+    ],
+)
+def test_objectives_that_take_the_params_pass_the_call_check(objective):
+    from multistart.problem import check_call
+
+    check_call(objective, "the objective", "objective(params) -> scalar")
+
+
 def test_add_note_falls_back_to_the_message_without_notes():
     class NoNotes(ValueError):  # what Python 3.10 exceptions look like
         def __getattribute__(self, name):
