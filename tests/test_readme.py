@@ -30,12 +30,12 @@ def test_the_first_example_finds_the_line(readme):
     namespace, _ = readme
     result = namespace["result"]
     assert abs(float(result.best_params["centre"]) - 37.0) < 0.5
-    assert abs(float(result.best_params["sigma"]) - 4.0) < 0.5
+    assert abs(float(result.best_params["width"]) - 4.0) < 0.5
     assert result.stats["n_compiles"] == 1 and np.isfinite(result.best_fom)
     # its error bars are those of a peak this well sampled: a few hundredths of a pixel
     assert 0.0 < result.errors["centre"] < 0.1
 
 
 def test_the_readme_stays_a_newcomers_page():
-    # issue 24 item 14: the newcomer's path at most 12 KB; the rest belongs in docs/
+    # the newcomer's path at most 12 KB; the rest belongs in docs/
     assert len(README.read_bytes()) <= 12 * 1024, "move detail from the README to docs/"
