@@ -19,7 +19,7 @@ _FAKE_PYTHON = r"""#!/bin/sh
 if [ "$1" = "-m" ] && [ "$2" = "venv" ]; then
   mkdir -p "$3/bin"
   echo "PATH=\"$3/bin:\$PATH\"; export PATH" > "$3/bin/activate"
-  for cmd in python pip multistart ruff mypy; do
+  for cmd in python pip multistart ruff mypy mkdocs; do
     cat > "$3/bin/$cmd" <<EOS
 #!/bin/sh
 echo "$cmd \$*" >> "\$CI_LOG"
@@ -58,6 +58,8 @@ EVERY_STEP = [
     "ruff check .",
     "ruff format --check .",
     "mypy multistart",
+    "pip install -e .[docs]",
+    "mkdocs build --strict --site-dir",
     "python -m pytest -q -m slow",
     "python -m workspace_tests --quick",
 ]
@@ -74,7 +76,13 @@ def test_ci_runs_every_step_the_readme_names(tmp_path):
 
 @pytest.mark.subprocess
 @pytest.mark.parametrize(
-    "fail", ["pip install -e .[plots]", "ruff format --check .", "mypy multistart"]
+    "fail",
+    [
+        "pip install -e .[plots]",
+        "ruff format --check .",
+        "mypy multistart",
+        "pip install -e .[docs]",
+    ],
 )
 def test_ci_stops_and_fails_at_a_failed_step(tmp_path, fail):
     code, log = _run_ci(tmp_path, fail)

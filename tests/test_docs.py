@@ -18,7 +18,7 @@ from markdown_blocks import ROOT, check_output, file_blocks, python_blocks, run_
 
 import multistart as ms
 
-PAGES = sorted((ROOT / "docs").glob("*.md"))
+PAGES = sorted((ROOT / "docs").rglob("*.md"))  # the guide and the API reference (docs/api/)
 WITH_BLOCKS = [p for p in PAGES if any(not b.file for b in python_blocks(p))]
 SCALE_OUT = ROOT / "docs" / "scale-out.md"
 
