@@ -214,3 +214,107 @@ def test_every_test_the_faults_page_names_exists():
     for path, test in named:
         source = (ROOT / path).read_text()
         assert re.search(rf"^def {test}\(", source, flags=re.M), f"{path}::{test}"
+
+
+# -- faults.md quotes the messages a user gets ----------------------------------------------------
+
+FAULT_SPACE = {"a": ms.Uniform(0.0, 10.0), "tau": ms.LogUniform(0.1, 10.0)}
+
+
+def _fault_objectives():
+    """The objectives faults.md's messages name, by name."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    def chi2(p):
+        return (p["a"] - 1.0) ** 2 + jnp.log(p["tau"]) ** 2
+
+    def typo(p):
+        return (p["A"] - 1.0) ** 2 + jnp.log(p["tau"]) ** 2
+
+    def f(x, a, tau):
+        return a * jnp.exp(-x / tau)
+
+    def vector(p):
+        return jnp.stack([p["a"], p["tau"]])
+
+    def summed(p):
+        return jnp.sum((p["a"] - jnp.arange(3.0)) ** 2)
+
+    def branchy(p):
+        if p["a"] > 1.0:
+            return p["a"] ** 2
+        return p["tau"] ** 2
+
+    def numpyish(p):
+        return np.exp(p["a"]) + p["tau"] ** 2
+
+    def rounded(p):
+        return jnp.round(p["a"]) + jnp.round(p["tau"])
+
+    return locals()
+
+
+def _fault_cases():
+    o, S, L = _fault_objectives(), FAULT_SPACE, ms.MultiStartLBFGS
+    return {
+        "n_starts": lambda: L(n_starts=0),
+        "batch_size": lambda: L(batch_size=0),
+        "learning_rate": lambda: ms.MultiStartAdam(learning_rate=0),
+        "unknown option": lambda: L(n_start=4),
+        "positional": lambda: L(4),
+        "schedule": lambda: L(schedule="fast"),
+        "method": lambda: ms.MultiStartLeastSquares(method="trf"),
+        "prior": lambda: ms.Uniform(1.0, 0.0),
+        "log prior": lambda: ms.LogUniform(0.0, 1.0),
+        "no space": lambda: L(n_starts=2).fit(o["chi2"]),
+        "not a prior": lambda: L(n_starts=2).fit(o["chi2"], {"a": 1.0}),
+        "curve_fit model": lambda: L(n_starts=2).fit(o["f"], S),
+        "misspelt name": lambda: L(n_starts=2).fit(o["typo"], S),
+        "vector": lambda: L(n_starts=2).fit(o["vector"], S),
+        "scalar residuals": lambda: ms.MultiStartLeastSquares(n_starts=2).fit(o["summed"], S),
+        "python if": lambda: L(n_starts=2).fit(o["branchy"], S),
+        "numpy": lambda: L(n_starts=2).fit(o["numpyish"], S),
+        "no gradient": lambda: L(n_starts=2).fit(o["rounded"], S),
+        "start outside": lambda: L(n_starts=2).fit(o["chi2"], S, starts=[{"a": 20.0, "tau": 1.0}]),
+        "start on a bound": lambda: L(n_starts=2).fit(o["chi2"], S, starts=[{"a": 0.0, "tau": 1}]),
+        "devices": lambda: L(n_starts=2, devices=5).fit(o["chi2"], S),
+        "bad part": lambda: L(n_starts=4).fit(o["chi2"], S, part=(4, 2)),
+        "coupled part": lambda: L(n_starts=4, start_strategy="tiktak").fit(
+            o["chi2"], S, part=(0, 2)
+        ),
+        "resume": lambda: L(n_starts=2).fit(o["chi2"], S, resume=True),
+    }
+
+
+def _quoted(text: str) -> list[str]:
+    """The page's code spans, whitespace collapsed (a span may wrap across source lines)."""
+    return [m.group(2).strip() for m in re.finditer(r"(`+)(.+?)\1", " ".join(text.split()))]
+
+
+@pytest.mark.parametrize("case", list(_fault_cases()))
+def test_the_faults_page_quotes_the_message_a_search_gives_before_compiling(case):
+    from conftest import NoCompile
+
+    spans = _quoted((ROOT / "docs" / "faults.md").read_text())
+    with NoCompile(), pytest.raises(Exception) as info:
+        _fault_cases()[case]()
+    e = info.value
+    mine = [
+        n
+        for n in getattr(e, "__notes__", [])
+        if n.startswith("multistart: ") and "tracing" not in n
+    ]
+    # JAX's own tracer errors are quoted by name, with multistart's note; the rest in full
+    said = mine if isinstance(e, jax_errors()) else [f"{type(e).__name__}: {e}", *mine]
+    for message in said:
+        message = " ".join(message.split())
+        assert any(
+            re.fullmatch(".*?".join(map(re.escape, span.split("..."))), message) for span in spans
+        ), f"docs/faults.md does not quote: {message}"
+
+
+def jax_errors():
+    import jax
+
+    return (jax.errors.TracerBoolConversionError, jax.errors.TracerArrayConversionError)
