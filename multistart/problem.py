@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import inspect
 import logging
+import re
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -248,14 +249,28 @@ def tracer_hint(error: BaseException, space: Space | None = None) -> str | None:
 
     JAX's tracer errors get the fix (``jnp.where``, ``jnp.exp``); given the ``space``, a
     ``KeyError`` for a name that is not a parameter (``p["A"]`` in a space of ``"amp"``) gets
-    the space's names and the closest of them.
+    the space's names and the closest of them; a function that needs more arguments than the
+    params (``f(x, a, tau)``) gets the call a search makes.
     """
     for kind, hint in _TRACER_HINTS:
         if isinstance(error, kind):
             return hint
     if space is not None and isinstance(error, KeyError) and len(error.args) == 1:
         return _key_hint(error.args[0], space)
+    if isinstance(error, TypeError) and _MISSING_ARGUMENTS.search(str(error)):
+        return _CALL_HINT
     return None
+
+
+# A function written as scipy's curve_fit takes it, f(x, a, tau), called with the params alone
+# (where check_call could not look first).
+_MISSING_ARGUMENTS = re.compile(r"missing \d+ required positional argument")
+_CALL_HINT = (
+    "multistart: a search calls your function with one argument, the dict of the space's "
+    "parameters (p['name']); a model f(x, *params), as scipy's curve_fit takes it, goes inside "
+    "it: residuals = lambda p: (f(x, p['a'], p['b']) - ydata) / sigma, or to "
+    "ms.curve_fit(f, xdata, ydata, p0, sigma), which takes f(x, *params)"
+)
 
 
 def _key_hint(key, space: Space) -> str | None:

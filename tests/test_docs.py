@@ -13,6 +13,8 @@ import subprocess
 import sys
 import types
 
+import jax.numpy as jnp
+import numpy as np
 import pytest
 from markdown_blocks import ROOT, check_output, file_blocks, python_blocks, run_page, write_files
 
@@ -221,42 +223,46 @@ def test_every_test_the_faults_page_names_exists():
 FAULT_SPACE = {"a": ms.Uniform(0.0, 10.0), "tau": ms.LogUniform(0.1, 10.0)}
 
 
-def _fault_objectives():
-    """The objectives faults.md's messages name, by name."""
-    import jax.numpy as jnp
-    import numpy as np
+# The objectives faults.md's messages name, defined at module level so that Python names them
+# as the page does (``f()``, not ``_outer.<locals>.f()``).
 
-    def chi2(p):
-        return (p["a"] - 1.0) ** 2 + jnp.log(p["tau"]) ** 2
 
-    def typo(p):
-        return (p["A"] - 1.0) ** 2 + jnp.log(p["tau"]) ** 2
+def chi2(p):
+    return (p["a"] - 1.0) ** 2 + jnp.log(p["tau"]) ** 2
 
-    def f(x, a, tau):
-        return a * jnp.exp(-x / tau)
 
-    def vector(p):
-        return jnp.stack([p["a"], p["tau"]])
+def typo(p):
+    return (p["A"] - 1.0) ** 2 + jnp.log(p["tau"]) ** 2
 
-    def summed(p):
-        return jnp.sum((p["a"] - jnp.arange(3.0)) ** 2)
 
-    def branchy(p):
-        if p["a"] > 1.0:
-            return p["a"] ** 2
-        return p["tau"] ** 2
+def f(x, a, tau):
+    return a * jnp.exp(-x / tau)
 
-    def numpyish(p):
-        return np.exp(p["a"]) + p["tau"] ** 2
 
-    def rounded(p):
-        return jnp.round(p["a"]) + jnp.round(p["tau"])
+def vector(p):
+    return jnp.stack([p["a"], p["tau"]])
 
-    return locals()
+
+def summed(p):
+    return jnp.sum((p["a"] - jnp.arange(3.0)) ** 2)
+
+
+def branchy(p):
+    if p["a"] > 1.0:
+        return p["a"] ** 2
+    return p["tau"] ** 2
+
+
+def numpyish(p):
+    return np.exp(p["a"]) + p["tau"] ** 2
+
+
+def rounded(p):
+    return jnp.round(p["a"]) + jnp.round(p["tau"])
 
 
 def _fault_cases():
-    o, S, L = _fault_objectives(), FAULT_SPACE, ms.MultiStartLBFGS
+    o, S, L = globals(), FAULT_SPACE, ms.MultiStartLBFGS
     return {
         "n_starts": lambda: L(n_starts=0),
         "batch_size": lambda: L(batch_size=0),
@@ -270,6 +276,7 @@ def _fault_cases():
         "no space": lambda: L(n_starts=2).fit(o["chi2"]),
         "not a prior": lambda: L(n_starts=2).fit(o["chi2"], {"a": 1.0}),
         "curve_fit model": lambda: L(n_starts=2).fit(o["f"], S),
+        "curve_fit residuals": lambda: ms.MultiStartLeastSquares(n_starts=2).fit(o["f"], S),
         "misspelt name": lambda: L(n_starts=2).fit(o["typo"], S),
         "vector": lambda: L(n_starts=2).fit(o["vector"], S),
         "scalar residuals": lambda: ms.MultiStartLeastSquares(n_starts=2).fit(o["summed"], S),

@@ -100,6 +100,20 @@ def test_a_curve_fit_style_model_is_refused_with_the_call_to_make():
         ms.laplace(lambda: 1.0, DECAY, {"a": 1.0, "tau": 1.0, "offset": 0.0})
 
 
+def test_a_curve_fit_style_model_given_as_residuals_gets_the_call_to_make():
+    # the least-squares search traces its residual function without check_call: the note says it
+    def decay(x, a, tau):
+        return a * jnp.exp(-x / tau)
+
+    search = ms.MultiStartLeastSquares(n_starts=2, batch_size=2, n_steps=5)
+    with NoCompile(), pytest.raises(TypeError, match="missing 2 required positional") as info:
+        search.fit(decay, DECAY)
+    (note,) = [n for n in info.value.__notes__ if "calls your function" in n]
+    assert "one argument, the dict of the space's parameters" in note
+    assert "ms.curve_fit(f, xdata, ydata, p0, sigma), which takes f(x, *params)" in note
+    assert tracer_hint(TypeError("f() takes 1 positional argument but 2 were given")) is None
+
+
 @pytest.mark.parametrize(
     "objective",
     [
