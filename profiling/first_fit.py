@@ -13,7 +13,8 @@ Models (``--models``, default all four):
 
   curve   the issue's first fit: MultiStartLBFGS, 8 starts, a 3-parameter curve of 60 points
           (float32, default n_steps=1000 and convergence)
-  readme  the README's first fit with batch_size left to "auto": MultiStartAdam, 64 starts,
+  readme  the README's Gaussian peak (its data and chi-squared; the README now fits it by
+          least squares) with batch_size left to "auto": MultiStartAdam, 64 starts,
           500 steps, a 3-parameter Gaussian on 400 points
   image   profiling/image_model.py (48 parameters, float64): MultiStartLBFGS, 32 starts,
           300 steps (time_to_solution.py's budget); fixed widths 1 and 4 (wider ones were

@@ -1,6 +1,7 @@
-"""The README's first fit as a benchmark model: a Gaussian peak on 400 points (3 parameters).
+"""The README's Gaussian peak as a benchmark model: 400 points, 3 parameters.
 
-The same data, figure of merit and space as the README's first example, so a benchmark of
+The same data and figure of merit as the README's first example (the χ² of its residuals; the
+README fits them by least squares and names the peak's width ``width``), so a benchmark of
 "the README's fit" measures what a newcomer runs::
 
     sys.path.insert(0, "profiling")
