@@ -109,9 +109,13 @@ class SearchConfig:
     )
     n_steps: int = option(1000, "maximum steps per start.", on_resume=OnResume.GROWS)
     seed: int = option(0, "seeds start generation; the same seed gives a bit-identical result.")
-    convergence: Convergence | None = option(
-        DEFAULT_CONVERGENCE,
-        "a :class:`multistart.Convergence` rule, or ``None`` to always run ``n_steps``.",
+    convergence: Convergence | None | str = option(
+        "auto",
+        "the window guard: a :class:`multistart.Convergence`, or ``None`` for none (a start "
+        'then ends by its rule\'s own tests, or at ``n_steps``). ``"auto"`` (default): none '
+        "for rules with optimality tests of their own (L-BFGS, least squares, optimistix), "
+        "``Convergence()`` for the others (the optax rules), whose starts then end "
+        "``stalled``.",
     )
     max_nonfinite: int = option(
         8,
@@ -294,8 +298,12 @@ class SearchConfig:
         from .tuning import check_batch_size
 
         conv = self.convergence
-        if conv is not None and not isinstance(conv, Convergence):
-            raise TypeError(f"convergence must be a multistart.Convergence or None; got {conv!r}")
+        if conv == "auto":  # a configuration made without its rule: the guard
+            self._set("convergence", DEFAULT_CONVERGENCE)
+        elif conv is not None and not isinstance(conv, Convergence):
+            raise TypeError(
+                f"convergence must be a multistart.Convergence, None or 'auto'; got {conv!r}"
+            )
         self._set("n_starts", int(self.n_starts))
         self._set("batch_size", check_batch_size(self.batch_size))
         self._set("start_band", check_band(self.start_band))
@@ -400,7 +408,8 @@ class SearchConfig:
     @property
     def window(self) -> int:
         """The convergence window's length (the per-start ring buffer's size)."""
-        return 1 if self.convergence is None else self.convergence.window
+        conv = self.convergence
+        return conv.window if isinstance(conv, Convergence) else 1
 
     @property
     def give_up(self) -> int:

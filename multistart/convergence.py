@@ -1,7 +1,7 @@
-"""Per-start convergence rules, written once for NumPy and for JAX.
+"""The window guard, written once for NumPy and for JAX.
 
 The rule runs inside the jitted step (with ``xp=jax.numpy``) so a start is frozen the moment it
-converges, whatever the host does; it is tested here on literal NumPy arrays.
+stalls, whatever the host does; it is tested here on literal NumPy arrays.
 """
 
 from __future__ import annotations
@@ -17,22 +17,28 @@ __all__ = ["Convergence", "window_converged"]
 
 @dataclass(frozen=True)
 class Convergence:
-    """A start has converged when its best figure of merit stopped improving.
+    """The window guard: a start ends when its best figure of merit stopped improving.
 
-    Converged at step ``k`` (counting from 0) when ``k >= window``, ``k + 1 >= min_steps`` and
-    ``best[k - window] - best[k] <= atol + rtol * |best[k]|``: over the last ``window`` steps the
-    best-so-far improved by no more than the tolerance.
+    A start ends at step ``k`` (counting from 0) when ``k >= window``, ``k + 1 >= min_steps``
+    and ``best[k - window] - best[k] <= atol + rtol * |best[k]|``: over the last ``window``
+    steps the best-so-far improved by no more than the tolerance. It ends as ``stalled``, not
+    ``converged``: the test says the start stopped making progress, not that it reached a
+    minimum (a rule's own optimality test says that).
+
+    It is the default for rules without a test of their own (the optax rules). With the
+    default ``atol=0`` the guard is relative, so it ends a fit of ``c * f`` where it ends a
+    fit of ``f``, whatever the scale ``c``; an ``atol`` makes it depend on that scale.
 
     Args:
       window: steps over which the improvement is measured (>= 1).
       rtol: relative tolerance on the improvement (>= 0).
-      atol: absolute tolerance on the improvement (>= 0).
-      min_steps: no start converges before taking this many steps (>= 0).
+      atol: absolute tolerance on the improvement (>= 0; default 0).
+      min_steps: no start ends by this rule before taking this many steps (>= 0).
     """
 
     window: int = 50
     rtol: float = 1e-6
-    atol: float = 1e-8
+    atol: float = 0.0
     min_steps: int = 0
 
     def __post_init__(self):

@@ -424,7 +424,7 @@ def _refiller(search, setup: Setup, start_plan, width, u0, to_physical, n_rows):
         n_first=int(np.sum(start_plan.started)),
         discoveries=discoveries,
     )
-    ended = (Status.NONFINITE, Status.CONVERGED, Status.MAX_STEPS)
+    ended = (Status.NONFINITE, Status.CONVERGED, Status.STALLED, Status.MAX_STEPS)
     return Refiller(queue, to_x=to_physical, **kw), frozenset(s.code for s in ended)
 
 

@@ -174,7 +174,8 @@ class MultiStartLeastSquares(MultiStartGradient):
         (``optx.LevenbergMarquardt(rtol, atol)``, ``optx.Dogleg``, ``optx.GaussNewton``, ...:
         ``pip install optimistix``).
       ftol, xtol, gtol: stopping tolerances of the built-in methods, as scipy
-        ``least_squares``' (default ``1e-8`` each; ``0`` turns one off).
+        ``least_squares``', relative (default ``eps^(3/4)`` of the float type: ``1.8e-12`` in
+        float64; ``0`` turns one off).
       jacobian: ``"auto"`` (forward mode unless there are fewer residuals than parameters),
         ``"forward"`` or ``"reverse"``.
       absolute_sigma: the residuals are normalised by the data's known standard deviations,

@@ -99,12 +99,22 @@ def _bare_default(handler: logging.Handler) -> bool:
 
 
 def progress_line(
-    step: int, n_steps: int, best: float, alive: int, converged: int, n: int, evals_per_s: float
+    step: int,
+    n_steps: int,
+    best: float,
+    alive: int,
+    converged: int,
+    n: int,
+    evals_per_s: float,
+    *,
+    stalled: int = 0,
 ) -> str:
-    """One progress line, e.g. ``step 100/500  best 12.3456  alive 60/64  converged 3/64``."""
+    """One progress line, e.g. ``step 100/500  best 12.3456  alive 60/64  converged 3/64``
+    (and ``stalled k/64`` once the window guard ended any start)."""
+    more = f"  stalled {stalled}/{n}" if stalled else ""
     return (
         f"step {step}/{n_steps}  best {best:.6g}  alive {alive}/{n}  "
-        f"converged {converged}/{n}  {evals_per_s:.3g} evals/s"
+        f"converged {converged}/{n}{more}  {evals_per_s:.3g} evals/s"
     )
 
 

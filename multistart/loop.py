@@ -344,6 +344,9 @@ class _RateLog:
             rate = (evals - self.evals_last) / max(now - self.t_last, 1e-12)
             alive = int(np.sum(status == Status.RUNNING.code))
             conv = int(np.sum(status == Status.CONVERGED.code))
-            line = log.progress_line(steps_run, self.n_steps, best, alive, conv, self.n, rate)
+            stalled = int(np.sum(status == Status.STALLED.code))
+            line = log.progress_line(
+                steps_run, self.n_steps, best, alive, conv, self.n, rate, stalled=stalled
+            )
             log.logger.info(f"{line}  {extra}" if extra else line)
         self.t_last, self.evals_last = now, evals

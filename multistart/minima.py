@@ -23,6 +23,9 @@ __all__ = ["cluster_minima", "cluster_minima_all_pairs", "default_tolerances"]
 
 # The figure of merit is a sum of many rounded terms: a few ulps is the best it resolves.
 _ROUNDING_ULPS = 10
+# How finely a search's tests locate a minimum's figure of merit (relative), at most: the
+# window guard's default rtol, and about the rules' own decrease tests after their last steps.
+LOCATED = 1e-6
 # Past this many candidate minima in a start's window they are compared in one NumPy call.
 _VECTOR_FROM = 8
 
@@ -30,25 +33,26 @@ _VECTOR_FROM = 8
 def default_tolerances(dtype, convergence: dict | None) -> tuple[float, float]:
     """``(xtol, ftol)`` that match how finely a search located its minima.
 
-    A start stops when its figure of merit improves by less than ``atol + rtol * |f|`` over
-    the convergence window, and it is never known better than a few ulps of its float type:
-    call the larger of the two the relative resolution ``r`` of the figure of merit. Near a
-    minimum ``f - f* = (x - x*)^T H (x - x*) / 2``, so parameters are located only to about
-    ``sqrt(r)`` (relative): that is ``xtol``. ``ftol`` is the same ``sqrt(r)``: a start stopped
-    by the window rule on a slow, flat approach can still be far more than ``r`` above its
-    minimum, while distinct minima at the same figure of merit are told apart by ``xtol``.
+    A search's tests end a start once its figure of merit improves by less than a relative
+    ``r`` (the window guard's ``rtol + atol``, or a rule's own tests, which locate a minimum's
+    figure of merit to about :data:`LOCATED`), and it is never known better than a few ulps
+    of its float type: ``r`` is the largest of the three. Near a minimum
+    ``f - f* = (x - x*)^T H (x - x*) / 2``, so parameters are located only to about
+    ``sqrt(r)`` (relative): that is ``xtol``. ``ftol`` is the same ``sqrt(r)``: a start ended
+    on a slow, flat approach can still be far more than ``r`` above its minimum, while
+    distinct minima at the same figure of merit are told apart by ``xtol``.
 
     Args:
       dtype: the float type the search ran in.
-      convergence: the search's rule as recorded in ``result.config["convergence"]`` (a dict
-        with ``rtol`` and ``atol``), or ``None`` (the float type alone then sets ``r``).
+      convergence: the search's window guard as recorded in ``result.config["convergence"]``
+        (a dict with ``rtol`` and ``atol``), or ``None``.
 
-    >>> [round(t, 5) for t in default_tolerances(np.float64, {"rtol": 1e-6, "atol": 1e-8})]
-    [0.001, 0.001]
+    >>> [round(t, 5) for t in default_tolerances(np.float64, {"rtol": 1e-5, "atol": 0.0})]
+    [0.00316, 0.00316]
     >>> f"{default_tolerances(np.float64, None)[0]:.1e}"
-    '4.7e-08'
+    '1.0e-03'
     """
-    resolution = _ROUNDING_ULPS * float(np.finfo(dtype).eps)
+    resolution = max(_ROUNDING_ULPS * float(np.finfo(dtype).eps), LOCATED)
     if convergence:
         rule = float(convergence.get("rtol", 0.0)) + float(convergence.get("atol", 0.0))
         resolution = max(resolution, rule)

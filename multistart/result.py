@@ -369,7 +369,7 @@ class Result:
         f = np.asarray(self.foms, dtype=np.float64).copy()
         if not include_nonfinite:
             f[np.array([s is Status.NONFINITE for s in self.status], dtype=bool)] = np.inf
-        converged = np.array([s is Status.CONVERGED for s in self.status], dtype=bool)
+        converged = np.array([s.settled for s in self.status], dtype=bool)
         if include_unconverged is None:
             include_unconverged = not converged.any()
         if not include_unconverged:

@@ -15,6 +15,7 @@ import optax
 
 from . import checks, driver
 from .config import SearchConfig, options_doc, unknown_options
+from .convergence import Convergence
 from .result import Result
 from .solvers import LBFGS, OptaxSolver, Solver, as_solver
 
@@ -61,6 +62,9 @@ class MultiStartGradient:
     def __init__(self, optimizer: optax.GradientTransformation | Solver, /, **options):
         unknown_options(options, type(self))
         solver = as_solver(optimizer)
+        given = options.get("convergence", "auto")
+        if isinstance(given, str) and given == "auto":  # the rule's tests, or the guard
+            options["convergence"] = None if solver.tests_convergence else Convergence()
         config = SearchConfig(**options)
         object.__setattr__(self, "solver", solver)
         object.__setattr__(self, "options", config)
@@ -221,13 +225,18 @@ class MultiStartLBFGS(MultiStartGradient):
     Every start keeps its own memory of ``memory`` pairs and its own backtracking line search,
     carried from one engine step to the next, so the objective is evaluated **once per start
     per step** and no start waits for another (see :class:`multistart.solvers.LBFGS`). A start
-    converges as scipy's L-BFGS-B does (``gtol`` on the largest gradient component, in the
-    unconstrained coordinates the search steps in, or ``ftol`` on the relative decrease of an
-    accepted step), or by the window rule of ``convergence``.
+    ends ``converged`` when the decrease its quasi-Newton model predicts is at most
+    ``rtol * |f|``, or when a full quasi-Newton step hardly moved it (``xtol``): relative
+    tests, so the fit of ``c * f`` ends where the fit of ``f`` does.
 
     Args:
       memory: pairs kept per start (scipy's ``maxcor``).
-      gtol, ftol: scipy L-BFGS-B's stopping tolerances and defaults.
+      rtol: the predicted decrease, relative to ``|f|`` (default ``100 * eps`` of the float
+        type).
+      xtol: the first trial step of a line search, accepted, relative to the point's norm
+        (default ``sqrt(eps)``).
+      ftol: end a start ``stalled`` when an accepted step lowered ``f`` by at most this,
+        relative (scipy's ``ftol``; default ``0``, off).
       **kwargs: the search's options (:class:`MultiStartGradient`).
     """
 
@@ -235,11 +244,12 @@ class MultiStartLBFGS(MultiStartGradient):
         self,
         *,
         memory: int = 10,
-        gtol: float = 1e-5,
-        ftol: float = 2.220446049250313e-09,
+        rtol: float | None = None,
+        xtol: float | None = None,
+        ftol: float = 0.0,
         **kwargs,
     ):
-        super().__init__(LBFGS(memory, gtol=gtol, ftol=ftol), **kwargs)
+        super().__init__(LBFGS(memory, rtol=rtol, xtol=xtol, ftol=ftol), **kwargs)
 
 
 def _with_options(cls) -> None:

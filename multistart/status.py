@@ -16,7 +16,8 @@ class Status(str, enum.Enum):
     >>> Status.CONVERGED == "converged", str(Status.MAX_STEPS), repr(Status.NONFINITE)
     (True, 'max_steps', "'nonfinite'")
 
-    On the device a status is its ``code`` (a small int); the host turns codes back into members.
+    On the device a status is its ``code`` (a small int, its place in the enumeration: new
+    members go last, so saved codes keep their meaning); the host turns codes back into members.
     """
 
     RUNNING = "running"
@@ -27,6 +28,12 @@ class Status(str, enum.Enum):
     UNSTARTED = "unstarted"
     STOPPED = "stopped"
     PRUNED = "pruned"
+    STALLED = "stalled"
+
+    @property
+    def settled(self) -> bool:
+        """Did the start end by a test (its rule's optimality test, or the window guard)?"""
+        return self in (Status.CONVERGED, Status.STALLED)
 
     @property
     def code(self) -> int:
@@ -53,7 +60,8 @@ _MEMBERS = list(Status)
 _CODES = {s: i for i, s in enumerate(_MEMBERS)}
 _MESSAGES = {
     Status.RUNNING: "Still running: the search stopped before this start ended.",
-    Status.CONVERGED: "Converged: the best figure of merit stopped improving within tolerance.",
+    Status.CONVERGED: "Converged: the rule's own optimality test passed (its gradient, step or "
+    "decrease tests, relative to the scale of the figure of merit).",
     Status.MAX_STEPS: "Reached n_steps before converging.",
     Status.NONFINITE: "Non-finite (nan or inf) objective or gradient; the start was stopped.",
     Status.INTERRUPTED: "The search was interrupted before this start ended.",
@@ -68,5 +76,9 @@ _MESSAGES = {
     Status.PRUNED: (
         "Pruned by the halving schedule: at a rung it was behind the starts that continued and "
         "not improving fast enough to catch up (its best is kept)."
+    ),
+    Status.STALLED: (
+        "Stalled: its best figure of merit improved by less than the convergence window's "
+        "tolerance over the window; no optimality test said it reached a minimum."
     ),
 }

@@ -16,7 +16,9 @@ Around the solver, the same for every rule:
   improvement in between, or a start that never had a finite value, end it as
   ``nonfinite``.
 - **The best-so-far** over every evaluated point, and the step it was found at.
-- **Convergence**: the window rule on the best-so-far, or the solver's own test.
+- **Ending**: ``converged`` when the solver's own optimality test passes; ``stalled`` when the
+  window guard (:class:`multistart.Convergence`, relative in the figure of merit) sees the
+  best-so-far stop improving.
 - **A per-start step cap** (``max_start_steps``, TikTak's ``local_steps``): a start that
   took that many steps ends as ``max_steps`` on the device, so its slot can be reused.
 
@@ -41,7 +43,7 @@ from .status import Status
 __all__ = ["StartState", "PopState", "make_start_step", "make_chunk_step", "init_population"]
 
 _RUNNING, _CONVERGED, _NONFINITE = Status.RUNNING.code, Status.CONVERGED.code, Status.NONFINITE.code
-_MAX_STEPS = Status.MAX_STEPS.code
+_MAX_STEPS, _STALLED = Status.MAX_STEPS.code, Status.STALLED.code
 
 
 class StartState(NamedTuple):
@@ -129,7 +131,7 @@ def make_start_step(
         moved = _tree_all_finite(u_next)
         g = _guard(s, fom, finite, moved, solver.handles_nonfinite, max_nonfinite)
         ok, improved, best_fom = g.ok, g.improved, g.best_fom
-        status, ring = _ending(s, g, solver.converged, opt_next, convergence, max_start_steps)
+        status, ring = _ending(s, g, solver, opt_next, convergence, max_start_steps)
 
         new = StartState(
             u=_tree_select(ok, u_next, s.good_u),
@@ -176,17 +178,18 @@ def _guard(s: StartState, fom, finite, moved, handles_nonfinite: bool, max_nonfi
     return _Guarded(ok, improved, best_fom, n_bad, dead)
 
 
-def _ending(s: StartState, g: _Guarded, converged, opt_next, convergence, max_start_steps):
+def _ending(s: StartState, g: _Guarded, solver, opt_next, convergence, max_start_steps):
     """``(status, ring)`` after one step: nonfinite, converged (the solver's own test,
-    ``converged(opt_next)``, or the window rule on the best-so-far), out of steps, or still
-    running."""
+    ``solver.converged(opt_next)``), stalled (the solver gave up, ``solver.stalled``, or the
+    window guard on the best-so-far), out of steps, or still running."""
     dead, best_fom = g.dead, g.best_fom
     status = jnp.where(dead, _NONFINITE, s.status)
-    conv = converged(opt_next) & g.ok
+    conv = solver.converged(opt_next) & g.ok
+    stall = solver.stalled(opt_next) & g.ok
     ring = s.ring
     if convergence is not None:
         slot = s.n_steps % ring.shape[0]
-        conv = conv | window_converged(
+        stall = stall | window_converged(
             ring[slot],
             best_fom,
             s.n_steps,
@@ -197,6 +200,7 @@ def _ending(s: StartState, g: _Guarded, converged, opt_next, convergence, max_st
             xp=jnp,
         )
         ring = ring.at[slot].set(best_fom)
+    status = jnp.where(~dead & stall, _STALLED, status)
     status = jnp.where(~dead & conv, _CONVERGED, status)
     if max_start_steps is not None:
         out_of_steps = (status == _RUNNING) & (s.n_steps + 1 >= max_start_steps)

@@ -144,7 +144,7 @@ class Discoveries:
 
     def observe(self, records) -> None:
         for r in records:
-            if r.status != Status.CONVERGED.code or not np.isfinite(r.best_fom):
+            if not Status.from_code(r.status).settled or not np.isfinite(r.best_fom):
                 continue
             u = np.concatenate([np.ravel(a) for a in jax.tree_util.tree_leaves(r.best_u)])
             tol_f = self.ftol * max(1.0, abs(self.best_f)) if np.isfinite(self.best_f) else 0

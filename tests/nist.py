@@ -216,14 +216,15 @@ def load(name: str) -> Problem:
     params = re.findall(row, text, re.M)
     table = np.array(params, dtype=np.float64)
     ssr = float(re.search(rf"Residual Sum of Squares:\s*({_NUMBER})", text).group(1))
-    dof = int(re.search(r"Degrees of Freedom:\s*(\d+)", text).group(1))
     data_at = [m.end() for m in re.finditer(r"^Data:\s+y.*$", text, re.M)][-1]
     rows = np.array([line.split() for line in text[data_at:].strip().splitlines()], np.float64)
     y, x = rows[:, 0], (rows[:, 1] if rows.shape[1] == 2 else rows[:, 1:])
     if name == "Nelson":  # NIST states the model for log(y)
         y = np.log(y)
     level = re.search(r"(\w+) Level of Difficulty", text).group(1).lower()
-    return Problem(name, x, y, *table.T, ssr, dof, level)
+    # m - n: Rat43's file says 9 degrees of freedom, but its certified standard deviations
+    # are those of 15 - 4 = 11
+    return Problem(name, x, y, *table.T, ssr, y.size - table.shape[0], level)
 
 
 def box(problem: Problem) -> list[tuple[str, float, float]]:

@@ -235,7 +235,8 @@ def test_bad_hyperparameters_fail_before_any_compile():
     with NoCompile():
         for kw, word in [
             ({"memory": 0}, "memory"),
-            ({"gtol": -1.0}, "gtol"),
+            ({"rtol": -1.0}, "rtol"),
+            ({"xtol": float("nan")}, "xtol"),
             ({"ftol": "x"}, "ftol"),
         ]:
             with pytest.raises(ValueError, match=word):

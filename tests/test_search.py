@@ -252,7 +252,7 @@ def test_compiles_do_not_grow_with_the_number_of_chunks():
     assert len(set(totals.values())) == 1, totals
 
 
-def test_converged_starts_leave_the_sweep():
+def test_ended_starts_leave_the_sweep():
     search = ms.MultiStartAdam(
         n_starts=10,
         batch_size=2,
@@ -261,7 +261,7 @@ def test_converged_starts_leave_the_sweep():
         convergence=ms.Convergence(window=20, rtol=0.0, atol=1e-9),
     )
     result = search.fit(parabola, PARABOLA_SPACE)
-    assert all(s is ms.Status.CONVERGED for s in result.status)
+    assert all(s is ms.Status.STALLED for s in result.status)  # Adam's end: the window guard
     assert result.n_steps.max() < 2000
     assert result.stats["n_evals"] == result.n_steps.sum()
     # repacking: chunk calls track the running starts, not n_starts every step

@@ -50,11 +50,16 @@ class Solver:
         also receives ``residuals`` (``r``, one vector) and ``jacobian`` (``J``, ``(m, n)``
         over the raveled parameters), with ``value = ‖r‖²`` and ``grad = 2 Jᵀr``. Such a rule
         runs only where the search has residuals (``multistart.MultiStartLeastSquares``).
+      tests_convergence: ``True`` when :meth:`converged` is the rule's own optimality test
+        (gradient, step or decrease tests, relative to the scale of the figure of merit).
+        A search with such a rule runs no window guard by default (``convergence="auto"``);
+        one without gets :class:`multistart.Convergence`, and its starts end ``stalled``.
     """
 
     name = "solver"
     handles_nonfinite = False
     uses_residuals = False
+    tests_convergence = False
 
     def hyperparameters(self) -> dict[str, Any]:
         """The rule's settings as plain values (recorded in the configuration)."""
@@ -90,7 +95,14 @@ class Solver:
         return self.init(u)
 
     def converged(self, state) -> jax.Array:
-        """Has the rule's own stopping test passed (e.g. a gradient tolerance)?"""
+        """Has the rule's own optimality test passed (e.g. a gradient tolerance)? The start
+        then ends ``converged``."""
+        del state
+        return jax.numpy.bool_(False)
+
+    def stalled(self, state) -> jax.Array:
+        """Has the rule given up without passing its optimality test (no decrease it can find
+        is left)? The start then ends ``stalled``."""
         del state
         return jax.numpy.bool_(False)
 

@@ -20,20 +20,27 @@ The rule, per start (Nocedal & Wright, *Numerical Optimization*, 2nd ed., algori
   (every trial is evaluated with its gradient, so both slopes are known), falling back to the
   quadratic through ``f(x)``, ``gᵀd`` and ``f(x + a d)``, clamped to ``[0.1 a, 0.5 a]``. A
   non-finite trial is a failed test and shrinks the step tenfold.
-- **First step** ``a = min(1, 1/‖g‖)`` (a unit-length step, as L-BFGS-B's first iteration), and
-  after the memory has a pair, ``a = 1``; no trial moves a coordinate by more than
-  ``max_step``.
+- **First step** ``a = 1/‖d‖`` (a step of unit length in the unconstrained coordinates, which
+  are of order one, whatever the scale of the figure of merit), and after the memory has a
+  pair, ``a = 1``; no trial moves a coordinate by more than ``max_step``.
 - **Memory update** only when ``sᵀy > eps ‖s‖ ‖y‖`` (curvature positive beyond rounding, which
   keeps float32 runs safe); otherwise the pair is skipped.
 - **Recovery**: after ``max_linesearch`` failed trials the memory is cleared and steepest
-  descent is tried; if that fails as often, the start has stalled and stops (converged: no
-  representable decrease is left). A direction that is not a descent direction clears the
-  memory too. The engine's non-finite guard stays behind all of this.
-- **Stopping** (as scipy's L-BFGS-B, with its defaults): ``max |g| <= gtol`` at an accepted
-  point, or a relative decrease ``(f_k - f_k+1) / max(|f_k|, |f_k+1|, 1) <= ftol`` at an
-  accepted step. The gradient is the gradient in the search's unconstrained coordinates (a
-  logit per bounded parameter, the standardised value for a normal prior), not in the physical
-  ones.
+  descent is tried; if that fails as often, the start has stalled and stops (``stalled``: no
+  representable decrease is left, but no optimality test passed). A direction that is not a
+  descent direction clears the memory too. The engine's non-finite guard stays behind all of
+  this.
+- **Stopping**, every test relative, so a fit of ``c * f`` stops where a fit of ``f`` does:
+  *converged* when, at an accepted point, the decrease the quasi-Newton model predicts for
+  its next step, ``-gᵀd / 2``, is at most ``rtol * |f|`` (the Newton decrement: it measures
+  the distance to the minimum in the metric of the curvature, so it does not depend on how
+  the parameters are scaled either), at an exact stationary point, or when the first trial of
+  a line search was accepted and moved the point by at most ``xtol * (xtol + ‖x‖)``
+  (MINPACK's step test: what ends a fit whose figure of merit falls to zero or to its
+  rounding floor, where no test relative to it can pass). *Stalled* when an accepted step lowered
+  the figure of merit by at most ``ftol`` relative (scipy's ``ftol`` test: progress, not
+  optimality; off by default). All in the search's unconstrained coordinates (a logit per
+  bounded parameter, the standardised value for a normal prior).
 """
 
 from __future__ import annotations
@@ -64,7 +71,7 @@ class LBFGSState(NamedTuple):
 
     rows: jax.Array  # (3 + 2 * memory, n): x, g, d, the memory's s rows, its y rows
     reals: jax.Array  # (memory + 3,): the memory's rho, then f, alpha, gamma
-    ints: jax.Array  # (4,) int32: n_back, started, done, n_pairs
+    ints: jax.Array  # (4,) int32: n_back, started, done (0, CONVERGED or STALLED), n_pairs
 
 
 class LBFGSFields(NamedTuple):
@@ -87,7 +94,7 @@ class LBFGSFields(NamedTuple):
     n_pairs: jax.Array  # pairs in the memory
     n_back: jax.Array  # failed trials in the current line search
     started: jax.Array  # has x been evaluated (a finite first evaluation)?
-    done: jax.Array  # a stopping test passed
+    done: jax.Array  # 0 while running; CONVERGED (a test passed) or STALLED (no progress)
 
     def pack(self) -> LBFGSState:
         rows = jnp.concatenate([jnp.stack([self.x, self.g, self.d]), self.s, self.y])
@@ -112,8 +119,11 @@ class LBFGSFields(NamedTuple):
             n_pairs=ints[3],
             n_back=ints[0],
             started=ints[1] != 0,
-            done=ints[2] != 0,
+            done=ints[2],
         )
+
+
+CONVERGED, STALLED = 1, 2  # LBFGSFields.done
 
 
 class _Memory(NamedTuple):
@@ -139,9 +149,16 @@ class LBFGS(Solver):
 
     Args:
       memory: the number of ``(s, y)`` pairs each start keeps (scipy's ``maxcor``).
-      gtol: stop when the largest gradient component at an accepted point is at most this.
-      ftol: stop when an accepted step lowers the figure of merit by at most this, relative
-        to ``max(|f_k|, |f_k+1|, 1)`` (scipy's ``ftol``). ``0`` turns the test off.
+      rtol: converged when the decrease the quasi-Newton model predicts for the next step is
+        at most ``rtol * |f|``. ``None`` (default): ``100 * eps`` of the search's float type
+        (``2.2e-14`` in float64, ``1.2e-5`` in float32): the parameters are then located to
+        far below their statistical errors, and the figure of merit to its rounding.
+      xtol: converged when the first trial of a line search was accepted and moved the point
+        by at most ``xtol * (xtol + ‖x‖)``. ``None`` (default): ``sqrt(eps)`` (MINPACK's);
+        ``0`` turns the test off.
+      ftol: stalled when an accepted step lowers the figure of merit by at most ``ftol``
+        relative to ``max(|f_k|, |f_k+1|)`` (scipy's ``ftol``, without its floor of 1 that made
+        it absolute for small figures of merit). ``0`` (default) turns the test off.
       c1: the Armijo constant.
       max_linesearch: failed trials before the memory is cleared (and, a second time in a
         row, before the start stops).
@@ -151,20 +168,23 @@ class LBFGS(Solver):
 
     name = "lbfgs"
     handles_nonfinite = True
+    tests_convergence = True
 
     def __init__(
         self,
         memory: int = 10,
         *,
-        gtol: float = 1e-5,
-        ftol: float = 2.220446049250313e-09,
+        rtol: float | None = None,
+        xtol: float | None = None,
+        ftol: float = 0.0,
         c1: float = 1e-4,
         max_linesearch: int = 20,
         max_step: float = 10.0,
         curvature_eps: float = 1e-8,
     ):
         self.memory = checks.integer(memory, "memory", 1)
-        self.gtol = float(checks.non_negative(gtol, "gtol"))
+        self.rtol = None if rtol is None else float(checks.non_negative(rtol, "rtol"))
+        self.xtol = None if xtol is None else float(checks.non_negative(xtol, "xtol"))
         self.ftol = float(checks.non_negative(ftol, "ftol"))
         self.c1 = float(checks.positive(c1, "c1"))
         checks.in_unit_interval(self.c1, "c1")
@@ -175,7 +195,8 @@ class LBFGS(Solver):
     def hyperparameters(self) -> dict[str, Any]:
         return {
             "memory": self.memory,
-            "gtol": self.gtol,
+            "rtol": self.rtol,
+            "xtol": self.xtol,
             "ftol": self.ftol,
             "c1": self.c1,
             "max_linesearch": self.max_linesearch,
@@ -202,11 +223,14 @@ class LBFGS(Solver):
             n_pairs=jnp.int32(0),
             n_back=jnp.int32(0),
             started=jnp.bool_(False),
-            done=jnp.bool_(False),
+            done=jnp.int32(0),
         ).pack()
 
     def converged(self, state: LBFGSState) -> jax.Array:
-        return LBFGSFields.unpack(state).done
+        return LBFGSFields.unpack(state).done == CONVERGED
+
+    def stalled(self, state: LBFGSState) -> jax.Array:
+        return LBFGSFields.unpack(state).done == STALLED
 
     # -- the step ----------------------------------------------------------------------------
 
@@ -228,9 +252,10 @@ class LBFGS(Solver):
         curv_ok = dots.sy > self.curvature_eps * jnp.sqrt(dots.ss) * jnp.sqrt(dots.yy)
         store = accept & ~first & curv_ok & jnp.isfinite(dots.sy)
         mem = self._remember(st, s_new, y_new, dots, store)  # st's memory when not accepted
-        d_acc, norm_acc, max_acc, descent = _direction(self._two_loop(g_flat, mem), g_flat, dots)
-        drop = (st.f - value) / jnp.maximum(jnp.maximum(jnp.abs(st.f), jnp.abs(value)), 1.0)
-        stop_acc = (dots.g_max <= self.gtol) | (~first & (drop <= self.ftol))
+        d_acc, norm_acc, max_acc, descent, dg_acc = _direction(
+            self._two_loop(g_flat, mem), g_flat, dots
+        )
+        code_acc = self._tests(st, value, u_flat, dots, mem, descent, dg_acc, first)
 
         # -- a failed trial: backtrack; clear the memory after too many; stop after twice that.
         alpha_back = _backtrack(st, value, dots, finite)
@@ -248,10 +273,10 @@ class LBFGS(Solver):
         # The memory is cleared by a direction that is not a descent direction and by a reset:
         # one select per element, whichever case.
         mem = mem.cleared_unless(jnp.where(accept, descent, ~reset))
-        alpha0 = jnp.where(
-            accept & (mem.n_pairs > 0), 1.0, jnp.minimum(1.0, 1.0 / jnp.maximum(norm_d, 1e-30))
-        )
-        alpha0 = jnp.minimum(alpha0, self.max_step / jnp.maximum(max_d, 1e-30))
+        tiny = jnp.finfo(dtype).tiny
+        unit = 1.0 / jnp.maximum(norm_d, tiny)  # a step of unit length
+        alpha0 = jnp.where(accept & (mem.n_pairs > 0), 1.0, unit)
+        alpha0 = jnp.minimum(alpha0, self.max_step / jnp.maximum(max_d, tiny))
         new = LBFGSFields(
             jnp.where(accept, u_flat, st.x),
             jnp.where(accept, value, st.f),
@@ -261,15 +286,33 @@ class LBFGS(Solver):
             *mem,
             n_back=jnp.where(fresh, 0, n_back).astype(jnp.int32),
             started=st.started | accept,
-            done=jnp.where(accept, stop_acc, stalled),
+            done=jnp.where(accept, code_acc, jnp.where(stalled, STALLED, 0)),
         )
         # A start whose first evaluation was non-finite stays where it is (the engine ends it;
         # it accepted nothing, so new.x is st.x).
         idle = first & ~finite
-        u_next = jnp.where(idle | new.done, new.x, new.x + new.alpha * new.d)
+        u_next = jnp.where(idle | (new.done != 0), new.x, new.x + new.alpha * new.d)
         return SolverStep(unravel(u_next.astype(dtype)), _select(idle, state, new.pack()), 0)
 
     # -- pieces ------------------------------------------------------------------------------
+
+    def _tests(self, st: LBFGSFields, value, x, dots: _Dots, mem: _Memory, descent, dg, first):
+        """The stopping tests at an accepted point: ``CONVERGED``, ``STALLED`` or 0."""
+        eps = float(jnp.finfo(x.dtype).eps)
+        rtol = 100 * eps if self.rtol is None else self.rtol
+        xtol = eps**0.5 if self.xtol is None else self.xtol
+        size = jnp.abs(value)
+        # the quasi-Newton model's predicted decrease, or an exact stationary point
+        decrement = (mem.n_pairs > 0) & descent & (-dg <= 2.0 * rtol * size)
+        stationary = dots.g_max == 0
+        # a first trial (no backtracking) that hardly moved: the model's minimum is here (a
+        # step shortened by the line search says nothing of the kind)
+        moved = jnp.sqrt(dots.ss)
+        small_step = (st.n_back == 0) & (moved <= xtol * (xtol + jnp.linalg.norm(x)))
+        drop = (st.f - value) / jnp.maximum(jnp.abs(st.f), size)  # relative: no floor of 1
+        converged = decrement | stationary | (~first & small_step)
+        stalled = ~first & (drop <= self.ftol)
+        return jnp.where(converged, CONVERGED, jnp.where(stalled, STALLED, 0))
 
     def _remember(self, st: LBFGSFields, s_new, y_new, dots: _Dots, store) -> _Memory:
         """The memory with ``(s_new, y_new)`` appended (the oldest pair dropped) when ``store``."""
@@ -338,8 +381,9 @@ class _Dots(NamedTuple):
 
 
 def _direction(hg, g, dots: _Dots):
-    """``(d, ‖d‖, max |d|, descent)``: the quasi-Newton direction ``-hg`` when it is a finite
-    descent direction, else steepest descent ``-g`` (two reductions)."""
+    """``(d, ‖d‖, max |d|, descent, dᵀg)``: the quasi-Newton direction ``-hg`` when it is a
+    finite descent direction, else steepest descent ``-g`` (two reductions); ``dᵀg`` is the
+    quasi-Newton direction's."""
     d = -hg
     dg, dd = jnp.sum(jnp.stack([d * g, d * d]), axis=1)
     d_max = jnp.max(jnp.abs(d))
@@ -349,6 +393,7 @@ def _direction(hg, g, dots: _Dots):
         jnp.where(descent, jnp.sqrt(dd), dots.norm_g),
         jnp.where(descent, d_max, dots.g_max),
         descent,
+        dg,
     )
 
 

@@ -14,7 +14,8 @@ Tingleff, *Methods for non-linear least squares problems*, 2004):
 
 - ``"lm"``: Levenberg-Marquardt. The step solves ``(JᵀJ + λ D) d = -Jᵀr`` with ``D`` the
   running maximum of ``diag(JᵀJ)`` (Marquardt's scaling, as MINPACK's ``lmder``), ``λ``
-  starting at ``1e-3 max(diag(JᵀJ))`` and updated by the gain ratio ``ρ`` (actual over predicted
+  starting at ``1e-3`` (dimensionless: ``D`` carries the scale of ``JᵀJ``, so residuals
+  ``c r`` take the steps ``r`` takes) and updated by the gain ratio ``ρ`` (actual over predicted
   decrease) as Nielsen's rule: ``λ *= max(1/3, 1 - (2ρ - 1)³)`` on an accepted step,
   ``λ *= ν, ν *= 2`` on a rejected one.
 - ``"dogleg"``: Powell's dogleg in a trust region of radius ``Δ``: the Gauss-Newton step when it
@@ -25,11 +26,17 @@ Tingleff, *Methods for non-linear least squares problems*, 2004):
   rejected trial halves the length, an accepted one doubles it, up to the full step.
 
 A trial is accepted when ``ρ > 1e-4`` (MINPACK's threshold). The stopping tests are scipy
-``least_squares``' (its defaults ``ftol = xtol = gtol = 1e-8``) at accepted steps: ``ftol`` on
-the relative decrease of ``‖r‖²`` (with ``ρ > 1/4``), ``xtol`` on the step against the point's
-norm, and ``gtol`` on the largest cosine between ``r`` and a column of ``J`` (MINPACK's,
-which does not depend on the parameters' or the residuals' scale). A start whose steps have
-become too small to move (``xtol``) while being rejected has stalled and stops too. All tests
+``least_squares``' at accepted steps: ``ftol`` on the relative decrease of ``‖r‖²`` (with
+``ρ > 1/4``), ``xtol`` on the step against the point's norm, and ``gtol`` on the largest
+cosine between ``r`` and a column of ``J`` (MINPACK's); each is relative, so residuals ``c r``
+end where ``r`` does. A start passing one ends ``converged``. Their default is ``eps^(3/4)``
+of the float type (``1.8e-12`` in float64, ``6.4e-6`` in float32), tighter than scipy's
+``1e-8``: a converging start pays a step or two more, and the best fit is located to about
+six digits more than its statistical errors ask, as NIST's certified answers show
+(``tests/test_nist.py``). After a rejected trial, a next step too short to move the point
+(``xtol``: MINPACK's trust region below ``xtol``) is convergence too; one whose predicted
+decrease is below the rounding of ``‖r‖²`` ends the start ``stalled``: no decrease it can find
+is left, and no test passed. All tests
 work in the search's unconstrained coordinates. The normal equations are solved by Cholesky in
 the working precision, so run ill-conditioned fits in float64.
 """
@@ -40,18 +47,32 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from .. import checks
 from .base import Solver, SolverStep
 
-__all__ = ["LeastSquaresSolver", "LeastSquaresState", "METHODS", "JACOBIAN_MODES", "linearize"]
+__all__ = [
+    "LeastSquaresSolver",
+    "LeastSquaresState",
+    "METHODS",
+    "JACOBIAN_MODES",
+    "default_tolerance",
+    "linearize",
+]
 
 METHODS = ("lm", "dogleg", "gauss-newton")
 JACOBIAN_MODES = ("auto", "forward", "reverse")
+CONVERGED, STALLED = 1, 2  # LeastSquaresState.done
 ACCEPT = 1e-4  # a trial is accepted when the actual decrease is this much of the predicted
-LM_TAU = 1e-6  # the first damping, relative to the largest diagonal entry of JᵀJ
+LM_TAU = 1e-3  # the first damping λ: dimensionless, as it multiplies the scaling D
 DOGLEG_FACTOR = 100.0  # the first trust radius, relative to max(‖x‖, 1) (MINPACK's factor)
+
+
+def default_tolerance(tol: float | None, dtype) -> float:
+    """``tol``, or for ``None`` the default ``eps^(3/4)`` of ``dtype`` (a Python float)."""
+    return float(np.finfo(dtype).eps) ** 0.75 if tol is None else tol
 
 
 def linearize(residual_fn, u, mode: str = "auto"):
@@ -93,7 +114,7 @@ class LeastSquaresState(NamedTuple):
     d: jax.Array  # the pending step: the trial is x + d
     pred: jax.Array  # the decrease of ‖r‖² that the linear model predicts at x + d
     started: jax.Array  # has x been evaluated (a finite first evaluation)?
-    done: jax.Array  # a stopping test passed
+    done: jax.Array  # 0 while running; CONVERGED (a test passed) or STALLED (no decrease left)
 
 
 class LeastSquaresSolver(Solver):
@@ -101,8 +122,8 @@ class LeastSquaresSolver(Solver):
 
     Args:
       method: ``"lm"`` (Levenberg-Marquardt), ``"dogleg"`` or ``"gauss-newton"``.
-      ftol, xtol, gtol: scipy ``least_squares``' stopping tolerances and defaults; ``0`` turns
-        one off.
+      ftol, xtol, gtol: scipy ``least_squares``' stopping tolerances (relative); ``None``
+        (default) is ``eps^(3/4)`` of the search's float type; ``0`` turns one off.
       jacobian: ``"auto"`` (forward mode when there are at least as many residuals as
         parameters, else reverse mode), ``"forward"`` or ``"reverse"`` (for a model with a
         ``jax.custom_vjp`` and no forward-mode rule).
@@ -110,14 +131,15 @@ class LeastSquaresSolver(Solver):
 
     handles_nonfinite = True  # a non-finite trial is a rejected trial
     uses_residuals = True
+    tests_convergence = True
 
     def __init__(
         self,
         method: str = "lm",
         *,
-        ftol: float = 1e-8,
-        xtol: float = 1e-8,
-        gtol: float = 1e-8,
+        ftol: float | None = None,
+        xtol: float | None = None,
+        gtol: float | None = None,
         jacobian: str = "auto",
     ):
         if method not in METHODS:
@@ -129,9 +151,10 @@ class LeastSquaresSolver(Solver):
             raise ValueError(f"jacobian must be one of {options}; got {jacobian!r}")
         self.method = method
         self.name = method
-        self.ftol = float(checks.non_negative(ftol, "ftol"))
-        self.xtol = float(checks.non_negative(xtol, "xtol"))
-        self.gtol = float(checks.non_negative(gtol, "gtol"))
+        self.ftol, self.xtol, self.gtol = (
+            None if v is None else float(checks.non_negative(v, name))
+            for v, name in ((ftol, "ftol"), (xtol, "xtol"), (gtol, "gtol"))
+        )
         self.jacobian = jacobian
 
     def hyperparameters(self) -> dict[str, Any]:
@@ -156,11 +179,14 @@ class LeastSquaresSolver(Solver):
             d=jnp.zeros_like(x),
             pred=zero,
             started=jnp.bool_(False),
-            done=jnp.bool_(False),
+            done=jnp.int32(0),
         )
 
     def converged(self, state: LeastSquaresState) -> jax.Array:
-        return state.done
+        return state.done == CONVERGED
+
+    def stalled(self, state: LeastSquaresState) -> jax.Array:
+        return state.done == STALLED
 
     def step(  # type: ignore[override]  # the engine passes a least-squares rule its residuals
         self, value, grad, u, state: LeastSquaresState, *, scale, value_fn, residuals, jacobian
@@ -180,11 +206,10 @@ class LeastSquaresSolver(Solver):
         a = jacobian.T @ jacobian
         diag = jnp.maximum(st.diag, jnp.diagonal(a))
         step_len = jnp.linalg.norm(u_flat - st.x)
-        small_step = step_len <= self.xtol * (self.xtol + jnp.linalg.norm(u_flat))
-        small_drop = (actual <= self.ftol * st.cost) & (rho > 0.25)
-        col = jnp.sqrt(jnp.diagonal(a)) * jnp.sqrt(cost)
-        cosine = jnp.max(jnp.where(col > 0, jnp.abs(g) / jnp.where(col > 0, col, 1.0), 0.0))
-        stop_acc = (cosine <= self.gtol) | (~first & (small_drop | small_step))
+        ftol, xtol, gtol = (default_tolerance(t, dtype) for t in (self.ftol, self.xtol, self.gtol))
+        small_step = step_len <= xtol * (xtol + jnp.linalg.norm(u_flat))
+        small_drop = (actual <= ftol * st.cost) & (rho > 0.25)
+        stop_acc = (_cosine(g, a, cost) <= gtol) | (~first & (small_drop | small_step))
 
         keep = (st.x, st.cost, st.g, st.a, st.diag)
         new = (u_flat, cost, g, a, diag)
@@ -193,11 +218,19 @@ class LeastSquaresSolver(Solver):
         )
         param, nu = self._update(st, rho, accept, first, a_x)
         d, pred = self._propose(g_x, a_x, diag_x, param, scale)
-        # A rejected trial whose next step is too small to move the point, or to lower ‖r‖²
-        # in the working precision: no representable decrease is left.
-        tiny_step = jnp.linalg.norm(d) <= self.xtol * (self.xtol + jnp.linalg.norm(x))
-        stalled = ~accept & (tiny_step | (pred <= jnp.finfo(dtype).eps * cost_x))
-        done = jnp.where(accept, stop_acc, stalled)
+        # After a rejected trial: a next step too small to move the point is MINPACK's xtol
+        # test (its trust region shrank below xtol: converged). One too small to lower ‖r‖² in
+        # the working precision leaves no decrease to find: converged where the kept point is
+        # a stationary point to half the working precision (the cosine test at sqrt(eps)),
+        # stalled otherwise.
+        eps = jnp.finfo(dtype).eps
+        tiny_step = jnp.linalg.norm(d) <= xtol * (xtol + jnp.linalg.norm(x))
+        no_drop = pred <= eps * cost_x
+        flat = _cosine(g_x, a_x, cost_x) <= jnp.sqrt(eps)
+        rejected = jnp.where(
+            tiny_step | (no_drop & flat), CONVERGED, jnp.where(no_drop, STALLED, 0)
+        )
+        done = jnp.where(accept, jnp.where(stop_acc, CONVERGED, 0), rejected)
         idle = first & ~finite  # never finite: the engine ends the start
         out = LeastSquaresState(
             x=x,
@@ -210,20 +243,19 @@ class LeastSquaresSolver(Solver):
             d=d,
             pred=pred,
             started=st.started | accept,
-            done=done & ~idle,
+            done=jnp.where(idle, 0, done).astype(jnp.int32),
         )
         out = jax.tree_util.tree_map(lambda p, q: jnp.where(idle, p, q), st, out)
-        u_next = jnp.where(idle | out.done, out.x, out.x + out.d)
+        u_next = jnp.where(idle | (out.done != 0), out.x, out.x + out.d)
         return SolverStep(unravel(u_next.astype(dtype)), out, 0)
 
     # -- the three rules -------------------------------------------------------------------
 
     def _update(self, st: LeastSquaresState, rho, accept, first, a):
         """``(param, nu)`` after a trial with gain ratio ``rho``."""
-        biggest = jnp.max(jnp.diagonal(a))
         if self.method == "lm":
             grown = st.param * jnp.maximum(1.0 / 3.0, 1.0 - (2.0 * rho - 1.0) ** 3)
-            lam = jnp.where(first, LM_TAU * biggest, jnp.where(accept, grown, st.param * st.nu))
+            lam = jnp.where(first, LM_TAU, jnp.where(accept, grown, st.param * st.nu))
             nu = jnp.where(accept, 2.0, 2.0 * st.nu)
             # never exactly zero, or a rejected trial could not grow it
             return jnp.maximum(lam, jnp.finfo(a.dtype).tiny), nu
@@ -243,7 +275,9 @@ class LeastSquaresSolver(Solver):
     def _propose(self, g, a, diag, param, scale):
         """``(d, pred)``: the next step from the kept point and its predicted decrease."""
         n = g.shape[0]
-        floor = jnp.finfo(g.dtype).eps * jnp.maximum(jnp.max(diag), 1.0)
+        # relative to the largest curvature, so the step does not depend on the residuals' scale
+        biggest = jnp.max(diag)
+        floor = jnp.finfo(g.dtype).eps * jnp.where(biggest > 0, biggest, 1.0)
         scaling = jnp.maximum(diag, floor)
         if self.method == "lm":
             d = _solve(a + param * jnp.diag(scaling), -g)
@@ -255,6 +289,13 @@ class LeastSquaresSolver(Solver):
         d = scale * d
         pred = -(2.0 * jnp.vdot(d, g) + jnp.vdot(d, a @ d))
         return d, pred
+
+
+def _cosine(g, a, cost):
+    """MINPACK's scale-free gradient test: the largest cosine between ``r`` and a column of
+    ``J``, from ``g = Jᵀr``, ``a = JᵀJ`` and ``cost = ‖r‖²``."""
+    col = jnp.sqrt(jnp.diagonal(a)) * jnp.sqrt(cost)
+    return jnp.max(jnp.where(col > 0, jnp.abs(g) / jnp.where(col > 0, col, 1.0), 0.0))
 
 
 def _solve(m, b):

@@ -139,6 +139,8 @@ class OptimistixSolver(Solver):
         self.handles_nonfinite = search in _NONFINITE_SEARCHES
         self._templates: dict = {}
 
+    tests_convergence = True  # optimistix's own terminate (its rtol and atol)
+
     def hyperparameters(self) -> dict[str, Any]:
         out: dict[str, Any] = {"solver": type(self.solver).__name__}
         for key in ("rtol", "atol"):
