@@ -136,11 +136,14 @@ class SearchConfig:
         (0.15, 0.85), "starts are drawn in this band of each prior's quantiles."
     )
     start_strategy: str = option(
-        "band",
+        "auto",
         'how starts cover the band: ``"band"`` (independent uniform draws), ``"sobol"`` '
         '(scrambled Sobol\' sequence) or ``"lhs"`` (Latin hypercube); or ``"tiktak"``: '
         "Sobol' candidates, and whenever a slot's local search ends it gets the next filtered "
-        "candidate blended towards the best point so far (TikTak; see :mod:`multistart.tiktak`).",
+        "candidate blended towards the best point so far (TikTak; see :mod:`multistart.tiktak`). "
+        '``"auto"`` (default): ``"tiktak"`` for the least-squares rules (short local searches '
+        "that end by their own tests, on curve fits that are often multimodal), ``\"band\"`` "
+        "for the others, and wherever TikTak cannot run (``n_candidates=0``, ``resurrect``).",
     )
     n_candidates: int | None = option(
         None,

@@ -121,7 +121,7 @@ def coupling(search) -> str | None:
         and "resurrection draws every slot's replacements from one shared reserve",
         "start_strategy='tiktak'": o.tiktak
         and "TikTak hands every slot candidates from one queue, blended towards the best "
-        "point of all slots",
+        "point of all slots (the least-squares rules' default: start_strategy='band' splits)",
         "target_fom": o.target_fom is not None and "it stops every start once any start reaches it",
         "max_evals": o.max_evals is not None
         and "it stops every start once all of them made that many evaluations",
