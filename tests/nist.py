@@ -282,12 +282,21 @@ def worst_lre(problem: Problem, estimate, target=None) -> float:
     return best
 
 
-def relabelled(problem: Problem, estimate) -> np.ndarray:
-    """The estimate in the certified values' labelling (its best relabelling)."""
+def best_order(problem: Problem, estimate) -> list[int]:
+    """The indices that put the estimate in the certified values' labelling (its best
+    relabelling): ``estimate[best_order(...)]`` and ``errors[best_order(...)]``."""
     est = np.asarray(estimate, np.float64)
+    if problem.name.startswith("Gauss"):
+        est = est.copy()
+        est[[4, 7]] = np.abs(est[[4, 7]])
     orders = list(relabellings(problem.name, problem.n_params))
     scores = [float(np.min(lre(est[i], problem.certified))) for i in orders]
-    return est[orders[int(np.argmax(scores))]]
+    return orders[int(np.argmax(scores))]
+
+
+def relabelled(problem: Problem, estimate) -> np.ndarray:
+    """The estimate in the certified values' labelling (its best relabelling)."""
+    return np.asarray(estimate, np.float64)[best_order(problem, estimate)]
 
 
 def ssr_lre(problem: Problem, ssr: float) -> float:

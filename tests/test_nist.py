@@ -1,0 +1,101 @@
+"""Certified answers: NIST's 27 StRD nonlinear regression problems, fitted from the box.
+
+Each problem is fitted in float64 from 32 starts in the box built from NIST's two starting
+values alone (``nist.box``: log-uniform from a tenth of the smaller to ten times the larger
+when both are positive, else uniform over ten times the larger magnitude either side of zero),
+every other option at its default but a fixed ``batch_size`` (so no width is chosen by timing
+and the run is the same on every machine). The answers are scored as the StRD literature
+scores them: the log relative error (LRE, the number of digits that agree) of the worst
+parameter, up to the relabelling of interchangeable components.
+
+- ``MultiStartLeastSquares``: every parameter to 6 digits, the certified residual sum of squares
+  to 6, the certified standard deviations (``result.errors``, curve_fit's convention, the
+  default) to 4.
+- ``MultiStartLBFGS`` on the sum of squares (the slow tier): every parameter to 6 digits.
+
+As many digits as the problem's conditioning allows, where that is fewer (``DIGITS``): ENSO's
+parameters to 5, for b8's certified standard deviation is 2.4 times its value (six digits of b8
+locate it to 4e-7 of its deviation, a part in 1e13 of the sum of squares); Lanczos1's standard
+deviations to 2.5, for they scale with the square root of its sum of squares, itself at the
+rounding floor (below).
+
+Lanczos1's certified sum of squares, 1.4e-25, is the rounding floor of NIST's own computation
+(its certified parameters, given to 11 digits, give 4e-21): a fit is held to reaching below
+1e-20 instead. ENSO is multimodal (two cycles of unknown period): it is the case for the
+least-squares rules' TikTak default.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import nist
+import numpy as np
+import pytest
+
+import multistart as ms
+
+N_STARTS = 32
+DIGITS = {"ENSO": 5.0}  # the worst parameter's; 6 elsewhere
+SD_DIGITS = {"Lanczos1": 2.5}  # the worst standard deviation's; 4 elsewhere
+SSR_DIGITS = 6
+SSR_FLOOR = {"Lanczos1": 1e-20}  # certified at NIST's rounding floor: reach below this
+
+
+def _space(problem: nist.Problem) -> dict:
+    return {
+        name: ms.LogUniform(lo, hi) if kind == "log" else ms.Uniform(lo, hi)
+        for name, (kind, lo, hi) in zip(problem.names, nist.box(problem), strict=True)
+    }
+
+
+@functools.cache
+def _fit(name: str, rule: str):
+    problem = nist.load(name)
+    with jax.enable_x64(True):
+        x, y = jnp.asarray(problem.x), jnp.asarray(problem.y)
+
+        def residuals(b):
+            return problem.model(b, x, jnp) - y
+
+        options = dict(n_starts=N_STARTS, batch_size=N_STARTS, seed=0, log_every=0)
+        if rule == "lm":
+            result = ms.MultiStartLeastSquares(**options).fit(residuals, _space(problem))
+        else:
+            search = ms.MultiStartLBFGS(**options)
+            result = search.fit(lambda b: jnp.sum(residuals(b) ** 2), _space(problem))
+        estimate = np.array([float(result.best_params[k]) for k in problem.names])
+        errors = None
+        if rule == "lm":
+            errors = np.array([float(result.errors[k]) for k in problem.names])
+    return problem, result, estimate, errors
+
+
+def _check_answer(problem: nist.Problem, result, estimate) -> None:
+    worst = nist.worst_lre(problem, estimate)
+    assert worst >= DIGITS.get(problem.name, 6.0), (problem.name, worst, estimate.tolist())
+    floor = SSR_FLOOR.get(problem.name)
+    if floor is None:
+        assert nist.ssr_lre(problem, result.best_fom) >= SSR_DIGITS, result.best_fom
+    else:
+        assert result.best_fom < floor
+    assert result.status[result.best_index] is ms.Status.CONVERGED, result.status_counts()
+    assert result.fit_dtype == np.float64
+
+
+@pytest.mark.parametrize("name", nist.NAMES)
+def test_least_squares_reaches_the_certified_answer(name):
+    problem, result, estimate, errors = _fit(name, "lm")
+    _check_answer(problem, result, estimate)
+    sd = errors[nist.best_order(problem, estimate)]  # in the certified values' labelling
+    worst_sd = float(np.min(nist.lre(sd, problem.certified_sd)))
+    assert worst_sd >= SD_DIGITS.get(name, 4.0), sd.tolist()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", nist.NAMES)
+def test_lbfgs_reaches_the_certified_answer(name):
+    problem, result, estimate, _ = _fit(name, "lbfgs")
+    _check_answer(problem, result, estimate)
