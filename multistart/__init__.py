@@ -1,7 +1,7 @@
 """multistart: multi-start gradient fitting in JAX.
 
-Many optax local searches of one model run at once, compiled once and swept in chunks; the
-result is the best fit with every start's record.
+Many local searches of one model run at once, compiled once and swept in chunks; the result
+is the best fit with every start's record.
 """
 
 from . import distributed as distributed
@@ -13,6 +13,7 @@ from .checkpoint import SearchInterrupted as SearchInterrupted
 from .chunking import chunk_slices as chunk_slices
 from .config import SearchConfig as SearchConfig
 from .convergence import Convergence as Convergence
+from .curve_fit import curve_fit as curve_fit
 from .decide import StopReason as StopReason
 from .graph import Factor as Factor
 from .graph import FactorGraphModel as FactorGraphModel
@@ -22,6 +23,7 @@ from .laplace import laplace as laplace
 from .least_squares import MultiStartLeastSquares as MultiStartLeastSquares
 from .log import set_level as set_log_level
 from .memory import usable_cpu_count as usable_cpu_count
+from .priors import HalfBounded as HalfBounded
 from .priors import LogUniform as LogUniform
 from .priors import Normal as Normal
 from .priors import Prior as Prior
@@ -52,6 +54,7 @@ __all__ = [
     "Factor",
     "FactorGraphModel",
     "FactorView",
+    "HalfBounded",
     "Halving",
     "Laplace",
     "LogUniform",
@@ -80,6 +83,7 @@ __all__ = [
     "cache_dir",
     "chunk_slices",
     "configure_compilation_cache",
+    "curve_fit",
     "distributed",
     "laplace",
     "set_log_level",

@@ -142,7 +142,7 @@ class SearchConfig:
         "Sobol' candidates, and whenever a slot's local search ends it gets the next filtered "
         "candidate blended towards the best point so far (TikTak; see :mod:`multistart.tiktak`). "
         '``"auto"`` (default): ``"tiktak"`` for the least-squares rules (short local searches '
-        "that end by their own tests, on curve fits that are often multimodal), ``\"band\"`` "
+        'that end by their own tests, on curve fits that are often multimodal), ``"band"`` '
         "for the others, and wherever TikTak cannot run (``n_candidates=0``, ``resurrect``).",
     )
     n_candidates: int | None = option(

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from scipy import special
 
-__all__ = ["Prior", "Uniform", "LogUniform", "Normal", "Space"]
+__all__ = ["Prior", "Uniform", "LogUniform", "Normal", "HalfBounded", "Space"]
 
 # Unit-cube values are kept this far from 0 and 1 before a logit, so a start on a bound maps to
 # a large but finite unconstrained value.
@@ -240,6 +240,85 @@ class Normal(Prior):
         m, s = jnp.asarray(self.mean, dtype), jnp.asarray(self.sigma, dtype)
         z = (x - m) / s
         return jnp.sum(-0.5 * z**2 - jnp.log(s) - 0.5 * np.log(2 * np.pi))
+
+
+@dataclass(frozen=True, eq=False, init=False, repr=False)
+class HalfBounded(Prior):
+    """A parameter bounded on one side only: ``x >= bound`` (or ``x <= bound`` with
+    ``side="upper"``), around a ``typical`` value on the open side.
+
+    Stepped in ``u = log((x - bound) / (typical - bound))`` (``x = typical`` at ``u = 0``), so
+    no step crosses the bound and a start moves by a factor of ``e`` in its distance to the
+    bound per unit of ``u``. Starts are drawn log-normally: ``u`` is a standard normal, its
+    central band a factor of about 3 either side of ``typical``'s distance to the bound.
+    ``curve_fit`` uses it for ``bounds=(0, np.inf)`` and the like.
+
+    >>> HalfBounded(0.0, 2.0).lower_bound, HalfBounded(1.0, -3.0, side="upper").upper_bound
+    (array(0.), array(1.))
+    """
+
+    bound: np.ndarray
+    typical: np.ndarray
+    sign: int  # +1: x >= bound; -1: x <= bound
+    shape: tuple[int, ...]
+
+    def __init__(self, bound, typical, side: str = "lower", shape=None):
+        if side not in ("lower", "upper"):
+            raise ValueError(f"HalfBounded: side must be 'lower' or 'upper'; got {side!r}")
+        b, t = (
+            _as_param(bound, "bound", "HalfBounded"),
+            _as_param(typical, "typical", "HalfBounded"),
+        )
+        target, p = _broadcast("HalfBounded", shape, bound=b, typical=t)
+        sign = 1 if side == "lower" else -1
+        if np.any(sign * (p["typical"] - p["bound"]) <= 0):
+            raise ValueError(
+                f"HalfBounded: typical must be strictly inside the bound ({side} bound "
+                f"{bound!r}); got typical={typical!r}"
+            )
+        object.__setattr__(self, "bound", p["bound"])
+        object.__setattr__(self, "typical", p["typical"])
+        object.__setattr__(self, "sign", sign)
+        object.__setattr__(self, "shape", target)
+
+    def __repr__(self):
+        side = "" if self.sign > 0 else ", side='upper'"
+        shape = "" if self.shape == () else f", shape={self.shape}"
+        return f"HalfBounded({_fmt(self.bound)}, {_fmt(self.typical)}{side}{shape})"
+
+    @property
+    def lower_bound(self):
+        return self.bound if self.sign > 0 else np.full(self.shape, -np.inf)
+
+    @property
+    def upper_bound(self):
+        return self.bound if self.sign < 0 else np.full(self.shape, np.inf)
+
+    def from_unit(self, q):
+        return self._x(special.ndtri(np.asarray(q, dtype=np.float64)), np)
+
+    def to_unit(self, x):
+        return special.ndtr(self.inverse(x))
+
+    def _x(self, u, xp):
+        dtype = xp.result_type(u) if xp is jnp else np.float64
+        b, t = xp.asarray(self.bound, dtype), xp.asarray(self.typical, dtype)
+        return b + (t - b) * xp.exp(u)
+
+    def forward(self, u):
+        return self._x(u, jnp)
+
+    def inverse(self, x):
+        x = np.asarray(x, dtype=np.float64)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            u = np.log((x - self.bound) / (self.typical - self.bound))
+        return np.clip(np.nan_to_num(u, nan=-40.0, neginf=-40.0), -40.0, 40.0)
+
+    def log_prob(self, x):  # log-normal in the distance to the bound, median at typical
+        dtype = jnp.result_type(x)
+        d = jnp.abs(x - jnp.asarray(self.bound, dtype))
+        u = jnp.log(d / jnp.asarray(np.abs(self.typical - self.bound), dtype))
+        return jnp.sum(-0.5 * u**2 - jnp.log(d) - 0.5 * np.log(2 * np.pi))
 
 
 def _fmt(a: np.ndarray) -> str:

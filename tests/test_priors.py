@@ -212,3 +212,25 @@ def test_the_model_sees_the_map_behind_one_boundary_bit_for_bit(x64):
     want = jax.jit(lambda v: space.unravel(space.forward_flat(v)))(u)
     for got, ref in zip(jax.tree_util.tree_leaves(x), jax.tree_util.tree_leaves(want), strict=True):
         np.testing.assert_array_equal(np.asarray(got), np.asarray(ref))
+
+
+def test_a_half_bounded_prior_never_crosses_its_bound_and_starts_around_typical():
+    lower = ms.HalfBounded(0.5, 2.0)
+    upper = ms.HalfBounded(1.0, -3.0, side="upper")
+    u = np.linspace(-30.0, 30.0, 13)
+    assert np.all(np.asarray(lower.forward(jnp.asarray(u))) >= 0.5)
+    assert np.all(np.asarray(upper.forward(jnp.asarray(u))) <= 1.0)
+    assert float(lower.forward(jnp.asarray(0.0))) == 2.0
+    x = np.array([0.6, 2.0, 40.0])
+    np.testing.assert_allclose(np.asarray(lower.forward(jnp.asarray(lower.inverse(x)))), x)
+    q = lower.to_unit(lower.from_unit(np.array([0.15, 0.5, 0.85])))
+    np.testing.assert_allclose(q, [0.15, 0.5, 0.85])
+    assert lower.lower_bound == 0.5 and np.isinf(lower.upper_bound)
+    assert upper.upper_bound == 1.0 and np.isinf(upper.lower_bound)
+    for bad, match in [
+        (dict(bound=1.0, typical=0.5), "typical must be strictly inside"),
+        (dict(bound=0.0, typical=1.0, side="left"), "side must be"),
+        (dict(bound=np.nan, typical=1.0), "bound must be finite"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            ms.HalfBounded(**bad)

@@ -1,0 +1,132 @@
+"""ms.curve_fit: scipy's interface and meaning, many starts, bad input refused before a compile."""
+
+from __future__ import annotations
+
+import warnings
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.optimize
+from conftest import NoCompile
+
+import multistart as ms
+
+X = np.linspace(0.0, 5.0, 50)
+TRUTH = (3.0, 1.5, 0.2)
+SIGMA = np.linspace(0.03, 0.08, 50)
+Y = TRUTH[0] * np.exp(-X / TRUTH[1]) + TRUTH[2] + np.random.default_rng(0).normal(0.0, SIGMA)
+FAST = dict(n_starts=4, seed=0, log_every=0)
+
+
+def decay(x, a, tau, c):
+    return a * jnp.exp(-x / tau) + c
+
+
+def decay_np(x, a, tau, c):
+    return a * np.exp(-x / tau) + c
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(p0=[1.0, 1.0, 0.0]),
+        dict(bounds=(0.0, 10.0)),
+        dict(p0=[1.0, 1.0, 0.0], sigma=SIGMA, absolute_sigma=True),
+        dict(p0=[1.0, 1.0, 0.0], sigma=SIGMA),
+        dict(p0=[1.0, 1.0, 0.1], bounds=([0.0, 0.0, -np.inf], [np.inf, np.inf, np.inf])),
+        dict(p0=[1.0, 1.0, 0.0], sigma=np.diag(SIGMA**2)),  # a covariance matrix
+    ],
+    ids=["p0", "box", "absolute", "relative", "one-sided", "covariance"],
+)
+def test_the_answer_and_pcov_are_scipys(kw):
+    popt, pcov = ms.curve_fit(decay, X, Y, **FAST, **kw)
+    ref, ref_cov = scipy.optimize.curve_fit(decay_np, X, Y, **kw, xtol=1e-14, ftol=1e-14)
+    np.testing.assert_allclose(popt, ref, rtol=1e-7)
+    np.testing.assert_allclose(pcov, ref_cov, rtol=1e-5)
+    assert popt.dtype == pcov.dtype == np.float64 and pcov.shape == (3, 3)
+
+
+def test_full_output_returns_the_result_and_one_start_is_p0():
+    p0 = [2.0, 1.0, 0.0]
+    popt, pcov, result = ms.curve_fit(decay, X, Y, p0=p0, n_starts=1, full_output=True)
+    assert isinstance(result, ms.Result) and result.n_starts == 1
+    np.testing.assert_array_equal([result.start_params[k][0] for k in "a tau c".split()], p0)
+    assert result.status[0] is ms.Status.CONVERGED
+    np.testing.assert_allclose(popt, [result.best_params[k] for k in ("a", "tau", "c")])
+    # p0 is the first of several starts too
+    *_, many = ms.curve_fit(decay, X, Y, p0=p0, full_output=True, start_strategy="band", **FAST)
+    assert many.n_starts == 4 and float(many.start_params["tau"][0]) == 1.0
+
+
+def test_starts_stay_inside_bounds_and_a_one_sided_bound_holds():
+    lower, upper = [0.0, 0.5, -1.0], [10.0, 10.0, 1.0]
+    *_, result = ms.curve_fit(decay, X, Y, bounds=(lower, upper), full_output=True, **FAST)
+    for k, lo, hi in zip(("a", "tau", "c"), lower, upper, strict=True):
+        v = np.asarray(result.params[k])
+        assert np.all((v >= lo) & (v <= hi))
+    # c >= 0.5 excludes the truth (0.2): the fit ends on the bound, never below it
+    popt, _ = ms.curve_fit(decay, X, Y, p0=[1.0, 1.0, 0.6], bounds=([0, 0, 0.5], np.inf), **FAST)
+    assert popt[2] >= 0.5 and popt[2] == pytest.approx(0.5, abs=1e-6)
+
+
+def test_nan_policy_omit_drops_the_points_and_raise_refuses_them():
+    y = Y.copy()
+    y[[3, 17]] = np.nan
+    popt, _ = ms.curve_fit(decay, X, y, p0=[1.0, 1.0, 0.0], nan_policy="omit", **FAST)
+    keep = np.isfinite(y)
+    ref, _ = scipy.optimize.curve_fit(decay_np, X[keep], y[keep], p0=[1.0, 1.0, 0.0])
+    np.testing.assert_allclose(popt, ref, rtol=1e-6)
+    with NoCompile(), pytest.raises(ValueError, match="ydata holds 2 non-finite"):
+        ms.curve_fit(decay, X, y, p0=[1.0, 1.0, 0.0], **FAST)
+
+
+def test_an_undetermined_parameter_gives_an_inf_pcov_with_a_warning():
+    def flat(x, a, b):  # b never enters: no curvature along it
+        return a + 0.0 * b * x
+
+    with pytest.warns(scipy.optimize.OptimizeWarning, match="could not be estimated"):
+        _, pcov = ms.curve_fit(flat, X, Y, p0=[1.0, 1.0], **FAST)
+    assert np.all(np.isinf(pcov))
+
+
+@pytest.mark.parametrize(
+    "kw, error, match",
+    [
+        (dict(p0=[1.0, 1.0]), ValueError, r"p0 must have one value per parameter of f \(3: a"),
+        (dict(bounds=([0, 0], [1, 1, 1])), ValueError, "bounds' lower must have one value"),
+        (dict(bounds=(1.0, 0.0)), ValueError, "each lower must be below its upper"),
+        (dict(bounds=(0.0, 1.0), p0=[2.0, 0.5, 0.5]), ValueError, "p0 lies outside bounds"),
+        (dict(sigma=np.ones(7)), ValueError, "sigma must have ydata's shape"),
+        (dict(sigma=-np.ones(50)), ValueError, "sigma must be positive"),
+        (dict(method="trf"), ValueError, "method must be 'lm'"),
+        (dict(jac=lambda x: x), ValueError, "jac: the Jacobian comes from JAX"),
+        (dict(nan_policy="propagate"), ValueError, "nan_policy must be"),
+        (dict(absolute_sigma=1), TypeError, "absolute_sigma must be True or False"),
+        (dict(n_starts=0), ValueError, "n_starts"),
+        (dict(learning_rate=0.1), TypeError, "unknown option 'learning_rate'"),
+    ],
+)
+def test_bad_arguments_are_refused_before_any_compile(kw, error, match):
+    with NoCompile(), pytest.raises(error, match=match):
+        ms.curve_fit(decay, X, Y, **kw)
+
+
+def test_a_model_of_the_wrong_shape_or_data_of_another_length_is_refused_before_a_compile():
+    with NoCompile():
+        with pytest.raises(ValueError, match=r"must return ydata's shape \(50,\)"):
+            ms.curve_fit(lambda x, a: a * x[:10], X, Y, p0=[1.0])
+        with pytest.raises(ValueError, match=r"must return ydata's shape \(40,\)"):
+            ms.curve_fit(decay, X, Y[:40], p0=[1.0, 1.0, 0.0])
+        with pytest.raises(ValueError, match="p0 is needed"):
+            ms.curve_fit(lambda x, *p: p[0] * x, X, Y)
+        with pytest.raises(ValueError, match="xdata holds 1 non-finite"):
+            ms.curve_fit(decay, np.where(X == X[4], np.inf, X), Y, p0=[1.0, 1.0, 0.0])
+
+
+def test_names_come_from_f_and_the_result_uses_them():
+    *_, result = ms.curve_fit(decay, X, Y, p0=[1.0, 1.0, 0.0], full_output=True, **FAST)
+    assert sorted(result.paths) == ["a", "c", "tau"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert set(result.errors) == {"a", "tau", "c"}
