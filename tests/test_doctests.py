@@ -14,6 +14,7 @@ MODULES = [
     "checks",
     "chunking",
     "convergence",
+    "curve_fit",
     "distributed",
     "graph",
     "laplace",
