@@ -230,17 +230,28 @@ def _linearized(solver: Solver, residual_fn, u):
     return fom, grad, cost, {"residuals": r, "jacobian": jac}
 
 
-def make_chunk_step(start_step: Callable[[StartState, Any], StartState]):
+def make_chunk_step(
+    start_step: Callable[[StartState, Any], StartState], rows_per_datum: int | None = None
+):
     """Build ``chunk_step(pop, gather, scatter, t, data) -> pop``.
 
     ``gather`` and ``scatter`` are ``batch_size`` row indices from
     :func:`multistart.chunking.chunk_indices`; the padding's scatter index is out of bounds and
     its writes are dropped. ``t`` is the global step, the row of ``history`` written.
+
+    ``rows_per_datum``: ``data`` is a stack of datasets (every leaf with a leading axis of
+    them), and rows ``i * rows_per_datum`` to ``(i + 1) * rows_per_datum - 1`` fit dataset
+    ``i`` (``curve_fit(..., batched=True)``: each fit's starts). ``None``: every row fits the
+    one ``data``.
     """
-    vstep = jax.vmap(start_step, in_axes=(0, None))
+    per_row = rows_per_datum is not None
+    vstep = jax.vmap(start_step, in_axes=(0, 0 if per_row else None))
 
     def multistart_chunk_step(pop: PopState, gather, scatter, t, data) -> PopState:
         chunk = jax.tree_util.tree_map(lambda a: a[gather], pop.starts)
+        if per_row:
+            datum = gather // rows_per_datum
+            data = jax.tree_util.tree_map(lambda d: d[datum], data)
         # Materialise the chunk's new state once: without the barrier XLA may fuse (and so
         # recompute, possibly rounding differently) the same value into both scatters below.
         out = jax.lax.optimization_barrier(vstep(chunk, data))
