@@ -24,7 +24,9 @@ from typing import Any
 import jax
 import numpy as np
 
+from .config import require_orbax
 from .distributed import to_host
+from .identity import describe_difference
 
 __all__ = [
     "Checkpointer",
@@ -32,7 +34,6 @@ __all__ = [
     "CheckpointMismatch",
     "SearchCheckpoints",
     "SearchInterrupted",
-    "require_orbax",
 ]
 
 logger = logging.getLogger("multistart")
@@ -53,20 +54,6 @@ class CheckpointError(RuntimeError):
 
 class CheckpointMismatch(CheckpointError):
     """The checkpoint folder holds a search of another model or configuration."""
-
-
-def require_orbax():
-    """Import orbax.checkpoint, or explain how to install it."""
-    try:
-        import orbax.checkpoint as ocp
-    except ImportError as e:  # pragma: no cover - depends on the environment
-        raise ImportError(
-            "checkpoint_dir needs orbax-checkpoint: pip install 'multistart[checkpoint]'"
-        ) from e
-    from .log import configure
-
-    configure()  # absl, imported with orbax, may have just given the root logger a handler
-    return ocp
 
 
 class _OrbaxReadNoise(logging.Filter):
@@ -272,8 +259,6 @@ class SearchCheckpoints:
     def vet(self, meta: dict, step: int, ignore=()) -> None:
         """Raise :class:`CheckpointMismatch` unless this search may continue ``meta``'s
         (``ignore``: configuration keys not compared yet)."""
-        from .identity import describe_difference
-
         where = f"the checkpoint in {str(self.store.directory)!r} (step {step})"
         what = describe_difference(meta.get("identity", {}), self.identity, ignore)
         if what is not None:

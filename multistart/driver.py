@@ -55,7 +55,7 @@ from .schedule import Rungs
 from .starts import StartPlan, check_strategy_space, plan_starts, user_starts
 from .status import Status
 from .step import PopState, init_population, make_chunk_step, make_start_step
-from .stepper import Stepper
+from .sweeper import Sweeper
 from .tiktak import Discoveries, TikTakQueue
 from .tuning import WidthChoice, resolve_width
 
@@ -268,7 +268,7 @@ class Engine:
     """The built search: population, the stepper at its width, refills and checkpoints."""
 
     pop: PopState  # on several devices, padded to a multiple of their number (inert rows)
-    stepper: Stepper  # the only object that steps
+    stepper: Sweeper  # the only object that steps
     n: int  # the starts (the population's first n rows)
     u0: Any  # the starts in unconstrained coordinates (the population's layout)
     to_physical: Any  # one start's unconstrained parameters to the physical pytree
@@ -296,7 +296,7 @@ def build(
     status0 = np.where(start_plan.started, Status.RUNNING.code, Status.UNSTARTED.code)
     pop, backend = _population(search, setup, program.chunk_step, u0, status0)
     choice = _width(search, setup, backend, pop, program, n)
-    stepper = backend.at(choice.width)
+    stepper = Sweeper(backend, choice.width)
     _log_start(search, setup, n, choice)
     log.logger.debug(
         "compiled the chunk step (width %d, %d chunks) in %.2f s",

@@ -196,7 +196,7 @@ class Loop:
     def _steps(self) -> tuple[int, StopReason]:
         steps_run, n_steps = self.start, self.options.n_steps
         for t in range(self.start, n_steps):
-            self.pop = self.stepper.step(self.pop, t // self.options.history_stride)
+            self.pop = self.stepper.sweep(self.pop, t // self.options.history_stride)
             self.n_calls += len(self.stepper.chunks)
             self.evals += self.stepper.rows.size
             steps_run = t + 1

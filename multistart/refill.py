@@ -24,7 +24,7 @@ import numpy as np
 from . import log
 from .chunking import pad_rows
 from .distributed import to_host
-from .programs import lower_and_compile, padded_chunks
+from .fixed_width import lower_and_compile, padded_chunks
 from .queues import StartQueue
 from .status import Status
 from .step import PopState, init_population
