@@ -21,7 +21,7 @@ from .loop import Outcome
 from .monitor import CompileCounter
 from .problem import Problem
 from .refill import REPLACE_NAME
-from .result import Records, Result, warn_if_no_start_improved
+from .result import Result, warn_if_no_start_improved
 from .starts import StartPlan
 from .status import Status
 from .tiktak import TikTakQueue
@@ -41,7 +41,7 @@ def _forward_fill(history: np.ndarray) -> np.ndarray:
     return out
 
 
-def records(problem: Problem, engine, outcome: Outcome) -> tuple[Records, int, list]:
+def records(problem: Problem, engine, outcome: Outcome) -> tuple[dict, int, list]:
     """Per-start records from the final population (refilled slots' earlier starts folded
     in); the evaluations of the replaced starts; each start's parameters at a bound, by name."""
     pop, stride, refiller = outcome.pop, engine.stride, engine.refiller
@@ -77,8 +77,8 @@ def records(problem: Problem, engine, outcome: Outcome) -> tuple[Records, int, l
         rec, incarnations = refiller.merge(rec, to_physical)
         resurrections, replaced = refiller.count.copy(), refiller.evals_replaced
     at_bound, bound_names = problem.space.near_bound(rec["params"], BOUND_RTOL)
-    out = Records(
-        **rec,
+    out = dict(
+        rec,
         at_bound=at_bound,
         resurrections=resurrections,
         incarnations=incarnations,
@@ -102,7 +102,7 @@ def stats(
     start_plan: StartPlan,
     engine,
     outcome: Outcome,
-    rec: Records,
+    rec: dict,
     n_evals_replaced: int,
     t_start: float,
 ) -> dict[str, Any]:
@@ -116,7 +116,7 @@ def stats(
         first_step_s=outcome.first_step_s,
         loop_s=outcome.loop_s,
         stop_reason=outcome.stop_reason.value,
-        n_evals=int(np.sum(np.asarray(rec.n_evals))) + n_evals_replaced,
+        n_evals=int(np.sum(np.asarray(rec["n_evals"]))) + n_evals_replaced,
         # the chunk step's compiles for the search itself (a back-off adds one each);
         # widths compiled only to be measured are counted apart
         n_compiles=compiles.count(CHUNK_STEP_NAME) - choice.n_tune_compiles,
@@ -180,16 +180,16 @@ def _refill_stats(search, start_plan: StartPlan, engine) -> dict[str, Any]:
 def assemble(search, setup, start_plan: StartPlan, engine, outcome: Outcome) -> Result:
     """The fit's Result (its problem attached, for the lazy covariance)."""
     rec, n_evals_replaced, bound_names = records(setup.problem, engine, outcome)
-    _warn_if_none_finite(rec.foms, setup.problem.name)
-    result = Result.from_records(
-        rec,
+    _warn_if_none_finite(rec["foms"], setup.problem.name)
+    result = Result.of(
+        **rec,
         stats=stats(search, start_plan, engine, outcome, rec, n_evals_replaced, setup.t_start),
-        paths=setup.problem.space.paths,
+        paths=list(setup.problem.space.paths),
         config=search.config(),
     )
     result.stats["n_distinct_minima"] = len(result.distinct_minima())
     best = result.best_index
-    if best >= 0 and np.asarray(rec.at_bound)[best]:
+    if best >= 0 and np.asarray(result.at_bound)[best]:
         log.logger.warning(
             "the best fit has %s at a bound of its prior: the optimum may lie outside the "
             "prior (widen it), or the start stopped where its logit saturated",

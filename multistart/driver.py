@@ -46,12 +46,11 @@ from .identity import SearchIdentity, search_identity, starts_hash
 from .loop import Loop, Outcome, signals_to_flag
 from .minima import default_tolerances
 from .monitor import CompileCounter
-from .parts import Part, check_part, coupling
-from .parts import select as select_part
 from .problem import Problem, as_problem, check_objective
 from .refill import Refiller
 from .result import Result
 from .schedule import Rungs
+from .split import Part, check_part, coupling, select_part
 from .starts import StartPlan, check_strategy_space, plan_starts, user_starts
 from .status import Status
 from .step import PopState, init_population, make_chunk_step, make_start_step
@@ -88,7 +87,7 @@ def prepare(
     ``every_process``: the search runs on one mesh over every process's devices.
     """
     o: SearchConfig = search.options
-    part = check_part(part, search)
+    part = check_part(part, search.options)
     if resume and o.checkpoint_dir is None:
         raise ValueError("resume=True needs checkpoint_dir to be set on the search")
     t_start = time.perf_counter()
@@ -606,7 +605,7 @@ def _over_processes(search) -> tuple[str | None, str | None]:
     if k == 1:
         return None, None
     o = search.options
-    why = coupling(search)
+    why = coupling(o)
     if why is None and o.checkpoint_dir is not None:
         why = "it checkpoints"
     if why is None and o.n_starts < k:
