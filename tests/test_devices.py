@@ -239,9 +239,9 @@ if phase == "first":
         print("interrupted:", e.reason, e.checkpoint, sorted(os.listdir(folder)), flush=True)
     save = SearchCheckpoints.save
 
-    def save_then_die(self, steps_run, *args, **kw):
-        save(self, steps_run, *args, **kw)
-        if steps_run == 10:  # the job dies (both processes, as JAX's runtime takes it down)
+    def save_then_die(self, state):
+        save(self, state)
+        if state.step == 10:  # the job dies (both processes, as JAX's runtime takes it down)
             os.kill(os.getpid(), signal.SIGKILL)
 
     SearchCheckpoints.save = save_then_die
