@@ -1,7 +1,7 @@
 """Backends: how one step of every running start is laid out in compiled calls.
 
-Two backends share one interface (:class:`Backend`), so the host loop (:mod:`multistart.loop`)
-does not care which one runs:
+Two backends share one interface (:class:`Backend`), so the sweeper
+(:class:`multistart.sweeper.Sweeper`) and the host loop do not care which one runs:
 
 - ``"loop"`` (:class:`LoopBackend`, the default): the chunk step is compiled once for exactly
   ``width`` rows and a Python loop calls it per chunk; the ragged last chunk is padded (see

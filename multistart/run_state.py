@@ -88,7 +88,7 @@ class RunState:
                 "best_seen": [repr(float(self.best_seen)), self.evals_to_best],
             },
         }
-        if self.lineage is not None:  # (the key is the format's, from before lineages)
+        if self.lineage is not None:  # under "resurrector", the checkpoint format's key
             arrays["resurrector"], meta["resurrector"] = self.lineage.to_checkpoint()
         return arrays, meta
 

@@ -127,7 +127,7 @@ def engine_chunk_call(search, f, space, starts):
 
     def spy(self, pop, row):
         if "pop" not in seen:
-            seen.update(pop=copy_tree(self.backend.place(pop)), stepper=self)
+            seen.update(pop=copy_tree(self.backend.place(pop)), sweeper=self)
         return sweep(self, pop, row)
 
     sweeper_module.Sweeper.sweep = spy
@@ -135,8 +135,8 @@ def engine_chunk_call(search, f, space, starts):
         search.fit(f, space, starts=starts)
     finally:
         sweeper_module.Sweeper.sweep = sweep
-    stepper = seen["stepper"]
-    backend, compiled, one = stepper.backend, stepper.compiled, stepper._args[:1]
+    sweeper = seen["sweeper"]
+    backend, compiled, one = sweeper.backend, sweeper.compiled, sweeper._args[:1]
     state = {"pop": seen["pop"]}
 
     def call(row):
