@@ -165,7 +165,8 @@ class SearchConfig:
         "of the running local searches; at each rung (a number of evaluations) a start "
         "continues only if it ranks among the best of those that reached the rung or is still "
         "improving fast enough to overtake them, otherwise it ends as ``pruned`` (its record "
-        "is kept). See ``docs/schedule.md``.",
+        "is kept; with ``resurrect`` or TikTak its slot takes the next start from the queue). "
+        "See ``docs/schedule.md``.",
     )
     start_band: tuple[float, float] = option(
         (0.15, 0.85), "starts are drawn in this band of each prior's quantiles."

@@ -189,7 +189,7 @@ def settle(r: Reading, rules: Rules) -> Decision:
     to go on with its ``prune``, ``refill``, ``short``, ``ended``, ``status`` and ``rungs``
     (refilled slots start again before rung 0). Pure.
 
-    A slot pruned here may be refilled at once (TikTak refills ``pruned`` slots).
+    A slot pruned here may be refilled at once (a queue refills ``pruned`` slots).
     """
     status, rungs, pruned = r.status, r.rungs, _NONE
     if rules.halving is not None and rungs is not None:

@@ -221,7 +221,7 @@ def _log_start(setup: Setup, n: int, choice: WidthChoice, sweeper: Sweeper) -> N
 
 def _refiller(setup: Setup, start_plan: StartPlan, width: int, n_rows: int) -> Refiller | None:
     """What gives ended starts' slots new starts: resurrection's reserve, TikTak's queue, or
-    nothing."""
+    nothing. A slot the halving schedule pruned takes the next start too."""
     o, layout = setup.options, setup.layout
     reserve = start_plan.reserve
     if not (o.resurrect or o.tiktak) or reserve is None:
@@ -234,8 +234,9 @@ def _refiller(setup: Setup, start_plan: StartPlan, width: int, n_rows: int) -> R
         to_u=layout.to_unconstrained,
         to_x=layout.to_physical,
     )
+    ended = {Status.NONFINITE.code, Status.PRUNED.code}
     if not o.tiktak:
-        return Refiller(reserve, {Status.NONFINITE.code}, **kw)
+        return Refiller(reserve, ended, **kw)
     discoveries = None
     if o.max_discoveries is not None:
         xtol, ftol = default_tolerances(layout.dtype, setup.config["convergence"])
@@ -247,5 +248,5 @@ def _refiller(setup: Setup, start_plan: StartPlan, width: int, n_rows: int) -> R
         n_first=int(np.sum(start_plan.started)),
         discoveries=discoveries,
     )
-    ended = (Status.NONFINITE, Status.CONVERGED, Status.MAX_STEPS)
-    return Refiller(queue, {s.code for s in ended}, **kw)
+    local_search_ended = {Status.CONVERGED.code, Status.MAX_STEPS.code}
+    return Refiller(queue, ended | local_search_ended, **kw)

@@ -129,10 +129,10 @@ class Result:
         dict keys sorted); the covariance keeps the order the space was written in.
       config: the search's configuration, for the record.
       resurrections: ``(n_starts,)`` how many times each slot's start was replaced
-        (``resurrect``); all zeros without resurrection.
-      incarnations: with resurrection, one record (a dict: ``slot``, ``incarnation``, ``fom``,
+        (``resurrect``, TikTak, a pruned slot's next start); all zeros without a refill.
+      incarnations: with refills, one record (a dict: ``slot``, ``incarnation``, ``fom``,
         ``params``, ``start_params``, ``status``, ``n_steps``, ``best_step``, ``started_at``,
-        ``replaced_at``) for every start that ever ran in a slot that was resurrected, the final
+        ``replaced_at``) for every start that ever ran in a slot that was refilled, the final
         one included (``replaced_at`` is ``None``). The per-slot arrays above show each slot's
         best incarnation (lowest finite figure of merit; the latest on ties or when none was
         finite), and ``history`` is the slot's best over its incarnations so far, so a replaced
