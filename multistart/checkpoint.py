@@ -17,8 +17,11 @@ without ``checkpoint_dir`` never imports it.
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import os
+import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -73,6 +76,43 @@ def _quiet_damaged_reads():
         yield
     finally:
         absl.removeFilter(noise)
+
+
+class _Collect(logging.Filter):
+    def __init__(self, into: list[str]):
+        super().__init__()
+        self.into = into
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        self.into.append(record.getMessage().splitlines()[0])
+        return False
+
+
+@contextlib.contextmanager
+def _background_failures(damaged: list[int]):
+    """While checkpoints are read: when a read fails, orbax's background reads of the same
+    checkpoint fail after it, in tasks, coroutines and threads nobody waits for any more, and
+    Python would print each one's traceback ("Exception ignored in", asyncio's "Task exception
+    was never retrieved", "Event loop is closed"). They are the failure the read raised, which
+    the caller reports once, naming the step: here they are only logged at DEBUG, naming the
+    ``damaged`` steps (filled in by the caller)."""
+    caught: list[str] = []
+    asyncio_log, collect = logging.getLogger("asyncio"), _Collect(caught)
+    hooks = sys.unraisablehook, threading.excepthook
+
+    def note(u: Any) -> None:  # a hook's argument: the exception is u.exc_value
+        caught.append(f"{type(u.exc_value).__name__}: {u.exc_value}".splitlines()[0])
+
+    asyncio_log.addFilter(collect)
+    sys.unraisablehook = threading.excepthook = note
+    try:
+        yield
+    finally:
+        gc.collect()  # what a failed read left behind is finalised now, not later
+        sys.unraisablehook, threading.excepthook = hooks
+        asyncio_log.removeFilter(collect)
+        for what in caught:
+            logger.debug("reading the damaged checkpoint of step %s: %s", damaged, what)
 
 
 class Checkpointer:
@@ -150,33 +190,32 @@ class Checkpointer:
             return None
         failures: list[str] = []
         damaged: list[int] = []
-        for step in reversed(steps):
-            try:
-                meta = self.read_meta(step)
-            except Exception as e:  # noqa: BLE001 - a damaged checkpoint can fail any way
-                meta = None
-                error = e
-            if meta is not None:
-                check(meta, step)
-                try:
-                    state = self._restore_state(step, target_state, meta)
-                except Exception as e:  # noqa: BLE001
-                    error = e
-                else:
+        with _background_failures(damaged):
+            for step in reversed(steps):
+                found = self._read(step, target_state, check)
+                if not isinstance(found, str):
                     self.set_aside(damaged)
-                    return step, state, meta
-            failures.append(f"step {step}: {type(error).__name__}: {error}")
-            damaged.append(step)
-            logger.warning(
-                "checkpoint of step %d is unreadable (%s: %s); trying the previous",
-                step,
-                type(error).__name__,
-                error,
-            )
+                    return (step, *found)
+                failures.append(f"step {step}: {found}")
+                damaged.append(step)
+                why = "checkpoint of step %d is unreadable (%s); trying the previous"
+                logger.warning(why, step, found)
         raise CheckpointError(
             f"none of the checkpoints in {str(self.directory)!r} could be read: "
             + "; ".join(failures)
         )
+
+    def _read(self, step: int, target_state, check) -> tuple[Any, dict] | str:
+        """``(state, meta)`` of ``step``, or why it could not be read (in words)."""
+        try:
+            meta = self.read_meta(step)
+        except Exception as e:  # noqa: BLE001 - a damaged checkpoint can fail any way
+            return f"{type(e).__name__}: {e}"
+        check(meta, step)
+        try:
+            return self._restore_state(step, target_state, meta), meta
+        except Exception as e:  # noqa: BLE001
+            return f"{type(e).__name__}: {e}"
 
     def _restore_state(self, step: int, target_state, meta: dict):
         ocp = self._ocp
