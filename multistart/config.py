@@ -62,12 +62,8 @@ def check_batch_size(batch_size):
     Raises:
       ValueError: anything else, naming ``batch_size`` and the options.
     """
-    if batch_size is None:
-        return None
-    if isinstance(batch_size, str):
-        if batch_size in _BATCH_SIZE_WORDS:
-            return batch_size
-        raise ValueError(f"{BATCH_SIZE_HELP}; got {batch_size!r}")
+    if batch_size is None or (isinstance(batch_size, str) and batch_size in _BATCH_SIZE_WORDS):
+        return batch_size
     if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral):
         raise ValueError(f"{BATCH_SIZE_HELP}; got {batch_size!r}")
     if batch_size < 1:

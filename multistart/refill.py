@@ -224,17 +224,15 @@ class Refiller:
         self.queue.observe(replaced)
         u_new = self.to_u(x_new)
         pop = self._write(pop, rows, u_new)
-        count = lineage.count.copy()
-        count[rows] += 1
-        started_at = lineage.started_at.copy()
-        started_at[rows] = step
-        lineage = Lineage(
-            jax.tree_util.tree_map(lambda a, b: _set_rows(a, rows, b), lineage.start_u, u_new),
-            started_at,
-            count,
-            lineage.records + replaced,
-            lineage.takes + (int(rows.size),),
-            lineage.exhausted,
+        lineage = replace(
+            lineage,
+            start_u=jax.tree_util.tree_map(
+                lambda a, b: _set_rows(a, rows, b), lineage.start_u, u_new
+            ),
+            started_at=_set_rows(lineage.started_at, rows, step),
+            count=_set_rows(lineage.count, rows, lineage.count[rows] + 1),
+            records=lineage.records + replaced,
+            takes=(*lineage.takes, int(rows.size)),
         )
         (log.logger.debug if self.queue.routine else log.logger.info)(
             "step %d: %d ended start%s replaced from %s",

@@ -70,10 +70,6 @@ class Sweeper:
         self._set_width(width)
 
     @property
-    def n_total(self) -> int:
-        return self.backend.n_total
-
-    @property
     def n_devices(self) -> int:
         return self.backend.n_devices
 
