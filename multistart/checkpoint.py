@@ -108,7 +108,8 @@ def _background_failures(damaged: list[int]):
     try:
         yield
     finally:
-        gc.collect()  # what a failed read left behind is finalised now, not later
+        if damaged:  # what a failed read left behind is finalised now, not later
+            gc.collect()
         sys.unraisablehook, threading.excepthook = hooks
         asyncio_log.removeFilter(collect)
         for what in caught:

@@ -184,9 +184,9 @@ class Decision:
         return replace(self, stop=reason, checkpoint=rules.checkpoints, rows=None)
 
 
-def settle(r: Reading, rules: Rules) -> Decision:
-    """Prune (the halving schedule) then refill (the queue), from ``r``'s values: a decision
-    to go on with its ``prune``, ``refill``, ``short``, ``ended``, ``status`` and ``rungs``
+def settle(r: Reading, rules: Rules) -> dict[str, Any]:
+    """Prune (the halving schedule) then refill (the queue), from ``r``'s values: a
+    :class:`Decision`'s ``prune``, ``refill``, ``short``, ``ended``, ``status`` and ``rungs``
     (refilled slots start again before rung 0). Pure.
 
     A slot pruned here may be refilled at once (a queue refills ``pruned`` slots).
@@ -206,9 +206,7 @@ def settle(r: Reading, rules: Rules) -> Decision:
             status[refill] = _RUNNING
             if rungs is not None:
                 rungs = rungs.reset(refill)
-    return Decision(
-        prune=pruned, refill=refill, short=short, ended=ended, rungs=rungs, status=status
-    )
+    return dict(prune=pruned, refill=refill, short=short, ended=ended, status=status, rungs=rungs)
 
 
 def _budget(r: Reading, rules: Rules) -> StopReason | None:
@@ -236,20 +234,20 @@ def decide(r: Reading, rules: Rules) -> Decision:
     stop = StopReason(r.signal) if r.signal is not None else _budget(r, rules)
     due = rules.settles and r.due.on_schedule
     settling = due and not (r.due.last or stop is not None)
-    s = settle(r, rules) if settling else Decision(rungs=r.rungs, status=r.status)
-    running = np.flatnonzero(s.status == _RUNNING)
+    s = settle(r, rules) if settling else {"status": r.status, "rungs": r.rungs}
+    running = np.flatnonzero(s["status"] == _RUNNING)
     if stop is None and running.size == 0:
         stop = StopReason.ALL_ENDED
     elif stop is None and r.due.last:
         stop = StopReason.N_STEPS
     ends_here = stop is not None
-    return replace(
-        s,
+    return Decision(
         stop=stop,
         pending=due and not settling,
         checkpoint=rules.checkpoints and (r.due.checkpoint or ends_here),
         rows=None if ends_here or running.size == r.n_swept else running,
         report=r.due.logging or r.due.drawing,
+        **s,
     )
 
 
@@ -257,8 +255,8 @@ def resumed(r: Reading, rules: Rules, pending: bool) -> Decision:
     """The decision a search resumed from a checkpoint starts with: the pruning and refills its
     run left ``pending`` (:func:`settle`, as the uninterrupted run made them at that sync), and
     the running rows to sweep. No budget or stop is judged here: the next sync does."""
-    s = settle(r, rules) if pending else Decision(rungs=r.rungs, status=r.status)
-    return replace(s, rows=np.flatnonzero(s.status == _RUNNING))
+    s = settle(r, rules) if pending else {"status": r.status, "rungs": r.rungs}
+    return Decision(rows=np.flatnonzero(s["status"] == _RUNNING), **s)
 
 
 def describe(decision: Decision) -> dict[str, Any]:

@@ -26,7 +26,6 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import replace
 
 import jax
 import numpy as np
@@ -63,14 +62,14 @@ def iterate(engine: Engine, state: RunState, flag: SignalFlag) -> RunState:
     finally:
         display.close()
     jax.block_until_ready(state.pop)
-    return state if state.stop is not None else replace(state, stop=StopReason.N_STEPS)
+    return state if state.stop is not None else state._replace(stop=StopReason.N_STEPS)
 
 
 def sweep(engine: Engine, state: RunState) -> RunState:
     """One step of every running start (no host synchronisation)."""
     pop = engine.sweeper.sweep(state.pop, state.step // engine.options.history_stride)
     calls = state.n_chunk_calls + len(engine.sweeper.chunks)
-    return replace(state, pop=pop, step=state.step + 1, n_chunk_calls=calls)
+    return state._replace(pop=pop, step=state.step + 1, n_chunk_calls=calls)
 
 
 def _due(engine: Engine, step: int, first: int, display: Display, flag: SignalFlag) -> Due:
@@ -100,12 +99,17 @@ def read(engine: Engine, state: RunState, due: Due, flag: SignalFlag) -> tuple[R
         code, late = agree_max([_SIGNAL_CODES.get(signal_name or "", 0), out_of_time])
         signal_name, out_of_time = _SIGNAL_NAMES.get(code), bool(late)
     reading = _reading(engine, state, synced, due, signal=signal_name, out_of_time=out_of_time)
+    best_seen, evals_to_best = state.best_seen, state.evals_to_best
     best = float(np.min(reading.best_fom, initial=np.inf))
-    if best < state.best_seen:
-        evals = int(reading.n_evals.sum()) + reading.evals_replaced
-        state = replace(state, best_seen=best, evals_to_best=evals)
-    first_step_s = now if due.first else state.first_step_s
-    return replace(state, pop=synced.pop, first_step_s=first_step_s), reading
+    if best < best_seen:
+        best_seen, evals_to_best = best, int(reading.n_evals.sum()) + reading.evals_replaced
+    state = state._replace(
+        pop=synced.pop,
+        best_seen=best_seen,
+        evals_to_best=evals_to_best,
+        first_step_s=now if due.first else state.first_step_s,
+    )
+    return state, reading
 
 
 def _reading(engine: Engine, state: RunState, synced, due: Due, **seen) -> Reading:
@@ -127,8 +131,10 @@ def _reading(engine: Engine, state: RunState, synced, due: Due, **seen) -> Readi
 def apply(engine: Engine, state: RunState, d: Decision, display: Display | None = None) -> RunState:
     """Carry out ``d``: prune, refill, report, checkpoint, repack. A stop found while applying
     it (TikTak's rediscovery rule, a failed checkpoint) is the state's ``stop``."""
-    pruned = state.pruned.copy()
-    pruned[d.prune] = True
+    pruned = state.pruned
+    if d.prune.size or d.refill.size:
+        pruned = pruned.copy()
+        pruned[d.prune] = True
     pop, lineage, refiller = state.pop, state.lineage, engine.refiller
     if refiller is not None and lineage is not None and (d.refill.size or d.short):
         pop, lineage = refiller.refill(pop, lineage, d.refill, d.short, state.step, d.ended)
@@ -138,8 +144,8 @@ def apply(engine: Engine, state: RunState, d: Decision, display: Display | None 
         reason = refiller.queue.stop_reason
         if reason is not None:
             d = d.stopping(StopReason(reason), engine.rules)
-    state = replace(
-        state, pop=pop, pruned=pruned, lineage=lineage, rungs=d.rungs, pending=d.pending
+    state = state._replace(
+        pop=pop, pruned=pruned, lineage=lineage, rungs=d.rungs, pending=d.pending, stop=d.stop
     )
     if display is not None and (d.report or engine.together):
         extra = "" if state.rungs is None else state.rungs.occupancy(d.status)
@@ -148,11 +154,11 @@ def apply(engine: Engine, state: RunState, d: Decision, display: Display | None 
         try:
             engine.checkpoints.save(state)
         except CheckpointError as exc:
-            return replace(state, stop=StopReason.CHECKPOINT_FAILED, error=exc)
-        state = replace(state, saved=(*state.saved, state.step))
+            return state._replace(stop=StopReason.CHECKPOINT_FAILED, error=exc)
+        state = state._replace(saved=(*state.saved, state.step))
     if d.rows is not None:
         engine.sweeper.set_rows(d.rows)
-    return replace(state, stop=d.stop)
+    return state
 
 
 def resume(engine: Engine, state: RunState) -> RunState:
@@ -161,7 +167,7 @@ def resume(engine: Engine, state: RunState) -> RunState:
     uninterrupted run made them), and the running starts swept."""
     pop = engine.sweeper.place(state.pop)
     engine.sweeper.rebase(pop)
-    state = replace(state, pop=pop)
+    state = state._replace(pop=pop)
     if engine.refiller is not None and state.lineage is not None:
         engine.refiller.resume(state.lineage)
     reading = _reading(engine, state, engine.sweeper.sync(pop), Due(on_schedule=True))

@@ -11,8 +11,7 @@ search restores one (:meth:`RunState.to_checkpoint`, :meth:`RunState.restored`).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
@@ -26,9 +25,9 @@ from .step import PopState
 __all__ = ["RunState"]
 
 
-@dataclass(frozen=True)
-class RunState:
-    """Everything a running search changes (see the module doc).
+class RunState(NamedTuple):
+    """Everything a running search changes (see the module doc), as optax's states are: a
+    NamedTuple, new at every step (``state._replace(...)``).
 
     Attributes:
       pop: the population, on its devices (on several, padded with inert rows to a multiple of
@@ -125,8 +124,7 @@ class RunState:
         if lineage is not None:
             lineage = Lineage.from_checkpoint(arrays["resurrector"], meta["resurrector"])
         step = int(meta["steps_run"])
-        return replace(
-            self,
+        return self._replace(
             pop=pop,
             pruned=pruned,
             step=step,
