@@ -1,7 +1,7 @@
-"""The Result of a fit: per-start records from the final population, the run's statistics.
+"""The Result of a fit: per-start records from the final run state, the run's statistics.
 
-:func:`assemble` is the one place a fit's :class:`multistart.Result` is made from the engine
-and the loop's :class:`multistart.loop.Outcome`: each slot's record (replaced starts folded
+:func:`assemble` is the one place a fit's :class:`multistart.Result` is made, from the engine
+and the final :class:`multistart.run_state.RunState`: each slot's record (replaced starts folded
 in), the best fit, and every statistic, gathered here.
 """
 
@@ -17,19 +17,20 @@ import numpy as np
 from . import log
 from .decide import STILL_RUNNING
 from .distributed import to_host
-from .loop import Outcome
+from .engine import Engine, Setup
 from .monitor import CompileCounter
-from .problem import Problem
 from .refill import REPLACE_NAME
-from .result import Records, Result, warn_if_no_start_improved
+from .result import Result, warn_if_no_start_improved
+from .run_state import RunState
 from .starts import StartPlan
 from .status import Status
 from .tiktak import TikTakQueue
 
-__all__ = ["assemble", "CHUNK_STEP_NAME", "BOUND_RTOL"]
+__all__ = ["assemble", "log_end", "CHUNK_STEP_NAME", "BOUND_RTOL"]
 
 CHUNK_STEP_NAME = "multistart_chunk_step"
 BOUND_RTOL = 1e-4  # a best fit this close to a bound (in the prior's unit interval) is flagged
+MINIMA_SHOWN = 5  # the end-of-search log line counts the starts of this many best minima
 
 
 def _forward_fill(history: np.ndarray) -> np.ndarray:
@@ -41,24 +42,25 @@ def _forward_fill(history: np.ndarray) -> np.ndarray:
     return out
 
 
-def records(problem: Problem, engine, outcome: Outcome) -> tuple[Records, int, list]:
-    """Per-start records from the final population (refilled slots' earlier starts folded
-    in); the evaluations of the replaced starts; each start's parameters at a bound, by name."""
-    pop, stride, refiller = outcome.pop, engine.stride, engine.refiller
-    to_physical = jax.jit(jax.vmap(engine.to_physical))
+def records(setup: Setup, engine: Engine, state: RunState) -> tuple[dict[str, Any], list]:
+    """Every start's record (the Result's per-start fields; refilled slots' earlier starts
+    folded in), and each start's parameters at a bound, by name."""
+    to_physical = jax.jit(jax.vmap(engine.layout.to_physical))
     writable = lambda tree: jax.tree_util.tree_map(np.array, jax.device_get(tree))  # noqa: E731
-    n = engine.n  # the population's rows past n pad it for a mesh of devices
-    starts, history = to_host((pop.starts, pop.history))  # gathered if over processes
+    n, lineage = engine.n, state.lineage  # the population's rows past n pad it for a mesh
+    stride = engine.options.history_stride
+    starts, history = to_host((state.pop.starts, state.pop.history))  # gathered if over processes
     s = jax.tree_util.tree_map(lambda a: a[:n], starts)
     codes = np.asarray(s.status).astype(np.int64)
-    codes[outcome.pruned[:n]] = Status.PRUNED.code  # ended by the host, running on the device
-    still = STILL_RUNNING.get(outcome.stop_reason, Status.INTERRUPTED)
+    codes[state.pruned[:n]] = Status.PRUNED.code  # ended by the host, running on the device
+    assert state.stop is not None  # the loop ended
+    still = STILL_RUNNING.get(state.stop, Status.INTERRUPTED)
     codes[codes == Status.RUNNING.code] = still.code
     # The history ends when the last start did; the host may have noticed a little later.
     # (In a refilled slot the starts take turns: its last one began later.)
     n_steps_run = int(np.max(s.n_steps))
-    if refiller is not None:
-        n_steps_run = int(np.max(refiller.started_at + np.asarray(s.n_steps)))
+    if lineage is not None:
+        n_steps_run = int(np.max(lineage.started_at + np.asarray(s.n_steps)))
     rows = -(-n_steps_run // stride)
     rec: dict[str, Any] = {
         "foms": np.asarray(s.best_fom, dtype=np.float64).copy(),
@@ -71,20 +73,12 @@ def records(problem: Problem, engine, outcome: Outcome) -> tuple[Records, int, l
         "history": _forward_fill(history[:rows, :n].astype(np.float64)),
         "history_steps": np.minimum((np.arange(rows) + 1) * stride, n_steps_run),
     }
-    incarnations: list[dict] = []
-    resurrections, replaced = None, 0
-    if refiller is not None:
-        rec, incarnations = refiller.merge(rec, to_physical)
-        resurrections, replaced = refiller.count.copy(), refiller.evals_replaced
-    at_bound, bound_names = problem.space.near_bound(rec["params"], BOUND_RTOL)
-    out = Records(
-        **rec,
-        at_bound=at_bound,
-        resurrections=resurrections,
-        incarnations=incarnations,
-        rung=None if outcome.rungs is None else outcome.rungs.rung_of()[:n],
-    )
-    return out, replaced, bound_names
+    if engine.refiller is not None and lineage is not None:
+        rec, incarnations = engine.refiller.fold(rec, lineage, to_physical)
+        rec.update(incarnations=incarnations, resurrections=lineage.count.copy())
+    rec["at_bound"], bound_names = setup.problem.space.near_bound(rec["params"], BOUND_RTOL)
+    rec["rung"] = None if state.rungs is None else state.rungs.rung_of()[:n]
+    return rec, bound_names
 
 
 def _warn_if_none_finite(foms: np.ndarray, name: str) -> None:
@@ -98,98 +92,102 @@ def _warn_if_none_finite(foms: np.ndarray, name: str) -> None:
 
 
 def stats(
-    search,
+    setup: Setup,
     start_plan: StartPlan,
-    engine,
-    outcome: Outcome,
-    rec: Records,
-    n_evals_replaced: int,
-    t_start: float,
+    engine: Engine,
+    state: RunState,
+    rec: dict[str, Any],
+    compiles: CompileCounter,
+    loop_s: float,
 ) -> dict[str, Any]:
     """Every run statistic, gathered in one place."""
-    pre, choice, stepper = start_plan.stats, engine.choice, engine.stepper
-    compiles: CompileCounter = engine.compiles
+    pre, choice, sweeper = start_plan.stats, engine.choice, engine.sweeper
+    replaced = 0 if state.lineage is None else state.lineage.evals_replaced
     out = dict(pre)
     out.update(
-        n_steps_run=outcome.steps_run,
-        n_chunk_calls=outcome.n_chunk_calls,
-        first_step_s=outcome.first_step_s,
-        loop_s=outcome.loop_s,
-        stop_reason=outcome.stop_reason.value,
-        n_evals=int(np.sum(np.asarray(rec.n_evals))) + n_evals_replaced,
+        n_steps_run=state.step,
+        n_chunk_calls=state.n_chunk_calls,
+        first_step_s=state.first_step_s,
+        loop_s=loop_s,
+        stop_reason=str(state.stop),
+        n_evals=int(np.sum(np.asarray(rec["n_evals"]))) + replaced,
         # the chunk step's compiles for the search itself (a back-off adds one each);
         # widths compiled only to be measured are counted apart
         n_compiles=compiles.count(CHUNK_STEP_NAME) - choice.n_tune_compiles,
         n_tune_compiles=choice.n_tune_compiles,
         n_compiles_total=compiles.total + pre.get("n_compiles_total", 0),
         n_cache_hits=sum(compiles.cache_hits.values()) + pre.get("n_cache_hits", 0),
-        compile_s=stepper.compile_s,
+        compile_s=sweeper.compile_s,
         select_s=choice.select_s,
-        wall_s=time.perf_counter() - t_start,
-        batch_size=stepper.width,  # the width the search ran at (per device)
-        n_devices=stepper.n_devices,
-        backend=search.options.backend,
+        wall_s=time.perf_counter() - setup.t_start,
+        batch_size=sweeper.width,  # the width the search ran at (per device)
+        n_devices=sweeper.n_devices,
+        backend=setup.options.backend,
         width_choice=choice.info,  # how that width was chosen
-        backoffs=list(stepper.backoffs),
-        history_stride=engine.stride,
+        backoffs=list(sweeper.backoffs),
+        history_stride=engine.options.history_stride,
         identity=engine.identity.hashes(),
     )
-    out["evals_to_best"] = outcome.evals_to_best
-    if outcome.resumed_from:
-        out["resumed_from"] = outcome.resumed_from
-    out.update(_rung_stats(search, outcome))
-    out.update(_refill_stats(search, start_plan, engine))
+    out["evals_to_best"] = state.evals_to_best
+    if state.resumed_from:
+        out["resumed_from"] = state.resumed_from
+    out.update(_rung_stats(setup, state))
+    out.update(_refill_stats(setup, start_plan, engine, state, compiles))
     if engine.checkpoints is not None:
-        out["checkpoints"] = list(engine.checkpoints.saved)
+        out["checkpoints"] = list(state.saved)
     if choice.tuning is not None:
         out["tuning"] = choice.tuning
     return out
 
 
-def _rung_stats(search, outcome: Outcome) -> dict[str, Any]:
+def _rung_stats(setup: Setup, state: RunState) -> dict[str, Any]:
     """The halving schedule's rungs: where they stood, how many reached and were pruned."""
-    halving = search.options.halving
-    if halving is None or outcome.rungs is None:
+    halving = setup.options.halving
+    if halving is None or state.rungs is None:
         return {}
-    pruned = list(outcome.rungs.pruned)
+    pruned = list(state.rungs.pruned)
     rungs = {
         "evals": [halving.rung(k) for k in range(len(pruned))],
-        "reached": [len(r) for r in outcome.rungs.reached],
+        "reached": [len(r) for r in state.rungs.reached],
         "pruned": pruned,
     }
     return {"rungs": rungs, "n_pruned": int(sum(pruned))}
 
 
-def _refill_stats(search, start_plan: StartPlan, engine) -> dict[str, Any]:
+def _refill_stats(setup, start_plan, engine: Engine, state: RunState, compiles) -> dict[str, Any]:
     """Resurrection's and TikTak's counts, when freed slots were refilled."""
-    refiller = engine.refiller
-    if refiller is None:
+    refiller, lineage = engine.refiller, state.lineage
+    if refiller is None or lineage is None:
         return {}
+    n_replaced = len(lineage.records)
     out: dict[str, Any] = {
-        "n_resurrections": refiller.n_resurrections,
-        "n_replace_compiles": engine.compiles.count(REPLACE_NAME),
+        "n_resurrections": n_replaced,
+        "n_replace_compiles": compiles.count(REPLACE_NAME),
     }
-    if search.options.tiktak:
-        out["n_local"] = int(np.sum(start_plan.started)) + refiller.n_resurrections
+    if setup.options.tiktak:
+        out["n_local"] = int(np.sum(start_plan.started)) + n_replaced
         queue = refiller.queue
         if isinstance(queue, TikTakQueue) and queue.discoveries is not None:
             out["discoveries"] = queue.discoveries.count
     return out
 
 
-def assemble(search, setup, start_plan: StartPlan, engine, outcome: Outcome) -> Result:
+def assemble(
+    setup: Setup, start_plan: StartPlan, engine: Engine, state: RunState, compiles
+) -> Result:
     """The fit's Result (its problem attached, for the lazy covariance)."""
-    rec, n_evals_replaced, bound_names = records(setup.problem, engine, outcome)
-    _warn_if_none_finite(rec.foms, setup.problem.name)
-    result = Result.from_records(
-        rec,
-        stats=stats(search, start_plan, engine, outcome, rec, n_evals_replaced, setup.t_start),
-        paths=setup.problem.space.paths,
-        config=search.config(),
+    loop_s = time.perf_counter() - setup.t_start
+    rec, bound_names = records(setup, engine, state)
+    _warn_if_none_finite(rec["foms"], setup.problem.name)
+    result = Result.of(
+        **rec,
+        stats=stats(setup, start_plan, engine, state, rec, compiles, loop_s),
+        paths=list(setup.problem.space.paths),
+        config=setup.config,
     )
     result.stats["n_distinct_minima"] = len(result.distinct_minima())
     best = result.best_index
-    if best >= 0 and np.asarray(rec.at_bound)[best]:
+    if best >= 0 and np.asarray(result.at_bound)[best]:
         log.logger.warning(
             "the best fit has %s at a bound of its prior: the optimum may lie outside the "
             "prior (widen it), or the start stopped where its logit saturated",
@@ -197,3 +195,28 @@ def assemble(search, setup, start_plan: StartPlan, engine, outcome: Outcome) -> 
         )
     warn_if_no_start_improved(result)
     return result.attach_problem(setup.problem)  # for the lazy covariance (computes nothing)
+
+
+def log_end(result: Result) -> None:
+    """The end-of-search log line: the time, the width, the compiles, the best and the minima."""
+    st = result.stats
+    counts = ", ".join(f"{k} {v}" for k, v in result.status_counts().items())
+    minima = result.distinct_minima()
+    found = ", ".join(str(m.n_starts) for m in minima[:MINIMA_SHOWN])
+    more = ", ..." if len(minima) > MINIMA_SHOWN else ""
+    log.logger.info(
+        "done in %.2f s (width %d, compile %.2f s, %d chunk-step compile%s; stopped: %s): "
+        "best %.6g; %d distinct minim%s (starts each, best first: %s%s); %s",
+        st["wall_s"],
+        st["batch_size"],
+        st["compile_s"],
+        st["n_compiles"],
+        "" if st["n_compiles"] == 1 else "s",
+        st["stop_reason"],
+        result.best_fom,
+        len(minima),
+        "um" if len(minima) == 1 else "a",
+        found,
+        more,
+        counts,
+    )

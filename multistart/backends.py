@@ -1,7 +1,7 @@
 """Backends: how one step of every running start is laid out in compiled calls.
 
-Two backends share one interface (:class:`Backend`), so the host loop (:mod:`multistart.loop`)
-does not care which one runs:
+Two backends share one interface (:class:`Backend`), so the sweeper
+(:class:`multistart.sweeper.Sweeper`) and the host loop do not care which one runs:
 
 - ``"loop"`` (:class:`LoopBackend`, the default): the chunk step is compiled once for exactly
   ``width`` rows and a Python loop calls it per chunk; the ragged last chunk is padded (see
@@ -21,9 +21,8 @@ Where the population lives (one device, or a mesh of several: ``devices=`` on a 
 once, each device sweeping its own running rows, with one compile for every device.
 
 A backend compiles and times programs at any width (:meth:`Backend.compiled_for`,
-:meth:`Backend.time_chunks`: what choosing a width needs) but does not step;
-:meth:`Backend.at` returns the :class:`multistart.stepper.Stepper` that steps at the width
-chosen, and backs off from it.
+:meth:`Backend.time_chunks`: what choosing a width needs) but does not step: the
+:class:`multistart.sweeper.Sweeper` made for the width chosen steps, and backs off from it.
 """
 
 from __future__ import annotations
@@ -37,9 +36,8 @@ import numpy as np
 
 from . import log
 from .chunking import chunk_indices
+from .fixed_width import copy_tree, lower_and_compile
 from .placement import Placement, placement
-from .programs import lower_and_compile
-from .stepper import Stepper, _copy_tree
 
 __all__ = ["Backend", "LoopBackend", "ScanBackend", "BACKENDS", "make_scan_step"]
 
@@ -108,7 +106,7 @@ class Backend:
     def place(self, pop):
         """``pop`` on the backend's devices (sharded on a mesh); as it is on one device.
 
-        A no-op for arrays already placed so. A population changed outside the stepper (rows
+        A no-op for arrays already placed so. A population changed outside the sweeper (rows
         replaced, a checkpoint restored) may come back laid out otherwise: every step places it.
         """
         return self.placement.place(pop)
@@ -151,10 +149,6 @@ class Backend:
         lowering and its compile apart (``multistart profile``)."""
         return self._jit.trace(pop, *self._lower_args(width), self.data)
 
-    def at(self, width: int) -> Stepper:
-        """The stepper at ``width`` (compiled now unless it already is)."""
-        return Stepper(self, width)
-
     def time_chunks(
         self, pop, width: int, *, calls: int, target_s: float, min_reps: int, max_reps: int
     ) -> tuple[list[float], int]:
@@ -174,7 +168,7 @@ class Backend:
         k = max(1, min(calls, self.calls_per_step(width)))
         first = self.placement.join([r[: k * width] for r in self.placement.split(self.rows)])
         _, args = self.layout(first, width)
-        p = self.run(compiled, _copy_tree(self.place(pop)), args, np.int32(0))
+        p = self.run(compiled, copy_tree(self.place(pop)), args, np.int32(0))
         jax.block_until_ready(p)
         seconds: list[float] = []
         t_end = time.perf_counter() + target_s

@@ -1,9 +1,10 @@
 """Checkpoints of a running search, written with orbax-checkpoint.
 
-A checkpoint holds the whole device state of a search (every start's parameters, optimiser
-state, bests, counters and history) plus a JSON record of the host's state (the step, the
-search's RNG state, anything else the loop needs) and a fingerprint of the model and the
-configuration. orbax writes each checkpoint into a temporary folder and renames it only when it
+A checkpoint holds one run state (:class:`multistart.run_state.RunState`): the whole device
+state of a search (every start's parameters, optimiser state, bests, counters and history) and
+a JSON record of the host's (the step, the counters, the halving schedule's record, the slots'
+lineage), with a fingerprint of the model and the configuration.
+orbax writes each checkpoint into a temporary folder and renames it only when it
 is complete, and keeps the previous one until then, so a search killed while writing loses
 nothing. A checkpoint that fails to read falls back to the one before it, never silently to a
 fresh start; the damaged one is moved aside into ``<checkpoint_dir>/damaged/`` (kept, not
@@ -16,15 +17,19 @@ without ``checkpoint_dir`` never imports it.
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import os
+import sys
+import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import jax
-import numpy as np
 
-from .distributed import to_host
+from .config import require_orbax
+from .identity import SearchIdentity, describe_difference
 
 __all__ = [
     "Checkpointer",
@@ -32,7 +37,6 @@ __all__ = [
     "CheckpointMismatch",
     "SearchCheckpoints",
     "SearchInterrupted",
-    "require_orbax",
 ]
 
 logger = logging.getLogger("multistart")
@@ -55,20 +59,6 @@ class CheckpointMismatch(CheckpointError):
     """The checkpoint folder holds a search of another model or configuration."""
 
 
-def require_orbax():
-    """Import orbax.checkpoint, or explain how to install it."""
-    try:
-        import orbax.checkpoint as ocp
-    except ImportError as e:  # pragma: no cover - depends on the environment
-        raise ImportError(
-            "checkpoint_dir needs orbax-checkpoint: pip install 'multistart[checkpoint]'"
-        ) from e
-    from .log import configure
-
-    configure()  # absl, imported with orbax, may have just given the root logger a handler
-    return ocp
-
-
 class _OrbaxReadNoise(logging.Filter):
     """Drops the errors absl logs while orbax reads a damaged checkpoint's JSON files: the
     failure reaches this module as an exception, and is reported once, naming the step."""
@@ -86,6 +76,44 @@ def _quiet_damaged_reads():
         yield
     finally:
         absl.removeFilter(noise)
+
+
+class _Collect(logging.Filter):
+    def __init__(self, into: list[str]):
+        super().__init__()
+        self.into = into
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        self.into.append(record.getMessage().splitlines()[0])
+        return False
+
+
+@contextlib.contextmanager
+def _background_failures(damaged: list[int]):
+    """While checkpoints are read: when a read fails, orbax's background reads of the same
+    checkpoint fail after it, in tasks, coroutines and threads nobody waits for any more, and
+    Python would print each one's traceback ("Exception ignored in", asyncio's "Task exception
+    was never retrieved", "Event loop is closed"). They are the failure the read raised, which
+    the caller reports once, naming the step: here they are only logged at DEBUG, naming the
+    ``damaged`` steps (filled in by the caller)."""
+    caught: list[str] = []
+    asyncio_log, collect = logging.getLogger("asyncio"), _Collect(caught)
+    hooks = sys.unraisablehook, threading.excepthook
+
+    def note(u: Any) -> None:  # a hook's argument: the exception is u.exc_value
+        caught.append(f"{type(u.exc_value).__name__}: {u.exc_value}".splitlines()[0])
+
+    asyncio_log.addFilter(collect)
+    sys.unraisablehook = threading.excepthook = note
+    try:
+        yield
+    finally:
+        if damaged:  # what a failed read left behind is finalised now, not later
+            gc.collect()
+        sys.unraisablehook, threading.excepthook = hooks
+        asyncio_log.removeFilter(collect)
+        for what in caught:
+            logger.debug("reading the damaged checkpoint of step %s: %s", damaged, what)
 
 
 class Checkpointer:
@@ -163,33 +191,32 @@ class Checkpointer:
             return None
         failures: list[str] = []
         damaged: list[int] = []
-        for step in reversed(steps):
-            try:
-                meta = self.read_meta(step)
-            except Exception as e:  # noqa: BLE001 - a damaged checkpoint can fail any way
-                meta = None
-                error = e
-            if meta is not None:
-                check(meta, step)
-                try:
-                    state = self._restore_state(step, target_state, meta)
-                except Exception as e:  # noqa: BLE001
-                    error = e
-                else:
+        with _background_failures(damaged):
+            for step in reversed(steps):
+                found = self._read(step, target_state, check)
+                if not isinstance(found, str):
                     self.set_aside(damaged)
-                    return step, state, meta
-            failures.append(f"step {step}: {type(error).__name__}: {error}")
-            damaged.append(step)
-            logger.warning(
-                "checkpoint of step %d is unreadable (%s: %s); trying the previous",
-                step,
-                type(error).__name__,
-                error,
-            )
+                    return (step, *found)
+                failures.append(f"step {step}: {found}")
+                damaged.append(step)
+                why = "checkpoint of step %d is unreadable (%s); trying the previous"
+                logger.warning(why, step, found)
         raise CheckpointError(
             f"none of the checkpoints in {str(self.directory)!r} could be read: "
             + "; ".join(failures)
         )
+
+    def _read(self, step: int, target_state, check) -> tuple[Any, dict] | str:
+        """``(state, meta)`` of ``step``, or why it could not be read (in words)."""
+        try:
+            meta = self.read_meta(step)
+        except Exception as e:  # noqa: BLE001 - a damaged checkpoint can fail any way
+            return f"{type(e).__name__}: {e}"
+        check(meta, step)
+        try:
+            return self._restore_state(step, target_state, meta), meta
+        except Exception as e:  # noqa: BLE001
+            return f"{type(e).__name__}: {e}"
 
     def _restore_state(self, step: int, target_state, meta: dict):
         ocp = self._ocp
@@ -249,31 +276,33 @@ class SearchInterrupted(KeyboardInterrupt):
         self.reason = reason
 
 
+@dataclass(frozen=True)
 class SearchCheckpoints:
     """A search's checkpoints: what goes in, and how a resumed search continues.
 
-    The device state is the population (``PopState``); the host state is the loop's counters
-    and, with resurrection, the resurrector's records and the reserve's takes. Everything else
-    a resumed search needs (the starts, the filter's reserve) is replanned from the seed.
+    A checkpoint holds a :class:`multistart.run_state.RunState` (:meth:`save`,
+    :meth:`restore`): the population on the device, and on the host the loop's counters and,
+    when freed slots are refilled, the slots' lineage. Everything else a resumed search needs
+    (the starts, the filter's reserve) is replanned from the seed.
 
     A checkpoint carries the search's identity (:mod:`multistart.identity`): one of another
     model, rule, hyperparameters or configuration is refused, naming what differs. ``n_steps``
     may grow (the search runs on to the new ``n_steps``) but not shrink.
     """
 
-    def __init__(self, directory, every: int, identity, *, n_steps: int, stride: int):
-        self.store = Checkpointer(directory)
-        self.every = every
-        self.identity = identity
-        self.n_steps = n_steps
-        self.stride = stride
-        self.saved: list[int] = []
+    store: Checkpointer
+    every: int
+    identity: SearchIdentity
+    n_steps: int
+    stride: int
+
+    @classmethod
+    def in_folder(cls, directory, every: int, identity, *, n_steps: int, stride: int):
+        return cls(Checkpointer(directory), every, identity, n_steps, stride)
 
     def vet(self, meta: dict, step: int, ignore=()) -> None:
         """Raise :class:`CheckpointMismatch` unless this search may continue ``meta``'s
         (``ignore``: configuration keys not compared yet)."""
-        from .identity import describe_difference
-
         where = f"the checkpoint in {str(self.store.directory)!r} (step {step})"
         what = describe_difference(meta.get("identity", {}), self.identity, ignore)
         if what is not None:
@@ -307,51 +336,24 @@ class SearchCheckpoints:
     def due(self, steps_run: int) -> bool:
         return steps_run % self.every == 0
 
-    def save(self, steps_run: int, pop, refiller, loop: dict) -> None:
-        state = {"pop": pop}
+    def save(self, state) -> None:
+        """Write a checkpoint of ``state`` (a RunState) at its step."""
+        arrays, record = state.to_checkpoint()
         meta = {
             "identity": self.identity.record(),
             "n_steps": self.n_steps,
             "stride": self.stride,
-            "history_rows": int(pop.history.shape[0]),
-            "steps_run": steps_run,
-            "loop": loop,
+            **record,
         }
-        if refiller is not None:
-            state["resurrector"], meta["resurrector"] = refiller.state()
-        self.store.save(steps_run, state, meta)
-        self.saved.append(steps_run)
-        logger.debug("checkpoint of step %d written to %s", steps_run, self.store.directory)
+        self.store.save(state.step, arrays, meta)
+        logger.debug("checkpoint of step %d written to %s", state.step, self.store.directory)
 
-    def restore(self, pop, refiller):
-        """``(pop, steps_run, loop)`` from the newest readable checkpoint, or ``None``.
-
-        A checkpoint of a search with a smaller ``n_steps`` has fewer history rows; the rows
-        this search adds start empty (nan), as in a search that had not reached them.
-        """
-
-        def target(meta):
-            # Shapes, dtypes and shardings (the restored arrays are laid out as ``pop``'s, a
-            # global array over several processes included); the history's rows are the
-            # checkpoint's.
-            rows = int(meta.get("history_rows", pop.history.shape[0]))
-            h = pop.history
-            history = jax.ShapeDtypeStruct((rows, *h.shape[1:]), h.dtype, sharding=h.sharding)
-            state = {"pop": pop._replace(history=history)}
-            if refiller is not None:
-                state["resurrector"] = refiller.state_like(meta["resurrector"])
-            return state
-
-        found = self.store.restore_latest(target, self.vet)
+    def restore(self, fresh):
+        """``fresh`` (a RunState before its first step) continued from the newest readable
+        checkpoint, or ``None`` when there is none."""
+        found = self.store.restore_latest(fresh.checkpoint_like, self.vet)
         if found is None:
             return None
-        step, state, meta = found
-        restored = state["pop"]
-        missing = pop.history.shape[0] - restored.history.shape[0]
-        if missing:  # on the host: the caller places the population again
-            pad = np.full((missing, *pop.history.shape[1:]), np.nan, pop.history.dtype)
-            restored = restored._replace(history=np.concatenate([to_host(restored.history), pad]))
-        if refiller is not None:
-            refiller.restore(state["resurrector"], meta["resurrector"])
+        step, arrays, meta = found
         logger.info("resuming from the checkpoint of step %d in %s", step, self.store.directory)
-        return restored, int(meta["steps_run"]), dict(meta.get("loop", {}))
+        return fresh.restored(arrays, meta)

@@ -1,4 +1,5 @@
-"""Chunk bookkeeping for the Python-loop sweep: which rows each fixed-width call covers.
+"""Chunk bookkeeping for the Python-loop sweep: which rows each fixed-width call covers (and
+which slots each part of a search split in parts holds).
 
 NumPy only. This module must never import JAX (directly or through another module): its
 bookkeeping is unit-tested in a bare NumPy environment, and a test checks ``sys.modules``.
@@ -18,7 +19,7 @@ import numbers
 
 import numpy as np
 
-__all__ = ["chunk_slices", "chunk_indices", "pad_rows"]
+__all__ = ["chunk_slices", "chunk_indices", "pad_rows", "part_slots"]
 
 
 def _check_count(value, name: str, *, minimum: int) -> int:
@@ -93,3 +94,16 @@ def pad_rows(x: np.ndarray, pad: int) -> np.ndarray:
     if len(x) == 0:
         raise ValueError("cannot pad an empty chunk: it has no last row to repeat")
     return np.concatenate([x, np.repeat(x[-1:], pad, axis=0)], axis=0)
+
+
+def part_slots(index: int, count: int, n_starts: int) -> tuple[int, int]:
+    """``(lo, hi)``: the slots of part ``index`` of ``count``, as ``np.array_split`` splits.
+
+    The first ``n_starts % count`` parts hold one slot more than the others.
+
+    >>> [part_slots(i, 3, 10) for i in range(3)]
+    [(0, 4), (4, 7), (7, 10)]
+    """
+    size, extra = divmod(n_starts, count)
+    lo = index * size + min(index, extra)
+    return lo, lo + size + (index < extra)

@@ -25,9 +25,13 @@ from typing import Any
 
 from . import checks
 from .convergence import Convergence
+from .distributed import check_devices
+from .log import configure as configure_logging
 from .schedule import Halving, Schedule, check_schedule
+from .starts import check_band, check_max_candidates, check_strategy
 
 __all__ = ["SearchConfig", "OnResume", "option", "options_doc", "unknown_options"]
+__all__ += ["check_batch_size", "require_orbax", "BATCH_SIZE_HELP"]
 
 CANDIDATES_PER_START = 10
 DEFAULT_FILTER_BATCH_SIZE = 64
@@ -46,6 +50,37 @@ class OnResume(enum.Enum):
     FREE = "free"
     #: ``n_steps``: it may grow (the search runs on), not shrink.
     GROWS = "grows"
+
+
+BATCH_SIZE_HELP = "batch_size must be a positive int, None, 'auto' or 'tune'"
+_BATCH_SIZE_WORDS = ("auto", "tune")
+
+
+def check_batch_size(batch_size):
+    """Validate ``batch_size``: ``None``, a positive int, ``"auto"`` or ``"tune"``.
+
+    Raises:
+      ValueError: anything else, naming ``batch_size`` and the options.
+    """
+    if batch_size is None or (isinstance(batch_size, str) and batch_size in _BATCH_SIZE_WORDS):
+        return batch_size
+    if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral):
+        raise ValueError(f"{BATCH_SIZE_HELP}; got {batch_size!r}")
+    if batch_size < 1:
+        raise ValueError(f"{BATCH_SIZE_HELP}; got {batch_size!r}")
+    return int(batch_size)
+
+
+def require_orbax():
+    """Import orbax.checkpoint, or explain how to install it (``checkpoint_dir``'s check)."""
+    try:
+        import orbax.checkpoint as ocp
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise ImportError(
+            "checkpoint_dir needs orbax-checkpoint: pip install 'multistart[checkpoint]'"
+        ) from e
+    configure_logging()  # absl, imported with orbax, may have just given the root logger a handler
+    return ocp
 
 
 def option(default, doc: str, *, on_resume: OnResume = OnResume.FIXED, recorded: bool = True):
@@ -130,7 +165,8 @@ class SearchConfig:
         "of the running local searches; at each rung (a number of evaluations) a start "
         "continues only if it ranks among the best of those that reached the rung or is still "
         "improving fast enough to overtake them, otherwise it ends as ``pruned`` (its record "
-        "is kept). See ``docs/schedule.md``.",
+        "is kept; with ``resurrect`` or TikTak its slot takes the next start from the queue). "
+        "See ``docs/schedule.md``.",
     )
     start_band: tuple[float, float] = option(
         (0.15, 0.85), "starts are drawn in this band of each prior's quantiles."
@@ -296,10 +332,6 @@ class SearchConfig:
 
     def _check_simple(self) -> None:
         """The options checked on their own."""
-        from .distributed import check_devices
-        from .starts import check_band, check_strategy
-        from .tuning import check_batch_size
-
         conv = self.convergence
         if conv == "auto":  # a configuration made without its rule: the guard
             self._set("convergence", DEFAULT_CONVERGENCE)
@@ -326,8 +358,6 @@ class SearchConfig:
         if path is not None:
             if not isinstance(path, (str, os.PathLike)) or not str(path):
                 raise ValueError(f"checkpoint_dir must be a path or None; got {path!r}")
-            from .checkpoint import require_orbax
-
             require_orbax()
         self._set("target_fom", _check_real(self.target_fom, "target_fom", finite=True))
         self._set("max_evals", _optional_int(self.max_evals, "max_evals", 1))
@@ -335,8 +365,6 @@ class SearchConfig:
         self._set("devices", check_devices(self.devices))
 
     def _resolve_filter(self) -> None:
-        from .starts import check_max_candidates
-
         n, given = self.n_starts, self.n_candidates
         if given is None:
             given = CANDIDATES_PER_START * n
@@ -409,10 +437,16 @@ class SearchConfig:
         return self.schedule if isinstance(self.schedule, Halving) else None
 
     @property
+    def guard(self) -> Convergence | None:
+        """The window guard the steps run (``"auto"`` was resolved when the search was made)."""
+        conv = self.convergence
+        return conv if isinstance(conv, Convergence) else None
+
+    @property
     def window(self) -> int:
         """The convergence window's length (the per-start ring buffer's size)."""
-        conv = self.convergence
-        return conv.window if isinstance(conv, Convergence) else 1
+        guard = self.guard
+        return 1 if guard is None else guard.window
 
     @property
     def give_up(self) -> int:

@@ -49,59 +49,58 @@ def curve_fit(
 ):
     """Fit ``f(xdata, *params)`` to ``ydata`` by least squares from many starts.
 
-    Every argument scipy's ``curve_fit`` has means what it means there. The differences: ``f``
-    is traced by JAX (write it with ``jax.numpy``), the fit runs ``n_starts`` local searches
-    (Levenberg-Marquardt by default, each with its own damping) and returns the best, and it
-    computes in float64, as scipy does.
-
-    Where the starts are: with finite ``bounds`` on a parameter, uniformly in its box; with a
-    one-sided bound, log-normally around ``p0`` (or 1 away from the bound); unbounded, normally
-    around ``p0`` with a spread of ``max(|p0|, 1)``. ``p0`` is always the first start, and
-    with ``n_starts=1`` the only one. Without ``p0`` the first start is scipy's default:
-    ones, or the middle of a finite box, or 1 inside a one-sided bound. Bounds are kept by the
-    search's unconstrained coordinates: no step ever leaves them, whatever ``method``.
+    Every argument scipy's ``curve_fit`` has means what it means there; ``f`` is traced by JAX
+    (``jax.numpy``), ``n_starts`` local searches run (Levenberg-Marquardt by default), in
+    float64. ``p0`` is the first start (with ``n_starts=1`` the only one; default: scipy's, ones
+    or the middle of a box or 1 inside a one-sided bound); the others are drawn in the finite
+    box, log-normally around ``p0`` inside a one-sided bound, normally around it (spread
+    ``max(|p0|, 1)``) where unbounded. No step leaves the bounds, whatever ``method``.
 
     Args:
       f: ``f(x, *params) -> array`` of ``ydata``'s shape, in ``jax.numpy``.
-      xdata: what ``f`` takes as ``x``: an array, or a tuple or dict of arrays.
-      ydata: the data, an array.
+      xdata, ydata: what ``f`` takes as ``x`` (arrays, or a tuple or dict of them); the data.
       p0: the initial parameters (length ``n``); default: from ``f``'s signature, as scipy.
-      sigma: the data's standard deviations (``ydata``'s shape), or their covariance matrix
-        (``(m, m)``, whitened by its Cholesky factor, as scipy does); default 1.
-      absolute_sigma: ``sigma`` is in the data's units, so ``pcov`` is ``(JᵀJ)⁻¹`` as it is;
-        ``False`` (default) scales it by the reduced chi-squared, as scipy.
-      check_finite: refuse non-finite ``xdata``, ``ydata`` or ``sigma`` (default ``True``
-        unless ``nan_policy`` says otherwise).
-      bounds: ``(lower, upper)``, each a scalar or of length ``n``, or a
-        ``scipy.optimize.Bounds``; ``-inf``/``inf`` where a side is open.
-      method: ``"lm"`` (default), ``"dogleg"`` or ``"gauss-newton"``: the local rule
-        (:class:`multistart.MultiStartLeastSquares`). scipy's ``"trf"`` and ``"dogbox"`` exist
-        to respect bounds; here every method does.
-      jac: ``None``: the Jacobian comes from JAX's automatic differentiation.
-      full_output: also return the :class:`multistart.Result` (every start's record).
-      nan_policy: ``None`` or ``"raise"`` (refuse non-finite data), or ``"omit"`` (drop the
-        points where ``ydata``, ``sigma`` or a 1-D ``xdata`` is not finite).
+      sigma: standard deviations of ``ydata`` (its shape), or their ``(m, m)`` covariance.
+      absolute_sigma: ``pcov`` is ``(JᵀJ)⁻¹`` as it is; ``False`` (default) scales it by the
+        reduced chi-squared, as scipy.
+      check_finite, nan_policy: refuse non-finite data (default), or ``nan_policy="omit"``
+        drops those points.
+      bounds: ``(lower, upper)``, scalars or length ``n``, or a ``scipy.optimize.Bounds``.
+      method, jac: ``"lm"`` (default), ``"dogleg"`` or ``"gauss-newton"``; ``jac=None``: JAX
+        differentiates ``f``.
+      full_output: also return the :class:`multistart.Result`.
       n_starts: local searches run at once (default 32).
-      **options: the search's options (:class:`multistart.MultiStartLeastSquares`: ``seed``,
-        ``n_steps``, ``start_strategy``, ``checkpoint_dir``, ...).
+      **options: the search's options (:class:`multistart.MultiStartLeastSquares`).
 
     Returns:
-      ``(popt, pcov)``: the best fit's parameters ``(n,)`` and their covariance ``(n, n)``
-      (``inf`` everywhere, with an ``OptimizeWarning``, where it cannot be estimated, as
-      scipy's); ``(popt, pcov, result)`` with ``full_output=True``.
+      ``(popt, pcov)``, or ``(popt, pcov, result)`` with ``full_output``; ``pcov`` is ``inf``,
+      with an ``OptimizeWarning``, where it cannot be estimated, as scipy's.
 
     Raises:
-      ValueError / TypeError: bad arguments (mismatched lengths, ``p0`` or bounds of the wrong
-        length, ``f``'s output not of ``ydata``'s shape, non-finite data), before any compile.
-
-    Example:
-      >>> import jax.numpy as jnp, numpy as np, multistart as ms
-      >>> def decay(x, a, tau, c):
-      ...     return a * jnp.exp(-x / tau) + c
-      >>> x = np.linspace(0.0, 5.0, 50)
-      >>> y = decay(x, 3.0, 1.5, 0.2) + np.random.default_rng(0).normal(0.0, 0.05, 50)
-      >>> popt, pcov = ms.curve_fit(decay, x, y, bounds=(0.0, 10.0))  # doctest: +SKIP
+      ValueError / TypeError: bad arguments, before any compile (docs/curve-fit.md lists them).
     """
+    _check_choices(method, jac, absolute_sigma, full_output)
+    args = (f, xdata, ydata, p0, sigma, absolute_sigma, check_finite, bounds, nan_policy)
+    popt, pcov, result = _fit(*args, n_starts=n_starts, method=_METHODS[method], **options)
+    return (popt, pcov, result) if full_output else (popt, pcov)
+
+
+def _fit(f, xdata, ydata, p0, sigma, absolute_sigma, check_finite, bounds, nan_policy, **options):
+    """``(popt, pcov, result)`` of one dataset."""
+    with jax.enable_x64(True):
+        data, names = _data(f, xdata, ydata, sigma, p0, check_finite, nan_policy)
+        lower, upper = _bounds(bounds, len(names))
+        first = _first_start(None if p0 is None else _vector(p0, len(names), "p0"), lower, upper)
+        space = _space(names, first, lower, upper)
+        _check_output(f, data, names)
+        search = MultiStartLeastSquares(absolute_sigma=absolute_sigma, **options)
+        starts = {name: np.array([v]) for name, v in zip(names, first, strict=True)}
+        result = search.fit(_CurveModel(f, names, space, data), starts=starts)
+        popt = np.array([float(result.best_params[k]) for k in names])
+        return popt, _pcov(result, names), result
+
+
+def _check_choices(method, jac, absolute_sigma, full_output) -> None:
     if jac is not None:
         raise ValueError(
             "jac: the Jacobian comes from JAX's automatic differentiation of f; pass jac=None"
@@ -111,27 +110,9 @@ def curve_fit(
             f"method must be 'lm' (default), 'dogleg' or 'gauss-newton'; got {method!r} "
             "(scipy's 'trf' and 'dogbox' exist to respect bounds: every method here does)"
         )
-    if not isinstance(absolute_sigma, bool):
-        raise TypeError(f"absolute_sigma must be True or False; got {absolute_sigma!r}")
-    if not isinstance(full_output, bool):
-        raise TypeError(f"full_output must be True or False; got {full_output!r}")
-    with jax.enable_x64(True):
-        data, names = _data(f, xdata, ydata, sigma, p0, check_finite, nan_policy)
-        n = len(names)
-        p0_arr = None if p0 is None else _vector(p0, n, "p0")
-        lower, upper = _bounds(bounds, n)
-        first = _first_start(p0_arr, lower, upper)
-        space = _space(names, first, lower, upper)
-        _check_output(f, data, names, first)
-        search = MultiStartLeastSquares(
-            method=_METHODS[method], absolute_sigma=absolute_sigma, n_starts=n_starts, **options
-        )
-        model = _CurveModel(f, names, space, data)
-        starts = {name: np.array([v]) for name, v in zip(names, first, strict=True)}
-        result = search.fit(model, starts=starts)
-        popt = np.array([float(result.best_params[k]) for k in names])
-        pcov = _pcov(result, names)
-    return (popt, pcov, result) if full_output else (popt, pcov)
+    for name, value in (("absolute_sigma", absolute_sigma), ("full_output", full_output)):
+        if not isinstance(value, bool):
+            raise TypeError(f"{name} must be True or False; got {value!r}")
 
 
 class _CurveModel:
@@ -327,7 +308,7 @@ def _space(names, first, lower, upper) -> dict[str, Any]:
     return space
 
 
-def _check_output(f, data, names, first) -> None:
+def _check_output(f, data, names) -> None:
     """One trace of ``f`` (no compile): its output must have ``ydata``'s shape."""
     x, y, _ = data
     args = [jax.ShapeDtypeStruct((), jnp.float64) for _ in names]

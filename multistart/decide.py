@@ -1,11 +1,13 @@
 """What the host does at a sync, decided by one pure function over NumPy values.
 
-The loop (:mod:`multistart.driver`) steps every running start on the device and, now and then,
-syncs: it reads a :class:`Reading` (the starts' statuses, bests and evaluation counts, the
-clock, a signal), calls :func:`decide`, and applies the :class:`Decision` it returns (end some
-starts, give freed slots new starts, write a checkpoint, sweep other rows, or stop and say
-why). Nothing here touches a device or a clock, so every rule of the host loop is tested as a
-table of readings and decisions (``tests/test_decide.py``).
+The host loop (:func:`multistart.iterate.iterate`) steps every running start on the device
+and, now and then, syncs: it reads a :class:`Reading` (the starts' statuses, bests and
+evaluation counts, the clock, a signal), calls :func:`decide`, and applies the
+:class:`Decision` it returns (:func:`multistart.iterate.apply`: end some starts, give freed
+slots new starts, write a checkpoint, sweep other rows, or stop and say why). A search resumed
+from a checkpoint starts with :func:`resumed`'s decision, applied the same way. Nothing here
+touches a device or a clock, so every rule of the host loop is tested as a table of readings
+and decisions (``tests/test_decide.py``).
 
 NumPy only (no JAX import).
 """
@@ -28,8 +30,8 @@ __all__ = [
     "Reading",
     "Rules",
     "Decision",
-    "Settled",
     "decide",
+    "resumed",
     "settle",
     "STILL_RUNNING",
 ]
@@ -145,47 +147,6 @@ class Rules:
 
 
 @dataclass(frozen=True)
-class Settled:
-    """What the schedule and the queue make of the slots at a sync (:func:`settle`).
-
-    Attributes:
-      prune: running slots the halving schedule ends (they become ``pruned``).
-      refill: ended slots given new starts, in this order; ``short``: those the queue could
-        not refill.
-      status: every slot's status afterwards (pruned ones ``pruned``, refilled ones running).
-      rungs: the schedule's record afterwards (refilled slots start again before rung 0).
-    """
-
-    prune: np.ndarray
-    refill: np.ndarray
-    short: int
-    status: np.ndarray
-    rungs: Rungs | None
-
-
-def settle(r: Reading, rules: Rules) -> Settled:
-    """Prune (the halving schedule) then refill (the queue), from ``r``'s values. Pure.
-
-    A slot pruned here may be refilled at once (TikTak refills ``pruned`` slots).
-    """
-    status, rungs, pruned = r.status, r.rungs, _NONE
-    if rules.halving is not None and rungs is not None:
-        pruned, rungs = prune(rungs, rules.halving, status, r.best_fom, r.n_evals)
-        if pruned.size:
-            status = status.copy()
-            status[pruned] = _PRUNED
-    refill, short = _NONE, 0
-    if rules.refills:
-        refill, short = refill_slots(status, rules.refills, r.available)
-        if refill.size:
-            status = status.copy()
-            status[refill] = _RUNNING
-            if rungs is not None:
-                rungs = rungs.reset(refill)
-    return Settled(pruned, refill, short, status, rungs)
-
-
-@dataclass(frozen=True)
 class Decision:
     """What the loop does after a sync.
 
@@ -194,6 +155,8 @@ class Decision:
       prune: running slots the halving schedule ends here.
       refill: slots to give new starts from the queue, in this order.
       short: ended slots the queue could not refill (it ran out at this sync).
+      ended: the status each slot of ``refill`` ended with (the replaced start's record
+        keeps it).
       pending: pruning or refills were due but the search stops here; a run resuming from
         this sync's checkpoint makes them first, as an uninterrupted run would have.
       rungs: the halving schedule's record after this sync (``None`` without it).
@@ -207,6 +170,7 @@ class Decision:
     prune: np.ndarray = field(default_factory=lambda: _NONE)
     refill: np.ndarray = field(default_factory=lambda: _NONE)
     short: int = 0
+    ended: np.ndarray = field(default_factory=lambda: _NONE)
     pending: bool = False
     rungs: Rungs | None = None
     status: np.ndarray = field(default_factory=lambda: _NONE)
@@ -218,6 +182,31 @@ class Decision:
         """This decision, stopping for ``reason`` found while it was applied (TikTak's
         rediscovery count is only known once the refilled slots' records are taken)."""
         return replace(self, stop=reason, checkpoint=rules.checkpoints, rows=None)
+
+
+def settle(r: Reading, rules: Rules) -> dict[str, Any]:
+    """Prune (the halving schedule) then refill (the queue), from ``r``'s values: a
+    :class:`Decision`'s ``prune``, ``refill``, ``short``, ``ended``, ``status`` and ``rungs``
+    (refilled slots start again before rung 0). Pure.
+
+    A slot pruned here may be refilled at once (a queue refills ``pruned`` slots).
+    """
+    status, rungs, pruned = r.status, r.rungs, _NONE
+    if rules.halving is not None and rungs is not None:
+        pruned, rungs = prune(rungs, rules.halving, status, r.best_fom, r.n_evals)
+        if pruned.size:
+            status = status.copy()
+            status[pruned] = _PRUNED
+    refill, short, ended = _NONE, 0, _NONE
+    if rules.refills:
+        refill, short = refill_slots(status, rules.refills, r.available)
+        if refill.size:
+            ended = status[refill]
+            status = status.copy()
+            status[refill] = _RUNNING
+            if rungs is not None:
+                rungs = rungs.reset(refill)
+    return dict(prune=pruned, refill=refill, short=short, ended=ended, status=status, rungs=rungs)
 
 
 def _budget(r: Reading, rules: Rules) -> StopReason | None:
@@ -245,11 +234,8 @@ def decide(r: Reading, rules: Rules) -> Decision:
     stop = StopReason(r.signal) if r.signal is not None else _budget(r, rules)
     due = rules.settles and r.due.on_schedule
     settling = due and not (r.due.last or stop is not None)
-    if settling:
-        s = settle(r, rules)
-    else:
-        s = Settled(_NONE, _NONE, 0, r.status, r.rungs)
-    running = np.flatnonzero(s.status == _RUNNING)
+    s = settle(r, rules) if settling else {"status": r.status, "rungs": r.rungs}
+    running = np.flatnonzero(s["status"] == _RUNNING)
     if stop is None and running.size == 0:
         stop = StopReason.ALL_ENDED
     elif stop is None and r.due.last:
@@ -257,16 +243,20 @@ def decide(r: Reading, rules: Rules) -> Decision:
     ends_here = stop is not None
     return Decision(
         stop=stop,
-        prune=s.prune,
-        refill=s.refill,
-        short=s.short,
         pending=due and not settling,
-        rungs=s.rungs,
-        status=s.status,
         checkpoint=rules.checkpoints and (r.due.checkpoint or ends_here),
         rows=None if ends_here or running.size == r.n_swept else running,
         report=r.due.logging or r.due.drawing,
+        **s,
     )
+
+
+def resumed(r: Reading, rules: Rules, pending: bool) -> Decision:
+    """The decision a search resumed from a checkpoint starts with: the pruning and refills its
+    run left ``pending`` (:func:`settle`, as the uninterrupted run made them at that sync), and
+    the running rows to sweep. No budget or stop is judged here: the next sync does."""
+    s = settle(r, rules) if pending else {"status": r.status, "rungs": r.rungs}
+    return Decision(rows=np.flatnonzero(s["status"] == _RUNNING), **s)
 
 
 def describe(decision: Decision) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """The figure of merit alone at many points: the broad-start filter's evaluator.
 
 One compiled ``vmap`` of the figure of merit over fixed-width chunks, swept by a Python loop
-(:func:`multistart.programs.padded_chunks`), with the out-of-memory back-off of every program
+(:func:`multistart.fixed_width.padded_chunks`), with the out-of-memory back-off of every program
 here. The filter evaluates thousands of candidates with it at the cost of one compile.
 """
 
@@ -13,8 +13,8 @@ import jax
 import numpy as np
 
 from . import log
+from .fixed_width import lower_and_compile, padded_chunks, retry_narrower
 from .memory import is_out_of_memory
-from .programs import lower_and_compile, padded_chunks, retry_narrower
 
 __all__ = ["ValueEvaluator", "FILTER_NAME"]
 

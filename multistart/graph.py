@@ -5,12 +5,12 @@ A :class:`Factor` is a log-likelihood, its data and (optionally) parameters of i
 ``-2 * (sum of the factors' log-likelihoods + log-prior)``, minimised by ``search.fit(graph)``.
 
 Kernels and compile time: each factor is its own computation in the compiled program, and
-distinct data shapes cannot share one. On the demo's three bands (24x24, 32x32, 48x48 pixels)
-the model compiles in 2.8x the time of one band; zero-padded to one grid and stacked under one
-``vmap`` it compiles in 1.3x, at 1.16x the run time per step (``profiling/README.md``).
-``pad_to_common_shape=True`` pads the data of factors that share a log-likelihood and a data
-layout to one grid; ``vmap_factors=True`` (the default) stacks factors of one layout and maps
-the log-likelihood over the stack, so XLA sees one kernel for the group.
+distinct data shapes cannot share one, so the compile grows with the number of shapes; padded
+to one grid and stacked under one ``vmap``, factors compile as one at a small cost per step
+(the figures: ``profiling/README.md``, "Graph padding"). ``pad_to_common_shape=True`` pads
+the data of factors that share a log-likelihood and a data layout to one grid;
+``vmap_factors=True`` (the default) stacks factors of one layout and maps the log-likelihood
+over the stack, so XLA sees one kernel for the group.
 
 A factor made with :meth:`Factor.from_residuals` gives residuals ``(model - data) / sigma``
 instead; its log-likelihood is the Gaussian ``-½ ‖r‖²``, so any search fits the graph as usual,

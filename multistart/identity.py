@@ -24,6 +24,8 @@ from typing import Any
 import jax
 import numpy as np
 
+from .config import SearchConfig
+
 __all__ = [
     "SearchIdentity",
     "search_identity",
@@ -32,14 +34,6 @@ __all__ = [
     "config_hash",
     "starts_hash",
 ]
-
-
-def _resumable(key: str) -> bool:
-    """May the option ``key`` differ between a checkpoint and the search resuming from it?
-    (Budgets, width and display: :class:`multistart.config.OnResume`.)"""
-    from .config import SearchConfig
-
-    return SearchConfig.resumable(key)
 
 
 def _hash_array(h, a) -> None:
@@ -83,7 +77,8 @@ class SearchIdentity:
 
 
 def _comparable(config: dict, ignore=()) -> dict:
-    return {k: v for k, v in config.items() if not _resumable(k) and k not in ignore}
+    # options a resumed search may change (budgets, width, display: config.OnResume)
+    return {k: v for k, v in config.items() if not SearchConfig.resumable(k) and k not in ignore}
 
 
 def config_hash(config: dict) -> str:

@@ -139,7 +139,7 @@ class _Heads:
 
 
 def cluster_minima_all_pairs(x, f, *, xtol: float, ftol: float) -> np.ndarray:
-    """The grouping rule of :func:`cluster_minima` as first written, every start against every
+    """The grouping rule of :func:`cluster_minima` in its plain form, every start against every
     minimum so far: quadratic in the starts. It is the specification the windowed
     :func:`cluster_minima` is tested against (``tests/test_minima.py``) and the peer arm of
     ``profiling/minima_grouping.py``; nothing in a fit calls it."""

@@ -1,20 +1,30 @@
-"""The progress bar: steps, best figure of merit, starts alive and evaluations per second.
+"""What a person sees while a search runs: the progress bar and the progress lines in the log.
 
 ``tqdm.auto`` draws a widget in a notebook and a line in a terminal. By default the bar is on
 when the output is interactive (stderr is a terminal, or the code runs in a Jupyter kernel)
 and off otherwise, so a batch job's log holds no bar redraws; ``progress=True`` or ``False``
 on the search forces it. The bar is redrawn at most every ``REFRESH_S`` seconds, which is also
-the only time the loop reads the best figure of merit for it from the device.
+the only time the loop reads the best figure of merit for it from the device. Progress lines
+go to the log every ``log_every`` steps or, with ``log_every=None``, every ``LOG_EVERY_S``
+seconds (so a short fit logs none and a long cluster job's log never looks dead).
 """
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
 
-__all__ = ["Progress", "interactive", "REFRESH_S"]
+import jax
+import numpy as np
+
+from . import log
+from .status import Status
+
+__all__ = ["Display", "interactive", "REFRESH_S", "LOG_EVERY_S"]
 
 REFRESH_S = 0.2
+LOG_EVERY_S = 30.0  # a progress line this often with log_every=None (the default)
 
 
 def interactive() -> bool:
@@ -31,49 +41,71 @@ def interactive() -> bool:
     return ip is not None and type(ip).__name__ == "ZMQInteractiveShell"
 
 
-class Progress:
-    """A bar over the search's steps; a no-op when disabled.
+class Display:
+    """The bar and the progress lines of one run (only process 0 of a job draws the bar).
 
     Args:
-      enabled: draw it at all.
-      total: the search's ``n_steps``.
-      initial: the step it starts at (a resumed search).
-      n: the number of starts.
+      options: the search's options (``log_every``, ``progress``, ``n_steps``).
+      n: the number of starts; ``initial``: the step the run starts at (a resumed search's).
     """
 
-    def __init__(self, enabled: bool, *, total: int, initial: int, n: int):
-        self.enabled = enabled
-        self.n = n
-        self._bar = None
-        self._last = 0.0
-        self._evals0, self._t0 = 0, time.perf_counter()
-        if enabled:
+    def __init__(self, options, *, n: int, initial: int):
+        shown = interactive() if options.progress is None else options.progress
+        self.every, self.n_steps, self.n = options.log_every, options.n_steps, n
+        self.t_last, self.evals_last = time.perf_counter(), 0
+        self.evals = 0  # evaluations stepped by this run (for the rates shown)
+        self._bar, self._drawn, self._step = None, 0.0, initial
+        self._t0 = time.perf_counter()
+        if shown and jax.process_index() == 0:
             from tqdm.auto import tqdm
 
             self._bar = tqdm(
-                total=total, initial=initial, unit="step", desc="multistart", leave=True
+                total=self.n_steps, initial=initial, unit="step", desc="multistart", leave=True
             )
-            self._step = initial
 
-    def due(self) -> bool:
-        """Is a redraw due (so the caller fetches what the bar shows)?"""
-        return self.enabled and time.perf_counter() - self._last >= REFRESH_S
+    def swept(self, rows: int) -> None:
+        self.evals += rows
 
-    def update(self, step: int, best: float, alive: int, evals: int, extra: str = "") -> None:
-        """Redraw with the step, the best, the starts alive and the rate (and ``extra``: the
-        rungs' occupancy under the halving schedule)."""
-        if self._bar is None:
-            return
+    def due(self, step: int, last: bool, by_steps_only: bool) -> tuple[bool, bool]:
+        """``(line, bar)``: is a progress line or a redraw due? ``by_steps_only``: by the step
+        count alone (a mesh over several processes syncs on no clock)."""
+        if by_steps_only:
+            return self._line_due_by_steps(step, last), False
+        redraw = self._bar is not None and time.perf_counter() - self._drawn >= REFRESH_S
+        return self._line_due(step, last), redraw or last
+
+    def _line_due(self, step: int, last: bool) -> bool:
+        if self.every is None:
+            return time.perf_counter() - self.t_last >= LOG_EVERY_S
+        return self._line_due_by_steps(step, last)
+
+    def _line_due_by_steps(self, step: int, last: bool) -> bool:
+        every = self.every
+        return every is not None and every > 0 and (step % every == 0 or last)
+
+    def report(self, step: int, best: float, status: np.ndarray, extra: str = "") -> None:
+        """A progress line if one is due, and a redraw: the step, the best, the starts alive,
+        the rate, and ``extra`` (the rungs' occupancy under the halving schedule)."""
+        alive = int(np.sum(status == Status.RUNNING.code))
         now = time.perf_counter()
-        rate = (evals - self._evals0) / max(now - self._t0, 1e-12)
-        text = f"best {best:.6g}, alive {alive}/{self.n}, {rate:.3g} evals/s"
-        self._bar.set_postfix_str(f"{text}, {extra}" if extra else text, refresh=False)
-        self._bar.update(step - self._step)
-        self._step, self._last = step, now
-
-    def close(self, step: int | None = None) -> None:
+        if self._line_due(step, step == self.n_steps):
+            if log.logger.isEnabledFor(logging.INFO):
+                rate = (self.evals - self.evals_last) / max(now - self.t_last, 1e-12)
+                conv = int(np.sum(status == Status.CONVERGED.code))
+                stalled = int(np.sum(status == Status.STALLED.code))
+                line = log.progress_line(
+                    step, self.n_steps, best, alive, conv, self.n, rate, stalled=stalled
+                )
+                log.logger.info(f"{line}  {extra}" if extra else line)
+            self.t_last, self.evals_last = now, self.evals
         if self._bar is not None:
-            if step is not None and step > self._step:
-                self._bar.update(step - self._step)
+            rate = self.evals / max(now - self._t0, 1e-12)
+            text = f"best {best:.6g}, alive {alive}/{self.n}, {rate:.3g} evals/s"
+            self._bar.set_postfix_str(f"{text}, {extra}" if extra else text, refresh=False)
+            self._bar.update(step - self._step)
+            self._step, self._drawn = step, now
+
+    def close(self) -> None:
+        if self._bar is not None:
             self._bar.close()
             self._bar = None

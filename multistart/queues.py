@@ -33,16 +33,14 @@ class StartQueue:
         repair (resurrection: logged at INFO, running out at WARNING).
       needs_best: :meth:`take` blends its starts towards the best point found so far, which
         the caller then passes.
-      takes: every ``take(m)``, in order, so a resumed search replays them
-        (:meth:`replay`): every queue is deterministic given the seed.
+
+    Every queue is deterministic given the seed: the run state records every ``take(m)``
+    (:class:`multistart.refill.Lineage`), and a resumed search replays them (:meth:`replay`).
     """
 
     kind = "a queue of starts"
     routine = False
     needs_best = False
-
-    def __init__(self) -> None:
-        self.takes: list[int] = []
 
     def available(self) -> int | None:
         """How many starts it can still hand out (``None``: no end)."""

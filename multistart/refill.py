@@ -1,21 +1,23 @@
-"""Giving freed slots new starts: the jitted row writer and the replaced starts' records.
+"""Giving freed slots new starts: the jitted row writer, and each slot's lineage.
 
-When a start ends (it died in a non-finite region, with ``resurrect=k``; or its local search
-ended, with TikTak), :func:`multistart.decide.decide` may give its slot a new start from the
-search's queue (:class:`multistart.queues.StartQueue`). The :class:`Refiller` takes the new
-starts from the queue and writes them into the population: the new start's whole state (point,
-optimiser state, best-so-far, counters, convergence window) is reset by one jitted function,
-compiled once for ``batch_size`` rows and called per chunk of refilled rows (padded rows write
-out of bounds and are dropped), so a refill costs no eager per-row work and no recompile.
+When a start ends (it died in a non-finite region, with ``resurrect=k``; its local search
+ended, with TikTak; or the halving schedule pruned it), :func:`multistart.decide.decide` may
+give its slot a new start from the search's queue (:class:`multistart.queues.StartQueue`). The
+:class:`Refiller` takes the new starts from the queue and writes them into the population: the
+new start's whole state (point, optimiser state, best-so-far, counters, convergence window) is
+reset by one jitted function, compiled once for ``batch_size`` rows and called per chunk of
+refilled rows (padded rows write out of bounds and are dropped), so a refill costs no eager
+per-row work and no recompile.
 
-Nothing is lost: the host keeps each replaced start's record (an *incarnation*: its best
-finite figure of merit and parameters, if any), and :meth:`Refiller.merge` folds them into the
-Result.
+Nothing is lost: each replaced start's record (an *incarnation*: its best finite figure of
+merit and parameters, if any) is kept in the slots' :class:`Lineage`, part of the run state
+(:class:`multistart.run_state.RunState`, so a checkpoint holds it), and :meth:`Refiller.fold`
+folds them into the Result.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import jax
@@ -24,15 +26,15 @@ import numpy as np
 from . import log
 from .chunking import pad_rows
 from .distributed import to_host
-from .programs import lower_and_compile, padded_chunks
+from .fixed_width import lower_and_compile, padded_chunks
 from .queues import StartQueue
 from .status import Status
 from .step import PopState, init_population
 
-__all__ = ["REPLACE_NAME", "make_replace_rows", "Refiller", "Incarnation"]
+__all__ = ["REPLACE_NAME", "make_replace_rows", "Refiller", "Incarnation", "Lineage"]
 
 REPLACE_NAME = "multistart_replace_rows"
-# The per-slot entries of a record that merge() copies before folding replaced starts in.
+# The per-slot entries of a record that fold() copies before folding replaced starts in.
 _PER_SLOT = (
     "foms",
     "params",
@@ -43,6 +45,7 @@ _PER_SLOT = (
     "best_step",
     "history",
 )
+_RECORD_INTS = ("slot", "number", "best_step", "n_steps", "n_evals", "status", "started_at")
 
 
 def make_replace_rows(solver, window: int):
@@ -62,7 +65,7 @@ def make_replace_rows(solver, window: int):
     return multistart_replace_rows
 
 
-@dataclass
+@dataclass(frozen=True)
 class Incarnation:
     """One start that ran in a slot and was replaced (the host's record of it)."""
 
@@ -84,63 +87,128 @@ def _rows(tree, rows):
     return jax.tree_util.tree_map(lambda a: np.array(np.asarray(a)[rows]), tree)
 
 
-class Refiller:
-    """Gives freed slots new starts from ``queue`` and keeps the replaced starts' records.
+def _stack(trees: list):
+    """Per-record trees (one start's rows each) stacked on a leading axis."""
+    return jax.tree_util.tree_map(lambda *xs: np.stack(xs), *trees)
 
-    Args:
-      queue: where the new starts come from.
-      solver, window: to build the fresh solver state and convergence window.
-      width: rows per compiled call of the row writer (the search's chunk width).
-      n_total: population size.
-      n_rows: the population's rows when padded past ``n_total`` (a mesh of devices); the
-        row writer's out-of-bounds index.
-      to_u: physical starts (leading axis) to unconstrained NumPy, in the population's layout.
-      u0: the population's initial unconstrained starts (host copy).
-      to_x: one start's unconstrained parameters to physical ones (for a queue that
-        :attr:`~multistart.queues.StartQueue.needs_best`).
+
+@dataclass(frozen=True)
+class Lineage:
+    """Which start each slot runs, and every start its slot ran before (host values).
+
+    Attributes:
+      start_u: each slot's current start (unconstrained, the population's layout).
+      started_at: ``(n,)`` the step each slot's current start began at.
+      count: ``(n,)`` the starts each slot's current one follows.
+      records: every replaced start, in the order they were replaced.
+      takes: every ``queue.take(m)`` so far: a resumed search replays them.
+      exhausted: the queue ran out (said once in the log).
     """
 
-    def __init__(
-        self,
-        queue: StartQueue,
-        *,
-        solver,
-        window,
-        width,
-        n_total,
-        to_u,
-        u0,
-        n_rows=None,
-        to_x=None,
-    ):
-        self.queue = queue
-        self.to_x = to_x
-        self._jit = jax.jit(make_replace_rows(solver, window), donate_argnums=0)
-        self.compiled: Any = None
-        self.compile_s = 0.0
-        self.width = width
-        self.n_total = n_total
-        self.n_rows = n_total if n_rows is None else n_rows  # padded for a mesh of devices
-        self.to_u = to_u
-        self.start_u = jax.tree_util.tree_map(lambda a: np.array(a), u0)
-        self.started_at = np.zeros(n_total, np.int64)
-        self.count = np.zeros(n_total, np.int64)
-        self.records: list[Incarnation] = []
-        self.said_short = False
+    start_u: Any
+    started_at: np.ndarray
+    count: np.ndarray
+    records: tuple[Incarnation, ...] = ()
+    takes: tuple[int, ...] = ()
+    exhausted: bool = False
+
+    @classmethod
+    def start(cls, u0) -> Lineage:
+        n = len(jax.tree_util.tree_leaves(u0)[0])
+        starts = jax.tree_util.tree_map(np.array, u0)
+        return cls(starts, np.zeros(n, np.int64), np.zeros(n, np.int64))
 
     @property
     def evals_replaced(self) -> int:
         """Evaluations made by the starts that were replaced."""
         return sum(r.n_evals for r in self.records)
 
+    def to_checkpoint(self) -> tuple[dict, dict]:
+        """``(arrays, json)`` for a checkpoint."""
+        arrays = {"start_u": self.start_u, "started_at": self.started_at, "count": self.count}
+        if self.records:  # (orbax refuses zero-size arrays)
+            arrays["records_start_u"] = _stack([r.start_u for r in self.records])
+            arrays["records_best_u"] = _stack([r.best_u for r in self.records])
+        meta = {
+            "takes": list(self.takes),
+            "exhausted": self.exhausted,
+            "records": [
+                {
+                    **{k: getattr(r, k) for k in _RECORD_INTS},
+                    "best_fom": r.best_fom,
+                    "replaced_at": r.replaced_at,
+                }
+                for r in self.records
+            ],
+        }
+        return arrays, meta
+
+    def checkpoint_like(self, meta: dict) -> dict:
+        """Arrays shaped as :meth:`to_checkpoint` wrote them for ``meta`` (a restore target)."""
+        out = {"start_u": self.start_u, "started_at": self.started_at, "count": self.count}
+        if meta["records"]:
+            k = len(meta["records"])
+            rows = jax.tree_util.tree_map(
+                lambda a: np.zeros((k, *a.shape[1:]), a.dtype), self.start_u
+            )
+            out["records_start_u"] = out["records_best_u"] = rows
+        return out
+
+    @classmethod
+    def from_checkpoint(cls, arrays: dict, meta: dict) -> Lineage:
+        records = tuple(
+            Incarnation(
+                start_u=_rows(arrays["records_start_u"], j),
+                best_u=_rows(arrays["records_best_u"], j),
+                **{k: int(r[k]) for k in _RECORD_INTS},
+                best_fom=float(r["best_fom"]),
+                replaced_at=r["replaced_at"],
+            )
+            for j, r in enumerate(meta["records"])
+        )
+        return cls(
+            jax.tree_util.tree_map(np.array, arrays["start_u"]),
+            np.array(arrays["started_at"], np.int64),
+            np.array(arrays["count"], np.int64),
+            records,
+            tuple(int(m) for m in meta["takes"]),
+            bool(meta["exhausted"]),
+        )
+
+
+class Refiller:
+    """Gives freed slots new starts from ``queue``, and folds the replaced ones into the Result.
+
+    Args:
+      queue: where the new starts come from.
+      refills: the status codes whose slots it gives new starts.
+      solver, window: to build the fresh solver state and convergence window.
+      width: rows per compiled call of the row writer (the search's chunk width).
+      n_rows: the population's rows (past the starts when padded for a mesh of devices): the
+        row writer's out-of-bounds index.
+      to_u: physical starts (leading axis) to unconstrained NumPy, in the population's layout.
+      to_x: one start's unconstrained parameters to physical ones (for a queue that
+        :attr:`~multistart.queues.StartQueue.needs_best`).
+    """
+
+    def __init__(self, queue: StartQueue, refills, *, solver, window, width, n_rows, to_u, to_x):
+        self.queue = queue
+        self.refills = frozenset(refills)
+        self.to_x = to_x
+        self.to_u = to_u
+        self.width = width
+        self.n_rows = n_rows
+        self._jit = jax.jit(make_replace_rows(solver, window), donate_argnums=0)
+        self._compiled: Any = None
+
     def refill(
-        self, pop: PopState, rows: np.ndarray, short: int, step: int, status: np.ndarray
-    ) -> PopState:
-        """Give ``rows`` (ended slots) new starts from the queue; ``short`` more ended slots
-        get none (the queue ran out: said once in the log). ``status``: each slot's status
-        code as the host sees it (the replaced starts' records keep it)."""
-        if short and not self.said_short:
-            self.said_short = True
+        self, pop: PopState, lineage: Lineage, rows: np.ndarray, short: int, step: int, ended
+    ) -> tuple[PopState, Lineage]:
+        """Give ``rows`` (ended slots, whose starts ended with the status codes ``ended``) new
+        starts from the queue; ``short`` more ended slots get none (the queue ran out: said
+        once in the log). Returns the population and the lineage afterwards."""
+        if short and not lineage.exhausted:
+            lineage = replace(lineage, exhausted=True)
             (log.logger.info if self.queue.routine else log.logger.warning)(
                 "%s is exhausted: %d ended start%s stay as they are from step %d",
                 self.queue.kind,
@@ -149,28 +217,23 @@ class Refiller:
                 step,
             )
         if rows.size == 0:
-            return pop
-        best = self._best_x(pop) if self.queue.needs_best else None
+            return pop, lineage
+        best = self._best_x(pop, lineage) if self.queue.needs_best else None
         x_new = self.queue.take(rows.size, best)
-        self._record(pop, rows, step, status)
-        self.queue.observe(self.records[-rows.size :])
+        replaced = _replaced(pop, lineage, rows, step, ended)
+        self.queue.observe(replaced)
         u_new = self.to_u(x_new)
-        if self.compiled is None:
-            example = jax.tree_util.tree_map(lambda a: pad_rows(a[:1], self.width - 1), u_new)
-            self.compiled, self.compile_s = lower_and_compile(
-                self._jit, "the resurrection writer", pop, np.zeros(self.width, np.int32), example
-            )
-        for lo, hi, chunk in padded_chunks(u_new, self.width):
-            # the padded rows write out of bounds (dropped)
-            scatter = np.full(self.width, self.n_rows, np.int32)
-            scatter[: hi - lo] = rows[lo:hi]
-            pop = self.compiled(pop, scatter, chunk)
-        for leaf, new in zip(
-            jax.tree_util.tree_leaves(self.start_u), jax.tree_util.tree_leaves(u_new), strict=True
-        ):
-            leaf[rows] = new
-        self.started_at[rows] = step
-        self.count[rows] += 1
+        pop = self._write(pop, rows, u_new)
+        lineage = replace(
+            lineage,
+            start_u=jax.tree_util.tree_map(
+                lambda a, b: _set_rows(a, rows, b), lineage.start_u, u_new
+            ),
+            started_at=_set_rows(lineage.started_at, rows, step),
+            count=_set_rows(lineage.count, rows, lineage.count[rows] + 1),
+            records=lineage.records + replaced,
+            takes=(*lineage.takes, int(rows.size)),
+        )
         (log.logger.debug if self.queue.routine else log.logger.info)(
             "step %d: %d ended start%s replaced from %s",
             step,
@@ -178,107 +241,39 @@ class Refiller:
             "" if rows.size == 1 else "s",
             self.queue.kind,
         )
+        return pop, lineage
+
+    def _write(self, pop: PopState, rows: np.ndarray, u_new) -> PopState:
+        """The new starts written into ``rows``, one compiled call per chunk of them."""
+        if self._compiled is None:
+            example = jax.tree_util.tree_map(lambda a: pad_rows(a[:1], self.width - 1), u_new)
+            self._compiled, _ = lower_and_compile(
+                self._jit, "the resurrection writer", pop, np.zeros(self.width, np.int32), example
+            )
+        for lo, hi, chunk in padded_chunks(u_new, self.width):
+            # the padded rows write out of bounds (dropped)
+            scatter = np.full(self.width, self.n_rows, np.int32)
+            scatter[: hi - lo] = rows[lo:hi]
+            pop = self._compiled(pop, scatter, chunk)
         return pop
 
-    def _best_x(self, pop: PopState):
+    def resume(self, lineage: Lineage) -> None:
+        """Bring the queue to where it stood when ``lineage`` was checkpointed."""
+        self.queue.replay(lineage.takes)
+        self.queue.observe(lineage.records)  # the same records in the same order
+
+    def _best_x(self, pop: PopState, lineage: Lineage):
         """The physical params of the best point found so far (running starts and records)."""
         f, u = to_host((pop.starts.best_fom, pop.starts.best_u))
         f = np.where(np.isfinite(f), f, np.inf)
         i = int(np.argmin(f))
         best_f, best_u = float(f[i]), _rows(u, i)
-        for r in self.records:
+        for r in lineage.records:
             if np.isfinite(r.best_fom) and r.best_fom < best_f:
                 best_f, best_u = r.best_fom, r.best_u
         return jax.tree_util.tree_map(np.asarray, jax.device_get(self.to_x(best_u)))
 
-    def _record(self, pop: PopState, rows: np.ndarray, step: int, codes: np.ndarray) -> None:
-        # Whole small vectors to the host (one transfer each), indexed in NumPy.
-        s = pop.starts
-        best_fom, best_step, n_steps, n_evals, best_u = to_host(
-            (s.best_fom, s.best_step, s.n_steps, s.n_evals, s.best_u)
-        )
-        for i in rows:
-            self.records.append(
-                Incarnation(
-                    slot=int(i),
-                    number=int(self.count[i]),
-                    start_u=_rows(self.start_u, i),
-                    best_u=_rows(best_u, i),
-                    best_fom=float(best_fom[i]),
-                    best_step=int(best_step[i]),
-                    n_steps=int(n_steps[i]),
-                    n_evals=int(n_evals[i]),
-                    status=int(codes[i]),
-                    started_at=int(self.started_at[i]),
-                    replaced_at=step,
-                )
-            )
-
-    # -- checkpoints -------------------------------------------------------------------------
-
-    _RECORD_INTS = ("slot", "number", "best_step", "n_steps", "n_evals", "status", "started_at")
-
-    def state(self) -> tuple[dict, dict]:
-        """The host state a checkpoint needs: ``(arrays, json)``."""
-        recs = self.records
-        arrays = {"start_u": self.start_u, "started_at": self.started_at, "count": self.count}
-        if recs:  # (orbax refuses zero-size arrays)
-            arrays["records_start_u"] = self._stack([r.start_u for r in recs])
-            arrays["records_best_u"] = self._stack([r.best_u for r in recs])
-        meta = {
-            "takes": list(self.queue.takes),
-            "exhausted": self.said_short,
-            "records": [
-                {
-                    **{k: getattr(r, k) for k in self._RECORD_INTS},
-                    "best_fom": r.best_fom,
-                    "replaced_at": r.replaced_at,
-                }
-                for r in recs
-            ],
-        }
-        return arrays, meta
-
-    @staticmethod
-    def _stack(trees: list):
-        """Per-record trees (one start's rows each) stacked on a leading axis."""
-        return jax.tree_util.tree_map(lambda *xs: np.stack(xs), *trees)
-
-    def state_like(self, meta: dict) -> dict:
-        """Arrays shaped as :meth:`state` wrote them for ``meta`` (a checkpoint's target)."""
-        k = len(meta["records"])
-        out = {"start_u": self.start_u, "started_at": self.started_at, "count": self.count}
-        if k:
-            rows = jax.tree_util.tree_map(
-                lambda a: np.zeros((k, *a.shape[1:]), a.dtype), self.start_u
-            )
-            out["records_start_u"] = out["records_best_u"] = rows
-        return out
-
-    def restore(self, arrays: dict, meta: dict) -> None:
-        """Continue from :meth:`state` (of a search of the same model, configuration, seed)."""
-        self.queue.replay(meta["takes"])
-        self.said_short = bool(meta["exhausted"])
-        self.start_u = jax.tree_util.tree_map(np.array, arrays["start_u"])
-        self.started_at = np.array(arrays["started_at"], np.int64)
-        self.count = np.array(arrays["count"], np.int64)
-        self.records = [
-            Incarnation(
-                start_u=_rows(arrays["records_start_u"], j),
-                best_u=_rows(arrays["records_best_u"], j),
-                **{k: int(r[k]) for k in self._RECORD_INTS},
-                best_fom=float(r["best_fom"]),
-                replaced_at=r["replaced_at"],
-            )
-            for j, r in enumerate(meta["records"])
-        ]
-        self.queue.observe(self.records)  # the same records in the same order
-
-    @property
-    def n_resurrections(self) -> int:
-        return len(self.records)
-
-    def merge(self, rec: dict, to_physical_n) -> tuple[dict, list[dict]]:
+    def fold(self, rec: dict, lineage: Lineage, to_physical_n) -> tuple[dict, list[dict]]:
         """The per-slot record ``rec`` with the replaced starts folded in, and every start of
         every refilled slot.
 
@@ -287,24 +282,26 @@ class Refiller:
         record returned each refilled slot shows its best start (lowest finite figure of
         merit; the latest on ties or when none was finite) and its history is the best over its
         starts so far. The list has one dict per start that ran in a refilled slot, the final
-        one included (``replaced_at`` is ``None``). ``to_physical_n`` maps ``n_total``
-        unconstrained rows to physical params.
+        one included (``replaced_at`` is ``None``). ``to_physical_n`` maps ``n`` unconstrained
+        rows (the slots') to physical params.
         """
         out = {
             key: jax.tree_util.tree_map(np.array, value) if key in _PER_SLOT else value
             for key, value in rec.items()
         }
-        slots = np.flatnonzero(self.count)
+        slots = np.flatnonzero(lineage.count)
         if slots.size == 0:
             return out, []
-        final_start = self._physical(to_physical_n, [_rows(self.start_u, int(i)) for i in slots])
-        by_slot = self._replaced_by_slot(to_physical_n)
+        n = lineage.count.size
+        starts = [_rows(lineage.start_u, int(i)) for i in slots]
+        final_start = _physical(to_physical_n, starts, n)
+        by_slot = _replaced_by_slot(lineage, to_physical_n, n)
         incarnations: list[dict] = []
         for j, slot in enumerate(slots):
             i = int(slot)
             final = {
                 "slot": i,
-                "incarnation": int(self.count[i]),
+                "incarnation": int(lineage.count[i]),
                 "fom": float(rec["foms"][i]),
                 "params": _rows(rec["params"], i),
                 "start_params": _rows(final_start, j),
@@ -312,65 +309,93 @@ class Refiller:
                 "n_steps": int(rec["n_steps"][i]),
                 "n_evals": int(rec["n_evals"][i]),
                 "best_step": int(rec["best_step"][i]),
-                "started_at": int(self.started_at[i]),
+                "started_at": int(lineage.started_at[i]),
                 "replaced_at": None,
             }
             incs = by_slot[i] + [final]
             incarnations.extend(incs)
-            self._show(out, i, incs[_best_incarnation([x["fom"] for x in incs])])
+            _show(out, i, incs[_best_incarnation([x["fom"] for x in incs])])
         hist = out["history"]
         if hist.size:
             hist[:, slots] = np.fmin.accumulate(hist[:, slots], axis=0)
         return out, incarnations
 
-    def _replaced_by_slot(self, to_physical_n) -> dict[int, list[dict]]:
-        """The replaced starts' records as the Result lists them, by slot."""
-        old_best = self._physical(to_physical_n, [r.best_u for r in self.records])
-        old_start = self._physical(to_physical_n, [r.start_u for r in self.records])
-        by_slot: dict[int, list[dict]] = {int(i): [] for i in np.flatnonzero(self.count)}
-        for j, r in enumerate(self.records):
-            by_slot[r.slot].append(
-                {
-                    "slot": r.slot,
-                    "incarnation": r.number,
-                    "fom": r.best_fom,
-                    "params": _rows(old_best, j),
-                    "start_params": _rows(old_start, j),
-                    "status": Status.from_code(r.status),
-                    "n_steps": r.n_steps,
-                    "n_evals": r.n_evals,
-                    "best_step": r.best_step,
-                    "started_at": r.started_at,
-                    "replaced_at": r.replaced_at,
-                }
-            )
-        return by_slot
 
-    def _physical(self, to_physical_n, rows: list):
-        """Physical params of unconstrained rows, through the ``n_total``-row compiled map."""
-        stacked = jax.tree_util.tree_map(lambda *a: np.stack(a), *rows)
-        parts = [
-            jax.tree_util.tree_map(
-                lambda a, k=hi - lo: np.asarray(a)[:k], jax.device_get(to_physical_n(chunk))
-            )
-            for lo, hi, chunk in padded_chunks(stacked, self.n_total)
-        ]
-        return jax.tree_util.tree_map(lambda *a: np.concatenate(a), *parts)
+def _set_rows(a, rows: np.ndarray, new) -> np.ndarray:
+    out = np.array(a)
+    out[rows] = new
+    return out
 
-    @staticmethod
-    def _show(rec: dict, i: int, inc: dict) -> None:
-        rec["foms"][i] = inc["fom"]
-        rec["status"][i] = inc["status"]
-        rec["n_steps"][i] = inc["n_steps"]
-        rec["n_evals"][i] = inc["n_evals"]
-        rec["best_step"][i] = inc["best_step"]
-        for key in ("params", "start_params"):
-            for leaf, v in zip(
-                jax.tree_util.tree_leaves(rec[key]),
-                jax.tree_util.tree_leaves(inc[key]),
-                strict=True,
-            ):
-                leaf[i] = v
+
+def _replaced(pop: PopState, lineage: Lineage, rows, step: int, ended) -> tuple:
+    """The records of the starts in ``rows`` as they are replaced at ``step``."""
+    # Whole small vectors to the host (one transfer each), indexed in NumPy.
+    s = pop.starts
+    best_fom, best_step, n_steps, n_evals, best_u = to_host(
+        (s.best_fom, s.best_step, s.n_steps, s.n_evals, s.best_u)
+    )
+    return tuple(
+        Incarnation(
+            slot=int(i),
+            number=int(lineage.count[i]),
+            start_u=_rows(lineage.start_u, i),
+            best_u=_rows(best_u, i),
+            best_fom=float(best_fom[i]),
+            best_step=int(best_step[i]),
+            n_steps=int(n_steps[i]),
+            n_evals=int(n_evals[i]),
+            status=int(code),
+            started_at=int(lineage.started_at[i]),
+            replaced_at=step,
+        )
+        for i, code in zip(rows, ended, strict=True)
+    )
+
+
+def _replaced_by_slot(lineage: Lineage, to_physical_n, n: int) -> dict[int, list[dict]]:
+    """The replaced starts' records as the Result lists them, by slot."""
+    old_best = _physical(to_physical_n, [r.best_u for r in lineage.records], n)
+    old_start = _physical(to_physical_n, [r.start_u for r in lineage.records], n)
+    by_slot: dict[int, list[dict]] = {int(i): [] for i in np.flatnonzero(lineage.count)}
+    for j, r in enumerate(lineage.records):
+        by_slot[r.slot].append(
+            {
+                "slot": r.slot,
+                "incarnation": r.number,
+                "fom": r.best_fom,
+                "params": _rows(old_best, j),
+                "start_params": _rows(old_start, j),
+                "status": Status.from_code(r.status),
+                "n_steps": r.n_steps,
+                "n_evals": r.n_evals,
+                "best_step": r.best_step,
+                "started_at": r.started_at,
+                "replaced_at": r.replaced_at,
+            }
+        )
+    return by_slot
+
+
+def _physical(to_physical_n, rows: list, n: int):
+    """Physical params of unconstrained rows, through the ``n``-row compiled map."""
+    stacked = jax.tree_util.tree_map(lambda *a: np.stack(a), *rows)
+    parts = [
+        jax.tree_util.tree_map(
+            lambda a, k=hi - lo: np.asarray(a)[:k], jax.device_get(to_physical_n(chunk))
+        )
+        for lo, hi, chunk in padded_chunks(stacked, n)
+    ]
+    return jax.tree_util.tree_map(lambda *a: np.concatenate(a), *parts)
+
+
+def _show(rec: dict, i: int, inc: dict) -> None:
+    for key in ("foms", "status", "n_steps", "n_evals", "best_step"):
+        rec[key][i] = inc["fom" if key == "foms" else key]
+    for key in ("params", "start_params"):
+        for leaf, v in zip(
+            jax.tree_util.tree_leaves(rec[key]), jax.tree_util.tree_leaves(inc[key]), strict=True
+        ):
+            leaf[i] = v
 
 
 def _best_incarnation(foms: list[float]) -> int:

@@ -492,7 +492,6 @@ class CandidateReserve(StartQueue):
     kind = "the filter's reserve"
 
     def __init__(self, x, foms: np.ndarray):
-        super().__init__()
         self.x = x
         self.foms = np.asarray(foms)
         self.taken = 0
@@ -502,7 +501,6 @@ class CandidateReserve(StartQueue):
 
     def take(self, m: int, best=None):
         """Up to ``m`` candidates (physical params, leading axis), or ``None`` if none is left."""
-        self.takes.append(int(m))
         k = min(m, self.available())
         if k == 0:
             return None
@@ -515,12 +513,10 @@ class StreamReserve(StartQueue):
     """Fresh draws of the start strategy (resurrection's source when no filter ran)."""
 
     def __init__(self, stream: StartStream):
-        super().__init__()
         self.stream = stream
         self.kind = f"fresh {stream.strategy!r} draws"
 
     def take(self, m: int, best=None):
-        self.takes.append(int(m))
         return self.stream.draw(m) if m else None
 
 

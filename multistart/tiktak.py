@@ -73,7 +73,6 @@ class TikTakQueue(StartQueue):
     def __init__(
         self, x, space: Space, *, n_local: int, n_first: int, discoveries: Discoveries | None = None
     ):
-        super().__init__()
         self.x = x
         self.space = space
         self.n_local = n_local
@@ -90,7 +89,6 @@ class TikTakQueue(StartQueue):
 
         Without ``best`` (a checkpoint being replayed) the queue only advances.
         """
-        self.takes.append(int(m))
         k = min(m, self.available())
         if k == 0:
             return None

@@ -94,7 +94,7 @@ def run_arm(arm: str, n_starts: int, steps: int) -> dict:
     import benchmark_model as bm
 
     import multistart as ms
-    import multistart.stepper
+    import multistart.sweeper
 
     kind, *rest = arm.split(":")
     base = dict(n_starts=n_starts, n_steps=steps, seed=0, convergence=None, log_every=0)
@@ -132,7 +132,7 @@ def run_arm(arm: str, n_starts: int, steps: int) -> dict:
 
     if kind == "guard":
         objective, every = rest[0], int(rest[1])
-        multistart.stepper.BACKOFF_COPY_STEPS = every if every > 0 else 10**9
+        multistart.sweeper.BACKOFF_COPY_STEPS = every if every > 0 else 10**9
         if objective == "bench":
             f, space, kw = bm.make_objective(), bm.space(), {"batch_size": 4}
         else:

@@ -119,23 +119,24 @@ def engine_chunk_call(search, f, space, starts):
     """``(call, args)`` for :func:`interleaved`: one call of the search's compiled chunk step at
     its width on a copy of its first step's population, each call stepping the one before's
     population, as :meth:`multistart.backends.Backend.run` does."""
-    from multistart import stepper as stepper_module
+    from multistart import sweeper as sweeper_module
+    from multistart.fixed_width import copy_tree
 
     seen = {}
-    step = stepper_module.Stepper.step
+    sweep = sweeper_module.Sweeper.sweep
 
     def spy(self, pop, row):
         if "pop" not in seen:
-            seen.update(pop=stepper_module._copy_tree(self.backend.place(pop)), stepper=self)
-        return step(self, pop, row)
+            seen.update(pop=copy_tree(self.backend.place(pop)), sweeper=self)
+        return sweep(self, pop, row)
 
-    stepper_module.Stepper.step = spy
+    sweeper_module.Sweeper.sweep = spy
     try:
         search.fit(f, space, starts=starts)
     finally:
-        stepper_module.Stepper.step = step
-    stepper = seen["stepper"]
-    backend, compiled, one = stepper.backend, stepper.compiled, stepper._args[:1]
+        sweeper_module.Sweeper.sweep = sweep
+    sweeper = seen["sweeper"]
+    backend, compiled, one = sweeper.backend, sweeper.compiled, sweeper._args[:1]
     state = {"pop": seen["pop"]}
 
     def call(row):

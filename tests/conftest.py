@@ -229,10 +229,10 @@ def signal_at_step(monkeypatch, k: int, sig=signal.SIGINT):
     """
     if signal.getsignal(sig) is signal.SIG_IGN:
         signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
-    from multistart.stepper import Stepper
+    from multistart.sweeper import Sweeper
 
     calls = {"n": 0}
-    original = Stepper.step
+    original = Sweeper.sweep
 
     def step(self, pop, row):
         calls["n"] += 1
@@ -240,7 +240,7 @@ def signal_at_step(monkeypatch, k: int, sig=signal.SIGINT):
             os.kill(os.getpid(), sig)
         return original(self, pop, row)
 
-    monkeypatch.setattr(Stepper, "step", step)
+    monkeypatch.setattr(Sweeper, "sweep", step)
 
 
 def run_two_processes(

@@ -1,6 +1,8 @@
+import asyncio
 import errno
 import glob
 import os
+import sys
 
 import jax.numpy as jnp
 import numpy as np
@@ -141,3 +143,71 @@ def test_a_full_disk_is_a_clear_error_and_keeps_the_previous(tmp_path, monkeypat
             ck.save(10, _state(10), {"fingerprint": FP})
     step, state, _ = Checkpointer(tmp_path).restore_latest(_state(0), same(FP))
     assert step == 5
+
+
+class _Suspend:
+    def __await__(self):
+        yield
+
+
+def _background_failures_of_a_damaged_read(manager, monkeypatch):
+    """Make a failed read of ``manager`` leave what orbax's background reads of a damaged
+    checkpoint leave (at random, with threads): a task whose exception nobody retrieved, and a
+    started coroutine that raises when it is closed (Python prints both, with tracebacks)."""
+    real = manager.restore
+
+    async def fails():
+        raise RuntimeError("Event loop is closed")
+
+    async def read_index():
+        try:
+            await _Suspend()
+        finally:
+            raise ValueError("Encountered error while reading array index")
+
+    def restore(*args, **kwargs):
+        try:
+            return real(*args, **kwargs)
+        except Exception:
+            loop = asyncio.new_event_loop()
+            loop.create_task(fails())
+            loop.run_until_complete(asyncio.sleep(0))
+            loop.close()
+            abandoned = read_index()
+            abandoned.send(None)
+            raise
+
+    monkeypatch.setattr(manager, "restore", restore)
+
+
+@pytest.mark.parametrize("stand_in", [False, True])
+def test_a_damaged_read_is_one_log_line_not_orbax_s_tracebacks(
+    tmp_path, caplog, capfd, monkeypatch, stand_in
+):
+    # Issue 34, item 4: with the state's array records cut short, orbax's background reads can
+    # fail after the read that raised, and Python printed their tracebacks. They happen at
+    # random (threads), so a stand-in also makes them every time.
+    ck = Checkpointer(tmp_path)
+    ck.save(5, _state(5), {"fingerprint": FP, "step": 5})
+    ck.save(10, _state(10), {"fingerprint": FP, "step": 10})
+    _damage(tmp_path / "10" / "state", "array_metadatas")
+    reader = Checkpointer(tmp_path)
+    if stand_in:
+        _background_failures_of_a_damaged_read(reader._manager, monkeypatch)
+    unraisable: list = []  # what Python would print as "Exception ignored in ..."
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    with caplog.at_level("DEBUG", logger="multistart"):
+        step, state, _ = reader.restore_latest(_state(0), same(FP))
+    assert step == 5
+    np.testing.assert_array_equal(np.asarray(state["u"]), 5.0)
+    assert not unraisable and not [r for r in caplog.records if r.name == "asyncio"]
+    err = capfd.readouterr().err
+    for noise in ("Traceback", "Exception ignored", "never retrieved", "Event loop is closed"):
+        assert noise not in err, err
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warned) == 2 and "checkpoint of step 10 is unreadable" in warned[0], warned
+    assert "moved the damaged checkpoint of step 10" in warned[1], warned
+    quiet = [r.getMessage() for r in caplog.records if r.levelname == "DEBUG"]
+    if stand_in:  # kept, at DEBUG, naming the step
+        assert any("damaged checkpoint of step [10]: ValueError" in m for m in quiet), quiet
+        assert any("damaged checkpoint of step [10]: Task exception" in m for m in quiet), quiet

@@ -19,7 +19,7 @@ _FAKE_PYTHON = r"""#!/bin/sh
 if [ "$1" = "-m" ] && [ "$2" = "venv" ]; then
   mkdir -p "$3/bin"
   echo "PATH=\"$3/bin:\$PATH\"; export PATH" > "$3/bin/activate"
-  for cmd in python pip multistart ruff mypy mkdocs; do
+  for cmd in python pip multistart ruff mypy lint-imports mkdocs; do
     cat > "$3/bin/$cmd" <<EOS
 #!/bin/sh
 echo "$cmd \$*" >> "\$CI_LOG"
@@ -58,6 +58,7 @@ EVERY_STEP = [
     "ruff check .",
     "ruff format --check .",
     "mypy multistart",
+    "lint-imports",
     "pip install -e .[docs]",
     "mkdocs build --strict --site-dir",
     "python -m pytest -q -m slow",

@@ -222,9 +222,9 @@ search = ms.MultiStartLBFGS(
     local_steps=6, progress=False, checkpoint_dir=folder, checkpoint_every=5,
 )
 if phase == "first":
-    from multistart.stepper import Stepper
+    from multistart.sweeper import Sweeper
 
-    step, calls = Stepper.step, []
+    step, calls = Sweeper.sweep, []
 
     def step_then_signal(self, pop, row):  # only process 1 is told to stop, in step 3
         calls.append(row)
@@ -232,16 +232,16 @@ if phase == "first":
             os.kill(os.getpid(), signal.SIGTERM)
         return step(self, pop, row)
 
-    Stepper.step = step_then_signal
+    Sweeper.sweep = step_then_signal
     try:
         search.fit(multimodal, MULTIMODAL_SPACE)
     except ms.SearchInterrupted as e:
         print("interrupted:", e.reason, e.checkpoint, sorted(os.listdir(folder)), flush=True)
     save = SearchCheckpoints.save
 
-    def save_then_die(self, steps_run, *args, **kw):
-        save(self, steps_run, *args, **kw)
-        if steps_run == 10:  # the job dies (both processes, as JAX's runtime takes it down)
+    def save_then_die(self, state):
+        save(self, state)
+        if state.step == 10:  # the job dies (both processes, as JAX's runtime takes it down)
             os.kill(os.getpid(), signal.SIGKILL)
 
     SearchCheckpoints.save = save_then_die

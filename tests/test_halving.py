@@ -94,12 +94,42 @@ def test_the_scan_backend_prunes_as_the_loop_does(fits):
     assert_same_result(fits(HALVING), fits(HALVING, backend="scan"))
 
 
+def _pruned_and_replaced(result) -> list[dict]:
+    """The pruned starts that gave their slot to the next start from the queue, each checked to
+    be followed in its slot by a start begun at the sync that pruned it."""
+    pruned = [r for r in result.incarnations if r["status"] == "pruned"]
+    for r in pruned:
+        (after,) = [
+            q
+            for q in result.incarnations
+            if q["slot"] == r["slot"] and q["incarnation"] == r["incarnation"] + 1
+        ]
+        assert r["replaced_at"] is not None and after["started_at"] == r["replaced_at"], (r, after)
+        assert r["n_evals"] >= HALVING.r0  # it was pruned at a rung
+    # every start the schedule pruned is either a replaced one or a slot's last
+    still = int(np.sum(result.status == "pruned"))
+    assert result.stats["n_pruned"] == len(pruned) + still
+    return pruned
+
+
 def test_a_pruned_slot_takes_tiktak_s_next_start(fits):
     halved = fits(HALVING, start_strategy="tiktak", n_candidates=48)
-    assert halved.stats["n_pruned"] > 0
-    # slots freed by pruning (and by ends) ran further local searches from the queue
-    assert halved.stats["n_local"] > halved.n_starts
+    assert _pruned_and_replaced(halved)
+    # a slot stays pruned only once TikTak's queue ran out (every local search of n_local ran)
+    if np.any(halved.status == "pruned"):
+        assert halved.stats["n_local"] == halved.config["n_local"]
+    assert halved.stats["n_local"] == halved.n_starts + halved.stats["n_resurrections"]
     assert np.isclose(halved.best_fom, 0.0, atol=1e-3)
+
+
+def test_a_pruned_slot_takes_resurrection_s_next_start(fits):
+    # with no filter, resurrection's reserve is fresh draws: it never runs out, so every slot
+    # pruned before the last sync runs a further start
+    halved = fits(HALVING, resurrect=2)
+    assert _pruned_and_replaced(halved) and not np.any(halved.status == "pruned")
+    assert halved.stats["n_resurrections"] == len(halved.incarnations) - np.sum(
+        halved.resurrections > 0
+    )
 
 
 def rosenbrock(p):

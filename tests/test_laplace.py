@@ -132,15 +132,15 @@ def small_fit():
 
 def test_result_covariance_is_lazy_and_needs_a_problem(tmp_path):
     result = small_fit()  # a search attaches its problem, and computes nothing for it
-    assert result._problem is not None and result._laplace is None
+    assert result._uncertainty.problem is not None and result._uncertainty.laplace is None
     small_fit().save(tmp_path / "r.npz")
     loaded = ms.Result.load(tmp_path / "r.npz")
-    loaded._laplace = None  # as a Result saved without its covariance
+    loaded._uncertainty.laplace = None  # as a Result saved without its covariance
     with pytest.raises(ValueError, match="attach_problem"):
         _ = loaded.covariance
     with NoCompile():  # attaching computes nothing
         result.attach_problem(parabola, PARABOLA_SPACE)
-    assert result._laplace is None
+    assert result._uncertainty.laplace is None
     # parabola = sum (x - 1.5)^2 + (y + 0.5)^2: H = 2 I, covariance 2 H^-1 = I
     np.testing.assert_allclose(result.covariance, np.eye(3), atol=1e-4)
     np.testing.assert_allclose(result.errors["x"], [1.0, 1.0], rtol=1e-4)
@@ -154,7 +154,7 @@ def test_result_covariance_is_lazy_and_needs_a_problem(tmp_path):
 
 def test_save_stores_the_covariance_and_load_restores_it(tmp_path):
     result = small_fit().attach_problem(parabola, PARABOLA_SPACE)
-    assert result._laplace is None
+    assert result._uncertainty.laplace is None
     result.save(tmp_path / "r.npz")  # computable, so computed and stored
     loaded = ms.Result.load(tmp_path / "r.npz")
     np.testing.assert_array_equal(loaded.covariance, result.covariance)
@@ -162,7 +162,9 @@ def test_save_stores_the_covariance_and_load_restores_it(tmp_path):
     assert loaded.errors["y"] == result.errors["y"]
     assert loaded.laplace.names == result.laplace.names
     bare = small_fit()
-    bare._problem = None  # e.g. a merged or hand-made Result: nothing to compute it from
+    bare._uncertainty.problem = (
+        None  # e.g. a merged or hand-made Result: nothing to compute it from
+    )
     bare.save(tmp_path / "bare.npz")  # no problem: saved without, and says how to get it
     with pytest.raises(ValueError, match="attach_problem"):
         _ = ms.Result.load(tmp_path / "bare.npz").errors

@@ -18,7 +18,7 @@ from conftest import (
 )
 
 import multistart as ms
-from multistart.parts import part_slots
+from multistart.chunking import part_slots
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -285,7 +285,7 @@ def test_pickle_keeps_the_result_but_not_its_problem():
 
     result = float32_result().attach_problem(lambda p: p["amp"] ** 2, {"amp": ms.Uniform(0, 50)})
     back = pickle.loads(pickle.dumps(result))
-    assert repr(back.best_fom) == "395.6813" and back._problem is None
+    assert repr(back.best_fom) == "395.6813" and back._uncertainty.problem is None
     np.testing.assert_array_equal(back.foms, result.foms)
 
 

@@ -68,16 +68,16 @@ def test_a_signal_checkpoints_returns_the_partial_result_and_resume_completes_it
 def test_an_ignored_signal_stays_ignored_through_a_fit(monkeypatch, x64):
     # A job started in the background ignores SIGINT: a Ctrl-C meant for the shell must not
     # stop its fit. (float64 and no convergence: the program of ``uninterrupted``, compiled once.)
-    from multistart.stepper import Stepper
+    from multistart.sweeper import Sweeper
 
-    original = Stepper.step
+    original = Sweeper.sweep
 
     def step(self, pop, row):
         if row == 3:
             os.kill(os.getpid(), signal.SIGINT)
         return original(self, pop, row)
 
-    monkeypatch.setattr(Stepper, "step", step)
+    monkeypatch.setattr(Sweeper, "sweep", step)
     before = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         result = search(convergence=None).fit(multimodal, MULTIMODAL_SPACE)
@@ -103,7 +103,7 @@ _CHILD = textwrap.dedent(
     jax.config.update("jax_enable_x64", True)
     import jax.numpy as jnp
     import multistart as ms
-    from multistart.stepper import Stepper
+    from multistart.sweeper import Sweeper
 
     # "kill" ends the process at chunk call kill_at; "resume" resumes from the folder and then,
     # in the same process (one interpreter and JAX start fewer), runs the uninterrupted search
@@ -124,13 +124,13 @@ _CHILD = textwrap.dedent(
     kw.update(checkpoint_dir=folder, checkpoint_every=int(os.environ["MS_EVERY"]))
     if mode == "kill":
         calls = {"n": 0}
-        original = Stepper.step
+        original = Sweeper.sweep
         def step(self, pop, row):
             calls["n"] += 1
             if calls["n"] == kill_at:
                 os.kill(os.getpid(), signal.SIGKILL)
             return original(self, pop, row)
-        Stepper.step = step
+        Sweeper.sweep = step
     rule = ms.MultiStartLBFGS if os.environ["MS_RULE"] == "lbfgs" else ms.MultiStartAdam
     result = rule(**kw).fit(objective, space, resume=(mode == "resume"))
     result.save(out)

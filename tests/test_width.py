@@ -553,15 +553,15 @@ class FakeAccelerator:
 
 
 def test_auto_on_an_accelerator_keeps_the_memory_bound_without_timing(monkeypatch):
-    import multistart.driver
+    import multistart.engine
 
     monkeypatch.setenv("MULTISTART_AUTO_WIDTH", "measure")
-    real = multistart.driver.resolve_width
+    real = multistart.engine.resolve_width
 
     def on_accelerator(*args, device, **kwargs):
         return real(*args, device=FakeAccelerator(device), **kwargs)
 
-    monkeypatch.setattr(multistart.driver, "resolve_width", on_accelerator)
+    monkeypatch.setattr(multistart.engine, "resolve_width", on_accelerator)
     no_timing(monkeypatch)
     result = fit(batch_size="auto", n_starts=12)
     info = result.stats["width_choice"]

@@ -25,7 +25,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import multistart as ms  # noqa: E402
-from multistart.stepper import Stepper  # noqa: E402
+from multistart.sweeper import Sweeper  # noqa: E402
 
 
 def rugged(p):
@@ -69,7 +69,7 @@ def main() -> None:
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     with tempfile.TemporaryDirectory() as folder:
-        calls, stop_at, original = {"n": 0}, n_steps // 2, Stepper.step
+        calls, stop_at, original = {"n": 0}, n_steps // 2, Sweeper.sweep
 
         def step(self, pop, row):
             calls["n"] += 1
@@ -77,7 +77,7 @@ def main() -> None:
                 signal.raise_signal(signal.SIGINT)
             return original(self, pop, row)
 
-        Stepper.step = step
+        Sweeper.sweep = step
         search = ms.MultiStartAdam(**base, checkpoint_dir=folder, checkpoint_every=50)
         try:
             search.fit(rugged, space)
@@ -88,7 +88,7 @@ def main() -> None:
                 f"checkpoint {stopped.checkpoint}"
             )
         finally:
-            Stepper.step = original
+            Sweeper.sweep = original
         resumed = search.fit(rugged, space, resume=True)
     np.testing.assert_array_equal(resumed.foms, result.foms)
     np.testing.assert_array_equal(resumed.params["x"], result.params["x"])

@@ -44,10 +44,8 @@ Lowering is deterministic, so the same model in a second process gets the same k
 
 from __future__ import annotations
 
-from .choice import BATCH_SIZE_HELP as BATCH_SIZE_HELP
 from .choice import Footprint as Footprint
 from .choice import WidthChoice as WidthChoice
-from .choice import check_batch_size as check_batch_size
 from .choice import resolve_width as resolve_width
 from .record import tune_key as tune_key
 from .timing import AUTO_UNBATCHED_WINS as AUTO_UNBATCHED_WINS
@@ -61,14 +59,12 @@ from .timing import worth_timing as worth_timing
 
 __all__ = [
     "AUTO_UNBATCHED_WINS",
-    "BATCH_SIZE_HELP",
     "CALL_FLOOR_S",
     "DECIDE_SHARE",
     "Footprint",
     "Gate",
     "Timings",
     "WidthChoice",
-    "check_batch_size",
     "resolve_width",
     "time_auto",
     "time_tune",

@@ -8,7 +8,6 @@ against the budget by one rule (:class:`Footprint`).
 
 from __future__ import annotations
 
-import numbers
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,29 +28,7 @@ from ..memory import (
 from . import record as records
 from .timing import Gate, Timings, say, time_auto, time_tune, worth_timing
 
-__all__ = ["BATCH_SIZE_HELP", "Footprint", "WidthChoice", "check_batch_size", "resolve_width"]
-
-BATCH_SIZE_HELP = "batch_size must be a positive int, None, 'auto' or 'tune'"
-BATCH_SIZE_WORDS = ("auto", "tune")
-
-
-def check_batch_size(batch_size):
-    """Validate ``batch_size``: ``None``, a positive int, ``"auto"`` or ``"tune"``.
-
-    Raises:
-      ValueError: anything else, naming ``batch_size`` and the options.
-    """
-    if batch_size is None:
-        return None
-    if isinstance(batch_size, str):
-        if batch_size in BATCH_SIZE_WORDS:
-            return batch_size
-        raise ValueError(f"{BATCH_SIZE_HELP}; got {batch_size!r}")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral):
-        raise ValueError(f"{BATCH_SIZE_HELP}; got {batch_size!r}")
-    if batch_size < 1:
-        raise ValueError(f"{BATCH_SIZE_HELP}; got {batch_size!r}")
-    return int(batch_size)
+__all__ = ["Footprint", "WidthChoice", "resolve_width"]
 
 
 @dataclass

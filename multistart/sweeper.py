@@ -1,46 +1,38 @@
-"""The stepper: the chunk step at a chosen width, stepping the population, with the
-out-of-memory back-off.
+"""The sweeper: the chunk step at a chosen width, sweeping the population (one step of every
+running start), with the out-of-memory back-off.
 
-:class:`Stepper` keeps a copy of the population from a recent host sync, so a chunk call that
+:class:`Sweeper` keeps a copy of the population from a recent host sync, so a chunk call that
 runs out of memory costs no state: the width is halved, the program recompiled and the steps
-since that copy are run again (:meth:`Stepper.step`). It is also where the host reads the
-starts' small per-start vectors (:meth:`Stepper.sync`) and repacks the running rows into full
-chunks (:meth:`Stepper.set_rows`).
+since that copy are run again (:meth:`Sweeper.sweep`). It is also where the host reads the
+starts' small per-start vectors (:meth:`Sweeper.sync`) and repacks the running rows into full
+chunks (:meth:`Sweeper.set_rows`). It holds no population of its own: the run state
+(:class:`multistart.run_state.RunState`) does; the copy is only where a back-off restarts.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from . import log
+from .backends import Backend
 from .distributed import to_host
+from .fixed_width import copy_tree, first_line, retry_narrower
 from .memory import is_out_of_memory
-from .programs import first_line, retry_narrower
 
-if TYPE_CHECKING:
-    from .backends import Backend
+__all__ = ["Sweeper", "Synced", "BACKOFF_COPY_STEPS"]
 
-__all__ = ["Stepper", "Synced", "BACKOFF_COPY_STEPS"]
-
-# The population is copied at a host sync once this many steps have run since the last copy.
-# A copy is one dispatch, which for a cheap objective costs as much as a step: copying at every
-# sync made a one-chunk step of a small objective twice as slow, while every 16 steps costs a
-# few percent at most. A back-off replays at most this many steps (or one sync interval).
+# The population is copied at a host sync once this many steps have run since the last copy:
+# a copy is one dispatch, as dear as a step of a cheap objective, so copying at every sync
+# would slow such a fit down (profiling/README.md, "Batch width"). A back-off replays at most
+# this many steps (or one sync interval).
 BACKOFF_COPY_STEPS = 16
 
 
-@jax.jit
-def _copy_tree(tree):
-    # One program for the whole population: a copy per leaf would be a dispatch per leaf.
-    return jax.tree_util.tree_map(jnp.copy, tree)
-
-
 class Synced(NamedTuple):
-    """What :meth:`Stepper.sync` read on the host (NumPy), with the population it read."""
+    """What :meth:`Sweeper.sync` read on the host (NumPy), with the population it read."""
 
     pop: Any
     status: np.ndarray
@@ -48,14 +40,12 @@ class Synced(NamedTuple):
     n_evals: np.ndarray
 
 
-class Stepper:
+class Sweeper:
     """A :class:`~multistart.backends.Backend` at a chosen width: steps, reads statuses,
     repacks, backs off. The only object that steps the population.
 
-    Made by :meth:`Backend.at <multistart.backends.Backend.at>`. It keeps a copy of the
-    population from a recent host sync, so a chunk call that runs out of memory costs no
-    state: the width is halved, the program recompiled and the steps since that copy are run
-    again (see :meth:`step`).
+    Made for the width a search chose (:func:`multistart.tuning.resolve_width`); see the module
+    doc for the copy a back-off restarts from.
 
     Attributes:
       backend: the :class:`~multistart.backends.Backend` it steps with.
@@ -80,10 +70,6 @@ class Stepper:
         self._set_width(width)
 
     @property
-    def n_total(self) -> int:
-        return self.backend.n_total
-
-    @property
     def n_devices(self) -> int:
         return self.backend.n_devices
 
@@ -106,7 +92,7 @@ class Stepper:
         self.rows = np.asarray(rows)
         self.chunks, self._args = self.backend.layout(self.rows, self.width)
 
-    def step(self, pop, row: int):
+    def sweep(self, pop, row: int):
         """One step of every swept row; ``row`` is the history row the step writes.
 
         No host synchronisation: a failure of a call may surface here or only at the next
@@ -115,7 +101,7 @@ class Stepper:
         """
         pop = self.backend.place(pop)
         if self._saved is None:
-            self._saved = _copy_tree(pop)
+            self._saved = copy_tree(pop)
         self._replay.append((int(row), self.rows))
         self._n_steps += 1
         try:
@@ -146,14 +132,14 @@ class Stepper:
                 raise
             synced = read(self._back_off(exc))
         if len(self._replay) >= BACKOFF_COPY_STEPS:
-            self._saved = _copy_tree(synced.pop)
+            self._saved = copy_tree(synced.pop)
             self._replay.clear()
         return synced
 
     def rebase(self, pop) -> None:
         """``pop`` changed outside the sweep (rows replaced, a checkpoint restored): make it
         the point a later back-off restarts from, as replaying steps over it would undo it."""
-        self._saved = _copy_tree(self.backend.place(pop))
+        self._saved = copy_tree(self.backend.place(pop))
         self._replay.clear()
 
     def _back_off(self, exc: BaseException):
@@ -187,7 +173,7 @@ class Stepper:
         current = self.rows  # the rows to sweep afterwards (a failed replay may move them)
 
         def replay():
-            pop = _copy_tree(self._saved)
+            pop = copy_tree(self._saved)
             for row, rows in self._replay:  # each step with the rows it swept
                 if rows is not self.rows:
                     self.set_rows(rows)

@@ -1,22 +1,14 @@
-"""Runs that merge: the i-th of k parts of one start plan, and the merge of the parts.
+"""The merge of a search's parts (``fit(..., part=(i, k))``): the Result one run would have given.
 
-Every part computes the whole search's start plan from the seed (user starts, strategy draws,
-the broad-start filter's ranking and diverse choice), then runs only a contiguous block of its
-slots, split as :func:`numpy.array_split` splits ``n_starts`` rows. Starts never interact, so
-each start's record in a part is the one the whole run gives that slot, and the merge of the
-parts is a concatenation in slot order (:meth:`multistart.Result.merge`).
-
-Parts are for schedulers that run and retry tasks independently (Slurm job arrays, Ray,
-Dask): a failed part is run again alone. Two things couple the slots of one search and so have
-no parts: resurrection and TikTak share one reserve of candidates (and TikTak a best point)
-across slots, and ``target_fom`` and ``max_evals`` stop every start when met.
-
-The bookkeeping here is NumPy on saved values: nothing compiles.
+Starts never interact, so each start's record in a part is the one the whole run gives that
+slot (:mod:`multistart.split`), and the merge is a concatenation in slot order: histories
+joined, the best fit chosen again, the statistics added up where each part paid them. The
+bookkeeping here is NumPy on saved values: nothing compiles.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import copy
 import numbers
 import os
 from typing import Any
@@ -24,9 +16,10 @@ from typing import Any
 import jax
 import numpy as np
 
-from .identity import config_hash, starts_hash
+from ..chunking import part_slots
+from ..identity import config_hash
 
-__all__ = ["Part", "check_part", "part_slots", "select", "merge"]
+__all__ = ["merge", "best_fit"]
 
 # Per-part statistics the merge adds up (each part paid them) or takes the largest of (the
 # parts ran side by side); the others are kept where every part agrees.
@@ -53,118 +46,8 @@ _PER_PART = ("part", "slots", "wall_s", "n_evals", "stop_reason", "batch_size", 
 _PART_ONLY = ("part", "slots", "plan", "identity")
 
 
-@dataclasses.dataclass(frozen=True)
-class Part:
-    """The ``index``-th of ``count`` parts: slots ``lo`` to ``hi`` (exclusive)."""
-
-    index: int
-    count: int
-    lo: int
-    hi: int
-
-    @property
-    def size(self) -> int:
-        return self.hi - self.lo
-
-
-def part_slots(index: int, count: int, n_starts: int) -> tuple[int, int]:
-    """``(lo, hi)``: the slots of part ``index`` of ``count``, as ``np.array_split`` splits.
-
-    The first ``n_starts % count`` parts hold one slot more than the others.
-
-    >>> [part_slots(i, 3, 10) for i in range(3)]
-    [(0, 4), (4, 7), (7, 10)]
-    """
-    size, extra = divmod(n_starts, count)
-    lo = index * size + min(index, extra)
-    return lo, lo + size + (index < extra)
-
-
-def check_part(part, search) -> Part | None:
-    """Validate ``fit``'s ``part=`` for ``search``; ``None`` is the whole run.
-
-    Raises:
-      ValueError: ``part`` is not a pair ``(i, k)`` of ints with ``0 <= i < k <= n_starts``,
-        or the search couples its slots (resurrection, TikTak, ``target_fom``, ``max_evals``,
-        the halving schedule).
-    """
-    if part is None:
-        return None
-    ints = (
-        isinstance(part, (tuple, list))
-        and len(part) == 2
-        and all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in part)
-    )
-    if not ints:
-        raise ValueError(f"part must be None or a pair (i, k) of ints; got {part!r}")
-    i, k = (int(v) for v in part)
-    n = search.options.n_starts
-    if not (1 <= k <= n and 0 <= i < k):
-        raise ValueError(
-            f"part=(i, k) needs 1 <= k <= n_starts ({n}) and 0 <= i < k "
-            f"(parts are numbered from 0); got part={part!r}"
-        )
-    why = coupling(search)
-    if why is not None:
-        raise ValueError(
-            f"part={part!r} cannot be used with {why}, so a part could not give the whole "
-            "run's records; run the search whole, or drop it"
-        )
-    return Part(i, k, *part_slots(i, k, n))
-
-
-def coupling(search) -> str | None:
-    """What couples the search's slots (so it cannot run in parts), in words, or ``None``."""
-    o = search.options
-    coupled = {
-        "resurrect": o.resurrect
-        and "resurrection draws every slot's replacements from one shared reserve",
-        "start_strategy='tiktak'": o.tiktak
-        and "TikTak hands every slot candidates from one queue, blended towards the best "
-        "point of all slots (the least-squares rules' default: start_strategy='band' splits)",
-        "target_fom": o.target_fom is not None and "it stops every start once any start reaches it",
-        "max_evals": o.max_evals is not None
-        and "it stops every start once all of them made that many evaluations",
-        "schedule='halving'": o.halving is not None
-        and "a start continues at a rung only if it ranks among the starts of every slot",
-    }
-    for name, why in coupled.items():
-        if why:
-            return f"{name}: {why}"
-    return None
-
-
-def select(start_plan, part: Part | None):
-    """The whole plan's starts for ``part`` only; its statistics name the part and the plan.
-
-    ``stats["plan"]`` is the hash of the whole plan's starts, so the merge can tell parts of
-    one plan from parts of another (other user starts, say) with the same configuration.
-    """
-    if part is None:
-        return start_plan
-    rows = slice(part.lo, part.hi)
-    stats = dict(
-        start_plan.stats,
-        part=[part.index, part.count],
-        slots=[part.lo, part.hi],
-        plan=starts_hash(start_plan.x0),
-    )
-    return dataclasses.replace(
-        start_plan,
-        x0=jax.tree_util.tree_map(lambda a: a[rows], start_plan.x0),
-        started=start_plan.started[rows],
-        reserve=None,
-        stats=stats,
-    )
-
-
-# -- the merge ----------------------------------------------------------------------------------
-
-
 def merge(cls, parts) -> Any:
     """The Result one run would have given, from its parts (see :meth:`Result.merge`)."""
-    from .result import Records
-
     parts = _load(cls, parts)
     k = _check_together(parts)
     parts = sorted(parts, key=lambda r: r.stats["part"][0])
@@ -188,9 +71,12 @@ def merge(cls, parts) -> Any:
 
     history, history_steps = _histories(parts)
     rungs = [p.rung for p in parts]
-    records = Records(
-        foms=cat("foms").astype(np.float64, copy=False),
-        params=cat_tree("params"),
+    foms, params = cat("foms").astype(np.float64, copy=False), cat_tree("params")
+    # the best part's problem and covariance are the merged best's
+    holder = next((p for p in parts if _holds(p, best_fit(foms, params)[0])), None)
+    result = cls.of(
+        foms=foms,
+        params=params,
         start_params=cat_tree("start_params"),
         status=cat("status"),
         n_steps=cat("n_steps"),
@@ -201,12 +87,11 @@ def merge(cls, parts) -> Any:
         at_bound=cat("at_bound"),
         resurrections=cat("resurrections"),
         rung=None if any(r is None for r in rungs) else np.concatenate(rungs),
+        stats=_stats(parts, k),
+        paths=first.paths,
+        config=dict(first.config),
+        uncertainty=None if holder is None else copy.copy(holder._uncertainty),
     )
-    result = cls.from_records(
-        records, stats=_stats(parts, k), paths=first.paths, config=dict(first.config)
-    )
-    if result.best_index >= 0:  # the best part's problem and covariance are the merged best's
-        result.share_errors(next(p for p in parts if _holds(p, result.best_index)))
     result.stats["n_distinct_minima"] = len(result.distinct_minima())  # of the whole run
     return result
 

@@ -1,5 +1,5 @@
-"""What every fixed-width program shares: compiling it once, padding a ragged chunk, and the
-out-of-memory back-off that narrows it.
+"""What every fixed-width program shares: compiling it once, padding a ragged chunk, the
+out-of-memory back-off that narrows it, and one copy of a whole population.
 
 A program is compiled for exactly ``width`` rows; a ragged last chunk is padded with copies of
 its last row (:func:`multistart.chunking.pad_rows`) and its padded outputs dropped, so any
@@ -13,13 +13,14 @@ from __future__ import annotations
 import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from . import log
 from .chunking import chunk_slices, pad_rows
 from .memory import is_out_of_memory
 
-__all__ = ["lower_and_compile", "padded_chunks", "retry_narrower", "first_line"]
+__all__ = ["lower_and_compile", "padded_chunks", "retry_narrower", "first_line", "copy_tree"]
 
 
 def lower_and_compile(jitted, what: str, *args):
@@ -51,6 +52,12 @@ def padded_chunks(tree, width: int):
         )
 
 
+@jax.jit
+def copy_tree(tree):
+    """A copy of every leaf, in one program (a copy per leaf would be a dispatch per leaf)."""
+    return jax.tree_util.tree_map(jnp.copy, tree)
+
+
 def first_line(exc: BaseException) -> str:
     """The first line of an exception's message (at most 300 characters), for the log."""
     text = str(exc).strip()
@@ -62,7 +69,7 @@ def retry_narrower(attempt, exc: BaseException, *, width: int, halve, fatal: str
 
     ``halve(width, exc)`` narrows the program (and records why) and returns the new width;
     below width 1 the search stops with a ``RuntimeError(fatal)``. The one back-off loop of
-    the stepper and the broad-start filter.
+    the sweeper and the broad-start filter.
     """
     while True:
         if width <= 1:

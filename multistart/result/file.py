@@ -16,16 +16,14 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 import jax
 import numpy as np
 
-from .laplace import Laplace, unflatten_like
-from .status import Status
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .result import Result
+from ..laplace import Laplace, unflatten_like
+from ..status import Status
+from .uncertainty import Uncertainty
 
 __all__ = ["FORMAT", "VERSION", "ResultFileError", "save", "load"]
 
@@ -37,7 +35,7 @@ class ResultFileError(ValueError):
     """A file that is not a readable saved Result: cut short, altered, or another kind."""
 
 
-def save(result: Result, path, fit: Laplace | None) -> None:
+def save(result, path, fit: Laplace | None) -> None:
     """Write ``result`` (and the covariance ``fit``, if any) to exactly ``path``, atomically."""
     meta = {
         "format": FORMAT,
@@ -66,7 +64,7 @@ def save(result: Result, path, fit: Laplace | None) -> None:
     _write_atomically(Path(os.fspath(path)), arrays)
 
 
-def _record_arrays(result: Result) -> dict[str, np.ndarray]:
+def _record_arrays(result) -> dict[str, np.ndarray]:
     arrays = {
         "foms": np.asarray(result.foms),
         "status": np.array([str(s) for s in result.status], dtype=str),
@@ -102,7 +100,7 @@ def _write_atomically(path: Path, arrays: dict[str, np.ndarray]) -> None:
         temporary.unlink(missing_ok=True)
 
 
-def load(cls: type[Result], path) -> Result:
+def load(cls, path) -> Any:
     """Read a Result written by :func:`save` (see :meth:`multistart.Result.load`)."""
     name = os.fspath(path)
     arrays = _read_archive(name)
@@ -139,9 +137,7 @@ def _read_archive(name: str) -> dict[str, np.ndarray]:
                 raise _damaged(name, e) from e
 
 
-def _build(cls: type[Result], name: str, z: dict[str, np.ndarray]) -> Result:
-    from .result import Records
-
+def _build(cls, name: str, z: dict[str, np.ndarray]) -> Any:
     meta = json.loads(z["__meta__"].tobytes().decode("utf-8"))
     if meta.get("format") != FORMAT or meta.get("version") != VERSION:
         raise ResultFileError(
@@ -156,7 +152,7 @@ def _build(cls: type[Result], name: str, z: dict[str, np.ndarray]) -> Result:
             leaves = [a[()] if a.ndim == 0 else a for a in leaves]
         return _decode_tree(meta["tree"], leaves)
 
-    records = Records(
+    fields = dict(
         foms=z["foms"],
         params=tree("params"),
         start_params=tree("start_params"),
@@ -184,10 +180,13 @@ def _build(cls: type[Result], name: str, z: dict[str, np.ndarray]) -> Result:
             errors=unflatten_like(best_params, np.sqrt(np.diag(cov))),
             kind=meta["laplace"].get("kind", "hessian"),  # files before Laplace.kind
         )
-    result = cls.from_records(
-        records, stats=meta["stats"], paths=meta["paths"], config=meta["config"], laplace=laplace
+    return cls.of(
+        **fields,
+        stats=meta["stats"],
+        paths=meta["paths"],
+        config=meta["config"],
+        uncertainty=Uncertainty(laplace=laplace),
     )
-    return result
 
 
 def _incarnations(meta: dict, z: dict[str, np.ndarray], n: int) -> list[dict]:

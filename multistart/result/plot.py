@@ -2,19 +2,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .result import Result
 
 __all__ = ["plot", "PLOTS_HINT"]
 
 PLOTS_HINT = "pip install 'multistart[plots]'"
 
 
-def plot(result: Result, *, max_minima: int = 20):
+def plot(result, *, max_minima: int = 20):
     """See :meth:`multistart.Result.plot`."""
     try:
         import matplotlib as mpl
@@ -30,7 +25,7 @@ def plot(result: Result, *, max_minima: int = 20):
     return fig
 
 
-def _curves(result: Result, ax, colours) -> None:
+def _curves(result, ax, colours) -> None:
     steps, hist = np.asarray(result.history_steps), np.asarray(result.history)
     order = result.ranked()[::-1]  # worst first, so the best curves are drawn on top
     for rank, i in enumerate(order):
@@ -51,7 +46,7 @@ def _curves(result: Result, ax, colours) -> None:
     _rungs(result, ax)
 
 
-def _rungs(result: Result, ax) -> None:
+def _rungs(result, ax) -> None:
     """The halving schedule's rungs (evaluations of a start) as dotted lines, with the starts
     each pruned. A rule with one evaluation a step reaches a rung at that step."""
     rungs = result.stats.get("rungs")
@@ -71,7 +66,7 @@ def _rungs(result: Result, ax) -> None:
         )
 
 
-def _minima(result: Result, ax, max_minima: int, ticker) -> None:
+def _minima(result, ax, max_minima: int, ticker) -> None:
     minima = result.distinct_minima()[:max_minima]
     ranks = np.arange(1, len(minima) + 1)
     counts = np.array([m.n_starts for m in minima])

@@ -1,9 +1,10 @@
 """The Result of a search: the best fit and every start's record.
 
 This module holds the record itself and what is read off it (ranks, status counts, distinct
-minima, the table). Its other concerns live beside it, each behind a method of
-:class:`Result`: the uncertainties in :mod:`multistart.result_errors`, the figure in
-:mod:`multistart.result_plot`, the file in :mod:`multistart.result_file`.
+minima, the table). Its other concerns live beside it in this package, each behind a method
+of :class:`Result`: the uncertainties in :mod:`~multistart.result.uncertainty`, the figure in
+:mod:`~multistart.result.plot`, the file in :mod:`~multistart.result.file`, the merge of a
+search's parts in :mod:`~multistart.result.merge`.
 """
 
 from __future__ import annotations
@@ -11,20 +12,20 @@ from __future__ import annotations
 import logging
 import warnings
 from collections import Counter
-from dataclasses import dataclass, field, fields
+from dataclasses import InitVar, dataclass, field
 from typing import Any
 
 import jax
 import numpy as np
 
-from . import result_errors, result_file, result_plot
-from .laplace import Laplace
-from .minima import cluster_minima, default_tolerances
-from .parts import merge as merge_parts
-from .problem import Problem
-from .status import Status
+from ..laplace import Laplace
+from ..minima import cluster_minima, default_tolerances
+from ..status import Status
+from . import file, plot
+from .merge import best_fit, merge
+from .uncertainty import Uncertainty
 
-__all__ = ["Result", "Records", "Minimum", "warn_if_no_start_improved"]
+__all__ = ["Result", "Minimum", "best_fit", "warn_if_no_start_improved"]
 
 
 class Fom(float):
@@ -98,30 +99,11 @@ _START_PREFIX = "start:"
 
 
 @dataclass
-class Records:
-    """Every start's record, from which :meth:`Result.from_records` makes a Result.
-
-    Per-start arrays have a leading ``n_starts`` axis; see :class:`Result` for each field.
-    """
-
-    foms: np.ndarray
-    params: Any
-    start_params: Any
-    status: np.ndarray
-    n_steps: np.ndarray
-    best_step: np.ndarray
-    history: np.ndarray
-    history_steps: np.ndarray
-    n_evals: np.ndarray | None = None
-    at_bound: np.ndarray | None = None
-    resurrections: np.ndarray | None = None
-    incarnations: list = field(default_factory=list)
-    rung: np.ndarray | None = None
-
-
-@dataclass
 class Result:
     """What a search returns. Figures of merit are always minimised.
+
+    A search, :meth:`merge` and :meth:`load` make a Result with :meth:`of`, which chooses the
+    best fit from the records.
 
     Attributes:
       best_params: physical parameters of the best start (the same pytree as the space).
@@ -147,18 +129,19 @@ class Result:
         dict keys sorted); the covariance keeps the order the space was written in.
       config: the search's configuration, for the record.
       resurrections: ``(n_starts,)`` how many times each slot's start was replaced
-        (``resurrect``); all zeros without resurrection.
-      incarnations: with resurrection, one record (a dict: ``slot``, ``incarnation``, ``fom``,
+        (``resurrect``, TikTak, a pruned slot's next start); all zeros without a refill.
+      incarnations: with refills, one record (a dict: ``slot``, ``incarnation``, ``fom``,
         ``params``, ``start_params``, ``status``, ``n_steps``, ``best_step``, ``started_at``,
-        ``replaced_at``) for every start that ever ran in a slot that was resurrected, the final
+        ``replaced_at``) for every start that ever ran in a slot that was refilled, the final
         one included (``replaced_at`` is ``None``). The per-slot arrays above show each slot's
         best incarnation (lowest finite figure of merit; the latest on ties or when none was
         finite), and ``history`` is the slot's best over its incarnations so far, so a replaced
         start's best point is never lost.
       rung: with ``schedule="halving"``, ``(n_starts,)`` the rungs each start passed (a
         pruned start: the rung that pruned it); ``None`` otherwise.
-
-    A search, :meth:`merge` and :meth:`load` all make a Result with :meth:`from_records`.
+      uncertainty: (an argument only) what the covariance is computed from, or the one
+        computed (:class:`~multistart.result.uncertainty.Uncertainty`); a search attaches its
+        problem with :meth:`attach_problem`.
     """
 
     best_params: Any
@@ -180,12 +163,11 @@ class Result:
     n_evals: np.ndarray | None = None
     at_bound: np.ndarray | None = None
     rung: np.ndarray | None = None
-    # What the lazy covariance needs; never saved (a figure of merit is code).
-    _problem: Problem | None = field(default=None, init=False, repr=False, compare=False)
-    _hessian: Any = field(default=None, init=False, repr=False, compare=False)
-    _laplace: Laplace | None = field(default=None, init=False, repr=False, compare=False)
+    uncertainty: InitVar[Uncertainty | None] = None
 
-    def __post_init__(self):
+    def __post_init__(self, uncertainty: Uncertainty | None):
+        # what the lazy covariance needs (a problem is code: never saved), and the one computed
+        self._uncertainty = Uncertainty() if uncertainty is None else uncertainty
         if self.n_evals is None:
             self.n_evals = np.asarray(self.n_steps).copy()
         if self.at_bound is None:
@@ -197,40 +179,12 @@ class Result:
         self.status = np.array([Status(s) for s in self.status], dtype=object)
 
     @classmethod
-    def from_records(
-        cls,
-        records: Records,
-        *,
-        stats: dict,
-        paths: list,
-        config: dict,
-        laplace: Laplace | None = None,
-    ) -> Result:
-        """The Result of ``records``: its best fit chosen (the lowest finite figure of merit,
-        the first on ties), with ``laplace`` as its covariance when it is known already."""
-        from .parts import best_fit
-
-        best_index, best_fom, best_params = best_fit(records.foms, records.params)
-        result = cls(
-            best_params=best_params,
-            best_fom=best_fom,
-            best_index=best_index,
-            stats=stats,
-            paths=list(paths),
-            config=config,
-            **{f.name: getattr(records, f.name) for f in fields(records)},
-        )
-        result._laplace = laplace
-        return result
-
-    def share_errors(self, other: Result) -> Result:
-        """Take ``other``'s problem and covariance (the merged best is ``other``'s best);
-        returns this Result."""
-        self._problem, self._hessian, self._laplace = other._problem, other._hessian, other._laplace
-        return self
-
-    def __getstate__(self):  # pickle without the problem (closures) or its compiled Hessian
-        return dict(self.__dict__, _problem=None, _hessian=None)
+    def of(cls, *, foms: np.ndarray, params, **records) -> Result:
+        """The Result of these per-start records (and ``stats``, ``paths``, ``config``,
+        ``uncertainty``), its best fit chosen: the lowest finite figure of merit, the first on
+        ties (``-1``, ``inf`` and nan parameters when none is finite)."""
+        best_index, best_fom, best_params = best_fit(foms, params)
+        return cls(best_params, best_fom, best_index, foms, params, **records)
 
     @property
     def fit_dtype(self) -> np.dtype:
@@ -252,7 +206,8 @@ class Result:
         Raises:
           ValueError: the space's parameters are not the Result's ``paths``.
         """
-        return result_errors.attach(self, objective, space)
+        self._uncertainty = Uncertainty.of(self.paths, objective, space)
+        return self
 
     @property
     def laplace(self) -> Laplace:
@@ -261,7 +216,7 @@ class Result:
         Computed on first access (one Hessian compile) and cached; see
         :func:`multistart.laplace` for what it assumes of the figure of merit.
         """
-        return result_errors.at_best(self)
+        return self._uncertainty.at_best(self.best_index, self.best_params)
 
     @property
     def covariance(self) -> np.ndarray:
@@ -286,9 +241,6 @@ class Result:
     def correlation(self) -> np.ndarray:
         """Correlation matrix at the best fit, in the order of :attr:`covariance`."""
         return self.laplace.correlation
-
-    def _laplace_at(self, params) -> Laplace:
-        return result_errors.at(self, params)
 
     @property
     def n_starts(self) -> int:
@@ -360,7 +312,7 @@ class Result:
         for members in np.split(order, bounds) if order.size else []:
             head = int(members[0])
             params = jax.tree_util.tree_unflatten(treedef, [a[head] for a in leaves])
-            fit = self._laplace_at(params) if errors else None
+            fit = self._uncertainty.at(params) if errors else None
             minima.append(Minimum(Fom(f[head], dtype), params, tuple(members.tolist()), fit))
         return minima
 
@@ -411,7 +363,7 @@ class Result:
         Raises:
           ImportError: matplotlib is not installed (the ``plots`` extra).
         """
-        return result_plot.plot(self, max_minima=max_minima)
+        return plot.plot(self, max_minima=max_minima)
 
     # -- results as data --------------------------------------------------------------------
 
@@ -436,7 +388,7 @@ class Result:
             import pandas as pd
         except ImportError as e:
             raise ImportError(
-                f"Result.to_dataframe() needs pandas; install it with {result_plot.PLOTS_HINT}"
+                f"Result.to_dataframe() needs pandas; install it with {plot.PLOTS_HINT}"
             ) from e
         columns: dict[str, np.ndarray] = {
             "index": np.arange(self.n_starts),
@@ -477,7 +429,8 @@ class Result:
         keys in the parameter tree must be ``str`` or ``int``. ``errors=False`` saves without
         the covariance (none is computed).
         """
-        result_file.save(self, path, result_errors.for_saving(self) if errors else None)
+        fit = self._uncertainty.for_saving(self.best_index, self.best_params) if errors else None
+        file.save(self, path, fit)
 
     @classmethod
     def merge(cls, parts) -> Result:
@@ -499,7 +452,7 @@ class Result:
             configurations or start plans (the message says what differs); a part missing
             or given twice; parts of different ``k``.
         """
-        return merge_parts(cls, parts)
+        return merge(cls, parts)
 
     @classmethod
     def load(cls, path) -> Result:
@@ -512,7 +465,7 @@ class Result:
           ValueError: the file is not a saved Result: cut short, altered (a changed byte),
             of another kind or of an unknown format version; the message names the file.
         """
-        return result_file.load(cls, path)
+        return file.load(cls, path)
 
     def __repr__(self) -> str:
         counts = ", ".join(f"{k}={v}" for k, v in self.status_counts().items())
