@@ -190,7 +190,7 @@ def assemble(
     if best >= 0 and np.asarray(result.at_bound)[best]:
         log.logger.warning(
             "the best fit has %s at a bound of its prior: the optimum may lie outside the "
-            "prior (widen it), or the start stopped where its logit saturated",
+            "prior (widen it), or the start stopped where the bound flattens the gradient",
             ", ".join(bound_names[best]),
         )
     warn_if_no_start_improved(result)

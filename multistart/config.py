@@ -261,6 +261,24 @@ class SearchConfig:
         "(``optax.multi_transform``, ``optax.masked``), which then receives the unconstrained "
         "params as the space's pytree.",
     )
+    absolute_sigma: bool | None = option(
+        None,
+        "how the covariance (``result.errors``) is scaled. ``True``: the figure of merit is a "
+        "χ² (or ``-2 log L``) with the data's own errors, so the covariance is ``2 H⁻¹`` "
+        "(least squares: ``(JᵀJ)⁻¹``) as it is. ``False``: the errors in it are relative "
+        "weights, and the covariance is scaled by the reduced χ² ``f / (n_data - n)``, as "
+        "``scipy.optimize.curve_fit``'s default. ``None`` (default): ``False`` for the "
+        "least-squares rules (curve_fit's default; their residuals count the data), ``True`` "
+        "for the others. ``result.laplace.convention`` says which a Result holds.",
+        on_resume=OnResume.FREE,
+    )
+    n_data: int | None = option(
+        None,
+        "the number of data points behind a scalar figure of merit: its reduced χ² is "
+        "``f / (n_data - n)`` (needed by ``absolute_sigma=False``, shown by "
+        "``result.report()``). A least-squares fit counts its residuals itself.",
+        on_resume=OnResume.FREE,
+    )
     max_history: int = option(
         10_000,
         "at most this many rows of best-so-far history are kept (evenly strided).",
@@ -363,6 +381,11 @@ class SearchConfig:
         self._set("max_evals", _optional_int(self.max_evals, "max_evals", 1))
         self._set("max_time_s", _check_real(self.max_time_s, "max_time_s", positive=True))
         self._set("devices", check_devices(self.devices))
+        if self.absolute_sigma is not None and not isinstance(self.absolute_sigma, bool):
+            raise TypeError(
+                f"absolute_sigma must be True, False or None; got {self.absolute_sigma!r}"
+            )
+        self._set("n_data", _optional_int(self.n_data, "n_data", 1))
 
     def _resolve_filter(self) -> None:
         n, given = self.n_starts, self.n_candidates

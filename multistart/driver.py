@@ -21,6 +21,7 @@ live in :mod:`multistart.step`, the rules in :mod:`multistart.solvers`, the host
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import jax
@@ -61,6 +62,9 @@ def prepare(search, objective, space, starts, resume, part, *, every_process) ->
     log.configure()
     memory.check_env()
     problem = as_problem(objective, space)
+    # how its covariance is scaled: the search's option (a least-squares problem has its own)
+    absolute = o.absolute_sigma is not False  # resolved when the search was made
+    problem = dataclasses.replace(problem, absolute_sigma=absolute, n_data=o.n_data)
     check_strategy_space(o.start_strategy, problem.space)
     user = None if starts is None else user_starts(problem.space, starts, o.n_starts)
     dtype = jax.dtypes.canonicalize_dtype(jnp.float64)  # float32 unless x64 is on

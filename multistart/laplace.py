@@ -62,6 +62,10 @@ class Laplace:
       errors: the 1-sigma errors ``sqrt(diag(covariance))`` as the params pytree.
       kind: which covariance this is: ``"hessian"`` (the Laplace approximation) or
         ``"gauss-newton"`` (``scipy.optimize.curve_fit``'s ``(JᵀJ)⁻¹``, scaled).
+      absolute_sigma: ``True``: the covariance as the figure of merit gives it (a χ² with the
+        data's own errors); ``False``: scaled by the reduced χ² (curve_fit's default).
+      dof: the degrees of freedom ``m - n``, where the number of data ``m`` is known.
+      reduced_chi2: the figure of merit over ``dof`` at ``params``, where ``dof`` is known.
     """
 
     params: Any
@@ -71,6 +75,20 @@ class Laplace:
     scale: float
     errors: Any
     kind: str = "hessian"
+    absolute_sigma: bool = True
+    dof: int | None = None
+    reduced_chi2: float | None = None
+
+    @property
+    def convention(self) -> str:
+        """Which covariance this is, in words (what a report and the docs name)."""
+        what = "2 H⁻¹ of the figure of merit" if self.kind == "hessian" else "(JᵀJ)⁻¹"
+        if self.absolute_sigma:
+            how = "as it is (absolute_sigma=True: the data's own errors)"
+        else:
+            chi2 = "nan" if self.reduced_chi2 is None else f"{self.reduced_chi2:.6g}"
+            how = f"scaled by the reduced χ² {chi2} (absolute_sigma=False)"
+        return f"{what}, {how}"
 
     @property
     def std(self) -> np.ndarray:
@@ -174,7 +192,10 @@ def hessian_function(problem: Problem):
     def fom_flat(vec, data):
         return problem.fom(space.unravel(vec), data)
 
-    return jax.jit(jax.hessian(fom_flat))
+    def curvature(vec, data):
+        return jax.hessian(fom_flat)(vec, data), fom_flat(vec, data)
+
+    return jax.jit(curvature)
 
 
 def laplace_problem(problem: Problem, params, hess_fn, *, scale: float = CHI2_SCALE) -> Laplace:
@@ -187,11 +208,36 @@ def laplace_problem(problem: Problem, params, hess_fn, *, scale: float = CHI2_SC
     dtype = jax.dtypes.canonicalize_dtype(jnp.float64)
     vec = _ravel_point(space, params)
     names = tuple(flat_names(space.paths, [p.shape for p in space.priors]))
-    hess = np.asarray(hess_fn(jnp.asarray(vec, dtype), problem.data), dtype=np.float64)
-    return _from_hessian(problem, space, params, vec, names, hess, float(scale), "hessian")
+    hess, value = hess_fn(jnp.asarray(vec, dtype), problem.data)
+    hess = np.asarray(hess, dtype=np.float64)
+    m = getattr(problem, "n_data", None)
+    s2 = _reduced_chi2(problem, float(value), m, vec.size)
+    sigma = dict(absolute_sigma=problem.absolute_sigma, dof=None if m is None else m - vec.size)
+    sigma["reduced_chi2"] = None if m is None or m <= vec.size else float(value) / (m - vec.size)
+    factor = float(scale) * (1.0 if problem.absolute_sigma else s2)
+    return _from_hessian(problem, space, params, vec, names, hess, factor, "hessian", **sigma)
 
 
-def _from_hessian(problem, space, params, vec, names, hess, scale: float, kind: str) -> Laplace:
+def _reduced_chi2(problem, value: float, m: int | None, n: int) -> float:
+    """``value / (m - n)`` where ``absolute_sigma=False`` asks for it; ``inf`` with a
+    ``RuntimeWarning`` where no degree of freedom is left (as curve_fit)."""
+    if problem.absolute_sigma or m is None:
+        return 1.0
+    if m > n:
+        return value / (m - n)
+    warnings.warn(
+        f"{problem.name!r}: {m} data for {n} parameters leave no degrees of freedom for the "
+        "reduced chi-squared: the covariance is inf (pass absolute_sigma=True if the figure of "
+        "merit is a chi-squared with the data's own errors)",
+        RuntimeWarning,
+        stacklevel=4,
+    )
+    return np.inf
+
+
+def _from_hessian(
+    problem, space, params, vec, names, hess, scale: float, kind: str, **sigma
+) -> Laplace:
     """The :class:`Laplace` with covariance ``scale * hess⁻¹`` (nan in singular directions)."""
     hess = 0.5 * (hess + hess.T)  # symmetric to rounding; exactly so for the eigensolver
     dtype = jax.dtypes.canonicalize_dtype(jnp.float64)
@@ -213,7 +259,7 @@ def _from_hessian(problem, space, params, vec, names, hess, scale: float, kind: 
     order = np.concatenate([np.arange(ends[i], ends[i + 1]) for i in space.written_order])
     rows = np.ix_(order, order)  # from the engine's (sorted) order to the space's as written
     names = tuple(names[i] for i in order)
-    return Laplace(point, cov[rows], names, hess[rows], scale, errors, kind)
+    return Laplace(point, cov[rows], names, hess[rows], scale, errors, kind, **sigma)
 
 
 def _residual_curvature(problem):
@@ -271,7 +317,9 @@ def residual_laplace(problem, params, curvature_fn=None) -> Laplace:
                 stacklevel=3,
             )
     kind = "hessian" if problem.covariance == "hessian" else "gauss-newton"
-    return _from_hessian(problem, space, params, vec, names, hess, 2.0 * s2, kind)
+    sigma = dict(absolute_sigma=problem.absolute_sigma, dof=m - n)
+    sigma["reduced_chi2"] = float(ssr) / (m - n) if m > n else None
+    return _from_hessian(problem, space, params, vec, names, hess, 2.0 * s2, kind, **sigma)
 
 
 def _safe_inverse(hess: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray]:

@@ -90,7 +90,9 @@ def residual_problem(
     def fom(params, d):
         return sum_of_squares(fn(params, d))
 
-    problem = ResidualProblem(fom, space, data, name, fn, absolute_sigma, covariance)
+    problem = ResidualProblem(
+        fom, space, data, name, residuals=fn, absolute_sigma=absolute_sigma, covariance=covariance
+    )
     check_residuals(problem, jax.dtypes.canonicalize_dtype(jnp.float64))
     return problem
 
@@ -178,9 +180,6 @@ class MultiStartLeastSquares(MultiStartGradient):
         float64; ``0`` turns one off).
       jacobian: ``"auto"`` (forward mode unless there are fewer residuals than parameters),
         ``"forward"`` or ``"reverse"``.
-      absolute_sigma: the residuals are normalised by the data's known standard deviations,
-        so the covariance is ``(JᵀJ)⁻¹`` unscaled; ``False`` (curve_fit's default) scales it by
-        the reduced χ² ``‖r‖² / (m - n)``.
       covariance: ``"gauss-newton"`` (curve_fit's ``(JᵀJ)⁻¹``, the default) or ``"hessian"``
         (the full Hessian of ``‖r‖²``: the Laplace approximation), scaled alike.
       **kwargs: the search's options (:class:`MultiStartGradient`), passed on untouched.
@@ -205,30 +204,29 @@ class MultiStartLeastSquares(MultiStartGradient):
         xtol: float | None = None,
         gtol: float | None = None,
         jacobian: str | None = None,
-        absolute_sigma: bool = False,
         covariance: str = "gauss-newton",
         **kwargs,
     ):
         rule = least_squares_rule(method, ftol=ftol, xtol=xtol, gtol=gtol, jacobian=jacobian)
-        if not isinstance(absolute_sigma, bool):
-            raise TypeError(f"absolute_sigma must be True or False; got {absolute_sigma!r}")
         if covariance not in COVARIANCES:
             options = ", ".join(map(repr, COVARIANCES))
             raise ValueError(f"covariance must be one of {options}; got {covariance!r}")
         super().__init__(rule, **kwargs)
-        self.absolute_sigma = absolute_sigma
         self.covariance = covariance
 
     def config(self) -> dict[str, Any]:
         config = super().config()
-        config.update(absolute_sigma=self.absolute_sigma, covariance=self.covariance)
+        config.update(covariance=self.covariance)
         return config
 
     def problem(self, residuals, space=None) -> ResidualProblem:
         """The :class:`ResidualProblem` :meth:`fit` fits (for ``Result.attach_problem`` after
         ``Result.load``, or ``multistart.laplace``)."""
         return residual_problem(
-            residuals, space, absolute_sigma=self.absolute_sigma, covariance=self.covariance
+            residuals,
+            space,
+            absolute_sigma=self.options.absolute_sigma is True,
+            covariance=self.covariance,
         )
 
     def fit(  # type: ignore[override]  # residuals, not a scalar objective

@@ -45,12 +45,18 @@ class Problem:
       space: the :class:`multistart.priors.Space` of the parameters.
       data: a pytree of arrays passed to ``fom`` (``()`` for a plain objective).
       name: a short name for logs and errors.
+      absolute_sigma: the figure of merit is a χ² (or ``-2 log L``) with the data's own errors,
+        so its covariance is ``2 H⁻¹`` as it is; ``False``: scaled by the reduced χ²
+        ``f / (n_data - n)`` (``curve_fit``'s ``absolute_sigma``).
+      n_data: the number of data points behind the figure of merit (for the reduced χ²).
     """
 
     fom: Callable[[Any, Any], jax.Array]
     space: Space
     data: Any = ()
     name: str = "objective"
+    absolute_sigma: bool = True
+    n_data: int | None = None
 
 
 def refuse_space(model, space) -> None:

@@ -269,6 +269,25 @@ def _resolve_auto(solver: Solver, options: dict) -> None:
         tiktak = solver.uses_residuals and options.get("n_candidates") != 0
         tiktak = tiktak and not options.get("resurrect")
         options["start_strategy"] = "tiktak" if tiktak else "band"
+    _resolve_sigma(solver, options)
+
+
+def _resolve_sigma(solver: Solver, options: dict) -> None:
+    """``absolute_sigma``'s default by rule, and what it needs: ``n_data`` to scale a scalar
+    figure of merit by its reduced χ²; none for least squares, whose residuals count."""
+    least_squares = solver.uses_residuals
+    if options.get("absolute_sigma") is None:
+        options["absolute_sigma"] = not least_squares
+    if least_squares and options.get("n_data") is not None:
+        raise ValueError(
+            "n_data applies to a scalar figure of merit: a least-squares fit counts its "
+            "residuals; drop n_data"
+        )
+    if options["absolute_sigma"] is False and not least_squares and options.get("n_data") is None:
+        raise ValueError(
+            "absolute_sigma=False scales the covariance by the reduced chi-squared "
+            "f / (n_data - n): give n_data, the number of data points behind the objective"
+        )
 
 
 def _with_options(cls) -> None:

@@ -222,3 +222,85 @@ def test_the_covariance_keeps_the_order_the_space_was_written_in():
     np.testing.assert_allclose(np.diag(fit.hessian), 2 / np.array([0.5, 2.0, 4.0, 1.0]) ** 2)
     assert "slope = 1 +/- 0.5" in repr(fit) and "amp = 0 +/- 1" in repr(fit)
     assert "band.z[1] = 1 +/- 4" in repr(fit)
+
+
+# -- absolute_sigma on every search: the same errors whatever the scale of the figure of merit --
+
+PEAK_DATA = peak(X, 3.0, 8.0, 1.5) + np.random.default_rng(1).normal(0, SIGMA, X.size)
+PEAK_SPACE = {
+    "amp": ms.Uniform(0.0, 10.0),
+    "centre": ms.Uniform(0.0, 20.0),
+    "width": ms.LogUniform(0.1, 10.0),
+}
+PEAK_STARTS = {"amp": [2.5], "centre": [7.5], "width": [1.2]}
+
+
+def _peak_residuals(scale):
+    def residuals(p):
+        model = p["amp"] * jnp.exp(-0.5 * ((X - p["centre"]) / p["width"]) ** 2)
+        return scale * (model - PEAK_DATA)
+
+    return residuals
+
+
+def test_every_rule_scales_an_unweighted_fit_by_its_reduced_chi_squared(x64):
+    """Unweighted residuals (sigma unknown): curve_fit's default errors, from L-BFGS on the sum
+    of squares as from least squares, and the same at any scale of the figure of merit."""
+    popt, pcov = curve_fit(peak, X, PEAK_DATA, p0=[2.5, 7.5, 1.2], xtol=1e-14, ftol=1e-14)
+    kw = dict(n_starts=1, seed=0, log_every=0, n_candidates=0)
+    for scale in (1.0, 1e-3, 1e3):
+        residuals = _peak_residuals(scale)
+        ls = ms.MultiStartLeastSquares(**kw).fit(residuals, PEAK_SPACE, starts=PEAK_STARTS)
+        search = ms.MultiStartLBFGS(**kw, absolute_sigma=False, n_data=X.size)
+        lbfgs = search.fit(
+            lambda p, r=residuals: jnp.sum(r(p) ** 2), PEAK_SPACE, starts=PEAK_STARTS
+        )
+        for fit, rtol in ((ls, 1e-6), (lbfgs, 0.02)):  # L-BFGS: the full Hessian, not JᵀJ
+            laplace = fit.laplace
+            assert not laplace.absolute_sigma and laplace.dof == X.size - 3
+            assert "absolute_sigma=False" in laplace.convention
+            np.testing.assert_allclose(laplace.std, np.sqrt(np.diag(pcov)), rtol=rtol)
+            chi2 = float(np.sum((peak(X, *popt) - PEAK_DATA) ** 2)) / (X.size - 3)
+            assert laplace.reduced_chi2 == pytest.approx(scale**2 * chi2, rel=1e-6)
+    # as given (absolute_sigma=True, a scalar's default): 2 H⁻¹ of scale² * SSR, so errors / scale
+    search = ms.MultiStartLBFGS(**kw)
+    given = search.fit(
+        lambda p: jnp.sum(_peak_residuals(1e3)(p) ** 2), PEAK_SPACE, starts=PEAK_STARTS
+    )
+    assert given.laplace.absolute_sigma and given.laplace.dof is None
+    np.testing.assert_allclose(given.laplace.std * 1e3, np.sqrt(np.diag(pcov / chi2)), rtol=0.02)
+
+
+def test_the_convention_is_saved_with_the_result(tmp_path, x64):
+    search = ms.MultiStartLBFGS(n_starts=2, seed=0, log_every=0, absolute_sigma=False, n_data=120)
+    result = search.fit(lambda p: jnp.sum(_peak_residuals(1.0)(p) ** 2), PEAK_SPACE)
+    laplace = result.laplace
+    result.save(tmp_path / "fit.npz")
+    loaded = ms.Result.load(tmp_path / "fit.npz").laplace
+    assert (loaded.absolute_sigma, loaded.dof) == (False, 117)
+    assert loaded.reduced_chi2 == pytest.approx(laplace.reduced_chi2)
+    assert loaded.convention == laplace.convention
+
+
+@pytest.mark.parametrize(
+    "make, error, match",
+    [
+        (lambda: ms.MultiStartLBFGS(absolute_sigma=False), ValueError, "give n_data"),
+        (lambda: ms.MultiStartAdam(absolute_sigma="no"), TypeError, "absolute_sigma must be"),
+        (lambda: ms.MultiStartAdam(n_data=0), ValueError, "n_data"),
+        (lambda: ms.MultiStartLeastSquares(n_data=10), ValueError, "counts its residuals"),
+    ],
+)
+def test_bad_sigma_options_are_refused_when_the_search_is_made(make, error, match):
+    with NoCompile(), pytest.raises(error, match=match):
+        make()
+
+
+def test_a_best_fit_on_a_bound_warns_naming_the_parameter_when_its_errors_are_read(x64):
+    space = dict(PEAK_SPACE, amp=ms.Uniform(0.0, 2.0))  # the peak's amplitude, 3, is outside
+    search = ms.MultiStartLeastSquares(n_starts=4, seed=0, log_every=0)
+    result = search.fit(_peak_residuals(1.0), space)
+    assert result.at_bound[result.best_index]
+    with pytest.warns(RuntimeWarning, match="the best fit has amp on a bound of its prior"):
+        errors = result.errors
+    assert np.isfinite(errors["amp"])  # kept, as curve_fit keeps it, with the warning

@@ -54,7 +54,14 @@ def save(result, path, fit: Laplace | None) -> None:
         "incarnation_keys": list(result.incarnations[0]) if result.incarnations else [],
     }
     if fit is not None:
-        meta["laplace"] = {"scale": fit.scale, "names": list(fit.names), "kind": fit.kind}
+        meta["laplace"] = {
+            "scale": fit.scale,
+            "names": list(fit.names),
+            "kind": fit.kind,
+            "absolute_sigma": fit.absolute_sigma,
+            "dof": fit.dof,
+            "reduced_chi2": fit.reduced_chi2,
+        }
     text = json.dumps(meta, default=_json_default, allow_nan=True)
     arrays = {"__meta__": np.frombuffer(text.encode("utf-8"), dtype=np.uint8)}
     arrays.update(_record_arrays(result))
@@ -179,6 +186,9 @@ def _build(cls, name: str, z: dict[str, np.ndarray]) -> Any:
             scale=float(meta["laplace"]["scale"]),
             errors=unflatten_like(best_params, np.sqrt(np.diag(cov))),
             kind=meta["laplace"].get("kind", "hessian"),  # files before Laplace.kind
+            absolute_sigma=bool(meta["laplace"].get("absolute_sigma", True)),
+            dof=meta["laplace"].get("dof"),
+            reduced_chi2=meta["laplace"].get("reduced_chi2"),
         )
     return cls.of(
         **fields,

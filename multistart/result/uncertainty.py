@@ -12,6 +12,9 @@ import logging
 import warnings
 from typing import Any
 
+import jax
+import numpy as np
+
 from ..laplace import Laplace, hessian_function, laplace_problem
 from ..problem import Problem, as_problem
 
@@ -46,12 +49,28 @@ class Uncertainty:
         return {"problem": None, "laplace": self.laplace, "_hessian": None}
 
     def at_best(self, best_index: int, best_params) -> Laplace:
-        """The Laplace approximation at the best fit, computed once and cached."""
+        """The Laplace approximation at the best fit, computed once and cached; a
+        ``RuntimeWarning`` names any parameter of the best fit on a bound of its prior."""
         if self.laplace is None:
             if best_index < 0:
                 raise ValueError("no start reached a finite figure of merit: no covariance")
             self.laplace = self.at(best_params)
+            self._warn_at_bound(best_params)
         return self.laplace
+
+    def _warn_at_bound(self, params) -> None:
+        assert self.problem is not None  # at() needed it
+        space = self.problem.space
+        one = jax.tree_util.tree_map(lambda a: np.asarray(a)[None], params)
+        _, names = space.near_bound(one)
+        if names[0]:
+            warnings.warn(
+                f"the best fit has {', '.join(names[0])} on a bound of its prior: the error "
+                "there is the curvature at the bound, not a Gaussian error (the likelihood is "
+                "cut by the bound); widen the prior, or profile that parameter",
+                RuntimeWarning,
+                stacklevel=4,
+            )
 
     def at(self, params) -> Laplace:
         """The Laplace approximation at ``params``, with the problem's one compiled Hessian."""
