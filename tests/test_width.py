@@ -215,7 +215,10 @@ def test_a_short_fit_keeps_the_bound_untimed_and_remembers_its_price(monkeypatch
     # why it did not time: one compile would have cost more than the share of the fit
     assert prices["compile_s"] == info["compile_estimate_s"] > 0
     assert not worth_timing(0.0, prices["compile_s"], prices["fit_s"])
-    assert 0 <= info["decide_s"] < first.stats["select_s"]
+    # deciding is what choosing took beyond the chosen width's compile: here one priced call,
+    # less than the compile it declined to spend
+    assert info["decide_s"] + first.stats["compile_s"] == pytest.approx(first.stats["select_s"])
+    assert 0 < info["decide_s"] < prices["compile_s"]
 
     no_timing(monkeypatch)
     second = fit(batch_size="auto")
@@ -254,6 +257,24 @@ def test_auto_on_a_cpu_times_remembers_and_reuses(monkeypatch, tmp_path, x64):
     )
     assert identical(first, second)
     assert identical(first, fit(multimodal, MULTIMODAL_SPACE, n_starts=8, batch_size=width))
+
+
+def test_a_long_fit_times_widths_with_the_shipped_constants(monkeypatch, tmp_path, x64):
+    """End to end, nothing patched but the seconds a width is timed for: a fit priced at up
+    to 100,000 steps of a model that costs about 100 us a start is worth timing, and ends
+    (converged) long before that."""
+    monkeypatch.setenv("MULTISTART_AUTO_WIDTH", "measure")
+    monkeypatch.setenv("MULTISTART_CACHE_DIR", str(tmp_path))
+    kwargs = dict(n_steps=100_000, learning_rate=0.1, convergence=ms.Convergence(window=20))
+    result = fit(wide, WIDE_SPACE, batch_size="auto", **kwargs)
+    info, tuning = result.stats["width_choice"], result.stats["tuning"]
+    assert info["selected_by"] == "auto (measured)" and tuning["method"] == "auto"
+    assert result.stats["n_steps_run"] < 1_000  # converged: the price was an upper bound
+    timed = {row["width"]: row["step_s"] for row in tuning["table"]}
+    assert {1, info["memory_width"]} <= set(timed)
+    assert result.stats["batch_size"] == min(timed, key=timed.get)
+    assert result.stats["n_compiles"] == 1 and result.stats["n_tune_compiles"] == len(timed) - 1
+    assert identical(result, fit(wide, WIDE_SPACE, batch_size=result.stats["batch_size"], **kwargs))
 
 
 # The timing tests share one configuration (parabola, 64 starts, 2 steps), so their ladders'
