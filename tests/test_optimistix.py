@@ -109,8 +109,22 @@ def test_solvers_that_cannot_keep_one_evaluation_a_step_are_refused():
         ]:
             with pytest.raises(ValueError, match=word):
                 ms.MultiStartGradient(solver)
-        with pytest.raises(ValueError, match="not a Gauss-Newton"):
+        with pytest.raises(ValueError, match=r"method=optx\.BFGS\(...\).*not a Gauss-Newton"):
             ms.MultiStartLeastSquares(method=optx.BFGS(1e-6, 1e-6))
         with pytest.raises(ValueError, match="own rtol"):
             ms.MultiStartLeastSquares(method=optx.Dogleg(1e-6, 1e-6), ftol=1e-3)
 
+
+@pytest.mark.parametrize("minimiser", ["BFGS", "DFP", "LBFGS", "GradientDescent", "NonlinearCG"])
+def test_a_minimiser_as_a_least_squares_method_is_refused_before_any_compile(minimiser):
+    from multistart.monitor import CompileCounter
+
+    kwargs = {"learning_rate": 0.1} if minimiser == "GradientDescent" else {}
+    solver = getattr(optx, minimiser)(rtol=1e-6, atol=1e-6, **kwargs)
+    named = rf"method=optx\.{minimiser}\(...\): .* MultiStartGradient\(optx\.{minimiser}"
+    with CompileCounter() as counter:
+        with pytest.raises(ValueError, match=named):
+            ms.MultiStartLeastSquares(method=solver, n_starts=4, n_steps=10)
+        with pytest.raises(ValueError, match=named):
+            ms.MultiStartLeastSquares(n_starts=4).replace(method=solver)
+    assert counter.total == 0, dict(counter.counts)
