@@ -57,11 +57,12 @@ AUTO_UNBATCHED_WINS = 1.5
 # What "auto" expects timing to gain before this device has measured anything: pairs of
 # (seconds a start cost in one chunk call at the memory bound, the bound's step / the best
 # width's step), measured on this project's 2-core CPU (profiling/README.md, first_fit.py):
-# 100,000 cheap starts (chunks of 12,500 against all at once), the README's fit and the curve
-# fit (the bound was the best), the benchmark model (width 4 against 32) and the image fit
-# (width 1 against 32). A model's expectation weighs them by how close their seconds a start
-# are to its own (PRIOR_DECADES), so an expensive model expects what expensive models gained.
-PRIOR_GAINS = ((2e-7, 1.2), (1e-5, 1.0), (1e-4, 1.0), (8e-4, 2.0), (1e-2, 2.5))
+# 100,000 cheap starts (chunks of 4,096-16,384 against all at once: 1.6-1.9x in three runs,
+# none in two), the README's fit and the curve fit (the bound was the best), the benchmark
+# model (width 4 against 32) and the image fit (width 1 against 32). A model's expectation
+# weighs them by how close their seconds a start are to its own (PRIOR_DECADES), so an
+# expensive model expects what expensive models gained.
+PRIOR_GAINS = ((2e-7, 1.6), (1e-5, 1.0), (1e-4, 1.0), (8e-4, 2.0), (1e-2, 2.5))
 # The width of that weighting, in decades of seconds a start (a Gaussian kernel in log10).
 PRIOR_DECADES = 1.0
 # No chunk call costs less than this on a CPU (the dispatch of a compiled program and the
