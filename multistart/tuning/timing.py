@@ -56,15 +56,16 @@ TUNE_AGAIN_RATIO = 1.25
 AUTO_UNBATCHED_WINS = 1.5
 # What "auto" expects timing to gain before this device has measured anything: pairs of
 # (seconds a start cost in one chunk call at the memory bound, the bound's step / the best
-# width's step), measured on this project's 2-core CPU (profiling/README.md, first_fit.py):
-# 100,000 cheap starts (chunks of 4,096-16,384 against all at once: 1.6-1.9x in three runs,
-# none in two), the README's fit and the curve fit (the bound was the best), the benchmark
-# model (width 4 against 32) and the image fit (width 1 against 32). A model's expectation
-# weighs them by how close their seconds a start are to its own (PRIOR_DECADES), so an
-# expensive model expects what expensive models gained.
-PRIOR_GAINS = ((2e-7, 1.6), (1e-5, 1.0), (1e-4, 1.0), (8e-4, 2.0), (1e-2, 2.5))
-# The width of that weighting, in decades of seconds a start (a Gaussian kernel in log10).
-PRIOR_DECADES = 1.0
+# width's step), measured per step on this project's 2-core CPU (profiling/first_fit.py and
+# auto_width.py, profiling/README.md): 100,000 cheap starts (chunks of 4,096-16,384 against all
+# at once: 3.2-4.2x in three runs), the README's fit and the curve fit (the bound was the
+# best), the benchmark model (width 4 against 32) and the image fit (width 1 against 32:
+# 1.7-3.3x). A model's expectation weighs them by how close their seconds a start are to its
+# own (PRIOR_DECADES), so an expensive model expects what expensive models gained.
+PRIOR_GAINS = ((6e-7, 3.0), (7e-6, 1.0), (5e-5, 1.0), (8e-4, 2.0), (1e-2, 2.5))
+# The width of that weighting, in decades of seconds a start (a Gaussian kernel in log10): the
+# cheap starts and the README's fit, a decade apart, gained 3x and nothing.
+PRIOR_DECADES = 0.5
 # No chunk call costs less than this on a CPU (the dispatch of a compiled program and the
 # gathers and scatters of the population's leaves: the smallest chunk steps measured here took
 # 50-350 us a call). A width needing more calls a step than the best step's seconds allow at
@@ -176,8 +177,8 @@ def expected_share(start_s: float, gains) -> float:
 
     >>> round(expected_share(1e-2, [(1e-2, 2.0)]), 3), expected_share(1e-5, [(1e-5, 1.0)])
     (0.5, 0.0)
-    >>> round(expected_share(1e-2, [(1e-2, 2.0), (1e-5, 1.0)]), 3)  # the far one barely counts
-    0.495
+    >>> round(expected_share(1e-2, [(1e-2, 2.0), (1e-3, 1.0)]), 3)  # the far one counts less
+    0.44
     """
     return _weighted(start_s, gains, lambda g: max(0.0, 1.0 - 1.0 / g))
 
