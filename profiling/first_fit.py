@@ -20,8 +20,13 @@ Models (``--models``, default all four):
           300 steps (time_to_solution.py's budget); fixed widths 1 and 4 (wider ones were
           1.4-2.7x slower a step than width 1 in every earlier run: auto_width.py)
   cheap   MultiStartAdam, 100,000 starts of a 2-parameter parabola, 100 steps (float32)
+  image40, image1000
+          profiling/image_model.py with MultiStartAdam, 32 starts, 40 and 1,000 steps,
+          convergence off (issue 34: a short fit of an expensive model, and a long one);
+          fixed widths 1 and 32 (the bound), and 1 alone at 1,000 steps
 
-    python profiling/first_fit.py                      # every model, 2 rounds
+    python profiling/first_fit.py                      # the four models above, 2 rounds
+    python profiling/first_fit.py --models image40,image1000 --rounds 2
     python profiling/first_fit.py --models curve,readme --rounds 3
     python profiling/first_fit.py --models image --fixed image=1 --rounds 5   # the best only
 
@@ -48,7 +53,10 @@ MODELS = {  # name: the fixed widths timed against "auto" (the search is in prob
     "readme": [1, 4, 16, 64],
     "image": [1, 4],
     "cheap": [4096, 16384, 100_000],
+    "image40": [1, 32],
+    "image1000": [1],
 }
+DEFAULT_MODELS = "curve,readme,image,cheap"
 
 
 def problem(model: str):
@@ -79,6 +87,13 @@ def problem(model: str):
 
         objective, space, _ = image_model.make_problem()
         return ms.MultiStartLBFGS, dict(n_starts=32, n_steps=300, seed=0), objective, space
+    if model in ("image40", "image1000"):
+        sys.path.insert(0, str(HERE))
+        import image_model
+
+        objective, space, _ = image_model.make_problem()
+        kwargs = dict(n_starts=32, n_steps=int(model[5:]), seed=0, convergence=None)
+        return ms.MultiStartAdam, kwargs, objective, space
 
     def cheap(p):
         return jnp.sum((p["x"] - 0.3) ** 2)
@@ -97,9 +112,14 @@ def run_arm(model: str, width: str) -> dict:
     result = search.fit(objective, space)
     wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     st = result.stats
+    choice = st["width_choice"]
     return {
         "wall_s": wall,
         "cpu_s": cpu,
+        "step_s": (st["loop_s"] - st["first_step_s"]) / max(1, st["n_steps_run"] - 1),
+        "fit_estimate_s": choice.get("fit_estimate_s"),
+        "compile_estimate_s": choice.get("compile_estimate_s"),
+        "reason": choice.get("reason"),
         "width": st["batch_size"],
         "compile_s": st["compile_s"],
         "select_s": st["select_s"],
@@ -123,7 +143,7 @@ def child(model: str, width: str, folder: str) -> dict | None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--models", default=DEFAULT_MODELS, help=f"any of {','.join(MODELS)}")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--json", help="also write every run here")
     parser.add_argument(
@@ -175,7 +195,7 @@ def report(models, runs, rounds, seconds) -> None:
         f"first fit: wall of fit(), batch_size='auto' / the best fixed width; median of "
         f"{rounds} round(s), fresh processes; jax {jax.__version__}; {seconds:.0f} s in all"
     )
-    print(f"{'model':8s} {'phase':5s} {'auto/best':>9s} {'best':>6s} {'paired':>6s}"
+    print(f"{'model':9s} {'phase':5s} {'auto/best':>9s} {'best':>6s} {'paired':>6s}"
           f" {'auto width':>10s} {'deciding s':>10s} {'deciding/wall':>13s}  fixed widths / best"
           f"    |  by CPU seconds: auto/best, best")  # fmt: skip
     for model in models:
@@ -198,13 +218,14 @@ def report(models, runs, rounds, seconds) -> None:
             cpu_best = min(fixed, key=lambda w: med(model, w, phase, "cpu_s"))
             cpu = med(model, "auto", phase, "cpu_s") / med(model, cpu_best, phase, "cpu_s")
             print(
-                f"{model:8s} {phase:5s} {med(model, 'auto', phase) / ref:9.3f} {best:>6s}"
+                f"{model:9s} {phase:5s} {med(model, 'auto', phase) / ref:9.3f} {best:>6s}"
                 f" {paired:6.3f} {','.join(map(str, widths)):>10s} {deciding:10.2f}"
                 f" {share:13.3f}  {others}"
                 f"    |  {cpu:.3f}, {cpu_best}"
             )
             chosen = {r["selected_by"] for r in auto}
-            print(f"{'':8s} {'':5s} auto: {', '.join(sorted(chosen))}")
+            why = (auto[0].get("reason") or "")[:150]
+            print(f"{'':9s} {'':5s} auto: {', '.join(sorted(chosen))} ({why})")
 
 
 if __name__ == "__main__":

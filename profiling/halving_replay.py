@@ -18,6 +18,7 @@ Subcommands (each problem in its own process: some run in float64, some in float
     python profiling/halving_replay.py table --csv grid.csv     # ... and every row to a file
     python profiling/halving_replay.py table --show 10,3,0.1,2  # one setting, per run
     python profiling/halving_replay.py ranks image --seed 0     # where the best start stood
+    python profiling/halving_replay.py anytime --plot anytime.png  # best so far vs evaluations
 
 Problems (``PROBLEMS``): ``image`` (``image_model.py``, 48 parameters, float64, uniform starts
 in the central band as scipy's loop gets them in ``time_to_solution.py``), ``bench``
@@ -229,11 +230,14 @@ class Replayed:
     winner: int
 
 
-def replay(runs: Runs, halving, *, every_step: bool = False, rule=None) -> Replayed:
+def replay(
+    runs: Runs, halving, *, every_step: bool = False, rule=None, trace: list | None = None
+) -> Replayed:
     """The outcome of ``schedule=halving`` (``None``: ``"all"``) on ``runs``' starts.
 
     ``rule``: a function with :func:`multistart.schedule.prune`'s signature to replay instead
-    of it (a variant being measured).
+    of it (a variant being measured). ``trace``: a list that gets ``(evaluations so far, best
+    so far)`` after every step (the anytime curve).
 
     Mirrors the host loop (``multistart/loop.py``, ``decide.py``) at ``sync_every=1``: at each
     step's sync it notes the best so far, then (not at the last step) calls
@@ -259,6 +263,8 @@ def replay(runs: Runs, halving, *, every_step: bool = False, rule=None) -> Repla
         best = float(f.min())
         if best < best_seen:
             best_seen, evals_to_best = best, int(ev.sum())
+        if trace is not None:
+            trace.append((int(ev.sum()), best_seen))
         alive = (t < runs.n_steps) & ~is_pruned
         if t == runs.horizon or not alive.any():
             break
@@ -294,6 +300,139 @@ def settings(grid: dict = GRID):
 
     for r0, eta, grace, keep in itertools.product(*grid.values()):
         yield Halving(r0=r0, eta=eta, grace=grace, keep=keep)
+
+
+# -- a candidate rule: the cut moves too ------------------------------------------------------
+
+
+def moving_cut(rungs, halving, status, best_fom, n_evals):
+    """:func:`multistart.schedule.prune` with one change (a candidate, measured by
+    ``anytime``): a start outside a rung's cut continues only if its projection beats the cut
+    *projected the same way*, by the median decrease of the starts inside the cut. Where every
+    start still falls fast (a long fit's early rungs), the cut falls with them, and only the
+    starts falling faster than it are kept; where the starts inside the cut have converged it
+    is the default rule."""
+    from multistart import schedule
+
+    class Moving(schedule._Working):
+        def judge(self, k, arriving, f, h):
+            self.grow(k)
+            self.reached[k].extend(float(f[i]) for i in arriving)
+            values = np.sort(np.asarray(self.competitors(k)))
+            m = max(h.keep, math.ceil(values.size / h.eta))
+            cut = values[min(m, values.size) - 1]
+            fall = {int(i): schedule._decrease(self.last_f[i], f[i]) for i in arriving}
+            inside = [fall[int(i)] for i in arriving if f[i] <= cut]
+            moved = cut - h.grace * h.eta * (float(np.median(inside)) if inside else 0.0)
+            pruned = []
+            for i in arriving:
+                if f[i] <= cut or f[i] - h.grace * h.eta * fall[int(i)] < moved:
+                    self.next_rung[i] = k + 1
+                    self.last_f[i] = f[i]
+                else:
+                    pruned.append(int(i))
+                    self.pruned[k] += 1
+            return pruned
+
+    original = schedule._Working
+    schedule._Working = Moving  # prune() builds its working copy from this name
+    try:
+        return schedule.prune(rungs, halving, status, best_fom, n_evals)
+    finally:
+        schedule._Working = original
+
+
+CANDIDATES = {"moving cut": moving_cut}
+
+
+def anytime(runs: Runs, halving, rule=None) -> tuple[np.ndarray, np.ndarray]:
+    """``(evaluations, best so far)`` after each step of a replay (``halving=None``: "all")."""
+    trace: list = []
+    replay(runs, halving, rule=rule, trace=trace)
+    ev, best = np.array(trace, dtype=np.float64).T
+    return ev, best
+
+
+def best_at(curve: tuple[np.ndarray, np.ndarray], budget: float) -> float:
+    """The best so far once ``budget`` evaluations were spent (``inf`` before the first step;
+    a run that ended earlier keeps its last best)."""
+    ev, best = curve
+    i = int(np.searchsorted(ev, budget, side="right")) - 1
+    return float(best[i]) if i >= 0 else math.inf
+
+
+def above(halved, full, ref: float) -> tuple[float, float] | None:
+    """The first and the last budget at which ``halved``'s best lies above (worse than)
+    ``full``'s by more than :data:`SAME` of ``max(1, |ref|)``; ``None`` if it never does."""
+    budgets = np.union1d(halved[0], full[0])
+    worse = [
+        b for b in budgets if best_at(halved, b) - best_at(full, b) > SAME * max(1.0, abs(ref))
+    ]
+    return (float(worse[0]), float(worse[-1])) if worse else None
+
+
+FRACTIONS = (0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
+
+
+def cmd_anytime(args) -> None:
+    """Best so far against evaluations for "all", the default Halving and the candidates."""
+    from multistart import Halving
+
+    runs_list = cached(args.cache)
+    if args.problems:
+        runs_list = [r for r in runs_list if r[0] in args.problems]
+    default = Halving()
+    arms = {"halving": (default, None), **{k: (default, v) for k, v in CANDIDATES.items()}}
+    print(
+        f'best so far at a budget of evaluations (a fraction of "all"\'s), relative to '
+        f'"all"\'s final best: (best - final) / max(1, |final|); {default}'
+    )
+    head = "".join(f"{f:>9g}" for f in FRACTIONS)
+    print(f'{"problem":>8}{"n":>5}{"seed":>5} {"arm":<11}{head}  evals  above "all": from-to')
+    curves = {}
+    for name, n, seed, runs in runs_list:
+        full = anytime(runs, None)
+        total, final = full[0][-1], full[1][-1]
+        scale = max(1.0, abs(final))
+        rows = {"all": full, **{k: anytime(runs, h, r) for k, (h, r) in arms.items()}}
+        curves[(name, n, seed)] = (total, final, rows)
+        for arm, c in rows.items():
+            cells = "".join(f"{(best_at(c, f * total) - final) / scale:>9.2g}" for f in FRACTIONS)
+            span = None if arm == "all" else above(c, full, final)
+            where = "never" if span is None else f"{span[0] / total:.3f}-{span[1] / total:.3f}"
+            where = "-" if arm == "all" else where
+            print(f"{name:>8}{n:>5}{seed:>5} {arm:<11}{cells}{c[0][-1] / total:>7.2f}  {where}")
+    if args.plot:
+        plot_anytime(curves, args.plot)
+
+
+def plot_anytime(curves: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = sorted({k[0] for k in curves})
+    cols = min(3, len(names))
+    rows_ = -(-len(names) // cols)
+    fig, axes = plt.subplots(rows_, cols, figsize=(4.5 * cols, 3.4 * rows_), squeeze=False)
+    styles = {"all": "-", "halving": "--", "moving cut": ":"}
+    for ax in axes.flat[len(names) :]:
+        ax.set_visible(False)
+    for ax, name in zip(axes.flat, names, strict=False):
+        for (problem, _n, seed), (total, final, rows) in curves.items():
+            if problem != name:
+                continue
+            for arm, (ev, best) in rows.items():
+                gap = np.maximum((best - final) / max(1.0, abs(final)), 1e-9)
+                ax.step(ev / total, gap, styles.get(arm, "-"), where="post", lw=1, color=f"C{seed}")
+        ax.set(xscale="log", yscale="log", title=name, xlabel='evaluations / "all"\'s')
+    for row in axes:
+        row[0].set_ylabel("best so far - final (relative)")
+    fig.suptitle('solid: "all"; dashed: Halving(); dotted: the moving cut; colour: draw')
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    print(f"figure: {path}")
 
 
 # -- the commands ------------------------------------------------------------------------------
@@ -524,8 +663,17 @@ def main(argv=None) -> None:
     tab.add_argument(
         "--show", nargs="*", default=[], help="per run for these settings: r0,eta,grace,keep"
     )
+    at = sub.add_parser("anytime", help='best so far against evaluations: "all", halving')
+    at.add_argument("--problems", nargs="+", default=None, help="only these problems")
+    at.add_argument("--plot", type=Path, default=None, help="also draw the curves to this PNG")
     args = ap.parse_args(argv)
-    commands = {"record": cmd_record, "verify": cmd_verify, "ranks": cmd_ranks, "table": cmd_table}
+    commands = {
+        "record": cmd_record,
+        "verify": cmd_verify,
+        "ranks": cmd_ranks,
+        "table": cmd_table,
+        "anytime": cmd_anytime,
+    }
     commands[args.command](args)
 
 

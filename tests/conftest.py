@@ -148,6 +148,7 @@ RESULT_FIELDS = (
     "start_params",
     "status",
     "n_steps",
+    "n_evals",
     "best_step",
     "history",
     "history_steps",
@@ -155,6 +156,8 @@ RESULT_FIELDS = (
     "best_fom",
     "best_index",
     "best_params",
+    "at_bound",
+    "rung",
 )
 
 

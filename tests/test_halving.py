@@ -7,7 +7,7 @@ import functools
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import assert_same_result
+from conftest import NoCompile, assert_same_result
 
 import multistart as ms
 
@@ -85,9 +85,12 @@ def test_halving_does_not_depend_on_the_batch_size(fits):
 
 
 def test_rank_alone_prunes_more(fits):
+    """``grace`` keeps a start whose figure of merit still falls fast; without it the first
+    rung prunes by rank alone, so more starts go there and fewer evaluations are made."""
     lenient, strict = fits(HALVING), fits(ms.Halving(r0=8, eta=2, grace=0.0))
+    assert strict.stats["rungs"]["pruned"][0] > lenient.stats["rungs"]["pruned"][0]
     assert strict.stats["n_pruned"] >= lenient.stats["n_pruned"]
-    assert strict.stats["n_evals"] <= lenient.stats["n_evals"]
+    assert strict.stats["n_evals"] < lenient.stats["n_evals"]
 
 
 def test_the_scan_backend_prunes_as_the_loop_does(fits):
@@ -146,17 +149,23 @@ def test_a_continued_lbfgs_start_keeps_its_memory_and_line_search():
     halved = ms.MultiStartLBFGS(**base, schedule=ms.Halving(r0=6, eta=2)).fit(rosenbrock, space)
     assert halved.stats["n_pruned"] > 0
     kept = halved.status != "pruned"
-    assert kept.sum() >= 2
+    # the kept starts continued past at least one rung (a sync where others were pruned)
+    assert kept.sum() >= 2 and np.all(halved.rung[kept] >= 1)
     np.testing.assert_array_equal(halved.foms[kept], full.foms[kept])
     np.testing.assert_array_equal(halved.n_evals[kept], full.n_evals[kept])
-
-
-pytest.importorskip("orbax.checkpoint")
+    # and step by step: every recorded best so far of a kept start is the uninterrupted run's
+    rows = halved.history_steps.size
+    np.testing.assert_array_equal(halved.history_steps, full.history_steps[:rows])
+    np.testing.assert_array_equal(halved.history[:, kept], full.history[:rows, kept])
 
 
 @pytest.mark.parametrize("stop_at", [17, 32])  # mid-rung, and on a sync that prunes
 def test_resume_mid_rung_is_bit_identical(tmp_path, fits, stop_at):
+    pytest.importorskip("orbax.checkpoint")
     full = fits(HALVING)
+    # the uninterrupted run prunes a start at step 32 (its third rung), none at step 17
+    pruned_here = (full.status == "pruned") & (full.n_steps == stop_at)
+    assert pruned_here.any() == (stop_at == 32)
     ck = dict(checkpoint_dir=str(tmp_path / "ck"), checkpoint_every=50)
     options = {**BASE, "schedule": HALVING, **ck}
     ms.MultiStartAdam(**{**options, "n_steps": stop_at}).fit(bowls, SPACE)
@@ -168,16 +177,17 @@ def test_resume_mid_rung_is_bit_identical(tmp_path, fits, stop_at):
 
 
 def test_bad_schedules_are_refused_before_any_compile():
-    with pytest.raises(ValueError, match="schedule must be 'all', 'halving'"):
-        ms.MultiStartAdam(schedule="fast")
-    with pytest.raises(ValueError, match="Halving.r0 must be an int >= 1"):
-        ms.Halving(r0=0)
-    with pytest.raises(ValueError, match="Halving.eta must be an int >= 2"):
-        ms.Halving(eta=1.5)
-    with pytest.raises(ValueError, match="Halving.grace"):
-        ms.Halving(grace=-1.0)
-    with pytest.raises(ValueError, match="schedule='halving'"):
-        ms.MultiStartAdam(n_starts=4, schedule="halving").fit(bowls, SPACE, part=(0, 2))
+    with NoCompile():
+        with pytest.raises(ValueError, match="schedule must be 'all', 'halving'"):
+            ms.MultiStartAdam(schedule="fast")
+        with pytest.raises(ValueError, match="Halving.r0 must be an int >= 1"):
+            ms.Halving(r0=0)
+        with pytest.raises(ValueError, match="Halving.eta must be an int >= 2"):
+            ms.Halving(eta=1.5)
+        with pytest.raises(ValueError, match="Halving.grace"):
+            ms.Halving(grace=-1.0)
+        with pytest.raises(ValueError, match="schedule='halving'"):
+            ms.MultiStartAdam(n_starts=4, schedule="halving").fit(bowls, SPACE, part=(0, 2))
 
 
 def test_the_progress_line_shows_the_rungs(caplog, monkeypatch):

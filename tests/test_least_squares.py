@@ -145,14 +145,25 @@ def _walled(p):
 
 
 def test_a_nonfinite_trial_is_rejected_and_the_others_carry_on(x64):
+    trials = []  # (amplitude, finite) of every point the residuals are evaluated at
+
+    def walled(p):
+        r = _walled(p)
+        finite = jnp.all(jnp.isfinite(r))
+        jax.debug.callback(lambda a, ok: trials.append((float(a), bool(ok))), p["a"], finite)
+        return r
+
     space = {**SPACE, "a": ms.Uniform(0.0, 5.0)}
-    starts = {"a": np.array([3.9, 4.5, 1.0]), "tau": np.array([0.15, 1.0, 1.0]), "c": np.zeros(3)}
-    result = _ls().fit(_walled, space, starts=starts)
+    starts = {"a": np.array([0.5, 4.5, 1.0]), "tau": np.array([0.5, 1.0, 1.0]), "c": np.zeros(3)}
+    result = _ls().fit(walled, space, starts=starts)
     popt, _ = _curve_fit(False)
     assert result.status[1] is ms.Status.NONFINITE  # nan from its first evaluation
-    for i in (0, 2):  # start 0's first steps run into the wall; it backs off and converges
+    for i in (0, 2):  # start 0's first step runs into the wall; it backs off and converges
         assert result.status[i] is ms.Status.CONVERGED, result.status
         np.testing.assert_allclose(result.params["a"][i], popt[0], rtol=1e-6)
+    # trials past the wall (a > 4) other than start 1's own start: evaluated, nan, not taken
+    rejected = [a for a, ok in trials if not ok and abs(a - 4.5) > 1e-6]
+    assert rejected and all(a > 4.0 for a in rejected)
     assert result.stats["n_compiles"] == 1
 
 

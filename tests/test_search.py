@@ -461,16 +461,17 @@ def test_bad_search_arguments(kwargs, match):
         ms.MultiStartAdam(**kwargs)
 
 
-RULES = [
+SEARCHES = [
     ms.MultiStartAdam,
     ms.MultiStartProdigy,
     ms.MultiStartADABelief,
     ms.MultiStartLion,
     ms.MultiStartLBFGS,
+    ms.MultiStartLeastSquares,
 ]
 
 
-@pytest.mark.parametrize("rule", RULES)
+@pytest.mark.parametrize("rule", SEARCHES)
 def test_every_option_is_keyword_only(rule):
     # MultiStartLBFGS(4) once set memory=4 and left n_starts at 32
     with pytest.raises(TypeError, match="positional"):

@@ -103,10 +103,11 @@ def as_least_squares_solver(rule, *, jacobian: str = "auto") -> OptimistixSolver
         raise ValueError(f"optimistix's {name} cannot run in the engine: {_REFUSED[name]}")
     if not _admitted(rule, LEAST_SQUARES):
         raise ValueError(
-            f"optimistix's {name} is not a Gauss-Newton-type least-squares solver (admitted: "
-            "subclasses of optimistix.AbstractGaussNewton: LevenbergMarquardt, "
-            "IndirectLevenbergMarquardt, GaussNewton, Dogleg); a minimiser goes to "
-            "MultiStartGradient"
+            f"method=optx.{name}(...): optimistix's {name} is not a Gauss-Newton-type "
+            "least-squares solver (admitted as method: subclasses of "
+            "optimistix.AbstractGaussNewton: LevenbergMarquardt, IndirectLevenbergMarquardt, "
+            "GaussNewton, Dogleg); a minimiser fits a scalar objective: "
+            f"MultiStartGradient(optx.{name}(...))"
         )
     return OptimistixSolver(rule, least_squares=True, jacobian=jacobian)
 

@@ -2,7 +2,7 @@
 
 Three modules: :mod:`~multistart.tuning.choice` (:func:`resolve_width`: explicit widths, the
 memory bound, the record, the one memory check a width passes), :mod:`~multistart.tuning.timing`
-(the two ladders of timed widths and the :class:`Gate` that prices deciding against the fit),
+(the two ladders of timed widths and the :class:`Gate` that prices timing against its saving),
 :mod:`~multistart.tuning.record` (the record's key, reading and writing it). Their names are
 re-exported here; a test that changes a timing constant changes it in ``timing``.
 
@@ -10,15 +10,16 @@ Both words first bound the width by memory (:func:`multistart.memory.auto_width`
 accelerator ``"auto"`` takes that bound. On a CPU, where the best width depends on the model
 (XLA's batched code can cost several times the unbatched body per start, while a cheap
 objective needs wide chunks to amortise the dispatch), ``"auto"`` may time other widths, but
-only where deciding pays for itself (:class:`Gate`): one chunk call of the bound's program
+only where timing pays for itself (:class:`Gate`): one chunk call of the bound's program
 (compiled for the bound anyway) prices the fit, ``n_steps`` x calls a step x seconds a call,
-and the bound's compile prices each further width; a width is timed only while everything
-spent deciding stays within :data:`DECIDE_SHARE` of the fit at the best width so far.
-Otherwise the bound is kept, and the fit pays one compile. The widths ``"auto"`` times are a
-sparse ladder (:func:`time_auto`: the bound, 1, narrower by factors of 8, one width between
-the best and its better neighbour; only the bound and 1 when width 1 is far faster, see
-:data:`AUTO_UNBATCHED_WINS`); ``"tune"`` times a denser one (:func:`time_tune`: 1 and every
-power of two) whatever it costs, because it was asked for.
+and the bound's compile prices each further width; a width is timed when the seconds it is
+expected to save the fit exceed that price, the saving expected from what other widths gained
+on models whose starts cost about as much (:data:`PRIOR_GAINS`, this device's records, the
+widths timed so far). Otherwise the bound is kept, and the fit pays one compile. The widths
+``"auto"`` times are a sparse ladder (:func:`time_auto`: the bound, 1, narrower by factors of
+8, one width between the best and its better neighbour; only the bound and 1 when width 1 is
+far faster, see :data:`AUTO_UNBATCHED_WINS`); ``"tune"`` times a denser one
+(:func:`time_tune`: 1 and every power of two) whatever it costs, because it was asked for.
 
 Either way a width is timed on a bounded number of chunk calls (never every start): a step's
 time is predicted as the chunk calls it needs times the median seconds per call, which a
@@ -50,24 +51,26 @@ from .choice import resolve_width as resolve_width
 from .record import tune_key as tune_key
 from .timing import AUTO_UNBATCHED_WINS as AUTO_UNBATCHED_WINS
 from .timing import CALL_FLOOR_S as CALL_FLOOR_S
-from .timing import DECIDE_SHARE as DECIDE_SHARE
+from .timing import PRIOR_DECADES as PRIOR_DECADES
+from .timing import PRIOR_GAINS as PRIOR_GAINS
 from .timing import Gate as Gate
 from .timing import Timings as Timings
+from .timing import expected_share as expected_share
 from .timing import time_auto as time_auto
 from .timing import time_tune as time_tune
-from .timing import worth_timing as worth_timing
 
 __all__ = [
     "AUTO_UNBATCHED_WINS",
     "CALL_FLOOR_S",
-    "DECIDE_SHARE",
     "Footprint",
     "Gate",
+    "PRIOR_DECADES",
+    "PRIOR_GAINS",
     "Timings",
     "WidthChoice",
+    "expected_share",
     "resolve_width",
     "time_auto",
     "time_tune",
     "tune_key",
-    "worth_timing",
 ]

@@ -26,7 +26,7 @@ from ..memory import (
     tree_bytes,
 )
 from . import record as records
-from .timing import Gate, Timings, say, time_auto, time_tune, worth_timing
+from .timing import PRIOR_GAINS, Gate, Timings, expected_share, say, time_auto, time_tune
 
 __all__ = ["Footprint", "WidthChoice", "resolve_width"]
 
@@ -142,7 +142,8 @@ def _by_word(spec, backend, pop, info, n_starts, device, n_steps, keyed):
         info["reason"] = time_tune(timings, bound.width)
         tuning = {**record, "source": "measured", "method": spec}
     else:
-        gate = None if n_steps is None else Gate(n_steps, compile_s=compile_s)
+        measured = records.device_gains(device)
+        gate = None if n_steps is None else Gate(n_steps, compile_s=compile_s, measured=measured)
         info["reason"] = time_auto(timings, bound.width, gate)
         priced = gate is not None and len(timings.per_call) == 1
         tuning = {**record, "source": "priced" if priced else "measured"}
@@ -270,8 +271,9 @@ def _recorded(spec, record, backend, footprint: Footprint, n_starts, device, n_s
     priced record holds (``0.0`` without one) to price a compile with.
 
     A measured record serves whatever the fit. A priced one (the bound kept untimed, because
-    deciding would have cost too much of the fit) serves ``"auto"`` until a longer fit makes
-    timing worth its compiles; ``"tune"`` always times.
+    timing was not expected to save its cost) serves ``"auto"`` until a longer fit is expected
+    to save more than a compile (:func:`~multistart.tuning.timing.expected_share` of the fit at
+    the recorded seconds a step); ``"tune"`` always times.
     """
     path = record["path"]
     found = None if path is None or not Path(path).is_file() else records.read_width(Path(path))
@@ -284,7 +286,10 @@ def _recorded(spec, record, backend, footprint: Footprint, n_starts, device, n_s
         if spec == "tune":
             return None, compile_s
         fit_s = float(prices.get("fit_s", 0.0)) * (n_steps or 0) / max(1, prices.get("n_steps", 1))
-        if n_steps is not None and worth_timing(0.0, compile_s, fit_s):
+        gains = (*PRIOR_GAINS, *records.device_gains(device))
+        # a record from before the seconds a start were kept: the median model's
+        start_s = float(prices.get("start_s", sorted(s for s, _ in PRIOR_GAINS)[2]))
+        if n_steps is not None and fit_s * expected_share(start_s, gains) > compile_s:
             say(
                 spec,
                 "batch_size %s: %d steps make timing worth it; the priced record is set aside",

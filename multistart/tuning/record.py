@@ -20,7 +20,7 @@ from .. import log
 from ..cache import cache_dir
 from ..identity import step_program_hash
 
-__all__ = ["read_width", "record_path", "save", "tune_key"]
+__all__ = ["device_gains", "read_width", "record_path", "save", "tune_key"]
 
 _RECORD_FORMAT = 1
 
@@ -78,6 +78,44 @@ def read_width(path: Path) -> tuple[int, dict[str, Any]] | None:
         log.logger.warning("ignoring the unreadable tuning record %s (%s)", path, exc)
         return None
     return width, saved
+
+
+# The newest records read for what this device measured (a folder of many models stays cheap)
+_GAINS_FROM = 200
+
+
+def device_gains(device) -> tuple[tuple[float, float], ...]:
+    """What widths gained on this kind of device, from its measured records (any model):
+    ``(seconds a start cost in one chunk call at the widest width timed, that width's step /
+    the best width's step)`` per record that timed two widths or more. Nothing without a
+    cache folder; an unreadable record is skipped."""
+    folder = cache_dir()
+    if folder is None or not (folder / "tuning").is_dir():
+        return ()
+    files = sorted((folder / "tuning").glob("*.json"), key=_mtime, reverse=True)
+    gains = []
+    for path in files[:_GAINS_FROM]:
+        try:
+            saved = json.loads(path.read_text())
+            parts = saved["key_parts"]
+            if (parts["platform"], parts["device_kind"]) != (device.platform, device.device_kind):
+                continue
+            rows = [r for r in saved.get("table", []) if "step_s" in r]
+            if saved.get("method") not in ("auto", "tune") or len(rows) < 2:
+                continue
+            widest = max(rows, key=lambda r: r["width"])
+            best = min(r["step_s"] for r in rows)
+            gains.append((widest["chunk_s"] / widest["width"], widest["step_s"] / best))
+        except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError):
+            continue
+    return tuple(gains)
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
 
 
 def save(tuning: dict[str, Any]) -> None:

@@ -1,13 +1,13 @@
-"""Timing widths: the ``"tune"`` and ``"auto"`` ladders, and the gate that prices deciding.
+"""Timing widths: the ``"tune"`` and ``"auto"`` ladders, and the gate that prices timing.
 
 A width is timed on a bounded number of chunk calls
 (:meth:`multistart.backends.Backend.time_chunks`: never every start) and a step's time
 predicted from the median seconds per call.
 :class:`Timings` keeps what was timed and what timing cost; :func:`time_tune` and
 :func:`time_auto` are the two ladders; :class:`Gate` says whether ``"auto"`` should time one
-more width, weighing what deciding costs against the fit it decides for. The ladders need of a
-backend only ``time_chunks``, ``calls_per_step``, ``compile_seconds`` and ``rows``, so they are
-tested on cost models that compile and run nothing.
+more width, weighing what timing it costs against what it is expected to save the fit. The
+ladders need of a backend only ``time_chunks``, ``calls_per_step``, ``compile_seconds`` and
+``rows``, so they are tested on cost models that compile and run nothing.
 """
 
 from __future__ import annotations
@@ -23,13 +23,14 @@ from ..memory import auto_candidates, balanced_width, candidate_widths, is_out_o
 __all__ = [
     "AUTO_UNBATCHED_WINS",
     "CALL_FLOOR_S",
-    "DECIDE_SHARE",
     "Gate",
+    "PRIOR_DECADES",
+    "PRIOR_GAINS",
     "Timings",
+    "expected_share",
     "say",
     "time_auto",
     "time_tune",
-    "worth_timing",
 ]
 
 # Timing per candidate width and pass: TUNE_CALLS chunk calls at a time (fewer when a step has
@@ -53,12 +54,18 @@ TUNE_AGAIN_RATIO = 1.25
 # the narrower widths are not timed: each is a compile (seconds for such a model), and on the
 # models measured the best width was then 1 (``profiling/auto_width.py``).
 AUTO_UNBATCHED_WINS = 1.5
-# "auto" spends at most this share of the fit's estimated time on deciding its width (compiles
-# of widths not kept, and their timing). When no other width turns out faster, the fit then
-# took at most 1.3x what it would have at the memory bound; when one does, it can be 2.5x
-# faster a step on a CPU (the image fit at width 1, 100,000 cheap starts at 16,384 rather
-# than all at once: profiling/first_fit.py), which a smaller share would rarely find.
-DECIDE_SHARE = 0.3
+# What "auto" expects timing to gain before this device has measured anything: pairs of
+# (seconds a start cost in one chunk call at the memory bound, the bound's step / the best
+# width's step), measured per step on this project's 2-core CPU (profiling/first_fit.py and
+# auto_width.py, profiling/README.md): 100,000 cheap starts (chunks of 4,096-16,384 against all
+# at once: 3.2-4.2x in three runs), the README's fit and the curve fit (the bound was the
+# best), the benchmark model (width 4 against 32) and the image fit (width 1 against 32:
+# 1.7-3.3x). A model's expectation weighs them by how close their seconds a start are to its
+# own (PRIOR_DECADES), so an expensive model expects what expensive models gained.
+PRIOR_GAINS = ((6e-7, 3.0), (7e-6, 1.0), (5e-5, 1.0), (8e-4, 2.0), (1e-2, 2.5))
+# The width of that weighting, in decades of seconds a start (a Gaussian kernel in log10): the
+# cheap starts and the README's fit, a decade apart, gained 3x and nothing.
+PRIOR_DECADES = 0.5
 # No chunk call costs less than this on a CPU (the dispatch of a compiled program and the
 # gathers and scatters of the population's leaves: the smallest chunk steps measured here took
 # 50-350 us a call). A width needing more calls a step than the best step's seconds allow at
@@ -161,38 +168,60 @@ class Timings:
         return rows + [{"width": w, "error": "out of memory"} for w in self.failed]
 
 
-def worth_timing(spent_s: float, cost_s: float, fit_s: float, share: float | None = None) -> bool:
-    """Is timing one more width worth it? When deciding, with it, stays within ``share``
-    (default :data:`DECIDE_SHARE`) of the fit.
+def expected_share(start_s: float, gains) -> float:
+    """The share of a step at the memory bound that the best width is expected to save, for a
+    model whose start costs ``start_s`` seconds in a chunk call there: over ``gains`` (pairs of
+    seconds a start and the bound's step / the best step, as :data:`PRIOR_GAINS`), the mean of
+    ``1 - 1 / gain`` (nothing when the bound was best), each pair weighted by how near its
+    seconds a start are to ``start_s`` (:data:`PRIOR_DECADES`).
 
-    >>> worth_timing(0.0, 3.0, 120.0), worth_timing(0.0, 3.0, 0.05), worth_timing(30.0, 3.0, 100.0)
-    (True, False, False)
+    >>> round(expected_share(1e-2, [(1e-2, 2.0)]), 3), expected_share(1e-5, [(1e-5, 1.0)])
+    (0.5, 0.0)
+    >>> round(expected_share(1e-2, [(1e-2, 2.0), (1e-3, 1.0)]), 3)  # the far one counts less
+    0.44
     """
-    return spent_s + cost_s <= (DECIDE_SHARE if share is None else share) * fit_s
+    return _weighted(start_s, gains, lambda g: max(0.0, 1.0 - 1.0 / g))
+
+
+def _weighted(start_s: float, gains, value) -> float:
+    if not gains:
+        return 0.0
+    at = math.log10(max(start_s, 1e-12))
+    total = norm = 0.0
+    for s, g in gains:
+        weight = math.exp(-0.5 * ((at - math.log10(max(s, 1e-12))) / PRIOR_DECADES) ** 2)
+        total += weight * value(g)
+        norm += weight
+    return total / norm if norm > 0 else 0.0
 
 
 @dataclass
 class Gate:
-    """Whether ``"auto"`` times one more width: :func:`worth_timing` on priced seconds.
+    """Whether ``"auto"`` times one more width: when the seconds it is expected to save the fit
+    exceed what timing it costs.
 
-    The fit is priced at the best width timed so far: ``n_steps`` x its chunk calls a step x
-    its median seconds a call (every start stepping every step: an upper bound when starts
-    converge early). What deciding has spent is the compiles of the other widths timed and
-    every timed call. A width not yet timed is priced as one more compile, at ``compile_s``
-    (the seconds the memory bound's compile took, the first compile of the fit, which every
-    width's resembles; or more, when a record remembers a slower one: a compile served from
-    JAX's persistent cache says nothing of a compile's price), plus its timed calls at the best
-    width's seconds per start.
+    The fit is priced at the memory bound's step (the first width timed), ``n_steps`` x its
+    chunk calls a step x its median seconds a call (every start stepping every step: an upper
+    bound when starts converge early). A width not yet timed costs one more compile, at
+    ``compile_s`` (the seconds the memory bound's compile took, the first compile of the fit,
+    which every width's resembles; or more, when a record remembers a slower one: a compile
+    served from JAX's persistent cache says nothing of a compile's price), plus its timed calls
+    at the best width's seconds per start. It is expected to save ``n_steps`` x how much
+    faster than the best so far its step would be, were the bound's step ``gain`` times its
+    step, averaged over the gains known (:func:`expected_share`'s weights): what this device
+    measured before on any model (``measured``, from the tuning records), what the widths
+    timed in this decision showed, and :data:`PRIOR_GAINS`; and never faster than its chunk
+    calls at :data:`CALL_FLOOR_S` each.
 
     Args:
       n_steps: the steps the search takes at most.
       compile_s: the seconds one compile is priced at (at least; the first compile may raise it).
-      share: the share of the fit deciding may cost.
+      measured: ``(seconds a start at the bound, gain)`` pairs this device recorded before.
     """
 
     n_steps: int
     compile_s: float = 0.0
-    share: float | None = None  # None: DECIDE_SHARE, read when asked
+    measured: tuple[tuple[float, float], ...] = ()
     refused: str | None = field(default=None, init=False)
 
     def fit_s(self, timings: Timings, width: int) -> float:
@@ -205,27 +234,61 @@ class Gate:
         k = min(TUNE_CALLS, timings.backend.calls_per_step(width))
         return self.compile_s + (1 + TUNE_MIN_REPS) * k * per_start * width
 
+    def gains(self, timings: Timings) -> list[tuple[float, float]]:
+        """Every ``(seconds a start, gain)`` the expectation weighs: the prior, this device's
+        records, and the widths timed so far against the bound (at this model's seconds)."""
+        bound, start_s = _bound_of(timings)
+        here = [
+            (start_s, timings.step_s(bound) / timings.step_s(w))
+            for w in timings.per_call
+            if w != bound
+        ]
+        return [*PRIOR_GAINS, *self.measured, *here]
+
+    def saving_s(self, timings: Timings, width: int) -> float:
+        """The seconds timing ``width`` is expected to save the fit (see the class)."""
+        bound, start_s = _bound_of(timings)
+        at_bound, best = timings.step_s(bound), timings.step_s(timings.best())
+        floor = timings.backend.calls_per_step(width) * CALL_FLOOR_S
+
+        def saved(gain: float) -> float:
+            return max(0.0, best - max(at_bound / gain, floor))
+
+        return self.n_steps * _weighted(start_s, self.gains(timings), saved)
+
     def allows(self, timings: Timings, width: int) -> bool:
         """Is timing ``width`` worth it? When not, :attr:`refused` says why."""
         if not timings.per_call:  # nothing priced yet (the bound ran out of memory)
             return True
-        best = timings.best()
-        fit, spent = self.fit_s(timings, best), timings.spent_s(best)
-        cost = self.cost_s(timings, width)
-        if worth_timing(spent, cost, fit, self.share):
+        saving, cost = self.saving_s(timings, width), self.cost_s(timings, width)
+        if saving > cost:
             return True
-        share = DECIDE_SHARE if self.share is None else self.share
+        best = timings.best()
         self.refused = (
-            f"timing width {width} would bring deciding to about {spent + cost:.3g} s, over "
-            f"{share:g} of a fit of about {fit:.3g} s at width {best} "
-            f"({self.n_steps} steps)"
+            f"timing width {width} would cost about {cost:.3g} s and is expected to save "
+            f"about {saving:.3g} s of a fit of about {self.fit_s(timings, best):.3g} s at "
+            f"width {best} ({self.n_steps} steps)"
         )
         return False
 
     def prices(self, timings: Timings) -> dict[str, Any]:
-        """What the decision was weighed on, for the record and ``stats``."""
+        """What the decision was weighed on, for the record and ``stats``: the fit at the best
+        width, a compile, and the seconds a start cost at the bound."""
         fit_s = self.fit_s(timings, timings.best())
-        return {"n_steps": self.n_steps, "fit_s": fit_s, "compile_s": self.compile_s}
+        _, start_s = _bound_of(timings)
+        return {
+            "n_steps": self.n_steps,
+            "fit_s": fit_s,
+            "compile_s": self.compile_s,
+            "start_s": start_s,
+        }
+
+
+def _bound_of(timings: Timings) -> tuple[int, float]:
+    """The widest width timed (the memory bound, unless it ran out of memory) and the seconds
+    a start cost in one of its chunk calls."""
+    bound = max(timings.per_call)
+    return bound, statistics.median(timings.per_call[bound]) / bound
 
 
 def time_tune(timings: Timings, upper: int) -> str:
