@@ -345,3 +345,36 @@ def test_a_search_where_no_start_improved_says_so():
     result.status[:] = ms.Status.CONVERGED
     result.n_steps[:] = 1  # a start that stepped once cannot have improved: nothing to say
     assert ms.result.warn_if_no_start_improved(result) is None
+
+
+def test_the_report_names_every_parameter_its_error_the_convention_and_a_bound(x64):
+    from test_laplace import PEAK_SPACE, _peak_residuals
+
+    space = dict(PEAK_SPACE, amp=ms.Uniform(0.0, 2.0))  # the amplitude, 3, is outside
+    search = ms.MultiStartLeastSquares(n_starts=4, seed=0, log_every=0)
+    result = search.fit(_peak_residuals(1.0), space)
+    text = result.report()
+    errors = result.errors
+    for name in ("amp", "centre", "width"):
+        line = next(row for row in text.splitlines() if row.strip().startswith(name + " "))
+        assert f"{errors[name]:.5g}" in line
+    assert "on a bound" in next(r for r in text.splitlines() if r.strip().startswith("amp"))
+    assert "absolute_sigma=False" in text and "reduced χ²" in text
+    assert f"{result.laplace.reduced_chi2:.6g} ({result.laplace.dof} degrees of freedom)" in text
+    assert "lm (MultiStartLeastSquares), float64" in text
+    assert "C(" in text  # amp and width correlate
+    # a Result without its problem and without a saved covariance says so instead
+    bare = ms.Result.of(
+        foms=result.foms,
+        params=result.params,
+        start_params=result.start_params,
+        status=result.status,
+        n_steps=result.n_steps,
+        best_step=result.best_step,
+        history=result.history,
+        history_steps=result.history_steps,
+        paths=result.paths,
+        config=result.config,
+        stats=result.stats,
+    )
+    assert "(no errors: this Result has no problem" in bare.report()

@@ -21,7 +21,7 @@ import numpy as np
 from ..laplace import Laplace
 from ..minima import cluster_minima, default_tolerances
 from ..status import Status
-from . import file, plot
+from . import file, plot, report
 from .merge import best_fit, merge
 from .uncertainty import Uncertainty
 
@@ -466,6 +466,15 @@ class Result:
             of another kind or of an unknown format version; the message names the file.
         """
         return file.load(cls, path)
+
+    def report(self, *, min_correlation: float = report.MIN_CORRELATION) -> str:
+        """The fit in words, as lmfit's ``fit_report``: the rule, the best figure of merit and
+        the reduced χ² where the number of data is known, how the starts ended, the distinct
+        minima, why the search stopped; each parameter's value, error, relative error and
+        prior, flagged when the best fit sits on a bound, under the covariance's convention;
+        the correlations above ``min_correlation``. Computes the covariance if it was not
+        yet (``print(result.report())``)."""
+        return report.report(self, min_correlation=min_correlation)
 
     def __repr__(self) -> str:
         counts = ", ".join(f"{k}={v}" for k, v in self.status_counts().items())

@@ -1,0 +1,149 @@
+"""``result.report()``: the fit in words, as lmfit's ``fit_report`` gives one.
+
+Three blocks: the fit (rule, float type, best figure of merit and, where the number of data is
+known, the reduced χ²; how the starts ended; the distinct minima; why the search stopped), the
+parameters (value, error, relative error, prior and a flag for one on a bound, under the
+covariance's convention), and the correlations above a threshold.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import TYPE_CHECKING
+
+import jax
+import numpy as np
+
+from ..laplace import flat_names, flat_values
+from ..priors import HalfBounded, LogUniform, Normal, Uniform
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .core import Result
+
+__all__ = ["report"]
+
+MIN_CORRELATION = 0.1  # correlations smaller in magnitude are not listed
+
+
+def report(result: Result, *, min_correlation: float = MIN_CORRELATION) -> str:
+    """The report (see the module doc); the covariance is computed if it was not yet."""
+    laplace, why = _laplace(result)
+    lines = ["[[Fit]]", *_fit_lines(result)]
+    if laplace is None:
+        lines += ["[[Parameters]]", f"    (no errors: {why})", *_values_only(result)]
+        return "\n".join(lines)
+    lines += [f"[[Parameters]]   covariance: {laplace.convention}", *_parameter_lines(result)]
+    pairs = _correlations(laplace, min_correlation)
+    if pairs:
+        lines += [f"[[Correlations]]   (|r| > {min_correlation:g})", *pairs]
+    return "\n".join(lines)
+
+
+def _fit_lines(result: Result) -> list[str]:
+    config, stats = result.config, result.stats
+    rule = f"{config.get('rule', '?')} ({config.get('search', '?')}), {result.fit_dtype.name}"
+    best = f"{result.best_fom!r} (start {result.best_index} of {result.n_starts})"
+    laplace = result._uncertainty.laplace  # only what was computed: no compile here
+    if laplace is not None and laplace.reduced_chi2 is not None:
+        best += f"; reduced χ² {laplace.reduced_chi2:.6g} ({laplace.dof} degrees of freedom)"
+    counts = ", ".join(f"{k} {v}" for k, v in result.status_counts().items())
+    minima = result.distinct_minima()
+    found = "none" if not minima else f"{len(minima)} ({minima[0].n_starts} at the best)"
+    stopped = (
+        f"{stats.get('stop_reason', '?')}: {stats.get('n_steps_run', '?')} steps, "
+        f"{stats.get('n_evals', '?')} evaluations"
+    )
+    return [
+        f"    rule               {rule}",
+        f"    figure of merit    {best}",
+        f"    starts             {counts}",
+        f"    distinct minima    {found}",
+        f"    stopped            {stopped}",
+    ]
+
+
+def _laplace(result: Result):
+    """``(laplace, None)``, or ``(None, why)`` where the errors cannot be had."""
+    try:
+        with warnings.catch_warnings():  # the report says what the warnings would
+            warnings.simplefilter("ignore", RuntimeWarning)
+            return result.laplace, None
+    except ValueError as e:
+        return None, str(e).split(":")[0]
+
+
+def _parameter_lines(result: Result) -> list[str]:
+    laplace = result.laplace
+    names = list(laplace.names)
+    values = dict(zip(_sorted_names(result), flat_values(laplace.params), strict=True))
+    priors, on_bound = _priors(result)
+    width = max(len(n) for n in names)
+    rows = [f"    {'name':{width}s}  {'value':>13s}  {'error':>11s}  {'relative':>9s}  prior"]
+    for name, error in zip(names, laplace.std, strict=True):
+        value = values[name]
+        rel = abs(error / value) if value != 0 and np.isfinite(error) else float("nan")
+        flag = "  on a bound" if name in on_bound else ""
+        rows.append(
+            f"    {name:{width}s}  {value:13.7g}  {error:11.5g}  {_percent(rel):>9s}  "
+            f"{priors.get(name, '')}{flag}"
+        )
+    return rows
+
+
+def _values_only(result: Result) -> list[str]:
+    values = flat_values(result.best_params)
+    return [f"    {n} = {v:.7g}" for n, v in zip(_sorted_names(result), values, strict=True)]
+
+
+def _sorted_names(result: Result) -> list[str]:
+    """Flat names in ``jax.tree_util`` order (the order of ``flat_values``)."""
+    leaves = [np.shape(v) for v in jax.tree_util.tree_leaves(result.best_params)]
+    return flat_names(sorted(result.paths), leaves)
+
+
+def _priors(result: Result) -> tuple[dict[str, str], set[str]]:
+    """Each flat parameter's prior in words, and those of the best fit on a bound."""
+    problem = result._uncertainty.problem
+    if problem is None:
+        return {}, set()
+    space = problem.space
+    out: dict[str, str] = {}
+    for path, prior in zip(space.paths, space.priors, strict=True):
+        for name in flat_names([path], [prior.shape]):
+            out[name] = _prior_words(prior, name, path)
+    one = jax.tree_util.tree_map(lambda a: np.asarray(a)[None], result.best_params)
+    _, names = space.near_bound(one)
+    return out, set(names[0])
+
+
+def _prior_words(prior, name: str, path: str) -> str:
+    index = () if name == path else tuple(int(i) for i in name[len(path) + 1 : -1].split(","))
+
+    def at(a) -> float:
+        return float(np.asarray(a)[index]) if index else float(np.asarray(a))
+
+    if isinstance(prior, LogUniform):
+        return f"[{at(prior.lower):.4g}, {at(prior.upper):.4g}] log"
+    if isinstance(prior, Uniform):
+        return f"[{at(prior.lower):.4g}, {at(prior.upper):.4g}]"
+    if isinstance(prior, Normal):
+        return f"normal({at(prior.mean):.4g}, {at(prior.sigma):.4g})"
+    if isinstance(prior, HalfBounded):
+        b = at(prior.bound)
+        return f"[{b:.4g}, inf)" if prior.sign > 0 else f"(-inf, {b:.4g}]"
+    return type(prior).__name__
+
+
+def _percent(rel: float) -> str:
+    return "nan" if not np.isfinite(rel) else f"{100 * rel:.3g} %"
+
+
+def _correlations(laplace, threshold: float) -> list[str]:
+    corr, names = laplace.correlation, laplace.names
+    pairs = [
+        (abs(corr[i, j]), f"    C({names[i]}, {names[j]}) = {corr[i, j]:+.3f}")
+        for i in range(len(names))
+        for j in range(i + 1, len(names))
+        if np.isfinite(corr[i, j]) and abs(corr[i, j]) > threshold
+    ]
+    return [line for _, line in sorted(pairs, reverse=True)]
