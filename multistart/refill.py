@@ -194,7 +194,7 @@ class Refiller:
     def __init__(self, queue: StartQueue, refills, *, solver, window, width, n_rows, to_u, to_x):
         self.queue = queue
         self.refills = frozenset(refills)
-        self.to_x = to_x
+        self.to_x = jax.jit(to_x)  # one program, not an op-by-op dispatch of the map
         self.to_u = to_u
         self.width = width
         self.n_rows = n_rows
