@@ -205,8 +205,8 @@ def log_end(result: Result) -> None:
     found = ", ".join(str(m.n_starts) for m in minima[:MINIMA_SHOWN])
     more = ", ..." if len(minima) > MINIMA_SHOWN else ""
     log.logger.info(
-        "done in %.2f s (width %d, compile %.2f s, %d chunk-step compile%s; stopped: %s): "
-        "best %.6g; %d distinct minim%s (starts each, best first: %s%s); %s",
+        "done in %.2f s (%d starts a chunk, compile %.2f s, %d compile%s of the step; stopped: "
+        "%s): best figure of merit %.6g; %d distinct minim%s (starts each, best first: %s%s); %s",
         st["wall_s"],
         st["batch_size"],
         st["compile_s"],

@@ -294,7 +294,7 @@ class SearchConfig:
     progress: bool | None = option(
         None,
         "a progress bar (``tqdm.auto``: a widget in a notebook, a line in a terminal) with the "
-        "step, the best figure of merit, the starts alive and evaluations per second. ``None`` "
+        "step, the best figure of merit, the starts running and evaluations per second. ``None`` "
         "(the default): shown when the output is interactive (a terminal or a notebook), not "
         "in a batch job's log; ``True``/``False`` force it.",
         on_resume=OnResume.FREE,

@@ -197,9 +197,9 @@ def _width(setup: Setup, backend: Backend, pop, traced: Traced, n: int) -> Width
 
 def _log_start(setup: Setup, n: int, choice: WidthChoice, sweeper: Sweeper) -> None:
     o, n_dev = setup.options, len(setup.devices)
-    how = "" if choice.info.get("selected_by") == "explicit" else f" ({o.batch_size})"
+    how = "" if choice.info.get("selected_by") == "explicit" else f" (batch_size={o.batch_size!r})"
     log.logger.info(
-        "fitting %s: %d starts%s x %d parameters, %s, batch_size %d%s%s, %s backend%s",
+        "fitting %s: %d starts%s x %d parameters, %s, %d starts a chunk%s%s%s%s",
         setup.problem.name,
         n,
         "" if setup.part is None else setup.part.words(o.n_starts),
@@ -208,7 +208,7 @@ def _log_start(setup: Setup, n: int, choice: WidthChoice, sweeper: Sweeper) -> N
         choice.width,
         how,
         " per device" if n_dev > 1 else "",
-        o.backend,
+        ", scan backend" if o.backend == "scan" else "",
         f", {n_dev} {setup.devices[0].platform} devices" if n_dev > 1 else "",
     )
     log.logger.debug(

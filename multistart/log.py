@@ -109,11 +109,11 @@ def progress_line(
     *,
     stalled: int = 0,
 ) -> str:
-    """One progress line, e.g. ``step 100/500  best 12.3456  alive 60/64  converged 3/64``
+    """One progress line, e.g. ``step 100/500  best 12.3456  running 60/64  converged 3/64``
     (and ``stalled k/64`` once the window guard ended any start)."""
     more = f"  stalled {stalled}/{n}" if stalled else ""
     return (
-        f"step {step}/{n_steps}  best {best:.6g}  alive {alive}/{n}  "
+        f"step {step}/{n_steps}  best {best:.6g}  running {alive}/{n}  "
         f"converged {converged}/{n}{more}  {evals_per_s:.3g} evals/s"
     )
 

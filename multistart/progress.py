@@ -100,7 +100,7 @@ class Display:
             self.t_last, self.evals_last = now, self.evals
         if self._bar is not None:
             rate = self.evals / max(now - self._t0, 1e-12)
-            text = f"best {best:.6g}, alive {alive}/{self.n}, {rate:.3g} evals/s"
+            text = f"best {best:.6g}, running {alive}/{self.n}, {rate:.3g} evals/s"
             self._bar.set_postfix_str(f"{text}, {extra}" if extra else text, refresh=False)
             self._bar.update(step - self._step)
             self._step, self._drawn = step, now

@@ -130,8 +130,8 @@ def test_both_log_lines_name_the_width_the_search_ran_at(caplog, monkeypatch):
             parabola, PARABOLA_SPACE
         )
     lines = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
-    assert "batch_size 4," in lines[0] and "100" not in lines[0], lines[0]
-    assert "(width 4," in lines[-1], lines[-1]
+    assert "4 starts a chunk" in lines[0] and "100" not in lines[0], lines[0]
+    assert "(4 starts a chunk," in lines[-1], lines[-1]
 
 
 # -- one identity: resume only the same search; a larger n_steps runs on -------------------------

@@ -568,7 +568,7 @@ def test_progress_lines_every_log_every_steps(monkeypatch, caplog):
         ms.MultiStartAdam(**LOGGED, log_every=25).fit(parabola, PARABOLA_SPACE)
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("step ")]
     assert [line.split()[1] for line in lines] == ["25/100", "50/100", "75/100", "100/100"]
-    assert all("best" in line and "alive 2/2" in line and "evals/s" in line for line in lines)
+    assert all("best" in line and "running 2/2" in line and "evals/s" in line for line in lines)
 
 
 def test_log_level_from_the_environment(monkeypatch, caplog):
