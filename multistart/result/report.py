@@ -9,7 +9,7 @@ covariance's convention), and the correlations above a threshold.
 from __future__ import annotations
 
 import warnings
-from typing import TYPE_CHECKING
+from typing import Any
 
 import jax
 import numpy as np
@@ -17,16 +17,15 @@ import numpy as np
 from ..laplace import flat_names, flat_values
 from ..priors import HalfBounded, LogUniform, Normal, Uniform
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .core import Result
-
 __all__ = ["report"]
 
 MIN_CORRELATION = 0.1  # correlations smaller in magnitude are not listed
 
 
-def report(result: Result, *, min_correlation: float = MIN_CORRELATION) -> str:
-    """The report (see the module doc); the covariance is computed if it was not yet."""
+def report(result: Any, *, min_correlation: float = MIN_CORRELATION) -> str:
+    """The report of ``result`` (a ``Result``; typed ``Any`` because ``core`` imports this module,
+    so importing ``core`` here, even for the type, would be the cycle the import layers forbid).
+    The covariance is computed if it was not yet."""
     laplace, why = _laplace(result)
     lines = ["[[Fit]]", *_fit_lines(result)]
     if laplace is None:
@@ -39,7 +38,7 @@ def report(result: Result, *, min_correlation: float = MIN_CORRELATION) -> str:
     return "\n".join(lines)
 
 
-def _fit_lines(result: Result) -> list[str]:
+def _fit_lines(result: Any) -> list[str]:
     config, stats = result.config, result.stats
     rule = f"{config.get('rule', '?')} ({config.get('search', '?')}), {result.fit_dtype.name}"
     best = f"{result.best_fom!r} (start {result.best_index} of {result.n_starts})"
@@ -62,7 +61,7 @@ def _fit_lines(result: Result) -> list[str]:
     ]
 
 
-def _laplace(result: Result):
+def _laplace(result: Any):
     """``(laplace, None)``, or ``(None, why)`` where the errors cannot be had."""
     try:
         with warnings.catch_warnings():  # the report says what the warnings would
@@ -72,7 +71,7 @@ def _laplace(result: Result):
         return None, str(e).split(":")[0]
 
 
-def _parameter_lines(result: Result) -> list[str]:
+def _parameter_lines(result: Any) -> list[str]:
     laplace = result.laplace
     names = list(laplace.names)
     values = dict(zip(_sorted_names(result), flat_values(laplace.params), strict=True))
@@ -90,18 +89,18 @@ def _parameter_lines(result: Result) -> list[str]:
     return rows
 
 
-def _values_only(result: Result) -> list[str]:
+def _values_only(result: Any) -> list[str]:
     values = flat_values(result.best_params)
     return [f"    {n} = {v:.7g}" for n, v in zip(_sorted_names(result), values, strict=True)]
 
 
-def _sorted_names(result: Result) -> list[str]:
+def _sorted_names(result: Any) -> list[str]:
     """Flat names in ``jax.tree_util`` order (the order of ``flat_values``)."""
     leaves = [np.shape(v) for v in jax.tree_util.tree_leaves(result.best_params)]
     return flat_names(sorted(result.paths), leaves)
 
 
-def _priors(result: Result) -> tuple[dict[str, str], set[str]]:
+def _priors(result: Any) -> tuple[dict[str, str], set[str]]:
     """Each flat parameter's prior in words, and those of the best fit on a bound."""
     problem = result._uncertainty.problem
     if problem is None:
