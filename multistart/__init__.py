@@ -13,6 +13,7 @@ from .checkpoint import SearchInterrupted as SearchInterrupted
 from .chunking import chunk_slices as chunk_slices
 from .config import SearchConfig as SearchConfig
 from .convergence import Convergence as Convergence
+from .curve_fit import BatchFits as BatchFits
 from .curve_fit import curve_fit as curve_fit
 from .decide import StopReason as StopReason
 from .graph import Factor as Factor
@@ -48,6 +49,7 @@ from .status import Status as Status
 __version__ = "0.1.0"
 
 __all__ = [
+    "BatchFits",
     "CheckpointError",
     "CheckpointMismatch",
     "Convergence",

@@ -45,7 +45,9 @@ def _forward_fill(history: np.ndarray) -> np.ndarray:
 def records(setup: Setup, engine: Engine, state: RunState) -> tuple[dict[str, Any], list]:
     """Every start's record (the Result's per-start fields; refilled slots' earlier starts
     folded in), and each start's parameters at a bound, by name."""
-    to_physical = jax.jit(jax.vmap(engine.layout.to_physical))
+    to_physical = setup.programs.get(
+        "to_physical", lambda: jax.jit(jax.vmap(engine.layout.to_physical))
+    )
     writable = lambda tree: jax.tree_util.tree_map(np.array, jax.device_get(tree))  # noqa: E731
     n, lineage = engine.n, state.lineage  # the population's rows past n pad it for a mesh
     stride = engine.options.history_stride
@@ -185,6 +187,10 @@ def assemble(
         paths=list(setup.problem.space.paths),
         config=setup.config,
     )
+    if setup.problem.rows_per_datum is not None:  # a stack of independent fits
+        # minima across datasets mean nothing, nor one covariance of them all
+        result.stats["rows_per_datum"] = setup.problem.rows_per_datum
+        return result
     result.stats["n_distinct_minima"] = len(result.distinct_minima())
     best = result.best_index
     if best >= 0 and np.asarray(result.at_bound)[best]:
@@ -198,25 +204,31 @@ def assemble(
 
 
 def log_end(result: Result) -> None:
-    """The end-of-search log line: the time, the width, the compiles, the best and the minima."""
+    """The end-of-search log line: the time, the width, the compiles, the best and the minima
+    (for a stack of fits, how many: their minima are not one search's)."""
     st = result.stats
     counts = ", ".join(f"{k} {v}" for k, v in result.status_counts().items())
-    minima = result.distinct_minima()
-    found = ", ".join(str(m.n_starts) for m in minima[:MINIMA_SHOWN])
-    more = ", ..." if len(minima) > MINIMA_SHOWN else ""
+    if "rows_per_datum" in st:
+        k = st["rows_per_datum"]
+        found = f"{len(result.foms) // k} datasets x {k} starts"
+    else:
+        minima = result.distinct_minima()
+        each = ", ".join(str(m.n_starts) for m in minima[:MINIMA_SHOWN])
+        more = ", ..." if len(minima) > MINIMA_SHOWN else ""
+        s = "um" if len(minima) == 1 else "a"
+        found = (
+            f"best figure of merit {result.best_fom:.6g}; {len(minima)} distinct minim{s} (starts "
+            f"each, best first: {each}{more})"
+        )
     log.logger.info(
         "done in %.2f s (%d starts a chunk, compile %.2f s, %d compile%s of the step; stopped: "
-        "%s): best figure of merit %.6g; %d distinct minim%s (starts each, best first: %s%s); %s",
+        "%s): %s; %s",
         st["wall_s"],
         st["batch_size"],
         st["compile_s"],
         st["n_compiles"],
         "" if st["n_compiles"] == 1 else "s",
         st["stop_reason"],
-        result.best_fom,
-        len(minima),
-        "um" if len(minima) == 1 else "a",
         found,
-        more,
         counts,
     )

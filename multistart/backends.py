@@ -36,7 +36,7 @@ import numpy as np
 
 from . import log
 from .chunking import chunk_indices
-from .fixed_width import copy_tree, lower_and_compile
+from .fixed_width import Programs, copy_tree, lower_and_compile
 from .placement import Placement, placement
 
 __all__ = ["Backend", "LoopBackend", "ScanBackend", "BACKENDS", "make_scan_step"]
@@ -60,20 +60,30 @@ class Backend:
       pop: the population, or its shapes: programs are compiled for them.
       rows: the rows to sweep at first (default: every row).
       devices: two or more devices: the population is sharded over them.
+      programs: where the jitted program is kept for a refit of the same model (default:
+        nowhere); it is kept per backend, per host tick and per layout over the devices.
     """
 
     name = ""
     # The number of per-device index arguments after ``pop`` (the rest are replicated).
     _n_index_args = 0
+    ticks = False  # the program logs each chunk from inside it
 
-    def __init__(self, chunk_step, *, n_total: int, data, pop, rows=None, devices=None):
+    def __init__(
+        self, chunk_step, *, n_total: int, data, pop, rows=None, devices=None, programs=None
+    ):
         self.placement: Placement = placement(n_total, devices)
         self.n_devices = self.placement.n_devices
         self.n_local = self.placement.n_local  # rows per device
         # A mesh over several processes' devices: the population is one global array, each
         # process steps its own devices' rows and reads the rest through collectives.
         self.spans_processes = self.placement.spans_processes
-        self._jit = self.placement.jit(self._build(chunk_step), self._local, self._n_index_args)
+        self.ticks = self._ticks()
+        where = tuple(map(str, devices or ()))
+        self._jit = (programs or Programs()).get(
+            ("chunk step", self.name, self.ticks, where, self.n_local if where else None),
+            lambda: self.placement.jit(self._build(chunk_step), self._local, self._n_index_args),
+        )
         self.data = self.placement.put_data(data)  # once, not at every call
         self.n_total = n_total
         self.rows = np.arange(n_total) if rows is None else np.asarray(rows)
@@ -83,6 +93,9 @@ class Backend:
         self._programs: dict[int, tuple[Any, float]] = {}  # width -> (compiled, seconds)
 
     # -- layout, per backend ---------------------------------------------------------------
+
+    def _ticks(self) -> bool:
+        return False
 
     def _build(self, chunk_step):
         raise NotImplementedError
@@ -272,10 +285,11 @@ class ScanBackend(Backend):
     name = "scan"
     _n_index_args = 3
 
+    def _ticks(self) -> bool:
+        return log.logger.isEnabledFor(logging.DEBUG)
+
     def _build(self, chunk_step):
-        tick = _scan_tick if log.logger.isEnabledFor(logging.DEBUG) else None
-        self.ticks = tick is not None
-        return make_scan_step(chunk_step, tick)
+        return make_scan_step(chunk_step, _scan_tick if self.ticks else None)
 
     def _local(self, program):
         def local(pop, gathers, scatters, n_chunks, row, data):

@@ -5,7 +5,14 @@
 ``jax.numpy``. It builds a least-squares problem whose residuals ``(f(x, *p) - y) / sigma``
 take ``(x, y, sigma)`` as an argument of the compiled step, not as constants in it, so fitting
 new data of the same shapes runs the same program, and fits it with
-:class:`multistart.MultiStartLeastSquares` from ``n_starts`` starts.
+:class:`multistart.MultiStartLeastSquares` from ``n_starts`` starts. In one process a refit of
+the same ``f`` on data of the same shapes compiles nothing: its programs are kept
+(:func:`multistart.fixed_width.programs_for`, keyed by ``f`` itself, as ``jax.jit`` keys its
+own cache).
+
+``batched=True`` fits a stack of datasets (a leading axis of fits on ``ydata``): every fit's
+``n_starts`` starts are rows of one search, whose one compiled step fits row ``r`` to dataset
+``r // n_starts``.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ from __future__ import annotations
 import inspect
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import jax
@@ -20,13 +28,19 @@ import jax.numpy as jnp
 import numpy as np
 from scipy.optimize import Bounds, OptimizeWarning
 
+from .fixed_width import programs_for
 from .least_squares import MultiStartLeastSquares
 from .priors import HalfBounded, Normal, Space, Uniform
 from .problem import add_note
+from .result import Result
+from .starts import BOUND_MARGIN, check_band
 
-__all__ = ["curve_fit"]
+__all__ = ["curve_fit", "BatchFits"]
 
 N_STARTS = 32  # curve_fit's default number of starts
+#: curve_fit's default ``n_steps`` per parameter: scipy's ``max_nfev`` for ``"trf"``, 100 n
+#: evaluations (a step is one evaluation of the residuals and their Jacobian).
+STEPS_PER_PARAMETER = 100
 _METHODS = {None: "lm", "lm": "lm", "dogleg": "dogleg", "gauss-newton": "gauss-newton"}
 
 
@@ -45,6 +59,7 @@ def curve_fit(
     full_output: bool = False,
     nan_policy: str | None = None,
     n_starts: int = N_STARTS,
+    batched: bool = False,
     **options,
 ):
     """Fit ``f(xdata, *params)`` to ``ydata`` by least squares from many starts.
@@ -54,7 +69,8 @@ def curve_fit(
     float64. ``p0`` is the first start (with ``n_starts=1`` the only one; default: scipy's, ones
     or the middle of a box or 1 inside a one-sided bound); the others are drawn in the finite
     box, log-normally around ``p0`` inside a one-sided bound, normally around it (spread
-    ``max(|p0|, 1)``) where unbounded. No step leaves the bounds, whatever ``method``.
+    ``max(|p0|, 1)``) where unbounded. No step leaves the bounds, whatever ``method``. A start
+    takes at most ``n_steps`` steps (default ``100 * n``, scipy's ``max_nfev`` for ``"trf"``).
 
     Args:
       f: ``f(x, *params) -> array`` of ``ydata``'s shape, in ``jax.numpy``.
@@ -68,21 +84,26 @@ def curve_fit(
       bounds: ``(lower, upper)``, scalars or length ``n``, or a ``scipy.optimize.Bounds``.
       method, jac: ``"lm"`` (default), ``"dogleg"`` or ``"gauss-newton"``; ``jac=None``: JAX
         differentiates ``f``.
-      full_output: also return the :class:`multistart.Result`.
-      n_starts: local searches run at once (default 32).
+      full_output: also return the :class:`multistart.Result` (a :class:`BatchFits`, batched).
+      n_starts: local searches run at once (default 32); with ``batched``, per fit.
+      batched: ``ydata`` (and ``sigma``, optionally ``xdata``, ``p0``) carry a leading axis of
+        independent fits, fitted in one search, each as alone with ``start_strategy="band",
+        n_candidates=0`` (``docs/curve-fit.md``).
       **options: the search's options (:class:`multistart.MultiStartLeastSquares`).
 
     Returns:
       ``(popt, pcov)``, or ``(popt, pcov, result)`` with ``full_output``; ``pcov`` is ``inf``,
-      with an ``OptimizeWarning``, where it cannot be estimated, as scipy's.
+      with an ``OptimizeWarning``, where it cannot be estimated, as scipy's. With ``batched``,
+      ``popt`` is ``(n_fits, n)`` and ``pcov`` ``(n_fits, n, n)``.
 
     Raises:
       ValueError / TypeError: bad arguments, before any compile (docs/curve-fit.md lists them).
     """
-    _check_choices(method, jac, absolute_sigma, full_output)
+    _check_choices(method, jac, absolute_sigma, full_output, batched)
     args = (f, xdata, ydata, p0, sigma, absolute_sigma, check_finite, bounds, nan_policy)
-    popt, pcov, result = _fit(*args, n_starts=n_starts, method=_METHODS[method], **options)
-    return (popt, pcov, result) if full_output else (popt, pcov)
+    fit = _fit_batch if batched else _fit
+    popt, pcov, record = fit(*args, n_starts=n_starts, method=_METHODS[method], **options)
+    return (popt, pcov, record) if full_output else (popt, pcov)
 
 
 def _fit(f, xdata, ydata, p0, sigma, absolute_sigma, check_finite, bounds, nan_policy, **options):
@@ -92,15 +113,17 @@ def _fit(f, xdata, ydata, p0, sigma, absolute_sigma, check_finite, bounds, nan_p
         lower, upper = _bounds(bounds, len(names))
         first = _first_start(None if p0 is None else _vector(p0, len(names), "p0"), lower, upper)
         space = _space(names, first, lower, upper)
-        _check_output(f, data, names)
+        _check_output(f, data[0], names, data[1].shape)
+        options = {"n_steps": STEPS_PER_PARAMETER * len(names), **options}
         search = MultiStartLeastSquares(absolute_sigma=absolute_sigma, **options)
         starts = {name: np.array([v]) for name, v in zip(names, first, strict=True)}
         result = search.fit(_CurveModel(f, names, space, data), starts=starts)
         popt = np.array([float(result.best_params[k]) for k in names])
-        return popt, _pcov(result, names), result
+        pcov = _covariances(f, names, data, popt[None], absolute_sigma, stacked=False)[0]
+        return popt, pcov, result
 
 
-def _check_choices(method, jac, absolute_sigma, full_output) -> None:
+def _check_choices(method, jac, absolute_sigma, full_output, batched=False) -> None:
     if jac is not None:
         raise ValueError(
             "jac: the Jacobian comes from JAX's automatic differentiation of f; pass jac=None"
@@ -110,17 +133,20 @@ def _check_choices(method, jac, absolute_sigma, full_output) -> None:
             f"method must be 'lm' (default), 'dogleg' or 'gauss-newton'; got {method!r} "
             "(scipy's 'trf' and 'dogbox' exist to respect bounds: every method here does)"
         )
-    for name, value in (("absolute_sigma", absolute_sigma), ("full_output", full_output)):
+    flags = (("absolute_sigma", absolute_sigma), ("full_output", full_output))
+    for name, value in (*flags, ("batched", batched)):
         if not isinstance(value, bool):
             raise TypeError(f"{name} must be True or False; got {value!r}")
 
 
 class _CurveModel:
     """The residuals ``(f(x, *p) - y) / sigma`` with ``(x, y, sigma)`` as the program's data
-    (a model carrying its own space, as a factor graph does)."""
+    (a model carrying its own space, as a factor graph does); ``rows_per_datum``: the data are
+    a stack of fits, each with that many starts."""
 
-    def __init__(self, f, names, space, data):
+    def __init__(self, f, names, space, data, rows_per_datum=None):
         self.f, self.names, self.space, self.data = f, names, space, data
+        self.rows_per_datum = rows_per_datum
         self.__name__ = getattr(f, "__name__", type(f).__name__)
 
     def multistart_residual_problem(self):
@@ -131,7 +157,19 @@ class _CurveModel:
             r = jnp.ravel(f(x, *(params[k] for k in names)) - y)
             return weight(r) if callable(weight) else r * weight
 
-        return residuals, Space(self.space), self.data, self.__name__
+        extra = {"rows_per_datum": self.rows_per_datum, "program_key": _model_key(f, names)}
+        return residuals, Space(self.space), self.data, self.__name__, extra
+
+
+def _model_key(f, names) -> tuple | None:
+    """What curve_fit's programs depend on besides the data's shapes: ``f`` itself (as
+    ``jax.jit`` keys its cache: a function changed in place, or one reading a global that
+    changed, is not noticed) and the parameters' names. ``None`` for an unhashable ``f``."""
+    try:
+        hash(f)
+    except TypeError:
+        return None
+    return ("curve_fit", f, tuple(names))
 
 
 def _names(f, n: int | None) -> list[str]:
@@ -294,48 +332,360 @@ def _first_start(p0, lower, upper) -> np.ndarray:
 
 
 def _space(names, first, lower, upper) -> dict[str, Any]:
-    """Each parameter's prior: its box, its one open side, or a normal around its start."""
+    """Each parameter's prior: its box, its one open side, or a normal around its start.
+
+    ``first`` is one start ``(n,)``, or one per fit ``(n_fits, n)``: then the priors that
+    depend on it have one value per fit (shape ``(n_fits,)``), to draw each fit's starts."""
     space: dict[str, Any] = {}
-    for name, x0, lo, hi in zip(names, first, lower, upper, strict=True):
+    for name, x0, lo, hi in zip(names, np.asarray(first).T, lower, upper, strict=True):
         if np.isfinite(lo) and np.isfinite(hi):
             space[name] = Uniform(lo, hi)
         elif np.isfinite(lo) or np.isfinite(hi):
             bound, side = (lo, "lower") if np.isfinite(lo) else (hi, "upper")
-            typical = x0 if x0 != bound else bound + (1.0 if side == "lower" else -1.0)
+            typical = np.where(x0 != bound, x0, bound + (1.0 if side == "lower" else -1.0))
             space[name] = HalfBounded(bound, typical, side=side)
         else:
-            space[name] = Normal(x0, max(abs(x0), 1.0))
+            space[name] = Normal(x0, np.maximum(np.abs(x0), 1.0))
     return space
 
 
-def _check_output(f, data, names) -> None:
-    """One trace of ``f`` (no compile): its output must have ``ydata``'s shape."""
-    x, y, _ = data
+def _output_shape(f, x, names):
+    """The shape ``f(x, *params)`` returns, from one trace (no compile); ``None`` when it
+    returns no array."""
     args = [jax.ShapeDtypeStruct((), jnp.float64) for _ in names]
     try:
         out = jax.eval_shape(lambda x, *p: f(x, *p), x, *args)
     except Exception as e:
         add_note(e, f"multistart: raised while tracing f(xdata, {', '.join(names)})")
         raise
-    shape = getattr(out, "shape", None)
-    if shape is None or int(np.prod(shape)) != y.size:
+    return getattr(out, "shape", None)
+
+
+def _check_output(f, x, names, y_shape, what: str = "ydata's shape") -> None:
+    """``f(x, *params)`` must have ``y_shape`` (as many values, as scipy reads it)."""
+    shape = _output_shape(f, x, names)
+    if shape is None or int(np.prod(shape)) != int(np.prod(y_shape)):
         raise ValueError(
-            f"f(xdata, *params) must return ydata's shape {y.shape}; it returned "
-            f"{shape if shape is not None else type(out).__name__}"
+            f"f(xdata, *params) must return {what} {tuple(y_shape)}; it returned "
+            f"{shape if shape is not None else 'no array'}"
         )
 
 
-def _pcov(result, names) -> np.ndarray:
-    """curve_fit's ``pcov`` in ``names``' order: ``inf`` with an OptimizeWarning where the
-    covariance cannot be estimated, as scipy's."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        laplace = result.laplace
-    index = [laplace.names.index(k) for k in names]
-    pcov = np.asarray(laplace.covariance, np.float64)[np.ix_(index, index)]
-    if not np.all(np.isfinite(pcov)):
+# -- a stack of fits ---------------------------------------------------------------------------
+
+#: Options a batch sets itself: each fit draws its own starts (p0, then band draws), with no
+#: filter, and keeps one row of history per start (a history of every step of every row would
+#: be ``n_steps x n_fits x n_starts`` floats).
+_BATCH_DEFAULTS = {"start_strategy": "band", "n_candidates": 0, "max_history": 1, "devices": 1}
+#: Options that rank or replace starts across the whole search, so across fits.
+_COUPLING = ("resurrect", "schedule", "target_fom", "n_local", "local_steps", "max_discoveries")
+
+
+@dataclass(frozen=True)
+class BatchFits:
+    """Each fit of a batched :func:`multistart.curve_fit` (``full_output=True``).
+
+    Attributes:
+      best_fom: ``(n_fits,)`` the figure of merit (``‖r‖²``, a χ² with ``sigma``) at each
+        fit's best start (``inf`` when none was finite).
+      status: ``(n_fits,)`` the :class:`multistart.Status` of each fit's best start.
+      n_evals: ``(n_fits,)`` evaluations made by all of each fit's starts.
+      best_row: ``(n_fits,)`` the row of ``result`` holding each fit's best start (fit ``i``'s
+        starts are rows ``i * n_starts`` to ``(i + 1) * n_starts - 1``).
+      result: the :class:`multistart.Result` of the whole search, one row per start.
+    """
+
+    best_fom: np.ndarray
+    status: np.ndarray
+    n_evals: np.ndarray
+    best_row: np.ndarray
+    result: Result
+
+
+def _fit_batch(f, xdata, ydata, p0, sigma, absolute_sigma, check_finite, bounds, nan_policy, **kw):
+    """``(popt, pcov, BatchFits)`` of a stack of datasets."""
+    n_starts = kw.pop("n_starts")
+    options = _batch_options(kw)
+    with jax.enable_x64(True):
+        data, names, n_fits = _stack_data(f, xdata, ydata, sigma, p0, check_finite, nan_policy)
+        lower, upper = _bounds(bounds, len(names))
+        first = _stack_p0(p0, n_fits, names, lower, upper)
+        options = {"n_steps": STEPS_PER_PARAMETER * len(names), **options}
+        search = MultiStartLeastSquares(
+            absolute_sigma=absolute_sigma, n_starts=n_fits * n_starts, **options
+        )
+        starts = _stack_starts(names, first, lower, upper, n_starts, search.options)
+        # One space for every fit (the programs may not depend on p0): the box, or the
+        # coordinates a single fit would use for a p0 on the open bound, or x itself.
+        reference = np.where(np.isfinite(lower), lower, np.where(np.isfinite(upper), upper, 0.0))
+        space = _space(names, reference, lower, upper)
+        model = _CurveModel(f, names, space, data, rows_per_datum=n_starts)
+        result = search.fit(model, starts=starts)
+        popt, fits = _per_fit(result, names, n_fits, n_starts)
+        pcov = _covariances(f, names, data, popt, absolute_sigma, stacked=True)
+        return popt, pcov, fits
+
+
+def _batch_options(options: dict) -> dict:
+    """The search's options for a batch: the user's, with the batch's defaults; an option that
+    would couple the fits, or draw their starts otherwise, is refused."""
+    strategy = options.get("start_strategy", "band")
+    if strategy not in ("band", "auto"):
+        raise ValueError(
+            "batched=True draws each fit's starts as one fit with start_strategy='band' and "
+            f"n_candidates=0 draws them (p0, then draws in the band); got start_strategy="
+            f"{strategy!r}: drop it"
+        )
+    if options.get("n_candidates") not in (None, 0):
+        raise ValueError(
+            "batched=True runs no broad-start filter (its candidates would be ranked across "
+            f"all fits); got n_candidates={options['n_candidates']!r}: drop it"
+        )
+    given = [k for k in _COUPLING if options.get(k) not in (None, 0, "all")]
+    if given:
+        raise ValueError(
+            "batched=True fits every dataset apart from the others; "
+            f"{', '.join(f'{k}={options[k]!r}' for k in given)} would rank or replace starts "
+            "across the whole search, so across fits: drop it, or fit those datasets one by one"
+        )
+    return {**_BATCH_DEFAULTS, **options, "start_strategy": "band", "n_candidates": 0}
+
+
+def _stack_data(f, xdata, ydata, sigma, p0, check_finite, nan_policy):
+    """``((x, y, weight), names, n_fits)``: every leaf with a leading axis of fits (a shared
+    ``xdata`` or ``sigma`` repeated), checked."""
+    if nan_policy not in (None, "raise", "omit"):
+        raise ValueError(f"nan_policy must be None, 'raise' or 'omit'; got {nan_policy!r}")
+    if nan_policy == "omit":
+        raise ValueError(
+            "nan_policy='omit' would give each fit of a batch its own number of points: fit "
+            "the datasets with missing points one by one, or give those points a huge sigma"
+        )
+    y = np.asarray(ydata, dtype=np.float64)
+    if y.ndim < 2 or y.shape[0] == 0 or y[0].size == 0:
+        raise ValueError(
+            f"batched=True: ydata must have a leading axis of fits, shape (n_fits, m); got "
+            f"shape {y.shape}"
+        )
+    n_fits, shape = y.shape[0], y.shape[1:]
+    n = None if p0 is None else int(np.shape(p0)[-1] if np.ndim(p0) else 1)
+    names = _names(f, n)
+    x = jax.tree_util.tree_map(lambda a: np.asarray(a, dtype=np.float64), xdata)
+    x, per_fit = _stack_x(f, x, n_fits, shape, names)
+    weight = _stack_weights(sigma, n_fits, shape)
+    if check_finite is not False:
+        for leaf in jax.tree_util.tree_leaves(x):
+            _finite_by_fit("xdata", leaf) if per_fit else _finite("xdata", leaf[0])
+        _finite_by_fit("ydata", y)
+        if sigma is not None:
+            s = np.asarray(sigma, dtype=np.float64)
+            shared = s.ndim <= len(shape) or s.shape[0] != n_fits
+            _finite("sigma", s) if shared else _finite_by_fit("sigma", s)
+    return (x, y, weight), names, n_fits
+
+
+def _stack_x(f, x, n_fits: int, shape, names):
+    """``(x, per_fit)``: ``xdata`` with a leading axis of fits. Read as one per fit when every
+    leaf has ``n_fits`` rows and ``f`` of one of them returns one fit's ``ydata`` shape; else as
+    shared by every fit (``f(xdata)`` must then return it), and repeated."""
+    leaves = jax.tree_util.tree_leaves(x)
+    m = int(np.prod(shape))
+    if leaves and all(a.ndim >= 1 and a.shape[0] == n_fits for a in leaves):
+        one = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype), x)
+        try:
+            out = _output_shape(f, one, names)
+        except Exception:  # noqa: BLE001 - then it must be shared: checked below
+            out = None
+        if out is not None and int(np.prod(out)) == m:
+            return x, True
+    _check_output(f, x, names, shape, "one fit's ydata shape")
+    return jax.tree_util.tree_map(lambda a: np.broadcast_to(a, (n_fits, *a.shape)), x), False
+
+
+def _stack_weights(sigma, n_fits: int, shape):
+    """What multiplies each fit's raw residuals, with a leading axis of fits: ``1/sigma``, or a
+    whitening by each fit's covariance matrix."""
+    m = int(np.prod(shape))
+    if sigma is None:
+        return np.ones((n_fits, m))
+    s = np.asarray(sigma, dtype=np.float64)
+    if s.shape in (shape, (m,)):  # one fit's: shared by every fit
+        s = np.broadcast_to(s.reshape(m), (n_fits, m))
+    elif s.shape in ((n_fits, *shape), (n_fits, m)):
+        s = s.reshape(n_fits, m)
+    elif s.shape == (n_fits, m, m):
+        try:
+            return _Whiten(np.linalg.cholesky(s))
+        except np.linalg.LinAlgError:
+            bad = next(i for i in range(n_fits) if not _is_positive_definite(s[i]))
+            raise ValueError(
+                f"sigma of fit {bad}, a covariance matrix, is not positive definite"
+            ) from None
+    else:
+        raise ValueError(
+            f"batched=True: sigma must have ydata's shape {(n_fits, *shape)} (standard "
+            f"deviations per fit), one fit's shape {shape} (shared), or be {(n_fits, m, m)} "
+            f"covariance matrices; got shape {s.shape}"
+        )
+    if np.any(s <= 0):
+        raise ValueError(f"sigma must be positive (fit {int(np.argmax(np.any(s <= 0, 1)))})")
+    return 1.0 / s
+
+
+def _is_positive_definite(a: np.ndarray) -> bool:
+    try:
+        np.linalg.cholesky(a)
+    except np.linalg.LinAlgError:
+        return False
+    return True
+
+
+def _finite_by_fit(name: str, a: np.ndarray) -> None:
+    """Refuse non-finite values, naming the first fit (leading axis) that holds one."""
+    bad = ~np.isfinite(a).reshape(len(a), -1).all(axis=1)
+    if bad.any():
+        first, more = int(np.argmax(bad)), int(bad.sum()) - 1
+        others = f" (and {more} other fit{'s' if more > 1 else ''})" if more else ""
+        raise ValueError(
+            f"{name} of fit {first}{others} holds non-finite values (nan or inf): clean them; "
+            "a batch cannot drop points (nan_policy='omit'), so fit those datasets one by one"
+        )
+
+
+def _stack_p0(p0, n_fits: int, names, lower, upper) -> np.ndarray:
+    """Each fit's first start ``(n_fits, n)``: ``p0`` (one for all, or one per fit), checked
+    against the bounds, or scipy's default."""
+    n = len(names)
+    if p0 is None or np.ndim(p0) <= 1:
+        one = None if p0 is None else _vector(p0, n, "p0")
+        return np.tile(_first_start(one, lower, upper), (n_fits, 1))
+    first = np.asarray(p0, dtype=np.float64)
+    if first.shape != (n_fits, n):
+        raise ValueError(
+            f"p0 must be one start ({n},) for every fit or one per fit ({n_fits}, {n}); got "
+            f"shape {first.shape}"
+        )
+    outside = ~np.isfinite(first) | (first < lower) | (first > upper)
+    boxed = np.isfinite(lower) & np.isfinite(upper)
+    with np.errstate(invalid="ignore"):
+        q = (first - lower) / (upper - lower)
+    # as a single fit refuses a start on a box's bound: it would never move
+    on_bound = boxed & ((q < BOUND_MARGIN) | (q > 1.0 - BOUND_MARGIN)) & ~outside
+    for bad, what in ((outside, "lies outside bounds (or is not finite)"), (on_bound, "sits on")):
+        if bad.any():
+            i = int(np.argmax(bad.any(axis=1)))
+            where = [names[j] for j in np.flatnonzero(bad[i])]
+            what = what if what != "sits on" else "sits on a bound (a start there never moves)"
+            raise ValueError(f"p0 of fit {i} {what} at parameter(s) {where}")
+    return first
+
+
+def _stack_starts(names, first, lower, upper, k: int, options) -> dict[str, np.ndarray]:
+    """Every fit's ``k`` starts, fit ``i``'s in rows ``i * k .. (i + 1) * k - 1``: its ``p0``,
+    then the ``k - 1`` draws a single fit with ``start_strategy="band", n_candidates=0`` and
+    the same seed makes (the same quantiles, through this fit's priors)."""
+    n_fits, n = first.shape
+    rng = np.random.default_rng(options.seed)
+    lo, hi = check_band(options.start_band)
+    priors = _space(names, first, lower, upper)
+    out = np.empty((n_fits, k, n))
+    out[:, 0] = first
+    for name in sorted(names):  # the space's order (jax sorts a dict's keys), as a fit draws
+        q = rng.uniform(lo, hi, size=(k - 1,))
+        out[:, 1:, names.index(name)] = np.broadcast_to(
+            priors[name].from_unit(q[:, None]), (k - 1, n_fits)
+        ).T
+    return {name: out[:, :, j].reshape(-1) for j, name in enumerate(names)}
+
+
+def _per_fit(result: Result, names, n_fits: int, k: int) -> tuple[np.ndarray, BatchFits]:
+    """Each fit's best start (the lowest finite figure of merit, the first on ties, as a
+    single fit's): ``(popt, BatchFits)``; ``popt`` is nan for a fit with no finite start."""
+    foms = np.asarray(result.foms).reshape(n_fits, k)
+    finite = np.isfinite(foms)
+    best = np.argmin(np.where(finite, foms, np.inf), axis=1)
+    rows = np.arange(n_fits) * k + best
+    popt = np.stack([np.asarray(result.params[name])[rows] for name in names], axis=1)
+    popt[~finite.any(axis=1)] = np.nan
+    fits = BatchFits(
+        best_fom=foms[np.arange(n_fits), best],
+        status=np.asarray(result.status)[rows],
+        n_evals=np.asarray(result.n_evals).reshape(n_fits, k).sum(axis=1),
+        best_row=rows,
+        result=result,
+    )
+    return popt, fits
+
+
+# -- curve_fit's pcov --------------------------------------------------------------------------
+
+
+def _covariances(f, names, data, popt, absolute_sigma: bool, *, stacked: bool) -> np.ndarray:
+    """curve_fit's ``pcov`` of each fit, ``(n_fits, n, n)``: ``s² (JᵀJ)⁻¹`` with ``J`` the
+    Jacobian of the weighted residuals at ``popt`` (physical coordinates) and ``s² = 1``
+    (``absolute_sigma``) or the reduced χ². ``inf``, with one ``OptimizeWarning`` saying for
+    how many fits, where it cannot be estimated: no degree of freedom for the reduced χ², or
+    a ``JᵀJ`` that is singular (an eigenvalue below ``n * eps`` of the largest, once scaled
+    to a unit diagonal, as :func:`multistart.laplace` judges it) or not finite.
+
+    ``data`` is one dataset, or with ``stacked`` one per fit (leading axis).
+    """
+    model = _model_key(f, names)
+    leaves, treedef = jax.tree_util.tree_flatten(data)
+    shapes = tuple((a.shape, a.dtype.name) for a in map(np.asarray, leaves))
+    key = None if model is None else (model, "covariance", stacked, treedef, shapes)
+    curvature = programs_for(key).get("covariance", lambda: _curvature(f, names, stacked))
+    a, ssr = (np.asarray(v, dtype=np.float64) for v in curvature(popt, data))
+    n, m = popt.shape[1], np.asarray(data[1]).size // (len(popt) if stacked else 1)
+    if absolute_sigma:
+        s2 = np.ones(len(popt))
+    else:
+        s2 = ssr / (m - n) if m > n else np.full(len(popt), np.inf)
+    pcov = _inverse(a) * s2[:, None, None]
+    bad = ~np.all(np.isfinite(pcov), axis=(1, 2))
+    if bad.any():
+        which = "" if len(popt) == 1 and not stacked else f" for {bad.sum()} of {len(popt)} fits"
         warnings.warn(
-            "Covariance of the parameters could not be estimated", OptimizeWarning, stacklevel=3
+            f"Covariance of the parameters could not be estimated{which}",
+            OptimizeWarning,
+            stacklevel=4,
         )
-        pcov = np.full_like(pcov, np.inf)
+        pcov[bad] = np.inf
     return pcov
+
+
+def _curvature(f, names, stacked: bool):
+    """``jit(vmap(...))``: ``(JᵀJ, ‖r‖²)`` of each fit's weighted residuals at its ``popt``."""
+
+    def one(p, data):
+        x, y, weight = data
+
+        def residuals(q):
+            r = jnp.ravel(f(x, *(q[i] for i in range(len(names)))) - y)
+            return weight(r) if callable(weight) else r * weight
+
+        r = residuals(p)
+        jac = jax.jacfwd(residuals)(p)
+        return jac.T @ jac, jnp.vdot(r, r)
+
+    def multistart_curve_fit_covariance(popt, data):
+        return jax.vmap(one, in_axes=(0, 0 if stacked else None))(popt, data)
+
+    return jax.jit(multistart_curve_fit_covariance)
+
+
+def _inverse(a: np.ndarray) -> np.ndarray:
+    """``a⁻¹`` of each symmetric ``(n, n)`` matrix, ``nan`` where it is singular (see
+    :func:`_covariances`), from its eigendecomposition scaled to a unit diagonal."""
+    n = a.shape[-1]
+    diag = np.diagonal(a, axis1=1, axis2=2)
+    good = np.all(np.isfinite(a), axis=(1, 2)) & np.all(diag > 0, axis=1)
+    d = 1.0 / np.sqrt(np.where(good[:, None], diag, 1.0))
+    scaled = np.where(good[:, None, None], a * d[:, :, None] * d[:, None, :], np.eye(n))
+    lam, vec = np.linalg.eigh(0.5 * (scaled + np.swapaxes(scaled, 1, 2)))
+    top = np.maximum(lam.max(axis=1, initial=0.0), 0.0)
+    good &= np.all(lam > top[:, None] * n * np.finfo(np.float64).eps, axis=1)
+    lam = np.where(good[:, None], lam, 1.0)
+    inverse = (vec / lam[:, None, :]) @ np.swapaxes(vec, 1, 2) * d[:, :, None] * d[:, None, :]
+    inverse[~good] = np.nan
+    return inverse

@@ -35,11 +35,12 @@ from .config import SearchConfig
 from .distributed import resolve_devices
 from .engine import Engine, Setup, Traced, build
 from .evaluator import FILTER_NAME
-from .identity import search_identity
+from .fixed_width import programs_for
+from .identity import search_identity, trace_search
 from .iterate import iterate, resume, signals_to_flag
 from .layout import Layout
 from .monitor import CompileCounter
-from .problem import as_problem, check_objective
+from .problem import as_problem, check_objective, check_stack, programs_key
 from .result import Result
 from .run_state import RunState
 from .split import check_part, first_process_logs, merge_over_processes, over_processes, select_part
@@ -68,7 +69,10 @@ def prepare(search, objective, space, starts, resume, part, *, every_process) ->
     check_strategy_space(o.start_strategy, problem.space)
     user = None if starts is None else user_starts(problem.space, starts, o.n_starts)
     dtype = jax.dtypes.canonicalize_dtype(jnp.float64)  # float32 unless x64 is on
-    check_objective(problem, dtype, repr(search))
+    check_stack(problem, o, part)
+    programs = programs_for(programs_key(problem, search.solver, o, dtype))
+    # the trace's verdict holds for every refit of the same model and data shapes
+    programs.get("checked", lambda: check_objective(problem, dtype, repr(search)))
     if o.checkpoint_dir is not None:
         if jax.process_count() > 1 and part is not None:  # orbax wants global arrays there
             raise ValueError(
@@ -79,43 +83,52 @@ def prepare(search, objective, space, starts, resume, part, *, every_process) ->
             )
         Checkpointer.check_folder(o.checkpoint_dir)
     devices = resolve_devices(o.devices, every_process=every_process)
+    check_stack(problem, o, part, n_devices=len(devices))
     configure_compilation_cache()
     layout = Layout(problem.space, o.flat, dtype)
     config = search.config()
-    return Setup(o, search.solver, config, problem, layout, user, resume, t_start, part, devices)
+    return Setup(
+        o, search.solver, config, problem, layout, user, resume, t_start, part, devices, programs
+    )
 
 
 def identify(setup: Setup) -> Traced:
     """Trace the step (no compile) for the search's identity, and refuse a checkpoint of
     another model, rule or configuration now, before the filter or the step compiles."""
     o, problem = setup.options, setup.problem
+    # The step captures the model's functions and space, never the problem (its data): a
+    # refit's data are arguments, and kept steps must not keep the first fit's data alive.
+    fom, space = problem.fom, problem.space
 
     def fom_u(u, d):
         # Behind a fusion boundary: XLA must not recompute the map inside the model's loops.
-        return problem.fom(problem.space.to_model(u), d)
+        return fom(space.to_model(u), d)
 
     residual_u = None
     residuals = getattr(problem, "residuals", None)  # a least-squares problem's
     if residuals is not None:
 
         def residual_u(u, d):
-            return residuals(problem.space.to_model(u), d)
+            return residuals(space.to_model(u), d)
 
-    # With resurrection a start gives up (and is replaced) after `resurrect` failures.
-    start_step = make_start_step(
-        fom_u,
-        setup.solver,
-        o.guard,
-        o.give_up,
-        max_start_steps=o.local_steps,
-        residual_u=residual_u,
-    )
-    chunk_step = make_chunk_step(start_step)
-    chunk_step.__name__ = chunk_step.__qualname__ = CHUNK_STEP_NAME
-    one = setup.layout.one_start_state(setup.solver, o.window)
-    identity = search_identity(
-        problem, setup.layout.dtype, start_step, one, setup.identity_config()
-    )
+    def steps():
+        # With resurrection a start gives up (and is replaced) after `resurrect` failures.
+        start_step = make_start_step(
+            fom_u,
+            setup.solver,
+            o.guard,
+            o.give_up,
+            max_start_steps=o.local_steps,
+            residual_u=residual_u,
+        )
+        chunk_step = make_chunk_step(start_step, problem.rows_per_datum)
+        chunk_step.__name__ = chunk_step.__qualname__ = CHUNK_STEP_NAME
+        one = setup.layout.one_start_state(setup.solver, o.window)
+        return start_step, chunk_step, trace_search(problem, setup.layout.dtype, start_step, one)
+
+    # A refit of the same model reuses its steps (and so its compiled programs) and traces.
+    start_step, chunk_step, traces = setup.programs.get("steps", steps)
+    identity = search_identity(problem, setup.layout.dtype, traces, setup.identity_config())
     checkpoints = None
     if o.checkpoint_dir is not None:
         checkpoints = SearchCheckpoints.in_folder(
@@ -147,6 +160,7 @@ def plan(setup: Setup) -> StartPlan:
             filter_width=o.filter_batch_size,
             seed=o.seed,
             user=setup.user,
+            programs=setup.programs,
         )
     start_plan.stats.update(
         n_filter_compiles=compiles.count(FILTER_NAME),

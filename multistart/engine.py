@@ -16,12 +16,13 @@ from typing import Any
 import jax
 import numpy as np
 
-from . import log
+from . import log, memory
 from .backends import BACKENDS, Backend
 from .checkpoint import SearchCheckpoints
 from .chunking import pad_rows
 from .config import SearchConfig
 from .decide import Rules
+from .fixed_width import Programs
 from .identity import SearchIdentity, starts_hash
 from .layout import Layout
 from .minima import default_tolerances
@@ -54,6 +55,7 @@ class Setup:
     t_start: float
     part: Part | None  # fit(..., part=(i, k)): only these slots of the plan run
     devices: list  # where the starts run (a mesh if several)
+    programs: Programs  # the jitted functions, kept for a refit of the same model
 
     def identity_config(self, start_plan: StartPlan | None = None) -> dict:
         """The configuration the identity (and so a checkpoint) records."""
@@ -159,9 +161,11 @@ def _population(setup: Setup, chunk_step, u0, status0) -> tuple[PopState, Backen
         u0 = jax.tree_util.tree_map(lambda a: pad_rows(np.asarray(a), n_pop - n), u0)
     status = np.concatenate([status0, np.full(n_pop - n, Status.UNSTARTED.code)]).astype(np.int8)
     n_rows = math.ceil(o.n_steps / o.history_stride)  # of history
-    pop = jax.jit(lambda u, st: init_population(setup.solver, u, n_rows, o.window, status=st))(
-        u0, status
-    )
+
+    def init(solver=setup.solver, window=o.window):  # not setup: kept, it would keep the data
+        return jax.jit(lambda u, st: init_population(solver, u, n_rows, window, status=st))
+
+    pop = setup.programs.get(("init", n_rows, o.window), init)(u0, status)
     backend = BACKENDS[o.backend](
         chunk_step,
         n_total=n_pop,
@@ -169,6 +173,7 @@ def _population(setup: Setup, chunk_step, u0, status0) -> tuple[PopState, Backen
         pop=pop,
         rows=np.flatnonzero(status == Status.RUNNING.code),
         devices=setup.devices if n_dev > 1 else None,
+        programs=setup.programs,
     )
     return backend.place(pop), backend
 
@@ -176,23 +181,39 @@ def _population(setup: Setup, chunk_step, u0, status0) -> tuple[PopState, Backen
 def _width(setup: Setup, backend: Backend, pop, traced: Traced, n: int) -> WidthChoice:
     """The batch width (per device), the same in every process of a job."""
     o = setup.options
-    choice = resolve_width(
-        o.batch_size,
-        backend,
-        pop,
-        n_starts=math.ceil(n / backend.n_devices),  # per device
-        device=next(d for d in setup.devices if d.process_index == jax.process_index()),
-        start_step=traced.start_step,
-        backend_name=o.backend,
-        program_hash=traced.identity.program,  # lowered once, for the identity
-        n_steps=o.n_steps,  # "auto" times widths only where the fit pays for it
+    n_starts = math.ceil(n / backend.n_devices)  # per device
+    device = next(d for d in setup.devices if d.process_index == jax.process_index())
+    env = (memory.max_batch_from_env(), memory.budget_from_env(), memory.auto_mode_from_env())
+    first = setup.programs.get(
+        ("width", o.batch_size, n_starts, str(device), env),
+        lambda: resolve_width(
+            o.batch_size,
+            backend,
+            pop,
+            n_starts=n_starts,
+            device=device,
+            start_step=traced.start_step,
+            backend_name=o.backend,
+            program_hash=traced.identity.program,  # lowered once, for the identity
+            n_steps=o.n_steps,  # "auto" times widths only where the fit pays for it
+        ),
     )
+    # A refit of the same model keeps the width its first fit chose (and so its program);
+    # resolve_width compiles the width it chooses, so a backend with none did not run it.
+    choice = first if backend.compiled_widths() else _kept(first)
     if backend.spans_processes:  # every process must step the same program: process 0's width
         from jax.experimental import multihost_utils
 
         width = int(multihost_utils.broadcast_one_to_all(np.int32(choice.width)))
         choice = replace(choice, width=width)
     return choice
+
+
+def _kept(choice: WidthChoice) -> WidthChoice:
+    """``choice``, made by an earlier fit of the same model, as this fit's: nothing timed or
+    compiled to choose it."""
+    info = {**choice.info, "selected_by": f"{choice.info.get('selected_by')} (earlier fit)"}
+    return replace(choice, info={**info, "decide_s": 0.0}, n_tune_compiles=0, select_s=0.0)
 
 
 def _log_start(setup: Setup, n: int, choice: WidthChoice, sweeper: Sweeper) -> None:
@@ -226,13 +247,14 @@ def _refiller(setup: Setup, start_plan: StartPlan, width: int, n_rows: int) -> R
     reserve = start_plan.reserve
     if not (o.resurrect or o.tiktak) or reserve is None:
         return None
-    kw = dict(
+    kw: dict[str, Any] = dict(
         solver=setup.solver,
         window=o.window,
         width=width,
         n_rows=n_rows,
         to_u=layout.to_unconstrained,
         to_x=layout.to_physical,
+        programs=setup.programs,
     )
     ended = {Status.NONFINITE.code, Status.PRUNED.code}
     if not o.tiktak:

@@ -13,7 +13,7 @@ import jax
 import numpy as np
 
 from . import log
-from .fixed_width import lower_and_compile, padded_chunks, retry_narrower
+from .fixed_width import Programs, lower_and_compile, padded_chunks, retry_narrower
 from .memory import is_out_of_memory
 
 __all__ = ["ValueEvaluator", "FILTER_NAME"]
@@ -34,14 +34,21 @@ class ValueEvaluator:
       width: rows per compiled call.
       data: the model's data (an argument of the compiled program, not a constant in it).
       name: the compiled function's name (stable across processes: it is part of the program).
+      programs: where the jitted evaluator is kept for a refit of the same model (default:
+        nowhere).
     """
 
-    def __init__(self, fom_u, *, width: int, data, name: str = FILTER_NAME):
-        def chunk(u, data):
-            return jax.vmap(fom_u, in_axes=(0, None))(u, data)
+    def __init__(
+        self, fom_u, *, width: int, data, name: str = FILTER_NAME, programs: Programs | None = None
+    ):
+        def jitted():
+            def chunk(u, data):
+                return jax.vmap(fom_u, in_axes=(0, None))(u, data)
 
-        chunk.__name__ = chunk.__qualname__ = name
-        self._jit = jax.jit(chunk)
+            chunk.__name__ = chunk.__qualname__ = name
+            return jax.jit(chunk)
+
+        self._jit = (programs or Programs()).get(("values", name), jitted)
         self.width = int(width)
         self.data = data
         self.compiled: Any = None

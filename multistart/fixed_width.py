@@ -6,11 +6,19 @@ its last row (:func:`multistart.chunking.pad_rows`) and its padded outputs dropp
 number of rows costs one compile. Every program is built so that a second process fitting the
 same model lowers the same program (the model's data is an argument, the functions have fixed
 names) and can load it from the persistent compilation cache.
+
+In one process, a fit of new data of the same shapes reuses the very functions an earlier fit
+of the same model jitted (:class:`Programs`), so JAX's own caches serve it: nothing is traced,
+lowered or compiled again.
 """
 
 from __future__ import annotations
 
+import threading
 import time
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -21,6 +29,57 @@ from .chunking import chunk_slices, pad_rows
 from .memory import is_out_of_memory
 
 __all__ = ["lower_and_compile", "padded_chunks", "retry_narrower", "first_line", "copy_tree"]
+__all__ += ["Programs", "programs_for", "PROGRAMS_KEPT"]
+
+#: Models whose programs a process keeps for a refit (the least recently fitted are dropped).
+PROGRAMS_KEPT = 8
+
+
+class Programs:
+    """The jitted functions of one model's fit, kept for the next fit of that model.
+
+    JAX keeps a jitted function's executables (one per shape of its arguments) as long as the
+    function lives, keyed by the function itself: a fit that jits fresh closures over its
+    model compiles again (or asks the persistent cache again), however alike the programs. A
+    fit that takes its functions from here, made by the first fit of the same model
+    (:func:`programs_for`), compiles nothing for data of shapes it has seen: JAX's caches
+    serve it, without tracing or lowering.
+
+    ``get(name, make)`` is the function (or any value derived from the model alone) made by
+    ``make()`` under ``name`` the first time. ``name`` must hold everything ``make`` captures
+    that the Programs' key does not (a width, a device list).
+    """
+
+    def __init__(self) -> None:
+        self._made: dict[Hashable, Any] = {}
+
+    def get(self, name: Hashable, make: Callable[[], Any]) -> Any:
+        if name not in self._made:
+            self._made[name] = make()
+        return self._made[name]
+
+
+_kept: OrderedDict[Hashable, Programs] = OrderedDict()
+_kept_lock = threading.Lock()
+
+
+def programs_for(key: Hashable | None) -> Programs:
+    """The :class:`Programs` of the model ``key`` names, kept in this process (at most
+    :data:`PROGRAMS_KEPT` models, least recently used dropped first, their executables with
+    them); ``None`` (a model without a key): a fresh one, kept nowhere.
+
+    ``key`` must change with everything the kept functions depend on but take as no argument
+    (the model's functions, its space, the rule, the step's options, the float type): a key
+    that missed one would serve a stale program.
+    """
+    if key is None:
+        return Programs()
+    with _kept_lock:
+        programs = _kept.pop(key, None) or Programs()
+        _kept[key] = programs
+        while len(_kept) > PROGRAMS_KEPT:
+            _kept.popitem(last=False)
+        return programs
 
 
 def lower_and_compile(jitted, what: str, *args):

@@ -19,15 +19,18 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
 
 from .config import SearchConfig
+from .problem import datum
 
 __all__ = [
     "SearchIdentity",
+    "Traces",
+    "trace_search",
     "search_identity",
     "step_program_hash",
     "describe_difference",
@@ -94,20 +97,37 @@ def starts_hash(x0) -> str:
     return hashlib.sha256(b"".join(np.ascontiguousarray(a).tobytes() for a in leaves)).hexdigest()
 
 
-def search_identity(problem, dtype, start_step, one_start, config: dict) -> SearchIdentity:
-    """The identity of fitting ``problem`` with ``start_step`` under ``config``."""
-    example = problem.space.example(dtype)
+class Traces(NamedTuple):
+    """The lowered figure of merit and per-start step, each ``(text, captured arrays)``: what
+    an identity hashes besides the data's values and the configuration (the same for a refit
+    of new data of the same shapes, so a refit may reuse them)."""
+
+    fom: tuple[str, list]
+    step: tuple[str, list]
+
+
+def trace_search(problem, dtype, start_step, one_start) -> Traces:
+    """One trace each of the figure of merit and of the step (tracing a large model is not
+    free), for one row's data (one dataset of a stack)."""
+    data = datum(problem)
+    return Traces(
+        _trace(problem.fom, problem.space.example(dtype), data),
+        _trace(start_step, one_start, data),
+    )
+
+
+def search_identity(problem, dtype, traces: Traces, config: dict) -> SearchIdentity:
+    """The identity of fitting ``problem`` with the step of ``traces`` under ``config``."""
     model = hashlib.sha256()
     model.update(repr(problem.space).encode())
     model.update(str(np.dtype(dtype)).encode())
-    # one trace each of the figure of merit and of the step (tracing a large model is not free)
-    text, consts = _trace(problem.fom, example, problem.data)
+    text, consts = traces.fom
     model.update(text.encode())
     for const in consts:
         _hash_array(model, const)
     for leaf in jax.tree_util.tree_leaves(problem.data):
         _hash_array(model, leaf)
-    text, consts = _trace(start_step, one_start, problem.data)
+    text, consts = traces.step
     program = hashlib.sha256(text.encode()).hexdigest()
     rule = hashlib.sha256(program.encode())
     rule.update(model.hexdigest().encode())

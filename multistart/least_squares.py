@@ -20,7 +20,7 @@ import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
 from .priors import Space
-from .problem import Problem, add_note, refuse_space, tracer_hint
+from .problem import Problem, add_note, datum, refuse_space, tracer_hint
 from .result import Result
 from .search import MultiStartGradient
 from .solvers import Solver
@@ -73,9 +73,12 @@ def residual_problem(
             f"covariance must be one of {', '.join(map(repr, COVARIANCES))}; got {covariance!r}"
         )
     provider = getattr(residuals, "multistart_residual_problem", None)
+    extra: dict[str, Any] = {}
     if provider is not None:
         refuse_space(residuals, space)
-        fn, space, data, name = provider()
+        # (residuals, space, data, name), and optionally Problem's rows_per_datum, program_key
+        fn, space, data, name, *more = provider()
+        extra = more[0] if more else {}
     elif callable(residuals) and not isinstance(residuals, Problem):
         if space is None:
             raise TypeError("space is required with a residual function: fit(residuals, space)")
@@ -91,7 +94,14 @@ def residual_problem(
         return sum_of_squares(fn(params, d))
 
     problem = ResidualProblem(
-        fom, space, data, name, residuals=fn, absolute_sigma=absolute_sigma, covariance=covariance
+        fom,
+        space,
+        data,
+        name,
+        residuals=fn,
+        absolute_sigma=absolute_sigma,
+        covariance=covariance,
+        **extra,
     )
     check_residuals(problem, jax.dtypes.canonicalize_dtype(jnp.float64))
     return problem
@@ -109,7 +119,7 @@ def check_residuals(problem: ResidualProblem, dtype) -> None:
     subject = f"residuals {problem.name!r}"
     assert problem.residuals is not None  # a ResidualProblem is made with its residuals
     try:
-        out = jax.eval_shape(problem.residuals, problem.space.example(dtype), problem.data)
+        out = jax.eval_shape(problem.residuals, problem.space.example(dtype), datum(problem))
     except Exception as e:
         hint = tracer_hint(e)
         if hint:
@@ -256,5 +266,5 @@ def residual_size(problem: ResidualProblem) -> int:
     """The number of residuals (one trace, no compile)."""
     dtype = jax.dtypes.canonicalize_dtype(jnp.float64)
     assert problem.residuals is not None  # a ResidualProblem is made with its residuals
-    out = jax.eval_shape(problem.residuals, problem.space.example(dtype), problem.data)
+    out = jax.eval_shape(problem.residuals, problem.space.example(dtype), datum(problem))
     return int(sum(x.size for x in jax.tree_util.tree_leaves(out)))

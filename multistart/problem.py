@@ -19,6 +19,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.extend import core as jax_core
 
 from .priors import Space
@@ -30,7 +31,10 @@ __all__ = [
     "check_call",
     "check_objective",
     "check_scalar",
+    "check_stack",
+    "datum",
     "flat_leaves_without_gradient",
+    "programs_key",
     "refuse_space",
     "tracer_hint",
 ]
@@ -49,6 +53,13 @@ class Problem:
         so its covariance is ``2 H⁻¹`` as it is; ``False``: scaled by the reduced χ²
         ``f / (n_data - n)`` (``curve_fit``'s ``absolute_sigma``).
       n_data: the number of data points behind the figure of merit (for the reduced χ²).
+      rows_per_datum: ``data`` is a stack of datasets (every leaf with a leading axis of
+        them) and the search's rows ``i * rows_per_datum`` to ``(i + 1) * rows_per_datum - 1``
+        fit dataset ``i`` (``curve_fit(..., batched=True)``); ``None``: every row fits ``data``.
+      program_key: a hashable value that is the same only for problems whose ``fom`` and
+        residuals are the same functions of ``(params, data)`` (``curve_fit`` makes one): a
+        search then reuses the programs it compiled for an earlier such problem whose data
+        had the same shapes (:mod:`multistart.fixed_width`, ``Programs``). ``None``: none.
     """
 
     fom: Callable[[Any, Any], jax.Array]
@@ -57,6 +68,18 @@ class Problem:
     name: str = "objective"
     absolute_sigma: bool = True
     n_data: int | None = None
+    rows_per_datum: int | None = None
+    program_key: Any = None
+
+
+def datum(problem: Problem):
+    """The data one row of the search sees: ``problem.data``, or for a stack of datasets
+    (``rows_per_datum``) one dataset's shapes (``jax.ShapeDtypeStruct``), to trace with."""
+    if problem.rows_per_datum is None:
+        return problem.data
+    return jax.tree_util.tree_map(
+        lambda a: jax.ShapeDtypeStruct(np.shape(a)[1:], jnp.result_type(a)), problem.data
+    )
 
 
 def refuse_space(model, space) -> None:
@@ -114,7 +137,7 @@ def check_objective(problem: Problem, dtype, context: str) -> None:
     """
     example = problem.space.example(dtype)
     try:
-        out = jax.eval_shape(problem.fom, example, problem.data)
+        out = jax.eval_shape(problem.fom, example, datum(problem))
     except Exception as e:
         hint = tracer_hint(e, problem.space)
         if hint:
@@ -170,7 +193,7 @@ def flat_leaves_without_gradient(problem: Problem, dtype) -> list[str]:
         return jax.jvp(lambda p: problem.fom(p, data), (params,), (tangents,))[1]
 
     try:
-        closed = jax.make_jaxpr(tangent)(example, example, problem.data)
+        closed = jax.make_jaxpr(tangent)(example, example, datum(problem))
     except Exception:  # noqa: BLE001 - cannot be traced forward: nothing to say
         return []
     n = len(space.paths)
@@ -361,3 +384,59 @@ def check_scalar(out, subject: str) -> None:
         raise TypeError(
             f"{subject} must return a real floating-point scalar; got dtype {leaf.dtype}"
         )
+
+
+def check_stack(problem, o, part, n_devices: int = 1) -> None:
+    """A stack of datasets (``problem.rows_per_datum``) runs only where every row is its own
+    start of its own dataset, on one device: no option that couples rows, moves them or ranks
+    them together. ``o`` is the search's ``SearchConfig``."""
+    if problem.rows_per_datum is None:
+        return
+    coupled = {
+        "part": part is not None,
+        "start_strategy='tiktak'": o.tiktak,
+        "n_candidates (the broad-start filter)": bool(o.n_candidates),
+        "resurrect": bool(o.resurrect),
+        "schedule='halving'": o.halving is not None,
+        "target_fom": o.target_fom is not None,
+    }
+    if n_devices > 1:
+        raise ValueError(
+            f"a stack of datasets (curve_fit(..., batched=True)) runs on one device; got "
+            f"{n_devices} devices: pass devices=1 (or split the stack and fit each part on "
+            "its own device)"
+        )
+    given = [name for name, on in coupled.items() if on]
+    if given:
+        raise ValueError(
+            f"a stack of datasets (curve_fit(..., batched=True)) fits each dataset with its "
+            f"own starts, apart from the others; {', '.join(given)} would couple them: drop "
+            "them (a batch draws its starts without a filter and runs every start to its end)"
+        )
+
+
+def programs_key(problem, solver, o, dtype):
+    """What the jitted functions of a fit of ``problem`` depend on but take as no argument,
+    and the shapes they are compiled for (:func:`multistart.fixed_width.programs_for`); ``None``
+    when the problem has no ``program_key`` or the rule is not described by plain values."""
+    rule = vars(solver)
+    plain = (int, float, str, bool, type(None))
+    if problem.program_key is None or not all(isinstance(v, plain) for v in rule.values()):
+        return None
+    shapes = tuple(
+        (np.shape(a), jnp.result_type(a).name) for a in jax.tree_util.tree_leaves(problem.data)
+    )
+    steps = (o.n_starts, o.n_steps, o.max_history, o.guard, o.give_up, o.local_steps, o.flat)
+    where = (o.backend, o.devices, jax.process_count())
+    return (
+        problem.program_key,
+        repr(problem.space),
+        str(np.dtype(dtype)),
+        type(solver),
+        tuple(sorted(rule.items())),
+        jax.tree_util.tree_structure(problem.data),
+        shapes,
+        problem.rows_per_datum,
+        steps,
+        where,
+    )

@@ -26,7 +26,7 @@ import numpy as np
 from . import log
 from .chunking import pad_rows
 from .distributed import to_host
-from .fixed_width import lower_and_compile, padded_chunks
+from .fixed_width import Programs, lower_and_compile, padded_chunks
 from .queues import StartQueue
 from .status import Status
 from .step import PopState, init_population
@@ -189,16 +189,34 @@ class Refiller:
       to_u: physical starts (leading axis) to unconstrained NumPy, in the population's layout.
       to_x: one start's unconstrained parameters to physical ones (for a queue that
         :attr:`~multistart.queues.StartQueue.needs_best`).
+      programs: where the row writer is kept for a refit of the same model (default: nowhere).
     """
 
-    def __init__(self, queue: StartQueue, refills, *, solver, window, width, n_rows, to_u, to_x):
+    def __init__(
+        self,
+        queue: StartQueue,
+        refills,
+        *,
+        solver,
+        window,
+        width,
+        n_rows,
+        to_u,
+        to_x,
+        programs: Programs | None = None,
+    ):
         self.queue = queue
         self.refills = frozenset(refills)
-        self.to_x = jax.jit(to_x)  # one program, not an op-by-op dispatch of the map
+        programs = programs or Programs()
+        # one program, not an op-by-op dispatch of the map
+        self.to_x = programs.get("to_x", lambda: jax.jit(to_x))
         self.to_u = to_u
         self.width = width
         self.n_rows = n_rows
-        self._jit = jax.jit(make_replace_rows(solver, window), donate_argnums=0)
+        self._jit = programs.get(
+            ("replace", window),
+            lambda: jax.jit(make_replace_rows(solver, window), donate_argnums=0),
+        )
         self._compiled: Any = None
 
     def refill(

@@ -548,18 +548,20 @@ def _take(x, rows):
     return jax.tree_util.tree_map(lambda a: a[rows], x)
 
 
-def filter_sweep(problem: Problem, dtype, width: int) -> ValueEvaluator:
+def filter_sweep(problem: Problem, dtype, width: int, programs=None) -> ValueEvaluator:
     """The filter's evaluator: the figure of merit at flat unconstrained points, compiled.
 
     It maps points the way a flat search step does (``forward_flat``), so a start's filter
-    value is the value its first step sees (to rounding).
+    value is the value its first step sees (to rounding). ``programs``: where it is kept for
+    a refit of the same model (:class:`multistart.fixed_width.Programs`).
     """
-    space = problem.space
+    space, fom = problem.space, problem.fom  # not problem: a kept program would keep its data
 
     def fom_u(u, data):
-        return problem.fom(space.unravel(space.forward_flat(u)), data)
+        return fom(space.unravel(space.forward_flat(u)), data)
 
-    sweep = ValueEvaluator(fom_u, width=width, data=jax.device_put(problem.data))
+    data = jax.device_put(problem.data)
+    sweep = ValueEvaluator(fom_u, width=width, data=data, programs=programs)
     sweep.compile(space.n_dims, dtype)
     return sweep
 
@@ -577,6 +579,7 @@ def plan_starts(
     user=None,
     max_candidates: int | None = None,
     diverse: bool = True,
+    programs=None,
 ) -> StartPlan:
     """Decide every slot's start: user starts first, then strategy draws (filtered or not).
 
@@ -587,7 +590,7 @@ def plan_starts(
     ones (with ``diverse=False``, the plain best: :func:`rank_candidates`). Fewer finite
     candidates than free slots after the top-up leave the rest unstarted (logged, and marked
     ``unstarted`` in the Result); none at all, with no user start either, raises
-    :class:`NoFiniteStartsError` naming the region tried.
+    :class:`NoFiniteStartsError` naming the region tried. ``programs``: the filter's, kept.
     """
     space = problem.space
     stream = StartStream(space, strategy, band, np.random.default_rng(seed))
@@ -600,8 +603,9 @@ def plan_starts(
         x0 = user if drawn is None else _concat(user, drawn)
         return StartPlan(x0, started, StreamReserve(stream), stats)
 
+    limits = (n_candidates, max_candidates, filter_width)
     cand, foms, chosen, rest, filtered = _run_filter(
-        problem, dtype, stream, free, n_candidates, max_candidates, filter_width, band, diverse
+        problem, dtype, stream, free, limits, band, diverse, programs
     )
     stats.update(filtered)
     n_drawn, n_finite = len(foms), len(chosen) + len(rest)
@@ -623,9 +627,11 @@ def plan_starts(
     return StartPlan(_concat(user, picked), started, reserve, stats)
 
 
-def _run_filter(problem, dtype, stream, free, n_candidates, max_candidates, width, band, diverse):
+def _run_filter(problem, dtype, stream, free, limits, band, diverse, programs):
     """``(candidates, foms, chosen, rest, stats)``: the broad-start filter's draws, their
-    figures of merit, the rows chosen for the free slots and the other finite ones."""
+    figures of merit, the rows chosen for the free slots and the other finite ones.
+    ``limits``: ``(n_candidates, max_candidates, width)``."""
+    n_candidates, max_candidates, width = limits
     space = problem.space
     max_candidates = n_candidates if max_candidates is None else max(max_candidates, n_candidates)
     t0 = time.perf_counter()
@@ -633,7 +639,7 @@ def _run_filter(problem, dtype, stream, free, n_candidates, max_candidates, widt
 
     # MULTISTART_MAX_BATCH caps the filter's width too: the retry knob after a memory failure.
     width = cap_width(width, n_candidates, max_batch_from_env())
-    sweep = filter_sweep(problem, dtype, width)
+    sweep = filter_sweep(problem, dtype, width, programs)
     cand, foms = _draw_finite(stream, sweep, space, dtype, free, n_candidates, max_candidates)
     n_drawn = len(foms)
     radius = critical_distance(n_drawn, space.n_dims) if diverse else 0.0

@@ -1,0 +1,218 @@
+"""ms.curve_fit(..., batched=True): a stack of fits in one search, each fit's answer the one
+fitting it alone gives, new data without a compile, bad input refused before a compile."""
+
+from __future__ import annotations
+
+import warnings
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.optimize
+from conftest import NoCompile
+
+import multistart as ms
+from multistart import fixed_width
+from multistart.monitor import CompileCounter
+
+X = np.linspace(0.0, 5.0, 40)
+TRUTHS = np.array([[3.0, 1.5, 0.2], [1.0, 0.7, -0.1], [2.0, 3.0, 0.5], [0.5, 1.0, 0.3]])
+SIGMA = np.linspace(0.03, 0.08, 40)
+BOX = ([0.0, 0.1, -1.0], [10.0, 10.0, 1.0])
+P0 = [1.0, 1.0, 0.0]
+FAST = dict(n_starts=3, seed=0, log_every=0, batch_size=4)
+
+
+def decay(x, a, tau, c):
+    return a * jnp.exp(-x / tau) + c
+
+
+def decay_np(x, a, tau, c):
+    return a * np.exp(-x / tau) + c
+
+
+def data(seed=0, truths=TRUTHS):
+    noise = np.random.default_rng(seed).normal(0.0, SIGMA, (len(truths), X.size))
+    return np.stack([decay_np(X, *t) for t in truths]) + noise
+
+
+Y = data()
+
+
+def alone(i, y=Y, **kw):
+    """Fit ``i`` of the stack on its own, as the batch says it fits it."""
+    kw = {**FAST, **kw, "start_strategy": "band", "n_candidates": 0}
+    return ms.curve_fit(decay, X, y[i], full_output=True, **kw)
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(p0=P0, bounds=BOX),
+        dict(p0=P0, bounds=([0.0, 0.1, -np.inf], np.inf), sigma=SIGMA, absolute_sigma=True),
+        dict(p0=P0),  # unbounded: the batch steps in x itself, a fit alone around its p0
+    ],
+    ids=["box", "one-sided", "free"],
+)
+def test_each_fit_is_the_fit_alone(kw):
+    popt, pcov, fits = ms.curve_fit(decay, X, Y, batched=True, full_output=True, **FAST, **kw)
+    assert popt.shape == (4, 3) and pcov.shape == (4, 3, 3) and popt.dtype == np.float64
+    for i in range(len(Y)):
+        one, one_cov, result = alone(i, **kw)
+        np.testing.assert_allclose(popt[i], one, rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(pcov[i], one_cov, rtol=1e-6)
+        assert fits.best_fom[i] == pytest.approx(result.best_fom, rel=1e-9)
+        # the same starts: p0, then the same band draws through this fit's own priors
+        rows = slice(3 * i, 3 * i + 3)
+        for k in ("a", "tau", "c"):
+            np.testing.assert_allclose(
+                np.asarray(fits.result.start_params[k])[rows], result.start_params[k], rtol=1e-12
+            )
+
+
+def test_the_answers_are_scipys_and_the_record_says_which_start_won():
+    sigma = np.tile(SIGMA, (4, 1)) * np.array([[1.0], [2.0], [0.5], [1.0]])
+    y = data(1)
+    popt, pcov, fits = ms.curve_fit(
+        decay, X, y, p0=P0, sigma=sigma, bounds=BOX, batched=True, full_output=True, **FAST
+    )
+    for i in range(4):
+        ref, ref_cov = scipy.optimize.curve_fit(
+            decay_np, X, y[i], p0=P0, sigma=sigma[i], bounds=BOX, xtol=1e-14, ftol=1e-14
+        )
+        np.testing.assert_allclose(popt[i], ref, rtol=1e-6)
+        np.testing.assert_allclose(pcov[i], ref_cov, rtol=1e-4)
+    result = fits.result
+    assert isinstance(fits, ms.BatchFits) and result.n_starts == 12
+    foms = result.foms.reshape(4, 3)
+    np.testing.assert_array_equal(fits.best_row, np.arange(4) * 3 + np.argmin(foms, axis=1))
+    np.testing.assert_array_equal(fits.best_fom, foms.min(axis=1))
+    np.testing.assert_array_equal(fits.n_evals, result.n_evals.reshape(4, 3).sum(axis=1))
+    assert all(s is ms.Status.CONVERGED for s in fits.status)
+    np.testing.assert_array_equal(popt[:, 1], np.asarray(result.params["tau"])[fits.best_row])
+    assert result.history.shape == (1, 12)  # a small Result: one row of history per start
+
+
+def test_xdata_p0_and_sigma_may_differ_between_fits():
+    x = np.stack([X, 2.0 * X, X + 1.0, 0.5 * X])
+    y = np.stack([decay_np(xi, *t) for xi, t in zip(x, TRUTHS, strict=True)])
+    p0 = TRUTHS * 1.1
+    cov = np.stack([np.diag(SIGMA**2) * s for s in (1.0, 2.0, 3.0, 4.0)])
+    kw = dict(p0=p0, sigma=cov, bounds=BOX, batched=True, absolute_sigma=True, **FAST)
+    popt, pcov = ms.curve_fit(decay, x, y, **kw)
+    np.testing.assert_allclose(popt, TRUTHS, rtol=1e-7)
+    for i in range(4):
+        ref = scipy.optimize.curve_fit(
+            decay_np, x[i], y[i], p0=p0[i], sigma=cov[i], absolute_sigma=True
+        )[1]
+        np.testing.assert_allclose(pcov[i], ref, rtol=1e-5)
+
+
+def test_new_data_of_the_same_shapes_compiles_nothing_batched_or_not():
+    kw = dict(p0=P0, bounds=BOX, **FAST)
+    ms.curve_fit(decay, X, data(2), batched=True, **kw)
+    ms.curve_fit(decay, X, data(2)[0], **kw)
+    with NoCompile():
+        popt, _ = ms.curve_fit(decay, X, data(3), batched=True, **kw)
+        one, _ = ms.curve_fit(decay, X, data(3)[1], **kw)
+        p0 = ms.curve_fit(decay, X, data(3), batched=True, **{**kw, "p0": TRUTHS * 1.1})[0]
+    np.testing.assert_allclose(popt[1], one, rtol=1e-9)
+    np.testing.assert_allclose(p0, popt, rtol=1e-6)
+    # the counter sees compiles: a stack of another number of fits is another program
+    with CompileCounter() as compiles:
+        ms.curve_fit(decay, X, data(3)[:2], batched=True, **kw)
+    assert compiles.count("multistart_chunk_step") == 1
+
+
+def test_a_kept_program_is_never_another_models():
+    """Programs are kept per f, bounds and options: a change in any runs its own program."""
+    kw = dict(p0=P0, **FAST)
+    ms.curve_fit(decay, X, Y, batched=True, bounds=BOX, **kw)
+
+    def shifted(x, a, tau, c):  # another f, the same shapes
+        return decay(x, a, tau, c) + 1.0
+
+    popt = ms.curve_fit(shifted, X, Y + 1.0, batched=True, bounds=BOX, **kw)[0]
+    np.testing.assert_allclose(popt, ms.curve_fit(decay, X, Y, batched=True, bounds=BOX, **kw)[0])
+    narrow = ([0.0, 0.1, -1.0], [10.0, 10.0, 0.15])  # c <= 0.15 binds fit 0 (c = 0.2)
+    assert ms.curve_fit(decay, X, Y, batched=True, bounds=narrow, **kw)[0][0, 2] <= 0.15
+    assert ms.curve_fit(decay, X, Y, batched=True, method="dogleg", **kw)[0].shape == (4, 3)
+
+
+def test_a_fit_whose_covariance_cannot_be_estimated_is_inf_with_one_warning():
+    x = np.tile(X, (4, 1))
+    x[[1, 3]] = 0.0  # every point at x = 0: tau never enters, a and c only as a + c
+    with pytest.warns(scipy.optimize.OptimizeWarning, match="for 2 of 4 fits") as caught:
+        _, pcov = ms.curve_fit(decay, x, Y, p0=P0, bounds=BOX, batched=True, **FAST)
+    assert len(caught) == 1
+    assert np.all(np.isinf(pcov[[1, 3]])) and np.all(np.isfinite(pcov[[0, 2]]))
+
+
+@pytest.mark.parametrize(
+    "kw, error, match",
+    [
+        (dict(ydata=Y[0]), ValueError, r"leading axis of fits, shape \(n_fits, m\)"),
+        (dict(sigma=np.ones((5, 40))), ValueError, r"sigma must have ydata's shape \(4, 40\)"),
+        (dict(sigma=-np.ones(40)), ValueError, "sigma must be positive"),
+        (dict(xdata=np.ones((4, 39))), ValueError, r"must return one fit's ydata shape \(40,\)"),
+        (dict(p0=[1.0, 1.0]), ValueError, r"p0 must have one value per parameter of f \(3"),
+        (dict(p0=np.ones((5, 3))), ValueError, r"one per fit \(4, 3\); got shape \(5, 3\)"),
+        (dict(p0=[P0, P0, [1.0, 1.0, 5.0], P0], bounds=BOX), ValueError, "p0 of fit 2 lies"),
+        (dict(p0=[P0, [0.0, 1.0, 0.0], P0, P0], bounds=BOX), ValueError, "p0 of fit 1 sits on"),
+        (dict(bounds=([0, 0], [1, 1, 1])), ValueError, "bounds' lower must have one value"),
+        (dict(f=lambda x, a, b, c: a * x[:10]), ValueError, "must return one fit's ydata shape"),
+        (dict(start_strategy="tiktak"), ValueError, "start_strategy='band' and n_candidates=0"),
+        (dict(n_candidates=30), ValueError, "runs no broad-start filter"),
+        (dict(resurrect=2), ValueError, "resurrect=2 would rank or replace starts"),
+        (dict(schedule="halving"), ValueError, "schedule='halving' would rank"),
+        (dict(nan_policy="omit"), ValueError, "nan_policy='omit' would give each fit"),
+        (dict(batched=1), TypeError, "batched must be True or False"),
+    ],
+)
+def test_bad_batches_are_refused_before_any_compile(kw, error, match):
+    args = dict(f=decay, xdata=X, ydata=Y, p0=P0, batched=True, **FAST)
+    with NoCompile(), pytest.raises(error, match=match):
+        ms.curve_fit(**{**args, **kw})
+
+
+def test_non_finite_data_are_refused_naming_the_fit():
+    y = Y.copy()
+    y[2, 5] = np.nan
+    y[3, 0] = np.inf
+    with NoCompile():
+        with pytest.raises(ValueError, match=r"ydata of fit 2 \(and 1 other fit\) holds non-"):
+            ms.curve_fit(decay, X, y, p0=P0, batched=True, **FAST)
+        x = np.tile(X, (4, 1))
+        x[1, 3] = np.nan
+        with pytest.raises(ValueError, match="xdata of fit 1 holds"):
+            ms.curve_fit(decay, x, Y, p0=P0, batched=True, **FAST)
+        with pytest.raises(ValueError, match="xdata holds 1 non-finite"):
+            ms.curve_fit(decay, np.where(X == X[4], np.nan, X), Y, p0=P0, batched=True, **FAST)
+
+
+def test_programs_kept_are_bounded_and_keyed():
+    kept = fixed_width.programs_for(("test", 0))
+    assert fixed_width.programs_for(("test", 0)) is kept
+    assert fixed_width.programs_for(None) is not fixed_width.programs_for(None)
+    made = []
+    assert kept.get("f", lambda: made.append(1) or "v") == "v"
+    assert kept.get("f", lambda: made.append(1) or "w") == "v" and made == [1]
+    for i in range(1, fixed_width.PROGRAMS_KEPT + 1):
+        fixed_width.programs_for(("test", i))
+    assert fixed_width.programs_for(("test", 0)) is not kept  # the least recent was dropped
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert len(fixed_width._kept) <= fixed_width.PROGRAMS_KEPT
+
+
+def test_kept_programs_do_not_keep_the_data_alive():
+    import gc
+    import weakref
+
+    y = data(4)
+    ms.curve_fit(decay, X, y, p0=P0, bounds=BOX, batched=True, **FAST)
+    ms.curve_fit(decay, X, y[0], p0=P0, bounds=BOX, **FAST)
+    alive = weakref.ref(y)
+    del y
+    gc.collect()
+    assert alive() is None
