@@ -19,7 +19,7 @@ import math
 
 import numpy as np
 
-__all__ = ["cluster_minima", "cluster_minima_all_pairs", "default_tolerances"]
+__all__ = ["cluster_minima", "default_tolerances"]
 
 # The figure of merit is a sum of many rounded terms: a few ulps is the best it resolves.
 _ROUNDING_ULPS = 10
@@ -136,25 +136,3 @@ class _Heads:
         self.x[k] = xi
         self.scale[k] = np.maximum(1.0, np.abs(xi))
         return k
-
-
-def cluster_minima_all_pairs(x, f, *, xtol: float, ftol: float) -> np.ndarray:
-    """The grouping rule of :func:`cluster_minima` in its plain form, every start against every
-    minimum so far: quadratic in the starts. It is the specification the windowed
-    :func:`cluster_minima` is tested against (``tests/test_minima.py``) and the peer arm of
-    ``profiling/minima_grouping.py``; nothing in a fit calls it."""
-    f = np.asarray(f, dtype=np.float64)
-    x = np.asarray(x, dtype=np.float64).reshape(len(f), -1)
-    labels = np.full(len(f), -1)
-    heads: list[int] = []
-    finite = np.isfinite(f) & np.all(np.isfinite(x), axis=1)
-    for i in np.flatnonzero(finite)[np.argsort(f[finite], kind="stable")]:
-        for label, h in enumerate(heads):
-            same_f = abs(f[i] - f[h]) <= ftol * max(1.0, abs(f[h]))
-            if same_f and np.all(np.abs(x[i] - x[h]) <= xtol * np.maximum(1.0, np.abs(x[h]))):
-                labels[i] = label
-                break
-        else:
-            labels[i] = len(heads)
-            heads.append(i)
-    return labels

@@ -348,15 +348,15 @@ def fusion_boundary(tree):
     The map to physical parameters ends in selects (the clip to the prior's bounds, the choice
     of branch per prior kind). XLA's CPU compiler fuses such cheap elementwise producers into
     every consumer, so in the gradient of a model that broadcasts its parameters over pixels
-    or samples, the whole map (its sigmoids and exps included) is recomputed per element: on
-    the image benchmark a value-and-grad took 3 to 4 times as long as the same one at a
-    parameter passed in (``profiling/transform_fusion.py``). An ``optimization_barrier`` does
-    not stop it on a CPU; a product with an identity matrix does. Each leaf is multiplied, in
-    blocks of 8, by the 8 x 8 identity at full precision, which is exact for every finite
-    normal number, with three exceptions: ``-0.0`` becomes ``0.0``, a subnormal value (below
-    1.2e-38 in float32, 2.2e-308 in float64) may become 0 (XLA's CPU matrix products flush
-    subnormals), and a non-finite value makes its block non-finite (the start is non-finite
-    either way). Gradients pass through unchanged. Cost: 8 multiply-adds per parameter.
+    or samples, the whole map (its sigmoids and exps included) is recomputed per element
+    (``profiling/README.md``, "The map to physical parameters inside the gradient"). An
+    ``optimization_barrier`` does not stop it on a CPU; a product with an identity matrix
+    does. Each leaf is multiplied, in blocks of 8, by the 8 x 8 identity at full precision,
+    which is exact for every finite normal number, with three exceptions: ``-0.0`` becomes
+    ``0.0``, a subnormal value (below 1.2e-38 in float32, 2.2e-308 in float64) may become 0
+    (XLA's CPU matrix products flush subnormals), and a non-finite value makes its block
+    non-finite (the start is non-finite either way). Gradients pass through unchanged. Cost:
+    8 multiply-adds per parameter.
     """
 
     def one(a):

@@ -20,8 +20,8 @@ Talwalkar, AISTATS 2016) applied to local searches:
   runs from rung ``k - 1``; before rung 0, from ``ceil(r0 / eta)`` evaluations (the rungs
   extended one step down), not from the start, whose first steps fall steeply in every start.
   Rank alone at an early rung can drop the start that ends best: such a start often begins far
-  behind and improves fastest. (Measured on L-BFGS runs, ``profiling/halving_replay.py``: a
-  straight line over-predicts a converging start's progress, so ``grace`` is well below 1.)
+  behind and improves fastest. (A straight line over-predicts a converging start's progress,
+  so ``grace`` is well below 1.)
 - Otherwise it **ends as pruned** (:attr:`multistart.Status.PRUNED`); its record is kept. A
   start that continues keeps its whole state (an L-BFGS memory and line search included):
   continuing is not restarting.
@@ -72,12 +72,8 @@ class Halving(Schedule):
         (in units of the next rung's distance); ``0`` prunes by rank alone.
       keep: at least this many starts continue from every rung.
 
-    The defaults are measured (``profiling/halving_replay.py``, ``docs/schedule.md``): replayed
-    on 30 recorded ``MultiStartLBFGS`` runs of five problems, they kept the best of every run
-    but two of the image fit's seven (23 % and 3.3 % above it), with 0.16-0.23 of the
-    evaluations there and 0.23-0.85 on the others (their runs are short). Rank alone
-    (``grace=0``) lost the image fit's best in all seven. ``Halving(r0=20, grace=0.5)`` kept
-    every best, with 0.58-0.71 of the image fit's evaluations.
+    The defaults are measured on recorded runs (``docs/schedule.md``; the figures:
+    ``profiling/README.md``, "Racing the starts").
     """
 
     r0: int = 10

@@ -259,9 +259,8 @@ def _resolve_auto(solver: Solver, options: dict) -> None:
 
     ``convergence``: no window guard where the rule has optimality tests of its own.
     ``start_strategy``: TikTak for the least-squares rules (where it can run), whose local
-    searches are short and end by their own tests: on NIST's ENSO it found the certified
-    minimum from every seed tried, independent draws from one in five
-    (``profiling/README.md``); the band for the others, whose local searches can be long.
+    searches are short and end by their own tests (``profiling/README.md``); the band for the
+    others, whose local searches can be long.
     """
     if _is_auto(options.get("convergence", "auto")):
         options["convergence"] = None if solver.tests_convergence else Convergence()

@@ -2,6 +2,7 @@
 
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -10,10 +11,11 @@ import jax
 import psutil
 import pytest
 from jax.experimental.compilation_cache.compilation_cache import reset_cache
+from markdown_blocks import ROOT
 
-from multistart import cli
-from multistart.census import cells, probe, report, runner
-from multistart.census.supervise import Outcome, run_supervised
+from profiling.census import __main__ as census
+from profiling.census import cells, probe, report, runner
+from profiling.census.supervise import Outcome, run_supervised
 
 BIG_MB = 1e6  # a memory cap that never triggers
 
@@ -47,7 +49,8 @@ def test_a_tiny_cell_gives_a_cold_row_and_a_warm_row_that_hit_the_cache(tmp_path
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the cache folders go
     out = tmp_path / "rows.json"
     lines = []
-    rows = runner.run_census(tiny_plan(), out, command="multistart profile test", echo=lines.append)
+    command = "python -m profiling.census test"
+    rows = runner.run_census(tiny_plan(), out, command=command, echo=lines.append)
 
     assert json.loads(out.read_text()) == rows
     assert [r["cache"] for r in rows] == ["cold", "warm"]
@@ -60,7 +63,7 @@ def test_a_tiny_cell_gives_a_cold_row_and_a_warm_row_that_hit_the_cache(tmp_path
         assert r["jax_version"] == jax.__version__ and r["jaxlib_version"]
         assert r["cpu_count"] == os.cpu_count() and r["backend"] == jax.default_backend()
         assert r["phase_cap_s"] == 120.0 and r["rss_cap_mb"] == BIG_MB
-        assert r["command"] == "multistart profile test"
+        assert r["command"] == command
         assert r["n_bands"] == 1 and r["shapes"] == "16x16" and r["components"] == 1
         assert r["peak_rss_mb"] > 0 and r["child_max_rss_mb"] > 0
         assert r["phase"] == "steady" and r["starts_per_call"] == 1
@@ -335,7 +338,7 @@ def _row(cell, transform, width, cache, compile_s, status="ok", repeat=0, **kw):
         "size": "full",
         "phase_cap_s": 300.0,
         "rss_cap_mb": 8000.0,
-        "command": "multistart profile --repeats 3",
+        "command": "python -m profiling.census --repeats 3",
         "loadavg_1m": 2.0,
     }
     if status == "ok":
@@ -391,7 +394,7 @@ def test_the_table_gives_medians_ratios_and_failures_in_words():
     lax = table[("hetero4", "16", "laxmap_vag")]
     assert lax[7] == "compile did not finish in 300 s" and lax[8] == "–"
     assert table[("one", "16", "laxmap_vag")][11] == "2.00"  # 4.0 / vag's 2.0
-    assert "multistart profile --repeats 3" in text and "median of 3 repeats" in text
+    assert "python -m profiling.census --repeats 3" in text and "median of 3 repeats" in text
     assert "jax 0.10.2" in text and "2 CPUs" in text and "phase cap 300 s" in text
     assert "`hetero4` K=16 `vag` width 1 warm (repeat 2): no_cache_hit" in text
     assert "`one` K=16 `laxmap_vag` width 4 warm (repeat 0): memory_cap" in text
@@ -436,27 +439,40 @@ def test_the_generated_block_is_replaced_not_duplicated(tmp_path):
         (["--block", "a b"], "--block: must be letters, digits"),
     ],
 )
-def test_profile_rejects_bad_arguments(argv, match, capsys):
+def test_the_command_rejects_bad_arguments(argv, match, capsys):
     with pytest.raises(SystemExit) as exc:
-        cli.main(["profile", *argv])
+        census.main(argv)
     assert exc.value.code == 2 and match in capsys.readouterr().err
 
 
-def test_profile_rejects_a_plan_wider_than_its_starts(capsys, tmp_path):
-    argv = ["profile", "--quick", "--widths", "16", "--out", str(tmp_path / "r.json")]
-    assert cli.main(argv) == 2
+def test_the_command_rejects_a_plan_wider_than_its_starts(capsys, tmp_path):
+    argv = ["--quick", "--widths", "16", "--out", str(tmp_path / "r.json")]
+    assert census.main(argv) == 2
     assert "n_starts must be an int >= the largest width (16)" in capsys.readouterr().err
     assert not (tmp_path / "r.json").exists()
 
 
-def test_profile_from_json_tabulates_without_measuring(tmp_path, capsys):
+def test_the_command_from_json_tabulates_without_measuring(tmp_path, capsys):
     rows_file = tmp_path / "rows.json"
     rows_file.write_text(json.dumps(literal_rows()))
-    assert cli.main(["profile", "--from-json", str(rows_file)]) == 0
+    assert census.main(["--from-json", str(rows_file)]) == 0
     assert "| `hetero4` | 16 | `vag` | 1 |" in capsys.readouterr().out
     md = tmp_path / "README.md"
-    assert cli.main(["profile", "--from-json", str(rows_file), "--markdown", str(md)]) == 0
+    assert census.main(["--from-json", str(rows_file), "--markdown", str(md)]) == 0
     assert report.markers()[0] in md.read_text()
     assert "| `one` | 16 | `vag` | 1 |" in md.read_text()
-    assert cli.main(["profile", "--from-json", str(tmp_path / "missing.json")]) == 2
+    assert census.main(["--from-json", str(tmp_path / "missing.json")]) == 2
     assert "cannot tabulate" in capsys.readouterr().err
+
+
+@pytest.mark.subprocess
+def test_python_dash_m_profiling_census_runs_from_the_repository_root(tmp_path):
+    rows_file = tmp_path / "rows.json"
+    rows_file.write_text(json.dumps(literal_rows()))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # a fresh checkout's
+    out = subprocess.run(
+        [sys.executable, "-m", "profiling.census", "--from-json", str(rows_file)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "| `hetero4` | 16 | `vag` | 1 |" in out.stdout

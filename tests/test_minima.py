@@ -5,7 +5,8 @@ import pytest
 from conftest import MULTIMODAL_SPACE, multimodal
 
 import multistart as ms
-from multistart.minima import LOCATED, cluster_minima, cluster_minima_all_pairs, default_tolerances
+from multistart.minima import LOCATED, cluster_minima, default_tolerances
+from profiling.minima_grouping import cluster_minima_all_pairs
 
 
 def test_cluster_minima_on_literal_points():

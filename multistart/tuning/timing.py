@@ -52,24 +52,19 @@ TUNE_AGAIN_RATIO = 1.25
 # fast, the batched program costs more per start than the unbatched one by more than the chunk
 # calls it saves (an expensive model, whose single evaluation already keeps the cores busy), and
 # the narrower widths are not timed: each is a compile (seconds for such a model), and on the
-# models measured the best width was then 1 (``profiling/auto_width.py``).
+# models measured the best width was then 1.
 AUTO_UNBATCHED_WINS = 1.5
 # What "auto" expects timing to gain before this device has measured anything: pairs of
 # (seconds a start cost in one chunk call at the memory bound, the bound's step / the best
-# width's step), measured per step on this project's 2-core CPU (profiling/first_fit.py and
-# auto_width.py, profiling/README.md): 100,000 cheap starts (chunks of 4,096-16,384 against all
-# at once: 3.2-4.2x in three runs), the README's fit and the curve fit (the bound was the
-# best), the benchmark model (width 4 against 32) and the image fit (width 1 against 32:
-# 1.7-3.3x). A model's expectation weighs them by how close their seconds a start are to its
-# own (PRIOR_DECADES), so an expensive model expects what expensive models gained.
+# width's step), measured on this project's 2-core CPU (profiling/README.md). A model's
+# expectation weighs them by how close their seconds a start are to its own (PRIOR_DECADES),
+# so an expensive model expects what expensive models gained.
 PRIOR_GAINS = ((6e-7, 3.0), (7e-6, 1.0), (5e-5, 1.0), (8e-4, 2.0), (1e-2, 2.5))
-# The width of that weighting, in decades of seconds a start (a Gaussian kernel in log10): the
-# cheap starts and the README's fit, a decade apart, gained 3x and nothing.
+# The width of that weighting, in decades of seconds a start (a Gaussian kernel in log10).
 PRIOR_DECADES = 0.5
 # No chunk call costs less than this on a CPU (the dispatch of a compiled program and the
-# gathers and scatters of the population's leaves: the smallest chunk steps measured here took
-# 50-350 us a call). A width needing more calls a step than the best step's seconds allow at
-# this price cannot win, and is not compiled to find out.
+# gathers and scatters of the population's leaves). A width needing more calls a step than the
+# best step's seconds allow at this price cannot win, and is not compiled to find out.
 CALL_FLOOR_S = 20e-6
 
 

@@ -32,12 +32,12 @@ class Plan:
     """What a census measures, and under which caps.
 
     Attributes:
-      cells: names from :data:`multistart.census.cells.CELLS`.
-      transforms: names from :data:`multistart.census.probe.TRANSFORMS`.
+      cells: names from :data:`profiling.census.cells.CELLS`.
+      transforms: names from :data:`profiling.census.probe.TRANSFORMS`.
       widths: vmap widths (``vmap_vag``, ``pyloop_vag``) and ``lax.map`` batch sizes
         (``laxmap_vag``); ``vag`` is one start, width 1.
       n_starts: starts swept by ``laxmap_vag`` and ``pyloop_vag``.
-      size: a key of :data:`multistart.census.cells.SIZES` (grids and default components).
+      size: a key of :data:`profiling.census.cells.SIZES` (grids and default components).
       components: MGE components per band; each value is its own set of measurements.
       repeats: cold/warm pairs per measurement.
       phase_cap_s: no phase of a child (setup, trace, lower, compile, steady) may take longer.
@@ -122,7 +122,8 @@ def measurements(plan: Plan) -> list[tuple[str, int, str, int]]:
 
 
 def child_env() -> dict[str, str]:
-    """The child's environment: this package first on the path, no inherited cache folder."""
+    """The child's environment: the checkout (multistart, profiling) first on the path, no
+    inherited cache folder."""
     env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
     root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
@@ -131,7 +132,7 @@ def child_env() -> dict[str, str]:
 
 
 def probe_command(spec: dict) -> list[str]:
-    return [sys.executable, "-m", "multistart.census.probe", json.dumps(spec)]
+    return [sys.executable, "-m", "profiling.census.probe", json.dumps(spec)]
 
 
 def _versions() -> dict:

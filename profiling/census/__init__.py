@@ -7,5 +7,6 @@ compilation cache (cold), then again in another fresh process with that cache (w
 (:mod:`.runner`) caps each phase's time and the child's memory (:mod:`.supervise`), writes one
 JSON row per measurement, and renders them as a markdown table (:mod:`.report`).
 
-Run it with ``multistart profile`` (see ``profiling/jax_compile/README.md``).
+Run it from the repository root: ``python -m profiling.census --help`` (and see
+``profiling/jax_compile/README.md``).
 """

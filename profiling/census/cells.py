@@ -22,9 +22,9 @@ from dataclasses import dataclass
 import jax.numpy as jnp
 import numpy as np
 
-from .. import demo
-from ..graph import Factor, FactorGraphModel
-from ..priors import LogUniform, Uniform
+from multistart import demo
+from multistart.graph import Factor, FactorGraphModel
+from multistart.priors import LogUniform, Uniform
 
 __all__ = ["Cell", "CELLS", "SIZES", "Size", "build", "describe", "mge_log_likelihood"]
 

@@ -1,7 +1,7 @@
 """The census's child process: trace, lower, compile and time one transform of one cell.
 
-Run as ``python -m multistart.census.probe '<spec as JSON>'`` by :mod:`multistart.census.runner`,
-never in the parent (a compile that blows up must take only its own process down). The spec
+Run as ``python -m profiling.census.probe '<spec as JSON>'`` by :mod:`.runner`, never in the
+parent (a compile that blows up must take only its own process down). The spec
 names the cell, size, components, transform, width, number of starts and the persistent-cache
 folder.
 
@@ -97,7 +97,7 @@ def _starts(space, n: int, dtype):
     """``n`` unconstrained start vectors spread over the prior box (deterministic)."""
     import numpy as np
 
-    from ..starts import uniform_band_starts
+    from multistart.starts import uniform_band_starts
 
     x0 = uniform_band_starts(space, n, np.random.default_rng(0))
     return np.asarray(space.ravel(space.to_unconstrained(x0)), dtype)
@@ -165,9 +165,9 @@ def _pyloop_vag(fom_u, u_all, data, width, n_starts) -> Program:
     import numpy as np
     import optax
 
-    from ..backends import LoopBackend
-    from ..solvers import OptaxSolver
-    from ..step import init_population, make_chunk_step, make_start_step
+    from multistart.backends import LoopBackend
+    from multistart.solvers import OptaxSolver
+    from multistart.step import init_population, make_chunk_step, make_start_step
 
     solver = OptaxSolver(optax.contrib.prodigy(1.0))
     chunk_step = make_chunk_step(make_start_step(fom_u, solver, None, 8))
@@ -280,7 +280,7 @@ def _max_rss_mb() -> float:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
-        print("usage: python -m multistart.census.probe '<spec as JSON>'", file=sys.stderr)
+        print("usage: python -m profiling.census.probe '<spec as JSON>'", file=sys.stderr)
         return 2
     spec = json.loads(argv[0])
     os.environ.setdefault("MULTISTART_LOG_LEVEL", "WARNING")
