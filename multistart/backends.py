@@ -5,16 +5,13 @@ Two backends share one interface (:class:`Backend`), so the sweeper
 
 - ``"loop"`` (:class:`LoopBackend`, the default): the chunk step is compiled once for exactly
   ``width`` rows and a Python loop calls it per chunk; the ragged last chunk is padded (see
-  :mod:`multistart.chunking`). Looping in Python rather than in XLA is deliberate on CPU: an
-  in-XLA loop over a large multi-dataset likelihood can take hours and gigabytes to compile,
-  while the chunk body compiles in the time of one ``vmap``.
+  :mod:`multistart.chunking`). On a CPU an in-XLA loop over a large multi-dataset likelihood
+  can take hours to compile, while the chunk body compiles in the time of one ``vmap``.
 - ``"scan"`` (:class:`ScanBackend`): the same chunk body inside one compiled loop over the
   chunks, a ``lax.fori_loop`` over the first ``n_chunks`` rows of a ``(max_chunks, width)``
-  table of gather/scatter indices (:func:`make_scan_step`), so a step is one call. On a GPU
-  that saves the host dispatch per chunk. The table has a fixed shape and the loop a dynamic
-  trip count, so the starts that ended are left out, as in the loop backend, without a
-  recompile (a ``lax.map`` over the running starts would need a new shape, and a compile,
-  whenever one ends).
+  table of gather/scatter indices (:func:`make_scan_step`), so a step is one call (on a GPU,
+  no host dispatch per chunk). The fixed-shape table and dynamic trip count leave the ended
+  starts out without a recompile.
 
 Where the population lives (one device, or a mesh of several: ``devices=`` on a search) is a
 :class:`multistart.placement.Placement`; each call then runs one chunk on every device at
@@ -61,7 +58,7 @@ class Backend:
       rows: the rows to sweep at first (default: every row).
       devices: two or more devices: the population is sharded over them.
       programs: where the jitted program is kept for a refit of the same model (default:
-        nowhere); it is kept per backend, per host tick and per layout over the devices.
+        nowhere), per backend, host tick and device layout.
     """
 
     name = ""
@@ -159,7 +156,7 @@ class Backend:
 
     def trace(self, pop, width: int) -> jax.stages.Traced:
         """Trace the program at ``width`` for ``pop``, so the compile census can time its
-        lowering and its compile apart (``multistart profile``)."""
+        lowering and its compile apart (``python -m profiling.census``)."""
         return self._jit.trace(pop, *self._lower_args(width), self.data)
 
     def time_chunks(

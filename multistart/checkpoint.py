@@ -1,17 +1,10 @@
 """Checkpoints of a running search, written with orbax-checkpoint.
 
-A checkpoint holds one run state (:class:`multistart.run_state.RunState`): the whole device
-state of a search (every start's parameters, optimiser state, bests, counters and history) and
-a JSON record of the host's (the step, the counters, the halving schedule's record, the slots'
-lineage), with a fingerprint of the model and the configuration.
-orbax writes each checkpoint into a temporary folder and renames it only when it
-is complete, and keeps the previous one until then, so a search killed while writing loses
-nothing. A checkpoint that fails to read falls back to the one before it, never silently to a
-fresh start; the damaged one is moved aside into ``<checkpoint_dir>/damaged/`` (kept, not
-deleted), so the resumed search can write that step again.
-
-orbax-checkpoint is an optional dependency (``pip install multistart[checkpoint]``): a search
-without ``checkpoint_dir`` never imports it.
+A checkpoint holds one run state (:class:`multistart.run_state.RunState`) with a fingerprint
+of the model and the configuration. orbax writes it whole or not at all, so a search killed
+while writing loses nothing. One that fails to read falls back to the one before it, never
+silently to a fresh start, and is moved aside into ``<checkpoint_dir>/damaged/``. A search
+without ``checkpoint_dir`` never imports orbax-checkpoint (the ``checkpoint`` extra).
 """
 
 from __future__ import annotations
@@ -231,10 +224,8 @@ class Checkpointer:
     def set_aside(self, steps: list[int]) -> None:
         """Move the folders of damaged checkpoints into ``<directory>/damaged/``.
 
-        Done once a checkpoint before them was read: the resumed search writes those steps
-        again, which orbax refuses while a folder of that step exists. The damaged files are
-        kept (a read that failed for a passing reason can be retried by hand). In a job of
-        several processes, process 0 moves them and every process waits for it.
+        The resumed search writes those steps again, which orbax refuses while a folder of that
+        step exists; the files are kept. Process 0 moves them and every process waits for it.
         """
         if not steps:
             return
@@ -280,14 +271,10 @@ class SearchInterrupted(KeyboardInterrupt):
 class SearchCheckpoints:
     """A search's checkpoints: what goes in, and how a resumed search continues.
 
-    A checkpoint holds a :class:`multistart.run_state.RunState` (:meth:`save`,
-    :meth:`restore`): the population on the device, and on the host the loop's counters and,
-    when freed slots are refilled, the slots' lineage. Everything else a resumed search needs
-    (the starts, the filter's reserve) is replanned from the seed.
-
-    A checkpoint carries the search's identity (:mod:`multistart.identity`): one of another
-    model, rule, hyperparameters or configuration is refused, naming what differs. ``n_steps``
-    may grow (the search runs on to the new ``n_steps``) but not shrink.
+    Everything a resumed search needs beyond the :class:`multistart.run_state.RunState` (the
+    starts, the filter's reserve) is replanned from the seed. A checkpoint of another search
+    identity (:mod:`multistart.identity`) is refused, naming what differs; ``n_steps`` may grow
+    but not shrink.
     """
 
     store: Checkpointer

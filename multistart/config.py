@@ -1,14 +1,8 @@
 """A search's configuration: every option stated once, with its type, default, check and doc.
 
-:class:`SearchConfig` is a frozen dataclass. Each field is declared with :func:`option`, which
-records the text the search's docstring shows and how the option may change when a search is
-resumed from a checkpoint. Everything that reads a search's settings reads this one object:
-the search's constructor builds it (every check runs there, before anything is traced or
-compiled), :meth:`SearchConfig.record` is what the Result and the checkpoint identity record,
-and the driver reads its typed fields.
-
-Defaults that depend on other options (``n_candidates`` is ``10 * n_starts``, ...) are resolved
-when the configuration is made, so a configuration always says what the search will do.
+:class:`SearchConfig` is the one object everything reads a search's settings from. It is built
+(and checked) by the search's constructor, with the defaults that depend on other options
+resolved, so it always says what the search will do.
 """
 
 from __future__ import annotations
@@ -121,26 +115,18 @@ class SearchConfig:
     batch_size: int | str | None = option(
         "auto",
         'starts per compiled call. ``"auto"`` (the default): the widest width whose chunk '
-        "step fits half the device's free memory (XLA's memory analysis of the compiled step); "
-        "on a CPU, a few widths within that bound are timed on a few chunk calls each and the "
-        "fastest kept, remembered in the cache folder for the next run "
-        "(``MULTISTART_AUTO_WIDTH=memory``: no timing, at most 4 starts per usable core). "
-        '``"tune"``: time more widths within that memory bound and keep the fastest, '
-        "remembered the same way. ``None``: all starts in one call. An int: that width. "
-        "``MULTISTART_MAX_BATCH`` caps every choice, an int included, and "
-        "``MULTISTART_MEMORY_BUDGET_GB`` caps the budget. A chunk call that runs out of memory "
-        "halves the width, recompiles and redoes the last few steps from a saved copy of the "
-        'population (``result.stats["backoffs"]``).',
+        "step fits half the device's free memory; on a CPU, a few widths within that bound are "
+        "timed where it pays and the fastest kept, remembered for the next run. "
+        '``"tune"``: time more widths. ``None``: all starts in one call. An int: that width. '
+        "``MULTISTART_MAX_BATCH`` caps every choice. A chunk call that runs out of memory halves "
+        "the width and redoes the last few steps. See ``docs/batch-width.md``.",
         on_resume=OnResume.FREE,
     )
     backend: str = option(
         "loop",
         '``"loop"`` (default): a Python loop calls the compiled chunk step per chunk. '
-        '``"scan"``: all chunks of a step run in one compiled program, a ``lax.fori_loop`` '
-        "over a fixed-shape table of the running starts' chunks (so the starts that ended drop "
-        "out without a recompile), which saves host dispatch on a GPU; on a CPU prefer "
-        '``"loop"``, as a loop over a large multi-dataset body can take very long to '
-        "compile. Same results.",
+        '``"scan"``: all chunks of a step run in one compiled program, which saves host '
+        'dispatch on a GPU (on a CPU prefer ``"loop"``: it compiles faster). Same results.',
     )
     n_steps: int = option(1000, "maximum steps per start.", on_resume=OnResume.GROWS)
     seed: int = option(0, "seeds start generation; the same seed gives a bit-identical result.")
@@ -161,11 +147,8 @@ class SearchConfig:
         "all",
         'which local searches run to their end. ``"all"`` (the default): every start runs '
         'until it converges, dies or reaches ``n_steps``. ``"halving"`` (or a '
-        ":class:`multistart.Halving` with its own settings): asynchronous successive halving "
-        "of the running local searches; at each rung (a number of evaluations) a start "
-        "continues only if it ranks among the best of those that reached the rung or is still "
-        "improving fast enough to overtake them, otherwise it ends as ``pruned`` (its record "
-        "is kept; with ``resurrect`` or TikTak its slot takes the next start from the queue). "
+        ":class:`multistart.Halving`): asynchronous successive halving; at each rung a start "
+        "ranked below the best and not improving fast enough ends as ``pruned``. "
         "See ``docs/schedule.md``.",
     )
     start_band: tuple[float, float] = option(
@@ -177,9 +160,8 @@ class SearchConfig:
         '(scrambled Sobol\' sequence) or ``"lhs"`` (Latin hypercube); or ``"tiktak"``: '
         "Sobol' candidates, and whenever a slot's local search ends it gets the next filtered "
         "candidate blended towards the best point so far (TikTak; see :mod:`multistart.tiktak`). "
-        '``"auto"`` (default): ``"tiktak"`` for the least-squares rules (short local searches '
-        'that end by their own tests, on curve fits that are often multimodal), ``"band"`` '
-        "for the others, and wherever TikTak cannot run (``n_candidates=0``, ``resurrect``).",
+        '``"auto"`` (default): ``"tiktak"`` for the least-squares rules, ``"band"`` for the '
+        "others and wherever TikTak cannot run (``n_candidates=0``, ``resurrect``).",
     )
     n_candidates: int | None = option(
         None,
@@ -254,22 +236,16 @@ class SearchConfig:
     )
     flat: bool = option(
         True,
-        "step each start's parameters as one flat vector (the default: fewer, larger kernels, "
-        "so faster steps and compiles). optax then sees one vector per start, which changes "
-        "nothing for elementwise rules (Adam, Lion, ...) or whole-vector ones (Prodigy, "
-        "L-BFGS); use ``flat=False`` for a rule keyed to the parameter tree's structure "
-        "(``optax.multi_transform``, ``optax.masked``), which then receives the unconstrained "
-        "params as the space's pytree.",
+        "step each start's parameters as one flat vector (the default: faster steps and "
+        "compiles); ``flat=False`` for a rule keyed to the parameter tree's structure "
+        "(``optax.multi_transform``, ``optax.masked``).",
     )
     absolute_sigma: bool | None = option(
         None,
-        "how the covariance (``result.errors``) is scaled. ``True``: the figure of merit is a "
-        "χ² (or ``-2 log L``) with the data's own errors, so the covariance is ``2 H⁻¹`` "
-        "(least squares: ``(JᵀJ)⁻¹``) as it is. ``False``: the errors in it are relative "
-        "weights, and the covariance is scaled by the reduced χ² ``f / (n_data - n)``, as "
+        "how the covariance (``result.errors``) is scaled. ``True``: as it is (a χ² with the "
+        "data's own errors). ``False``: by the reduced χ² ``f / (n_data - n)``, as "
         "``scipy.optimize.curve_fit``'s default. ``None`` (default): ``False`` for the "
-        "least-squares rules (curve_fit's default; their residuals count the data), ``True`` "
-        "for the others. ``result.laplace.convention`` says which a Result holds.",
+        "least-squares rules, ``True`` for the others.",
         on_resume=OnResume.FREE,
     )
     n_data: int | None = option(
@@ -293,10 +269,8 @@ class SearchConfig:
     )
     progress: bool | None = option(
         None,
-        "a progress bar (``tqdm.auto``: a widget in a notebook, a line in a terminal) with the "
-        "step, the best figure of merit, the starts running and evaluations per second. ``None`` "
-        "(the default): shown when the output is interactive (a terminal or a notebook), not "
-        "in a batch job's log; ``True``/``False`` force it.",
+        "a progress bar (``tqdm.auto``). ``None`` (the default): shown when the output is "
+        "interactive (a terminal or a notebook); ``True``/``False`` force it.",
         on_resume=OnResume.FREE,
         recorded=False,
     )
@@ -316,10 +290,9 @@ class SearchConfig:
         None,
         "where the starts run. ``None`` (the default): every local device of JAX's default "
         "backend (one on a CPU unless ``XLA_FLAGS`` makes more). An int: the first that many; "
-        "or a list of ``jax.Device``. On several devices the population is sharded on a "
-        "one-axis mesh, each device sweeps its own chunks of ``batch_size`` starts with the one "
-        "compiled step (``shard_map``), and the result is the one-device result, per start. "
-        "``batch_size`` is then per device. See ``docs/scale-out.md``.",
+        "or a list of ``jax.Device``. On several, each device sweeps its own chunks of "
+        "``batch_size`` starts, and the result is the one-device result. See "
+        "``docs/scale-out.md``.",
         on_resume=OnResume.FREE,
         recorded=False,
     )

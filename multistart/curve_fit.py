@@ -1,18 +1,10 @@
 """``curve_fit``: scipy's interface, many starts, and the data as arguments of the program.
 
-``ms.curve_fit(f, xdata, ydata, p0, sigma, absolute_sigma, bounds)`` means what
-``scipy.optimize.curve_fit`` means by each argument, with ``f(x, *params)`` written in
-``jax.numpy``. It builds a least-squares problem whose residuals ``(f(x, *p) - y) / sigma``
-take ``(x, y, sigma)`` as an argument of the compiled step, not as constants in it, so fitting
-new data of the same shapes runs the same program, and fits it with
-:class:`multistart.MultiStartLeastSquares` from ``n_starts`` starts. In one process a refit of
-the same ``f`` on data of the same shapes compiles nothing: its programs are kept
-(:func:`multistart.fixed_width.programs_for`, keyed by ``f`` itself, as ``jax.jit`` keys its
-own cache).
-
-``batched=True`` fits a stack of datasets (a leading axis of fits on ``ydata``): every fit's
-``n_starts`` starts are rows of one search, whose one compiled step fits row ``r`` to dataset
-``r // n_starts``.
+The residuals ``(f(x, *p) - y) / sigma`` take ``(x, y, sigma)`` as an argument of the compiled
+step, so a refit of the same ``f`` on data of the same shapes compiles nothing (its programs are
+kept by :func:`multistart.fixed_width.programs_for`, keyed by ``f`` itself as ``jax.jit`` keys
+its cache). ``batched=True``: one search whose row ``r`` fits dataset ``r // n_starts``.
+docs/curve-fit.md explains the rest.
 """
 
 from __future__ import annotations
@@ -37,9 +29,8 @@ from .starts import BOUND_MARGIN, check_band
 
 __all__ = ["curve_fit", "BatchFits"]
 
-N_STARTS = 32  # curve_fit's default number of starts
-#: curve_fit's default ``n_steps`` per parameter: scipy's ``max_nfev`` for ``"trf"``, 100 n
-#: evaluations (a step is one evaluation of the residuals and their Jacobian).
+N_STARTS = 32
+#: curve_fit's default ``n_steps`` per parameter (scipy's ``max_nfev`` for ``"trf"``: 100 n).
 STEPS_PER_PARAMETER = 100
 _METHODS = {None: "lm", "lm": "lm", "dogleg": "dogleg", "gauss-newton": "gauss-newton"}
 
@@ -64,18 +55,17 @@ def curve_fit(
 ):
     """Fit ``f(xdata, *params)`` to ``ydata`` by least squares from many starts.
 
-    Every argument scipy's ``curve_fit`` has means what it means there; ``f`` is traced by JAX
-    (``jax.numpy``), ``n_starts`` local searches run (Levenberg-Marquardt by default), in
-    float64. ``p0`` is the first start (with ``n_starts=1`` the only one; default: scipy's, ones
-    or the middle of a box or 1 inside a one-sided bound); the others are drawn in the finite
-    box, log-normally around ``p0`` inside a one-sided bound, normally around it (spread
-    ``max(|p0|, 1)``) where unbounded. No step leaves the bounds, whatever ``method``. A start
-    takes at most ``n_steps`` steps (default ``100 * n``, scipy's ``max_nfev`` for ``"trf"``).
+    Every argument scipy's ``curve_fit`` has means what it means there; ``f`` is traced by JAX,
+    ``n_starts`` local searches run in float64. ``p0`` is the first start; the others are drawn
+    in the box, log-normally inside a one-sided bound, normally around ``p0`` (spread
+    ``max(|p0|, 1)``) where unbounded. No step leaves the bounds. A start takes at most
+    ``n_steps`` steps (default ``100 * n``).
 
     Args:
       f: ``f(x, *params) -> array`` of ``ydata``'s shape, in ``jax.numpy``.
       xdata, ydata: what ``f`` takes as ``x`` (arrays, or a tuple or dict of them); the data.
-      p0: the initial parameters (length ``n``); default: from ``f``'s signature, as scipy.
+      p0: the initial parameters (length ``n``); default: scipy's (ones, a box's middle, or 1
+        inside a one-sided bound), ``n`` read from ``f``'s signature.
       sigma: standard deviations of ``ydata`` (its shape), or their ``(m, m)`` covariance.
       absolute_sigma: ``pcov`` is ``(JᵀJ)⁻¹`` as it is; ``False`` (default) scales it by the
         reduced chi-squared, as scipy.
@@ -140,9 +130,8 @@ def _check_choices(method, jac, absolute_sigma, full_output, batched=False) -> N
 
 
 class _CurveModel:
-    """The residuals ``(f(x, *p) - y) / sigma`` with ``(x, y, sigma)`` as the program's data
-    (a model carrying its own space, as a factor graph does); ``rows_per_datum``: the data are
-    a stack of fits, each with that many starts."""
+    """The residuals with ``(x, y, sigma)`` as the program's data and its own space;
+    ``rows_per_datum``: the data are a stack of fits, each with that many starts."""
 
     def __init__(self, f, names, space, data, rows_per_datum=None):
         self.f, self.names, self.space, self.data = f, names, space, data
@@ -162,9 +151,8 @@ class _CurveModel:
 
 
 def _model_key(f, names) -> tuple | None:
-    """What curve_fit's programs depend on besides the data's shapes: ``f`` itself (as
-    ``jax.jit`` keys its cache: a function changed in place, or one reading a global that
-    changed, is not noticed) and the parameters' names. ``None`` for an unhashable ``f``."""
+    """What curve_fit's programs depend on besides the data's shapes: ``f`` itself (a global it
+    reads changing is not noticed, as in ``jax.jit``) and the names; ``None`` if unhashable."""
     try:
         hash(f)
     except TypeError:
@@ -332,10 +320,8 @@ def _first_start(p0, lower, upper) -> np.ndarray:
 
 
 def _space(names, first, lower, upper) -> dict[str, Any]:
-    """Each parameter's prior: its box, its one open side, or a normal around its start.
-
-    ``first`` is one start ``(n,)``, or one per fit ``(n_fits, n)``: then the priors that
-    depend on it have one value per fit (shape ``(n_fits,)``), to draw each fit's starts."""
+    """Each parameter's prior: its box, its one open side, or a normal around its start
+    ``first``, ``(n,)`` or one per fit ``(n_fits, n)`` (then the priors are per fit)."""
     space: dict[str, Any] = {}
     for name, x0, lo, hi in zip(names, np.asarray(first).T, lower, upper, strict=True):
         if np.isfinite(lo) and np.isfinite(hi):
@@ -350,8 +336,7 @@ def _space(names, first, lower, upper) -> dict[str, Any]:
 
 
 def _output_shape(f, x, names):
-    """The shape ``f(x, *params)`` returns, from one trace (no compile); ``None`` when it
-    returns no array."""
+    """The shape ``f(x, *params)`` returns, traced (``None``: no array)."""
     args = [jax.ShapeDtypeStruct((), jnp.float64) for _ in names]
     try:
         out = jax.eval_shape(lambda x, *p: f(x, *p), x, *args)
@@ -373,9 +358,8 @@ def _check_output(f, x, names, y_shape, what: str = "ydata's shape") -> None:
 
 # -- a stack of fits ---------------------------------------------------------------------------
 
-#: Options a batch sets itself: each fit draws its own starts (p0, then band draws), with no
-#: filter, and keeps one row of history per start (a history of every step of every row would
-#: be ``n_steps x n_fits x n_starts`` floats).
+#: Options a batch sets itself: each fit draws its own starts, with no filter, and one row of
+#: history (every step of every row would be ``n_steps x n_fits x n_starts`` floats).
 _BATCH_DEFAULTS = {"start_strategy": "band", "n_candidates": 0, "max_history": 1, "devices": 1}
 #: Options that rank or replace starts across the whole search, so across fits.
 _COUPLING = ("resurrect", "schedule", "target_fom", "n_local", "local_steps", "max_discoveries")
@@ -415,8 +399,7 @@ def _fit_batch(f, xdata, ydata, p0, sigma, absolute_sigma, check_finite, bounds,
             absolute_sigma=absolute_sigma, n_starts=n_fits * n_starts, **options
         )
         starts = _stack_starts(names, first, lower, upper, n_starts, search.options)
-        # One space for every fit (the programs may not depend on p0): the box, or the
-        # coordinates a single fit would use for a p0 on the open bound, or x itself.
+        # One space for every fit, as the programs may not depend on p0.
         reference = np.where(np.isfinite(lower), lower, np.where(np.isfinite(upper), upper, 0.0))
         space = _space(names, reference, lower, upper)
         model = _CurveModel(f, names, space, data, rows_per_datum=n_starts)
@@ -427,8 +410,7 @@ def _fit_batch(f, xdata, ydata, p0, sigma, absolute_sigma, check_finite, bounds,
 
 
 def _batch_options(options: dict) -> dict:
-    """The search's options for a batch: the user's, with the batch's defaults; an option that
-    would couple the fits, or draw their starts otherwise, is refused."""
+    """The user's options with the batch's defaults; one coupling the fits is refused."""
     strategy = options.get("start_strategy", "band")
     if strategy not in ("band", "auto"):
         raise ValueError(
@@ -485,9 +467,8 @@ def _stack_data(f, xdata, ydata, sigma, p0, check_finite, nan_policy):
 
 
 def _stack_x(f, x, n_fits: int, shape, names):
-    """``(x, per_fit)``: ``xdata`` with a leading axis of fits. Read as one per fit when every
-    leaf has ``n_fits`` rows and ``f`` of one of them returns one fit's ``ydata`` shape; else as
-    shared by every fit (``f(xdata)`` must then return it), and repeated."""
+    """``(x, per_fit)``: ``xdata`` with a leading axis of fits: one per fit when every leaf
+    has ``n_fits`` rows and ``f`` of one returns one fit's shape, else shared and repeated."""
     leaves = jax.tree_util.tree_leaves(x)
     m = int(np.prod(shape))
     if leaves and all(a.ndim >= 1 and a.shape[0] == n_fits for a in leaves):
@@ -503,8 +484,7 @@ def _stack_x(f, x, n_fits: int, shape, names):
 
 
 def _stack_weights(sigma, n_fits: int, shape):
-    """What multiplies each fit's raw residuals, with a leading axis of fits: ``1/sigma``, or a
-    whitening by each fit's covariance matrix."""
+    """:func:`_weight` with a leading axis of fits."""
     m = int(np.prod(shape))
     if sigma is None:
         return np.ones((n_fits, m))
@@ -553,8 +533,7 @@ def _finite_by_fit(name: str, a: np.ndarray) -> None:
 
 
 def _stack_p0(p0, n_fits: int, names, lower, upper) -> np.ndarray:
-    """Each fit's first start ``(n_fits, n)``: ``p0`` (one for all, or one per fit), checked
-    against the bounds, or scipy's default."""
+    """:func:`_first_start` of each fit, ``(n_fits, n)``; ``p0`` is one for all or one per fit."""
     n = len(names)
     if p0 is None or np.ndim(p0) <= 1:
         one = None if p0 is None else _vector(p0, n, "p0")
@@ -569,21 +548,19 @@ def _stack_p0(p0, n_fits: int, names, lower, upper) -> np.ndarray:
     boxed = np.isfinite(lower) & np.isfinite(upper)
     with np.errstate(invalid="ignore"):
         q = (first - lower) / (upper - lower)
-    # as a single fit refuses a start on a box's bound: it would never move
     on_bound = boxed & ((q < BOUND_MARGIN) | (q > 1.0 - BOUND_MARGIN)) & ~outside
-    for bad, what in ((outside, "lies outside bounds (or is not finite)"), (on_bound, "sits on")):
+    says = ("lies outside bounds (or is not finite)", "sits on a bound (a start there never moves)")
+    for bad, what in zip((outside, on_bound), says, strict=True):
         if bad.any():
             i = int(np.argmax(bad.any(axis=1)))
             where = [names[j] for j in np.flatnonzero(bad[i])]
-            what = what if what != "sits on" else "sits on a bound (a start there never moves)"
             raise ValueError(f"p0 of fit {i} {what} at parameter(s) {where}")
     return first
 
 
 def _stack_starts(names, first, lower, upper, k: int, options) -> dict[str, np.ndarray]:
-    """Every fit's ``k`` starts, fit ``i``'s in rows ``i * k .. (i + 1) * k - 1``: its ``p0``,
-    then the ``k - 1`` draws a single fit with ``start_strategy="band", n_candidates=0`` and
-    the same seed makes (the same quantiles, through this fit's priors)."""
+    """Every fit's ``k`` starts (rows ``i * k ..``): its ``p0``, then the draws a single fit
+    with ``start_strategy="band", n_candidates=0`` and the same seed makes."""
     n_fits, n = first.shape
     rng = np.random.default_rng(options.seed)
     lo, hi = check_band(options.start_band)
@@ -599,8 +576,8 @@ def _stack_starts(names, first, lower, upper, k: int, options) -> dict[str, np.n
 
 
 def _per_fit(result: Result, names, n_fits: int, k: int) -> tuple[np.ndarray, BatchFits]:
-    """Each fit's best start (the lowest finite figure of merit, the first on ties, as a
-    single fit's): ``(popt, BatchFits)``; ``popt`` is nan for a fit with no finite start."""
+    """``(popt, BatchFits)`` of each fit's best start, as a single fit chooses it (``popt``
+    nan when none is finite)."""
     foms = np.asarray(result.foms).reshape(n_fits, k)
     finite = np.isfinite(foms)
     best = np.argmin(np.where(finite, foms, np.inf), axis=1)
@@ -621,15 +598,10 @@ def _per_fit(result: Result, names, n_fits: int, k: int) -> tuple[np.ndarray, Ba
 
 
 def _covariances(f, names, data, popt, absolute_sigma: bool, *, stacked: bool) -> np.ndarray:
-    """curve_fit's ``pcov`` of each fit, ``(n_fits, n, n)``: ``s² (JᵀJ)⁻¹`` with ``J`` the
-    Jacobian of the weighted residuals at ``popt`` (physical coordinates) and ``s² = 1``
-    (``absolute_sigma``) or the reduced χ². ``inf``, with one ``OptimizeWarning`` saying for
-    how many fits, where it cannot be estimated: no degree of freedom for the reduced χ², or
-    a ``JᵀJ`` that is singular (an eigenvalue below ``n * eps`` of the largest, once scaled
-    to a unit diagonal, as :func:`multistart.laplace` judges it) or not finite.
-
-    ``data`` is one dataset, or with ``stacked`` one per fit (leading axis).
-    """
+    """curve_fit's ``pcov`` of each fit, ``(n_fits, n, n)``: ``s² (JᵀJ)⁻¹`` at ``popt``, ``s²``
+    1 (``absolute_sigma``) or the reduced χ²; ``inf``, with one ``OptimizeWarning``, where no
+    degree of freedom is left or ``JᵀJ`` is singular (:func:`_inverse`). ``stacked``: ``data``
+    has a leading axis of fits."""
     model = _model_key(f, names)
     leaves, treedef = jax.tree_util.tree_flatten(data)
     shapes = tuple((a.shape, a.dtype.name) for a in map(np.asarray, leaves))
@@ -675,8 +647,9 @@ def _curvature(f, names, stacked: bool):
 
 
 def _inverse(a: np.ndarray) -> np.ndarray:
-    """``a⁻¹`` of each symmetric ``(n, n)`` matrix, ``nan`` where it is singular (see
-    :func:`_covariances`), from its eigendecomposition scaled to a unit diagonal."""
+    """``a⁻¹`` of each symmetric ``(n, n)`` matrix, ``nan`` where it is not finite or singular
+    (an eigenvalue below ``n * eps`` of the largest once scaled to a unit diagonal, as
+    :func:`multistart.laplace` judges it)."""
     n = a.shape[-1]
     diag = np.diagonal(a, axis1=1, axis2=2)
     good = np.all(np.isfinite(a), axis=(1, 2)) & np.all(diag > 0, axis=1)

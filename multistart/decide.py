@@ -1,15 +1,9 @@
 """What the host does at a sync, decided by one pure function over NumPy values.
 
-The host loop (:func:`multistart.iterate.iterate`) steps every running start on the device
-and, now and then, syncs: it reads a :class:`Reading` (the starts' statuses, bests and
-evaluation counts, the clock, a signal), calls :func:`decide`, and applies the
-:class:`Decision` it returns (:func:`multistart.iterate.apply`: end some starts, give freed
-slots new starts, write a checkpoint, sweep other rows, or stop and say why). A search resumed
-from a checkpoint starts with :func:`resumed`'s decision, applied the same way. Nothing here
-touches a device or a clock, so every rule of the host loop is tested as a table of readings
-and decisions (``tests/test_decide.py``).
-
-NumPy only (no JAX import).
+At a sync the host loop (:func:`multistart.iterate.iterate`) reads a :class:`Reading`, calls
+:func:`decide` and applies the :class:`Decision` it returns (:func:`multistart.iterate.apply`);
+a resumed search starts with :func:`resumed`'s. Nothing here touches a device or a clock (NumPy
+only), so every rule of the host loop is tested as a table (``tests/test_decide.py``).
 """
 
 from __future__ import annotations
@@ -155,10 +149,9 @@ class Decision:
       prune: running slots the halving schedule ends here.
       refill: slots to give new starts from the queue, in this order.
       short: ended slots the queue could not refill (it ran out at this sync).
-      ended: the status each slot of ``refill`` ended with (the replaced start's record
-        keeps it).
-      pending: pruning or refills were due but the search stops here; a run resuming from
-        this sync's checkpoint makes them first, as an uninterrupted run would have.
+      ended: the status each slot of ``refill`` ended with.
+      pending: pruning or refills were due but the search stops here (a resumed run makes
+        them first).
       rungs: the halving schedule's record after this sync (``None`` without it).
       status: every slot's status after this decision.
       checkpoint: write a checkpoint.

@@ -1,10 +1,8 @@
 """The multi-band demo: a synthetic galaxy imaged in three bands, fitted as one factor graph.
 
-Everything is generated here, deterministically (no download): an elliptical source made of two
-Gaussian components (a compact core and an extended halo) sharing a centre, an axis ratio and a
-position angle, with per-band fluxes, seen through a Gaussian PSF on three pixel grids of the
-same 6" x 6" field, with Gaussian noise. The PSF is applied analytically: convolving Gaussians
-adds their variances, so the model is exact.
+Everything is generated here, deterministically: a two-component elliptical source with
+per-band fluxes, seen through a Gaussian PSF (applied analytically, so the model is exact) on
+three pixel grids of the same 6" x 6" field, with Gaussian noise.
 
 ``multistart demo`` (see :mod:`multistart.cli`) calls :func:`run`; :func:`demo_graph` and
 :data:`TRUTH` are the pieces to reuse.

@@ -1,40 +1,16 @@
 """Several processes, one job: :func:`initialize`, JAX's distributed runtime with CPU defaults.
 
 Call :func:`initialize` in every process of the job before its first fit (before anything
-else touches JAX). A fit without ``part=`` then runs in one of two ways, and every process
-returns the whole Result::
-
-    import jax, multistart as ms
+else touches JAX); a fit then returns the whole Result in every process::
 
     ms.distributed.initialize()  # on Slurm, JAX finds the coordinator itself
-    result = search.fit(objective, space)  # the whole Result, in every process
+    result = search.fit(objective, space)
 
-- **Split** (a search whose starts are independent, without ``checkpoint_dir``): one part per
-  process, on that process's devices, with no traffic between processes until the end, when
-  the parts are exchanged once (:func:`allgather_bytes`) and merged.
-- **One mesh over every process's devices** (a search that couples its starts: resurrection,
-  TikTak, ``target_fom``, ``max_evals``; or one with ``checkpoint_dir``): the population is one
-  global array sharded over the job's devices; each process steps its own devices' rows, and
-  at each host sync the statuses are gathered (:func:`to_host`) so every process makes the same
-  decisions. Checkpoints are orbax's multi-host saves: ``checkpoint_dir`` must be one folder
-  every process sees (a shared filesystem). Sync points follow the step count alone (never a
-  clock), so a signal or ``max_time_s`` is acted on, by every process together, at the next
-  scheduled sync (``sync_every``).
-
-or give each process its part explicitly and merge the saved files later::
-
-    i, k = jax.process_index(), jax.process_count()
-    search.fit(objective, space, part=(i, k)).save(f"part-{i}.npz")
-    # afterwards, anywhere: ms.Result.merge([f"part-{i}.npz" for i in range(k)])
-
-Fault model: this is JAX's runtime, and in it one process lost (a node that dies, a task the
-scheduler kills) stops every process of the job: the survivors' heartbeats to the coordinator
-fail and they exit. Nothing is resumed by the runtime. The restart recipe is the scheduler's:
-run the job again with the same script and ``fit(..., resume=True)``: a search with
-``checkpoint_dir`` (on one mesh) continues from its newest checkpoint, with the same number of
-processes and devices. Or, since split parts never talk to each other, do not use the runtime
-at all and run the parts as independent tasks (a Slurm job array), each with its own
-``checkpoint_dir``, where a failed part is re-run alone. See ``docs/scale-out.md``.
+A search whose starts are independent is split, one part per process, exchanged once at the end
+(:func:`allgather_bytes`); one that couples its starts, or checkpoints, runs on one mesh over
+every process's devices, every process making the same decisions at each host sync
+(:func:`to_host`, :func:`agree_max`). One lost process stops the whole job. docs/scale-out.md
+has the modes, the faults and the restart recipes.
 """
 
 from __future__ import annotations
@@ -68,14 +44,10 @@ _USER_CHOICES = ("mpi", "megascale")  # a choice the user made on purpose is kep
 def initialize(*args, **kwargs) -> None:
     """Start JAX's distributed runtime: ``jax.distributed.initialize(*args, **kwargs)``.
 
-    Every argument is passed through (``coordinator_address``, ``num_processes``,
-    ``process_id``, ``local_device_ids``, ``initialization_timeout``, ...; on Slurm and other
-    clusters JAX detects them itself). First, unless JAX runs on accelerators only
-    (``JAX_PLATFORMS`` without ``cpu``) or MPI was chosen, CPU processes are given the gloo
-    collectives (``jax_cpu_collectives_implementation="gloo"``), without which CPU processes
-    cannot run a computation together.
-
-    Call it in every process, once, before anything else uses JAX (a fit, ``jax.devices()``).
+    Every argument is passed through (on Slurm and other clusters JAX detects them itself).
+    First, unless JAX runs on accelerators only (``JAX_PLATFORMS`` without ``cpu``) or MPI was
+    chosen, CPU processes are given the gloo collectives, without which they cannot run a
+    computation together. Call it in every process, once, before anything else uses JAX.
 
     Example:
       >>> import multistart as ms
@@ -116,9 +88,7 @@ def check_devices(devices):
             raise ValueError(wrong)
         return int(devices)
     if isinstance(devices, (str, bytes)) or not hasattr(devices, "__iter__"):
-        raise ValueError(
-            f"devices must be None, an int >= 1 or a list of jax devices; got {devices!r}"
-        )
+        raise ValueError(wrong)
     devices = tuple(devices)
     if not devices:
         raise ValueError("devices must not be empty; pass None for every local device")
@@ -194,9 +164,8 @@ def spans_processes(devices) -> bool:
 def to_host(tree):
     """Every leaf of ``tree`` as a NumPy array on this host.
 
-    Leaves sharded over several processes' devices are gathered from every process, in one
-    program per mesh (compiled once, then one collective per call): so every process of the
-    job must call this at the same point of its program. Otherwise it is ``jax.device_get``.
+    Leaves sharded over several processes' devices are gathered (one collective per mesh):
+    every process of the job must call this at the same point. Otherwise ``jax.device_get``.
     """
     leaves, treedef = jax.tree_util.tree_flatten(tree)
     spread: dict = {}  # mesh -> indices of the leaves sharded on it
@@ -244,11 +213,9 @@ def _max_over_processes():
 def put(tree, shardings):
     """``jax.device_put(tree, shardings)``, also onto devices of several processes.
 
-    ``shardings`` is one sharding or a tree of them that is a prefix of ``tree``. Over several
-    processes every process passes the same host value and places only its own devices'
-    shards (``jax.make_array_from_callback``), without the cross-process equality check
-    ``device_put`` makes there (one collective per leaf, and one that fails on nan). An array
-    already laid out so is returned as it is.
+    ``shardings`` is one sharding or a tree-prefix of ``tree``. Over several processes each
+    places only its own devices' shards of the same host value, without ``device_put``'s
+    cross-process equality check (one collective per leaf, and one that fails on nan).
     """
     flat = jax.tree_util.tree_leaves(shardings)
     if all(sh.is_fully_addressable for sh in flat):

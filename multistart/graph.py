@@ -1,21 +1,9 @@
 """Factor graphs: one model fitted to several datasets, each dataset its own likelihood term.
 
 A :class:`Factor` is a log-likelihood, its data and (optionally) parameters of its own. A
-:class:`FactorGraphModel` joins factors under shared parameters; its figure of merit is
-``-2 * (sum of the factors' log-likelihoods + log-prior)``, minimised by ``search.fit(graph)``.
-
-Kernels and compile time: each factor is its own computation in the compiled program, and
-distinct data shapes cannot share one, so the compile grows with the number of shapes; padded
-to one grid and stacked under one ``vmap``, factors compile as one at a small cost per step
-(the figures: ``profiling/README.md``, "Graph padding"). ``pad_to_common_shape=True`` pads
-the data of factors that share a log-likelihood and a data layout to one grid;
-``vmap_factors=True`` (the default) stacks factors of one layout and maps the log-likelihood
-over the stack, so XLA sees one kernel for the group.
-
-A factor made with :meth:`Factor.from_residuals` gives residuals ``(model - data) / sigma``
-instead; its log-likelihood is the Gaussian ``-½ ‖r‖²``, so any search fits the graph as usual,
-and a graph whose factors all give residuals is also a least-squares problem
-(``multistart.MultiStartLeastSquares().fit(graph)``: figure of merit ``Σ ‖r‖²``).
+:class:`FactorGraphModel` joins factors under shared parameters. Each distinct data shape is its
+own computation in the compiled program; padded to one grid and stacked under one ``vmap``,
+factors compile as one (the figures: ``profiling/README.md``, "Graph padding").
 """
 
 from __future__ import annotations
@@ -85,10 +73,9 @@ class Factor:
     """One dataset and its log-likelihood, a term of a :class:`FactorGraphModel`.
 
     The log-likelihood is called as ``log_likelihood(params, data)`` where ``params`` is ONE
-    flat dict: the graph's shared parameters merged with this factor's own (so a band's
-    likelihood reads ``params["x0"]`` and ``params["flux"]`` alike), and ``data`` is this
-    factor's data (zero-padded when the graph pads, see :class:`FactorGraphModel`). It must
-    return a real scalar, and is traced by JAX: write it with ``jax.numpy``.
+    flat dict, the graph's shared parameters merged with this factor's own, and ``data`` is
+    this factor's data (zero-padded when the graph pads). It returns a real scalar, in
+    ``jax.numpy``.
 
     Args:
       log_likelihood: ``log_likelihood(params, data) -> scalar``.
@@ -129,13 +116,10 @@ class Factor:
     def from_residuals(cls, residuals: Callable, data: Any, *, space=None, name=None) -> Factor:
         """A factor given by its residuals ``residuals(params, data) -> array`` (or pytree).
 
-        Its log-likelihood is the Gaussian one, ``-½ ‖r‖²``, so the residuals are
-        ``(model - data) / sigma`` and the graph's figure of merit ``-2 (log L + log prior)``
-        is ``Σ ‖r‖² - 2 log prior``. A graph of such factors is also a least-squares problem
+        Its log-likelihood is the Gaussian ``-½ ‖r‖²`` of ``r = (model - data) / sigma``. A
+        graph of such factors is also a least-squares problem
         (:class:`multistart.MultiStartLeastSquares` fits ``Σ ‖r‖²``, the priors being the
-        bounds). Factors with the same ``residuals`` function share a kernel as factors with
-        the same log-likelihood do. Padding: a zero-padded entry must give a zero residual
-        (multiply by a weight or inverse-sigma array carried in the data).
+        bounds). Padding: a zero-padded entry must give a zero residual.
 
         Args:
           residuals: ``residuals(params, data)``, ``params`` as a log-likelihood gets them.
@@ -201,13 +185,12 @@ class FactorGraphModel:
       pad_to_common_shape: zero-pad the data of factors that share a ``log_likelihood``
         object, a data layout (pytree structure, leaf ranks and dtypes) and an own-parameter
         layout, at the end of every axis to the largest size in the group, so the group
-        compiles as one kernel. Padding is exact only if a zero-padded entry contributes
-        nothing to the log-likelihood: carry a weight, inverse-sigma or mask array in the data
-        and multiply by it (it is zero on the padding, so it is the mask). Check it with
-        :meth:`check_padding`.
+        compiles as one kernel. Exact only if a zero-padded entry contributes nothing: carry a
+        weight, inverse-sigma or mask array in the data and multiply by it
+        (:meth:`check_padding` checks).
       vmap_factors: stack each group of two or more factors with identical layouts (after any
-        padding) on a leading axis and ``jax.vmap`` the log-likelihood over it. The figure of
-        merit is the same to rounding and the compile is shorter, so it is on by default.
+        padding) and ``jax.vmap`` the log-likelihood over it: the same to rounding, a shorter
+        compile.
       name: a short name for logs and errors.
 
     Raises:
@@ -295,7 +278,7 @@ class FactorGraphModel:
                     e, f"multistart: raised while tracing the log_likelihood of factor {name!r}"
                 )
                 raise
-            _check_scalar(out, name)
+            check_scalar(out, f"factor {name!r}: log_likelihood")
 
     # -- the problem the search fits ------------------------------------------------------
 
@@ -307,19 +290,9 @@ class FactorGraphModel:
         return -2.0 * (self._total_log_likelihood(params, data) + self.space.log_prob(params))
 
     def _total_log_likelihood(self, params, data):
-        shared = self._shared_params(params)
         total: Any = 0.0
-        for group, gdata in zip(self._groups, data, strict=True):
-            if group.stacked:
-                own = _stack([params[n] for n in group.names]) if group.own else {}
-
-                def one(o, d, fn=group.fn):
-                    return fn({**shared, **o}, d)
-
-                total = total + jnp.sum(jax.vmap(one)(own, gdata))
-            else:
-                for n, d in zip(group.names, gdata, strict=True):
-                    total = total + group.fn({**shared, **(params[n] if group.own else {})}, d)
+        for term in self._terms(params, data, lambda group: group.fn):
+            total = total + jnp.sum(term)
         return total
 
     def multistart_residual_problem(self):
@@ -339,10 +312,14 @@ class FactorGraphModel:
         return self._all_residuals, self.space, self._data, self.name
 
     def _all_residuals(self, params, data):
+        return tuple(self._terms(params, data, lambda group: group.fn.residuals))
+
+    def _terms(self, params, data, fn_of: Callable) -> list:
+        """``fn_of(group)`` of each factor (one vmapped term for a stacked group), in order."""
         shared = self._shared_params(params)
         out = []
         for group, gdata in zip(self._groups, data, strict=True):
-            fn = group.fn.residuals
+            fn = fn_of(group)
             if group.stacked:
                 own = _stack([params[n] for n in group.names]) if group.own else {}
 
@@ -353,7 +330,7 @@ class FactorGraphModel:
             else:
                 for n, d in zip(group.names, gdata, strict=True):
                     out.append(fn({**shared, **(params[n] if group.own else {})}, d))
-        return tuple(out)
+        return out
 
     def _shared_params(self, params) -> dict:
         return {k: params[k] for k in self.shared.tree} if self.shared else {}
@@ -409,10 +386,9 @@ class FactorGraphModel:
     def check_padding(self, params=None, *, rtol: float = 1e-5, atol: float = 1e-6) -> float:
         """Check that padding leaves each factor's log-likelihood unchanged.
 
-        Evaluates every factor on its own data and on its padded data at ``params`` (default:
-        the centre of every prior) and raises if any pair differs by more than
-        ``atol + rtol * |value|``. Returns the largest absolute difference (``0.0`` when the
-        graph does not pad). Each factor is compiled here, twice: call it once, not in a loop.
+        Evaluates every factor on its own and its padded data at ``params`` (default: every
+        prior's centre); returns the largest absolute difference (``0.0`` when the graph does
+        not pad). Compiles each factor twice: call it once, not in a loop.
 
         Raises:
           ValueError: naming the first factor whose log-likelihood changed under padding.
@@ -499,10 +475,6 @@ def _factor_names(factors: list[Factor]) -> list[str]:
     return names
 
 
-def _check_scalar(out, name: str) -> None:
-    check_scalar(out, f"factor {name!r}: log_likelihood")
-
-
 def _layout_key(f: Factor, exact_shapes: bool):
     """Factors with equal keys can share a kernel (after padding when ``exact_shapes`` is off)."""
     leaves, treedef = jax.tree_util.tree_flatten(f.data)
@@ -512,8 +484,8 @@ def _layout_key(f: Factor, exact_shapes: bool):
 
 
 def _fn_key(fn: Callable):
-    """A dict key for a callable: itself when hashable (so ``obj.method`` accessed twice is one
-    key: bound methods compare by instance and function), else its identity."""
+    """A dict key for a callable: itself when hashable (``obj.method`` twice is one key), else
+    its identity."""
     try:
         hash(fn)
     except TypeError:
@@ -546,11 +518,8 @@ def _stack(trees: list):
 
 
 def _build_groups(factors, names, pad: bool, stack: bool):
-    """Group factors that can share a kernel; pad and stack their data as configured.
-
-    Groups keep the graph's order of first appearance. Returns the groups and the data pytree
-    handed to the compiled step (one entry per group).
-    """
+    """``(groups, data)``: factors that can share a kernel, in order of first appearance, and
+    each group's data, padded and stacked as configured."""
     buckets: dict[Any, list[int]] = {}
     for i, f in enumerate(factors):
         key = _layout_key(f, exact_shapes=not pad)
@@ -564,14 +533,8 @@ def _build_groups(factors, names, pad: bool, stack: bool):
         # vmap needs an axis to map: data leaves or own parameters
         mappable = bool(jax.tree_util.tree_leaves(datas[0])) or f0.space is not None
         stacked = stack and len(idx) > 1 and mappable
-        groups.append(
-            _Group(
-                fn=f0.log_likelihood,
-                names=tuple(names[i] for i in idx),
-                own=f0.space is not None,
-                stacked=stacked,
-            )
-        )
+        names_of = tuple(names[i] for i in idx)
+        groups.append(_Group(f0.log_likelihood, names_of, f0.space is not None, stacked))
         data.append(
             jax.tree_util.tree_map(lambda *xs: np.stack(xs), *datas) if stacked else tuple(datas)
         )

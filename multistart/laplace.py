@@ -4,11 +4,8 @@ Near a minimum ``x*`` of a figure of merit ``F = -2 log L`` (a chi-squared, or t
 graph figure of merit ``-2 (log L + log prior)``), ``L`` is approximately Gaussian with
 covariance ``C = 2 H^-1``, ``H`` the Hessian of ``F`` at ``x*`` in physical coordinates. The
 Hessian is computed by JAX (forward-over-reverse, exact to rounding), never by differences.
-
-For a least-squares problem (:class:`multistart.least_squares.ResidualProblem`, figure of merit
-``‖r‖²``) the covariance is ``scipy.optimize.curve_fit``'s instead: ``s² (JᵀJ)⁻¹``, ``J`` the
-Jacobian of the residuals in physical coordinates, ``s² = 1`` with ``absolute_sigma`` and the
-reduced χ² ``‖r‖² / (m - n)`` without (:func:`residual_laplace`). ``Laplace.kind`` says which.
+For a least-squares problem the covariance is ``scipy.optimize.curve_fit``'s instead
+(:func:`residual_laplace`).
 """
 
 from __future__ import annotations
@@ -38,9 +35,8 @@ __all__ = [
 #: Covariance = ``SCALE * H^-1`` for a figure of merit of the form ``-2 log L`` (chi-squared).
 CHI2_SCALE = 2.0
 
-#: What ``Laplace.hessian`` is: ``"hessian"``, the Hessian of the figure of merit (the Laplace
-#: approximation); ``"gauss-newton"``, its Gauss-Newton approximation ``2 JᵀJ`` for a sum of
-#: squared residuals, which makes the covariance curve_fit's ``(JᵀJ)⁻¹`` (scaled).
+#: What ``Laplace.hessian`` is: the Hessian of the figure of merit (the Laplace approximation),
+#: or for a sum of squared residuals its Gauss-Newton ``2 JᵀJ`` (curve_fit's ``(JᵀJ)⁻¹``).
 KINDS = ("hessian", "gauss-newton")
 
 
@@ -50,18 +46,16 @@ class Laplace:
 
     Attributes:
       params: the point (a params pytree, physical).
-      covariance: ``(n, n)`` covariance of the raveled physical parameters, in the order of
-        ``names``: the order the space was written in (as ``curve_fit``'s ``pcov`` keeps
-        ``p0``'s), each array parameter raveled in C order. Rows and columns of parameters in a
-        singular or negative-curvature direction are ``nan``.
+      covariance: ``(n, n)`` covariance of the raveled physical parameters in the order of
+        ``names`` (the space's as written, arrays raveled in C order); ``nan`` rows and columns
+        for parameters in a singular or negative-curvature direction.
       names: the flat parameter names: ``"sigma"``, or ``"flux[1]"`` for an array element.
       hessian: ``(n, n)`` Hessian of the figure of merit at ``params`` (for ``kind``
         ``"gauss-newton"`` its Gauss-Newton approximation ``2 JᵀJ``).
       scale: covariance = ``scale * hessian^-1`` (2 for a chi-squared figure of merit; for a
         least-squares problem ``2 s²``, ``s²`` 1 with ``absolute_sigma`` else the reduced χ²).
       errors: the 1-sigma errors ``sqrt(diag(covariance))`` as the params pytree.
-      kind: which covariance this is: ``"hessian"`` (the Laplace approximation) or
-        ``"gauss-newton"`` (``scipy.optimize.curve_fit``'s ``(JᵀJ)⁻¹``, scaled).
+      kind: one of :data:`KINDS`.
       absolute_sigma: ``True``: the covariance as the figure of merit gives it (a χ² with the
         data's own errors); ``False``: scaled by the reduced χ² (curve_fit's default).
       dof: the degrees of freedom ``m - n``, where the number of data ``m`` is known.
@@ -120,18 +114,13 @@ def laplace(objective, space=None, params=None, *, scale: float = CHI2_SCALE) ->
 
     ``covariance = scale * H^-1``, ``H`` the Hessian of the figure of merit in physical
     coordinates at ``params``. The default ``scale=2`` is right for a figure of merit that is
-    ``-2 log L`` up to a constant: a chi-squared with the data's standard deviations (as
-    ``scipy.optimize.curve_fit(..., absolute_sigma=True)``), or a
-    :class:`multistart.FactorGraphModel` (``-2 (log L + log prior)``: then the curvature of the
-    prior is included, a Laplace approximation of the posterior). With another figure of merit
-    scale it: ``scale=1`` for ``-log L``; for an unweighted sum of squared residuals ``S`` of
-    ``m`` points and ``n`` parameters, ``scale=2 * S / (m - n)`` (``curve_fit``'s default
-    ``absolute_sigma=False``).
+    ``-2 log L`` up to a constant (a chi-squared with the data's standard deviations, or a
+    :class:`multistart.FactorGraphModel`, whose prior's curvature is then included). Otherwise
+    scale it: ``scale=1`` for ``-log L``; ``2 * S / (m - n)`` for an unweighted sum of squares
+    ``S`` of ``m`` points and ``n`` parameters.
 
-    Computed with JAX (``jax.hessian`` of the raveled physical vector, one compile) in the
-    current default float type (float64 under ``jax_enable_x64``, float32 otherwise). A Hessian
-    that is singular or not positive definite (not a minimum, or parameters the figure of merit
-    does not constrain) gives ``nan`` errors for the parameters in those directions, with a
+    Computed in the current default float type (one compile). Directions where the Hessian is
+    singular or not positive definite give ``nan`` errors for their parameters, with a
     ``RuntimeWarning`` naming them; the others keep their errors.
 
     Args:
@@ -181,9 +170,8 @@ def _is_residual(problem) -> bool:
 def hessian_function(problem: Problem):
     """``jit(hessian)`` of the figure of merit over one start's raveled physical vector.
 
-    Made once per problem and reused, so the errors of many minima cost one compile. For a
-    least-squares problem: ``jit(curvature)`` giving ``(hessian, ‖r‖², m)``, the hessian of
-    its ``kind`` (:func:`residual_laplace`).
+    Made once per problem, so the errors of many minima cost one compile. For a least-squares
+    problem: :func:`_residual_curvature`.
     """
     if _is_residual(problem):
         return _residual_curvature(problem)
@@ -251,7 +239,6 @@ def _from_hessian(
             RuntimeWarning,
             stacklevel=3,
         )
-    # no reduced chi-squared (m <= n): inf throughout, as curve_fit's pcov
     cov = scale * inverse if np.isfinite(scale) else np.full_like(inverse, np.inf)
     point = unflatten_like(space.unflatten(space.leaves(params)), vec)
     errors = unflatten_like(point, np.sqrt(np.diag(cov)))
@@ -286,11 +273,9 @@ def residual_laplace(problem, params, curvature_fn=None) -> Laplace:
     """curve_fit's covariance of a least-squares problem at ``params``.
 
     ``covariance = s² (JᵀJ)⁻¹`` (``kind="gauss-newton"``) or ``2 s² H⁻¹`` with ``H`` the full
-    Hessian of ``‖r‖²`` (``kind="hessian"``), ``J`` the Jacobian of the residuals in physical
-    coordinates, ``s² = 1`` when the problem's ``absolute_sigma`` is set, else the reduced χ²
-    ``‖r‖² / (m - n)``: ``scipy.optimize.curve_fit``'s ``pcov`` for the same residuals. With
-    ``m <= n`` residuals and ``absolute_sigma=False`` there is no reduced χ²: the covariance
-    is ``inf``, with a ``RuntimeWarning``, as curve_fit's.
+    Hessian of ``‖r‖²`` (``kind="hessian"``), in physical coordinates; ``s² = 1`` with the
+    problem's ``absolute_sigma``, else the reduced χ² ``‖r‖² / (m - n)`` (``inf``, with a
+    ``RuntimeWarning``, when ``m <= n``), as curve_fit's ``pcov``.
 
     Args:
       problem: a :class:`multistart.least_squares.ResidualProblem`.
@@ -326,17 +311,15 @@ def _safe_inverse(hess: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray]
     """``(H^-1, bad)``: the inverse on the positive-definite part; ``nan`` rows and columns
     for the parameters (``bad``) in a zero, negative or non-finite curvature direction.
 
-    The Hessian is first scaled to unit diagonal, so that parameters measured in very
-    different units do not pass for a singular direction. Eigenvalues below ``n * eps`` of
-    the largest (rank-deficient as ``numpy.linalg.matrix_rank`` judges it) are bad, and a
-    parameter is in a bad direction when its component there exceeds ``sqrt(eps)``.
+    Scaled to unit diagonal first (so units do not pass for singularity), eigenvalues below
+    ``n * eps`` of the largest are bad (as ``numpy.linalg.matrix_rank`` judges), and so is a
+    parameter whose component in a bad direction exceeds ``sqrt(eps)``.
     """
     n = hess.shape[0]
     diag = np.diag(hess)
     bad = ~(np.isfinite(diag) & (diag > 0))
-    # With a non-finite curvature along one parameter, its cross terms are often nan too
-    # (0 * inf in autodiff): it alone is bad; a non-finite cross term between two others
-    # makes both bad.
+    # A non-finite curvature's cross terms are often nan too (0 * inf): that parameter alone is
+    # bad; a non-finite cross term between two others makes both bad.
     rest = hess[np.ix_(~bad, ~bad)]
     bad[np.flatnonzero(~bad)] = ~np.all(np.isfinite(rest), axis=1)
     good = np.flatnonzero(~bad)

@@ -1,12 +1,8 @@
 """Least squares, per start: residual problems and the search that fits them.
 
-``MultiStartLeastSquares().fit(residuals, space)`` minimises ``‖residuals(params)‖²`` from many
-starts at once with a Gauss-Newton-type rule per start (Levenberg-Marquardt by default,
-:mod:`multistart.solvers.least_squares`): one residual Jacobian per start per step, each start
-with its own damping, inside the same engine as every other rule (the non-finite guard, bounds
-through the unconstrained maps, convergence, budgets, checkpoints, TikTak). Its errors are
-``scipy.optimize.curve_fit``'s: ``(JᵀJ)⁻¹`` at the best fit, scaled by the reduced χ² unless
-``absolute_sigma=True`` (:func:`multistart.laplace.residual_laplace`).
+``MultiStartLeastSquares().fit(residuals, space)`` minimises ``‖residuals(params)‖²`` with a
+Gauss-Newton-type rule per start (:mod:`multistart.solvers.least_squares`) inside the engine
+every rule shares; its errors are curve_fit's (:func:`multistart.laplace.residual_laplace`).
 """
 
 from __future__ import annotations
@@ -170,15 +166,9 @@ class MultiStartLeastSquares(MultiStartGradient):
     ``fit(residuals, space)`` minimises ``‖residuals(params)‖²`` (a χ² when the residuals are
     ``(model - data) / sigma``); ``fit(graph)`` a :class:`multistart.FactorGraphModel` whose
     factors were made with :meth:`multistart.Factor.from_residuals`. Each start runs its own
-    Gauss-Newton-type search (per-start damping or trust radius), and the engine around it is
-    the one every rule shares (bounds, the non-finite guard, convergence, budgets,
-    checkpoints, TikTak). ``result.errors`` are ``scipy.optimize.curve_fit``'s.
-
-    Each step evaluates the residuals' Jacobian once: ``n`` forward-mode products for ``n``
-    parameters (or ``m`` reverse-mode ones when there are fewer residuals ``m`` than
-    parameters), counted in ``n_evals`` as that many evaluations. So it pays for few
-    parameters and many residuals; for many parameters prefer :class:`MultiStartLBFGS`
-    (``docs/least-squares.md`` has the measured crossover).
+    Gauss-Newton-type search; ``result.errors`` are ``scipy.optimize.curve_fit``'s. A step's
+    Jacobian counts as ``n`` evaluations for ``n`` parameters, so it pays for few parameters
+    and many residuals (``docs/least-squares.md`` has the crossover with L-BFGS).
 
     Args:
       method: ``"lm"`` (Levenberg-Marquardt, the default), ``"dogleg"``, ``"gauss-newton"``

@@ -247,11 +247,9 @@ class HalfBounded(Prior):
     """A parameter bounded on one side only: ``x >= bound`` (or ``x <= bound`` with
     ``side="upper"``), around a ``typical`` value on the open side.
 
-    Stepped in ``u = log((x - bound) / (typical - bound))`` (``x = typical`` at ``u = 0``), so
-    no step crosses the bound and a start moves by a factor of ``e`` in its distance to the
-    bound per unit of ``u``. Starts are drawn log-normally: ``u`` is a standard normal, its
-    central band a factor of about 3 either side of ``typical``'s distance to the bound.
-    ``curve_fit`` uses it for ``bounds=(0, np.inf)`` and the like.
+    Stepped in ``u = log((x - bound) / (typical - bound))``, so no step crosses the bound.
+    Starts are drawn log-normally (``u`` a standard normal) around ``typical``'s distance to
+    the bound.
 
     >>> HalfBounded(0.0, 2.0).lower_bound, HalfBounded(1.0, -3.0, side="upper").upper_bound
     (array(0.), array(1.))
@@ -345,18 +343,13 @@ _BOUNDARY_BLOCK = 8  # an identity product of this size: a dot XLA keeps as a do
 def fusion_boundary(tree):
     """``tree`` unchanged, bit for bit, behind an operation XLA does not fuse into its users.
 
-    The map to physical parameters ends in selects (the clip to the prior's bounds, the choice
-    of branch per prior kind). XLA's CPU compiler fuses such cheap elementwise producers into
+    XLA's CPU compiler fuses the map to physical parameters (cheap elementwise selects) into
     every consumer, so in the gradient of a model that broadcasts its parameters over pixels
-    or samples, the whole map (its sigmoids and exps included) is recomputed per element
-    (``profiling/README.md``, "The map to physical parameters inside the gradient"). An
-    ``optimization_barrier`` does not stop it on a CPU; a product with an identity matrix
-    does. Each leaf is multiplied, in blocks of 8, by the 8 x 8 identity at full precision,
-    which is exact for every finite normal number, with three exceptions: ``-0.0`` becomes
-    ``0.0``, a subnormal value (below 1.2e-38 in float32, 2.2e-308 in float64) may become 0
-    (XLA's CPU matrix products flush subnormals), and a non-finite value makes its block
-    non-finite (the start is non-finite either way). Gradients pass through unchanged. Cost:
-    8 multiply-adds per parameter.
+    the whole map is recomputed per element (``profiling/README.md``, "The map to physical
+    parameters inside the gradient"); an ``optimization_barrier`` does not stop it on a CPU.
+    Each leaf is multiplied, in blocks of 8, by the 8 x 8 identity at full precision: exact for
+    every finite normal number, except that ``-0.0`` becomes ``0.0``, a subnormal may become 0
+    and a non-finite value makes its block non-finite. Gradients pass through unchanged.
     """
 
     def one(a):
@@ -431,11 +424,8 @@ class Space:
     def near_bound(self, params, rtol: float = 1e-4) -> tuple[np.ndarray, list[list[str]]]:
         """Which starts sit within ``rtol`` of a bound (NumPy; ``params`` has a leading axis).
 
-        Distance is measured in each bounded prior's own unit interval (linear for
-        ``Uniform``, in ``log x`` for ``LogUniform``); priors without bounds never count. A
-        start there may have converged only because its logit saturated (the gradient in the
-        unconstrained coordinates vanishes near a bound), or the optimum may lie outside the
-        prior.
+        Distance is measured in each bounded prior's own unit interval; priors without bounds
+        never count (see ``Result.at_bound`` for what it means).
 
         Returns:
           ``(flags, names)``: a bool per start, and for each start the names of the
@@ -550,11 +540,9 @@ class Space:
         """One start's unconstrained parameters to the physical pytree the model is evaluated
         at, behind one :func:`fusion_boundary` (JAX, differentiable).
 
-        ``u`` is the flat vector the engine steps (mapped as one vector, then put behind one
-        boundary, then unravelled: one small product in the compiled step, where a boundary per
-        leaf would be a pad, a product and a slice per leaf) or, for ``flat=False`` searches,
-        the unconstrained pytree. The values are :meth:`to_physical`'s (or
-        ``unravel(forward_flat(u))``'s) bit for bit.
+        ``u`` is the flat vector the engine steps (one boundary for the whole vector, not one
+        per leaf) or, for ``flat=False``, the unconstrained pytree. The values are
+        :meth:`to_physical`'s bit for bit.
         """
         if isinstance(u, dict):
             return fusion_boundary(self.to_physical(u))

@@ -49,17 +49,14 @@ class Problem:
       space: the :class:`multistart.priors.Space` of the parameters.
       data: a pytree of arrays passed to ``fom`` (``()`` for a plain objective).
       name: a short name for logs and errors.
-      absolute_sigma: the figure of merit is a χ² (or ``-2 log L``) with the data's own errors,
-        so its covariance is ``2 H⁻¹`` as it is; ``False``: scaled by the reduced χ²
-        ``f / (n_data - n)`` (``curve_fit``'s ``absolute_sigma``).
+      absolute_sigma: the search option of that name (how the covariance is scaled).
       n_data: the number of data points behind the figure of merit (for the reduced χ²).
       rows_per_datum: ``data`` is a stack of datasets (every leaf with a leading axis of
         them) and the search's rows ``i * rows_per_datum`` to ``(i + 1) * rows_per_datum - 1``
         fit dataset ``i`` (``curve_fit(..., batched=True)``); ``None``: every row fits ``data``.
-      program_key: a hashable value that is the same only for problems whose ``fom`` and
-        residuals are the same functions of ``(params, data)`` (``curve_fit`` makes one): a
-        search then reuses the programs it compiled for an earlier such problem whose data
-        had the same shapes (:mod:`multistart.fixed_width`, ``Programs``). ``None``: none.
+      program_key: a hashable value equal only for problems whose ``fom`` and residuals are
+        the same functions of ``(params, data)``: a search then reuses programs compiled for
+        data of the same shapes (:mod:`multistart.fixed_width`). ``None``: none.
     """
 
     fom: Callable[[Any, Any], jax.Array]
@@ -124,7 +121,7 @@ def check_objective(problem: Problem, dtype, context: str) -> None:
     """Trace the figure of merit (no compile): it must return a real scalar, and depend, through
     differentiable operations, on its parameters.
 
-    An exception raised while tracing is re-raised as is, with a note naming the search.
+    An exception raised while tracing is re-raised with a note naming the search.
 
     Raises:
       TypeError: the figure of merit does not return one real floating-point scalar.

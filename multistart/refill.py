@@ -3,16 +3,10 @@
 When a start ends (it died in a non-finite region, with ``resurrect=k``; its local search
 ended, with TikTak; or the halving schedule pruned it), :func:`multistart.decide.decide` may
 give its slot a new start from the search's queue (:class:`multistart.queues.StartQueue`). The
-:class:`Refiller` takes the new starts from the queue and writes them into the population: the
-new start's whole state (point, optimiser state, best-so-far, counters, convergence window) is
-reset by one jitted function, compiled once for ``batch_size`` rows and called per chunk of
-refilled rows (padded rows write out of bounds and are dropped), so a refill costs no eager
-per-row work and no recompile.
-
-Nothing is lost: each replaced start's record (an *incarnation*: its best finite figure of
-merit and parameters, if any) is kept in the slots' :class:`Lineage`, part of the run state
-(:class:`multistart.run_state.RunState`, so a checkpoint holds it), and :meth:`Refiller.fold`
-folds them into the Result.
+:class:`Refiller` writes them into the population (the new start's whole state reset by one
+jitted function, compiled once for ``batch_size`` rows: no recompile). Each replaced start's
+record (an *incarnation*) is kept in the slots' :class:`Lineage`, part of the run state, and
+:meth:`Refiller.fold` folds them into the Result.
 """
 
 from __future__ import annotations
@@ -295,13 +289,9 @@ class Refiller:
         """The per-slot record ``rec`` with the replaced starts folded in, and every start of
         every refilled slot.
 
-        ``rec`` holds the final starts' ``foms``, ``params``, ``start_params``, ``status``,
-        ``n_steps``, ``n_evals``, ``best_step`` and ``history`` (it is not changed). In the
-        record returned each refilled slot shows its best start (lowest finite figure of
-        merit; the latest on ties or when none was finite) and its history is the best over its
-        starts so far. The list has one dict per start that ran in a refilled slot, the final
-        one included (``replaced_at`` is ``None``). ``to_physical_n`` maps ``n`` unconstrained
-        rows (the slots') to physical params.
+        ``rec`` holds the final starts' per-slot records (it is not changed). What comes back
+        is what ``Result.incarnations`` and the per-slot arrays of :class:`multistart.Result`
+        describe. ``to_physical_n`` maps ``n`` unconstrained rows to physical params.
         """
         out = {
             key: jax.tree_util.tree_map(np.array, value) if key in _PER_SLOT else value

@@ -8,20 +8,17 @@ Talwalkar, AISTATS 2016) applied to local searches:
 
 - **Rungs** are numbers of evaluations of a start: ``r0``, ``r0 * eta``, ``r0 * eta**2``, ...
 - When a running start has made at least a rung's evaluations, it **reaches** that rung with
-  its best figure of merit so far. It is compared with every start that reached the rung
-  before or reaches it at the same sync, and with every start that ended (converged, died,
-  hit its own cap) before reaching it, at its final best (a search that ended stays at its
-  best: it reaches every later rung for free). Of those ``n``, the best ``ceil(n / eta)``
-  continue (never fewer than ``keep``).
+  its best figure of merit so far, compared with every start that reached the rung before or
+  at the same sync, and every start that ended before reaching it (at its final best). Of
+  those ``n``, the best ``ceil(n / eta)`` continue (never fewer than ``keep``).
 - A start outside that cut still **continues if it is improving fast enough** to overtake the
   cut by the next rung: its best, minus ``grace * eta`` times its **decrease** over the
   interval just run, is below the worst figure of merit that continues (``grace=1``: a straight
   line to the next rung, which is ``eta`` times as far away). The interval before rung ``k``
   runs from rung ``k - 1``; before rung 0, from ``ceil(r0 / eta)`` evaluations (the rungs
   extended one step down), not from the start, whose first steps fall steeply in every start.
-  Rank alone at an early rung can drop the start that ends best: such a start often begins far
-  behind and improves fastest. (A straight line over-predicts a converging start's progress,
-  so ``grace`` is well below 1.)
+  Rank alone at an early rung can drop the start that ends best, which often begins far
+  behind and improves fastest.
 - Otherwise it **ends as pruned** (:attr:`multistart.Status.PRUNED`); its record is kept. A
   start that continues keeps its whole state (an L-BFGS memory and line search included):
   continuing is not restarting.

@@ -1,9 +1,5 @@
-"""MultiStartGradient and the named rules: a rule and a checked configuration.
-
-A search object holds its rule (:attr:`MultiStartGradient.solver`) and its options (a frozen
-:class:`multistart.SearchConfig`); :meth:`MultiStartGradient.fit` hands both to the driver
-(:mod:`multistart.driver`), which runs the fit.
-"""
+"""MultiStartGradient and the named rules: a rule and a checked configuration, which
+:meth:`MultiStartGradient.fit` hands to :mod:`multistart.driver`."""
 
 from __future__ import annotations
 
@@ -39,10 +35,8 @@ class MultiStartGradient:
         chunks each step; starts that converged or died leave the sweep, and the survivors are
         repacked into full chunks (still one compile).
 
-        Every option is keyword-only and checked here, before anything is traced or compiled; the
-        checked options are :attr:`options` (a frozen :class:`multistart.SearchConfig`), and
-        ``search.n_starts`` and the like read them. :meth:`replace` makes a search with some
-        options changed.
+        Every option is keyword-only and checked here, before anything is traced; they are
+        :attr:`options` (``search.n_starts`` reads them too); :meth:`replace` changes some.
 
         Args:
           optimizer: the local rule: any ``optax.GradientTransformation``, or a
@@ -69,8 +63,7 @@ class MultiStartGradient:
 
     def __new__(cls, *args, **kwargs):
         self = super().__new__(cls)
-        # How this search was made, so replace() can make it again with changes.
-        object.__setattr__(self, "_made_with", (args, dict(kwargs)))
+        object.__setattr__(self, "_made_with", (args, dict(kwargs)))  # for replace()
         return self
 
     #: The rule every start steps with.
@@ -135,16 +128,11 @@ class MultiStartGradient:
             leaves have a leading axis of ``k <= n_starts`` starts, or a list of ``k`` params
             dicts. The other ``n_starts - k`` slots are drawn (and filtered) as usual.
           resume: continue from the newest checkpoint in ``checkpoint_dir`` (a fresh start
-            when the folder holds none). A checkpoint of another model or configuration is
-            refused; a damaged one falls back to the one before it.
-          part: ``(i, k)``: run only the ``i``-th (from 0) of ``k`` parts of the start plan,
-            for schedulers that run parts apart (a Slurm job array, Ray). The whole plan is
-            computed as for one run, then only the part's contiguous block of slots runs (as
-            ``np.array_split`` splits ``n_starts``); each start's record is the one the whole
-            run gives that slot, ``result.stats["part"]`` and ``["slots"]`` say which, and
-            :meth:`multistart.Result.merge` joins the ``k`` parts into the whole run's Result.
-            Not with ``resurrect``, ``start_strategy="tiktak"``, ``target_fom`` or
-            ``max_evals``, which couple the slots.
+            when there is none); one of another model or configuration is refused.
+          part: ``(i, k)``: run only the ``i``-th (from 0) of ``k`` contiguous blocks of slots
+            (as ``np.array_split``) of the whole run's start plan, each start's record the
+            whole run's; :meth:`multistart.Result.merge` joins the parts. Not with
+            ``resurrect``, ``start_strategy="tiktak"``, ``target_fom`` or ``max_evals``.
 
         Returns:
           A :class:`multistart.Result` (with ``part``, the part's starts only).
@@ -220,12 +208,9 @@ class MultiStartLion(MultiStartGradient):
 class MultiStartLBFGS(MultiStartGradient):
     """Multi-start L-BFGS: the rule for smooth, deterministic fits.
 
-    Every start keeps its own memory of ``memory`` pairs and its own backtracking line search,
-    carried from one engine step to the next, so the objective is evaluated **once per start
-    per step** and no start waits for another (see :class:`multistart.solvers.LBFGS`). A start
-    ends ``converged`` when the decrease its quasi-Newton model predicts is at most
-    ``rtol * |f|``, or when a full quasi-Newton step hardly moved it (``xtol``): relative
-    tests, so the fit of ``c * f`` ends where the fit of ``f`` does.
+    Every start keeps its own memory and line search, evaluating the objective **once per
+    start per step** (:class:`multistart.solvers.LBFGS`). A start ends ``converged`` by
+    relative tests (``rtol``, ``xtol``), so the fit of ``c * f`` ends where that of ``f`` does.
 
     Args:
       memory: pairs kept per start (scipy's ``maxcor``).
@@ -295,23 +280,12 @@ def _with_options(cls) -> None:
     init = cls.__dict__["__init__"]
     sig = inspect.signature(init)
     own = [p for p in sig.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
-    options = [
-        inspect.Parameter(
-            f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=f.type
-        )
-        for f in dataclasses.fields(SearchConfig)
-    ]
+    kw, fields = inspect.Parameter.KEYWORD_ONLY, dataclasses.fields(SearchConfig)
+    options = [inspect.Parameter(f.name, kw, default=f.default, annotation=f.type) for f in fields]
     init.__signature__ = sig.replace(parameters=own + options)
     cls.__signature__ = sig.replace(parameters=own[1:] + options)  # as the class is called
 
 
 MultiStartGradient.__doc__ = (MultiStartGradient.__doc__ or "").replace("{options}", options_doc())
-for _cls in (
-    MultiStartGradient,
-    MultiStartAdam,
-    MultiStartProdigy,
-    MultiStartADABelief,
-    MultiStartLion,
-    MultiStartLBFGS,
-):
-    _with_options(_cls)
+for _name in __all__:
+    _with_options(globals()[_name])

@@ -1,21 +1,11 @@
 """Where the local searches begin: start strategies, user starts and the broad-start filter.
 
 Starts are drawn in the unit cube of the priors' quantiles, inside a central ``band`` of each
-prior (default 0.15-0.85), then mapped to physical values:
-
-- ``"band"``: independent uniform draws.
-- ``"sobol"``: a scrambled Sobol' sequence (``scipy.stats.qmc.Sobol``): low discrepancy; each
-  coordinate of a power-of-two prefix has exactly one point per equal slice of the band.
-- ``"lhs"``: a Latin hypercube (``scipy.stats.qmc.LatinHypercube``): each coordinate of every
-  draw of ``m`` points has exactly one point per ``1/m`` slice of the band.
-
-The broad-start filter (TikTak's and MATLAB GlobalSearch's first stage) draws many candidates,
-evaluates only their figure of merit with one compiled, chunked ``vmap``
-(:class:`multistart.evaluator.ValueEvaluator`), drops the non-finite ones and keeps the best finite
-candidates that are not too close to a better kept one (:func:`diverse_candidates`, multi-level
-single linkage's critical distance). When too few candidates are finite it draws more with the
-same compiled program, up to ``max_candidates``. The finite candidates it did not keep are the
-reserve that resurrection draws from, best first.
+prior, by independent uniform draws (``"band"``), a scrambled Sobol' sequence (``"sobol"``) or a
+Latin hypercube (``"lhs"``), then mapped to physical values. The broad-start filter evaluates
+many candidates' figure of merit in one compiled program and keeps the best finite ones that
+keep their distance (:func:`diverse_candidates`); the finite rest is the reserve resurrection
+draws from. docs/starts.md explains them.
 """
 
 from __future__ import annotations
@@ -373,12 +363,10 @@ def diverse_candidates(
 ) -> tuple[np.ndarray, np.ndarray, int]:
     """The best ``m`` finite candidates that keep their distance, and the finite rest.
 
-    The finite candidates are ranked by figure of merit (ties keep candidate order); going down
-    the ranking, a candidate is kept unless it lies within ``radius`` (Euclidean, in the unit
-    cube ``unit``) of a better one already kept, until ``m`` are kept. The best of a basin is
-    kept and its neighbours skipped, so one wide basin full of good-looking candidates cannot
-    take every slot (multi-level single linkage's rule; :func:`critical_distance`). If fewer
-    than ``m`` are kept, the best skipped ones fill the remaining places.
+    Going down the ranking by figure of merit (ties keep candidate order), a candidate is kept
+    unless it lies within ``radius`` (Euclidean, in the unit cube) of a better one already kept,
+    so one wide basin cannot take every slot (multi-level single linkage's rule). If fewer than
+    ``m`` are kept, the best skipped ones fill the remaining places.
 
     Args:
       unit: ``(n, d)`` candidate coordinates in the unit cube.
@@ -583,14 +571,11 @@ def plan_starts(
 ) -> StartPlan:
     """Decide every slot's start: user starts first, then strategy draws (filtered or not).
 
-    With ``n_candidates > 0``, ``n_candidates`` draws are evaluated; while fewer of them are
-    finite than there are free slots, further blocks of ``n_candidates`` are drawn and
-    evaluated by the same compiled filter, up to ``max_candidates`` in all (default
-    ``n_candidates``: no top-up). The free slots get :func:`diverse_candidates` of the finite
-    ones (with ``diverse=False``, the plain best: :func:`rank_candidates`). Fewer finite
-    candidates than free slots after the top-up leave the rest unstarted (logged, and marked
-    ``unstarted`` in the Result); none at all, with no user start either, raises
-    :class:`NoFiniteStartsError` naming the region tried. ``programs``: the filter's, kept.
+    With ``n_candidates > 0``, blocks of ``n_candidates`` draws are evaluated until as many are
+    finite as there are free slots, up to ``max_candidates`` (default ``n_candidates``), and the
+    free slots get :func:`diverse_candidates` of them (``diverse=False``: the plain best). Slots
+    left over stay ``unstarted``; no finite candidate and no user start raises
+    :class:`NoFiniteStartsError`. ``programs``: the filter's, kept.
     """
     space = problem.space
     stream = StartStream(space, strategy, band, np.random.default_rng(seed))

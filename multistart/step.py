@@ -8,13 +8,10 @@ the device and one compiled program serves every chunk.
 
 Around the solver, the same for every rule:
 
-- **The non-finite guard.** A non-finite value or gradient, or a non-finite next point,
-  counts as a failure. Unless the solver handles non-finite values itself
-  (``solver.handles_nonfinite``: a line search backtracks), the start is rolled back to its
-  last finite point, its solver state restarted there (momentum would carry it straight
-  back) and its step scale halved for good. ``max_nonfinite`` failures without an
-  improvement in between, or a start that never had a finite value, end it as
-  ``nonfinite``.
+- **The non-finite guard.** A non-finite value, gradient or next point is a failure. Unless
+  ``solver.handles_nonfinite``, the start is rolled back to its last finite point, its solver
+  state restarted there and its step scale halved for good; ``max_nonfinite`` failures
+  without an improvement in between end it as ``nonfinite``.
 - **The best-so-far** over every evaluated point, and the step it was found at.
 - **Ending**: ``converged`` when the solver's own optimality test passes; ``stalled`` when the
   window guard (:class:`multistart.Convergence`, relative in the figure of merit) sees the
@@ -22,9 +19,8 @@ Around the solver, the same for every rule:
 - **A per-start step cap** (``max_start_steps``, TikTak's ``local_steps``): a start that
   took that many steps ends as ``max_steps`` on the device, so its slot can be reused.
 
-Everything here is a pure function of its arguments: the model's data is an argument, not a
-captured value, so the same model gives the same program in another process (the persistent
-compilation cache can hit) and the step can later run unchanged over a device mesh.
+Everything here is a pure function of its arguments (the model's data included), so the same
+model gives the same program in another process and over a device mesh.
 """
 
 from __future__ import annotations

@@ -30,6 +30,7 @@ MODULES = [
     "starts",
     "status",
     "tiktak",
+    "tuning.choice",
     "tuning.timing",
 ]
 PACKAGE = Path(multistart.__file__).parent

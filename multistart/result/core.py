@@ -1,10 +1,6 @@
-"""The Result of a search: the best fit and every start's record.
+"""The Result of a search: the best fit, every start's record and what is read off it.
 
-This module holds the record itself and what is read off it (ranks, status counts, distinct
-minima, the table). Its other concerns live beside it in this package, each behind a method
-of :class:`Result`: the uncertainties in :mod:`~multistart.result.uncertainty`, the figure in
-:mod:`~multistart.result.plot`, the file in :mod:`~multistart.result.file`, the merge of a
-search's parts in :mod:`~multistart.result.merge`.
+The uncertainties, figure, file and merge live beside it in this package, each behind a method.
 """
 
 from __future__ import annotations
@@ -29,10 +25,8 @@ __all__ = ["Result", "Minimum", "best_fit", "warn_if_no_start_improved"]
 
 
 class Fom(float):
-    """A figure of merit as a Python ``float`` that prints with its fit's precision.
-
-    A float32 fit's ``395.6813`` is stored exactly as a float, but printing all of
-    ``395.6813049316406`` would claim digits the fit never had.
+    """A figure of merit as a Python ``float`` that prints with its fit's precision (not a
+    float32 fit's ``395.6813049316406``).
 
     >>> Fom(np.float32(395.6813), np.float32)
     395.6813
@@ -117,14 +111,12 @@ class Result:
       n_evals: ``(n_starts,)`` evaluations of the objective each start made: its steps plus
         any its rule made itself (an optax line search's trials).
       at_bound: ``(n_starts,)`` whether a start's best parameters lie within 1e-4 of a bound
-        of a bounded prior (in the prior's own unit interval). Such a start may have stopped
-        because its logit saturated (the gradient in the unconstrained coordinates vanishes
-        there), or its optimum lies outside the prior: widen the prior and fit again.
+        of a bounded prior (in its unit interval): its logit may have saturated, or its
+        optimum lies outside the prior (widen it and fit again).
       best_step: ``(n_starts,)`` the step at which each start found its best (``-1``: never).
       history: ``(n_rows, n_starts)`` best-so-far figure of merit per recorded step and start.
       history_steps: ``(n_rows,)`` the step (1-based count of steps taken) of each history row.
-      stats: run statistics: ``n_compiles`` (compiles of the chunk step), ``n_compiles_total``,
-        ``compile_s``, ``wall_s``, ``n_evals``, ``batch_size``, ... .
+      stats: run statistics (``n_compiles``, ``compile_s``, ``wall_s``, ``n_evals``, ...).
       paths: dotted parameter names, in the order of the space's leaves (``jax.tree_util``'s:
         dict keys sorted); the covariance keeps the order the space was written in.
       config: the search's configuration, for the record.
@@ -132,11 +124,9 @@ class Result:
         (``resurrect``, TikTak, a pruned slot's next start); all zeros without a refill.
       incarnations: with refills, one record (a dict: ``slot``, ``incarnation``, ``fom``,
         ``params``, ``start_params``, ``status``, ``n_steps``, ``best_step``, ``started_at``,
-        ``replaced_at``) for every start that ever ran in a slot that was refilled, the final
-        one included (``replaced_at`` is ``None``). The per-slot arrays above show each slot's
-        best incarnation (lowest finite figure of merit; the latest on ties or when none was
-        finite), and ``history`` is the slot's best over its incarnations so far, so a replaced
-        start's best point is never lost.
+        ``replaced_at``) for every start that ever ran in a refilled slot, the final one
+        included (``replaced_at`` is ``None``). The per-slot arrays show each slot's best
+        incarnation (the latest on ties or when none was finite); ``history`` is its best so far.
       rung: with ``schedule="halving"``, ``(n_starts,)`` the rungs each start passed (a
         pruned start: the rung that pruned it); ``None`` otherwise.
       uncertainty: (an argument only) what the covariance is computed from, or the one
@@ -180,9 +170,8 @@ class Result:
 
     @classmethod
     def of(cls, *, foms: np.ndarray, params, **records) -> Result:
-        """The Result of these per-start records (and ``stats``, ``paths``, ``config``,
-        ``uncertainty``), its best fit chosen: the lowest finite figure of merit, the first on
-        ties (``-1``, ``inf`` and nan parameters when none is finite)."""
+        """The Result of these per-start records, its best fit chosen: the lowest finite
+        figure of merit, the first on ties (``-1``, ``inf`` and nan when none is finite)."""
         best_index, best_fom, best_params = best_fit(foms, params)
         return cls(best_params, best_fom, best_index, foms, params, **records)
 
@@ -198,10 +187,9 @@ class Result:
     def attach_problem(self, objective, space=None) -> Result:
         """Give the Result what its covariance is computed from; returns the Result.
 
-        A search attaches its problem itself. A loaded Result that was saved without a
-        covariance needs it again: ``Result.load(path).attach_problem(objective, space)``
-        (or ``attach_problem(graph)``). A covariance computed or loaded before is dropped:
-        the next one is the attached problem's.
+        A search attaches its problem itself; a loaded Result saved without a covariance
+        needs it again (``Result.load(path).attach_problem(objective, space)``). A covariance
+        computed or loaded before is dropped.
 
         Raises:
           ValueError: the space's parameters are not the Result's ``paths``.
@@ -220,21 +208,16 @@ class Result:
 
     @property
     def covariance(self) -> np.ndarray:
-        """``(n, n)`` covariance at the best fit, ``2 H^-1`` of the figure of merit in
-        physical coordinates (the full Hessian, not ``curve_fit``'s Gauss-Newton ``J^T J``),
-        in the order the space was written in, as ``curve_fit``'s ``pcov`` keeps ``p0``'s
-        (array parameters raveled; ``result.laplace.names`` names each row; ``paths`` are
-        sorted, as ``jax.tree_util`` orders a dict). For a least-squares search it is
-        ``curve_fit``'s ``s² (JᵀJ)⁻¹``; ``result.laplace.kind`` says which (``"hessian"``,
-        ``"gauss-newton"``)."""
+        """``(n, n)`` covariance at the best fit: ``2 H^-1`` of the figure of merit in physical
+        coordinates, or for a least-squares search ``curve_fit``'s ``s² (JᵀJ)⁻¹``
+        (``result.laplace.kind``). In the order the space was written in (array parameters
+        raveled; ``result.laplace.names`` names each row)."""
         return self.laplace.covariance
 
     @property
     def errors(self):
-        """1-sigma errors at the best fit (the params pytree); ``nan`` where the Hessian is
-        singular or indefinite. ``result.laplace.kind`` says which covariance they come from:
-        ``"hessian"`` (the Laplace approximation) or, for a least-squares search,
-        ``"gauss-newton"`` (``scipy.optimize.curve_fit``'s)."""
+        """1-sigma errors at the best fit (the params pytree), from :attr:`covariance`; ``nan``
+        where the Hessian is singular or indefinite."""
         return self.laplace.errors
 
     @property
@@ -285,10 +268,8 @@ class Result:
             float32 and float64). A number wins.
           include_nonfinite: let ``nonfinite`` starts' best finite points take part.
           include_unconverged: let starts that did not converge (``max_steps``, ``stopped``,
-            ``interrupted``) take part: they were still moving, so their points are not minima
-            (MATLAB's MultiStart, likewise, lists the local solutions with a positive exit
-            flag). ``None`` (default): only when no start converged (a search run without a
-            convergence rule, or cut short), so there is still something to group.
+            ``interrupted``; still moving, so not minima) take part. ``None`` (default): only
+            when no start converged, so there is still something to group.
           errors: also compute each minimum's Laplace errors (``minimum.errors``,
             ``minimum.covariance``; one Hessian compile for all of them).
 
@@ -301,7 +282,6 @@ class Result:
         x = np.concatenate([np.asarray(v).reshape(self.n_starts, -1) for v in leaves], axis=1)
         f = self._grouped_foms(include_nonfinite, include_unconverged)
         labels = cluster_minima(x, f, xtol=xtol, ftol=ftol)
-        # Every minimum's starts, best first, from one sort (by label, then f, then index).
         order = np.lexsort((np.arange(f.size), f, labels))
         order = order[labels[order] >= 0]
         bounds = np.flatnonzero(np.diff(labels[order])) + 1
@@ -377,11 +357,8 @@ class Result:
         by dotted name (an array parameter expands to ``name[i]`` or ``name[i,j]`` columns),
         then where each start began, as ``start:<column>``.
 
-        pandas is an optional dependency (the ``plots`` extra): a search on a cluster node
-        needs only NumPy, and ``save``/``load`` keep every record without it.
-
         Raises:
-          ImportError: pandas is not installed.
+          ImportError: pandas (the ``plots`` extra) is not installed.
           ValueError: a parameter's column name collides with a record column.
         """
         try:
@@ -392,7 +369,6 @@ class Result:
             ) from e
         columns: dict[str, np.ndarray] = {
             "index": np.arange(self.n_starts),
-            # in the fit's own precision: a float32 fit's 395.6813, not 395.6813049316406
             "fom": np.asarray(self.foms).astype(self.fit_dtype),
             "status": np.array([str(s) for s in self.status], dtype=object),
             "n_steps": np.asarray(self.n_steps),
@@ -401,7 +377,7 @@ class Result:
             "best_step": np.asarray(self.best_step),
             "minimum": self.minimum_labels(),
         }
-        if self.rung is not None:  # the halving schedule's rung of each start
+        if self.rung is not None:
             columns["rung"] = np.asarray(self.rung)
         params = _expand_columns(self.paths, jax.tree_util.tree_leaves(self.params))
         for name in params:
@@ -418,16 +394,12 @@ class Result:
     def save(self, path, *, errors: bool = True) -> None:
         """Write every field to one ``.npz`` file at ``path`` (exactly that path).
 
-        Arrays (figures of merit, statuses, steps, history, every start's parameters) are NumPy
-        arrays in the archive; the rest (``best_fom``, ``best_index``, ``stats``, ``paths``,
-        ``config``, the parameter tree) is JSON in its ``__meta__`` entry. Nothing is
-        pickled. The file is written whole or not at all (a temporary file beside it, renamed
-        over ``path``). The covariance at the best fit is saved when it was computed or can be (the
-        search's problem is attached): that computes it now if it was not yet; if that fails,
-        the Result is saved without it, with a warning. ``stats`` and ``config`` must hold
-        JSON values (NumPy scalars and arrays are converted; tuples come back as lists); dict
-        keys in the parameter tree must be ``str`` or ``int``. ``errors=False`` saves without
-        the covariance (none is computed).
+        Arrays are NumPy arrays in the archive; the rest (``stats``, ``paths``, ``config``, the
+        parameter tree, ...) is JSON in its ``__meta__`` entry; nothing is pickled. The file is
+        written whole or not at all. The covariance at the best fit is saved (computed now if
+        it can be; if that fails, saved without it, with a warning) unless ``errors=False``.
+        ``stats`` and ``config`` must hold JSON values (NumPy values are converted; tuples come
+        back as lists); dict keys in the parameter tree must be ``str`` or ``int``.
         """
         fit = self._uncertainty.for_saving(self.best_index, self.best_params) if errors else None
         file.save(self, path, fit)
@@ -437,11 +409,9 @@ class Result:
         """The Result one run would have given, from the Results of its ``k`` parts.
 
         Each part is a ``search.fit(..., part=(i, k))`` of the same search, model and start
-        plan, given in any order, in memory or as paths that :meth:`save` wrote. Per-start
-        records are concatenated in slot order, histories joined (a part that ended sooner
-        carries its last row forward, as a whole run does for a start that ended), the best fit
-        chosen again; ``stats`` adds up counts (``n_evals``, compiles), keeps the longest time
-        (``wall_s``) and says ``n_parts``, and ``stats["parts"]`` keeps each part's own figures.
+        plan, given in any order, in memory or as paths that :meth:`save` wrote. Records are
+        concatenated in slot order and the best fit chosen again; ``stats`` adds up counts, keeps
+        the longest ``wall_s``, says ``n_parts``; ``stats["parts"]`` keeps each part's own.
 
         Example:
           >>> parts = [search.fit(f, space, part=(i, 3)) for i in range(3)]  # doctest: +SKIP
@@ -468,12 +438,9 @@ class Result:
         return file.load(cls, path)
 
     def report(self, *, min_correlation: float = report.MIN_CORRELATION) -> str:
-        """The fit in words, as lmfit's ``fit_report``: the rule, the best figure of merit and
-        the reduced χ² where the number of data is known, how the starts ended, the distinct
-        minima, why the search stopped; each parameter's value, error, relative error and
-        prior, flagged when the best fit sits on a bound, under the covariance's convention;
-        the correlations above ``min_correlation``. Computes the covariance if it was not
-        yet (``print(result.report())``)."""
+        """The fit in words, as lmfit's ``fit_report``: the best figure of merit, how the starts
+        ended, the distinct minima, each parameter's value, error and prior, the correlations
+        above ``min_correlation``. Computes the covariance if needed."""
         return report.report(self, min_correlation=min_correlation)
 
     def __repr__(self) -> str:
@@ -513,11 +480,9 @@ def _expand_columns(paths: list[str], leaves: list) -> dict[str, np.ndarray]:
 def warn_if_no_start_improved(result: Result) -> str | None:
     """Warn, and return the message, when no start that stepped improved on its first value.
 
-    A rule that ascends (``optax.sgd(-0.1)``: optax rules take a positive learning rate and
-    minimise) or whose steps always overshoot leaves every start's best at its first point:
-    the window convergence rule then calls them converged, and each start is a "minimum".
-    Starts that took one step or none, starts with no finite value, and starts already marked
-    ``nonfinite`` (which says what happened to them) are left out.
+    A rule that ascends (``optax.sgd(-0.1)``) or always overshoots leaves every start at its
+    first point, which the window rule calls converged. Starts that took one step or none, with
+    no finite value, or marked ``nonfinite`` are left out.
     """
     foms, best_step = np.asarray(result.foms), np.asarray(result.best_step)
     said = np.array([s in (Status.NONFINITE, Status.UNSTARTED) for s in result.status], bool)

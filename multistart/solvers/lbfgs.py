@@ -8,39 +8,10 @@ the point the state machine asks for (the first point, or a trial ``x + alpha d`
 machine either accepts the trial (a new quasi-Newton direction) or backtracks (a shorter trial
 next step). No start ever waits for another, and a start that converged leaves the sweep.
 
-The rule, per start (Nocedal & Wright, *Numerical Optimization*, 2nd ed., algorithms 7.4 and
-7.5, with the safeguards of scipy's L-BFGS-B where they apply to unconstrained coordinates):
-
-- **Direction**: the two-loop recursion over the start's own ``memory`` most recent pairs
-  ``(s, y)`` (kept oldest first: a new pair shifts the others up) with the initial scale
-  ``gamma = sᵀy / yᵀy`` of the newest pair. Memory is never shared across starts: the
-  curvature of one basin says nothing about another's.
-- **Line search**: Armijo sufficient decrease ``f(x + a d) <= f(x) + c1 a gᵀd``. A failed trial
-  backtracks to the minimiser of the cubic through the values and slopes at ``0`` and ``a``
-  (every trial is evaluated with its gradient, so both slopes are known), falling back to the
-  quadratic through ``f(x)``, ``gᵀd`` and ``f(x + a d)``, clamped to ``[0.1 a, 0.5 a]``. A
-  non-finite trial is a failed test and shrinks the step tenfold.
-- **First step** ``a = 1/‖d‖`` (a step of unit length in the unconstrained coordinates, which
-  are of order one, whatever the scale of the figure of merit), and after the memory has a
-  pair, ``a = 1``; no trial moves a coordinate by more than ``max_step``.
-- **Memory update** only when ``sᵀy > eps ‖s‖ ‖y‖`` (curvature positive beyond rounding, which
-  keeps float32 runs safe); otherwise the pair is skipped.
-- **Recovery**: after ``max_linesearch`` failed trials the memory is cleared and steepest
-  descent is tried; if that fails as often, the start has stalled and stops (``stalled``: no
-  representable decrease is left, but no optimality test passed). A direction that is not a
-  descent direction clears the memory too. The engine's non-finite guard stays behind all of
-  this.
-- **Stopping**, every test relative, so a fit of ``c * f`` stops where a fit of ``f`` does:
-  *converged* when, at an accepted point, the decrease the quasi-Newton model predicts for
-  its next step, ``-gᵀd / 2``, is at most ``rtol * |f|`` (the Newton decrement: it measures
-  the distance to the minimum in the metric of the curvature, so it does not depend on how
-  the parameters are scaled either), at an exact stationary point, or when the first trial of
-  a line search was accepted and moved the point by at most ``xtol * (xtol + ‖x‖)``
-  (MINPACK's step test: what ends a fit whose figure of merit falls to zero or to its
-  rounding floor, where no test relative to it can pass). *Stalled* when an accepted step lowered
-  the figure of merit by at most ``ftol`` relative (scipy's ``ftol`` test: progress, not
-  optimality; off by default). All in the search's unconstrained coordinates (a logit per
-  bounded parameter, the standardised value for a normal prior).
+The rule, per start (Nocedal & Wright, *Numerical Optimization*, algorithms 7.4 and 7.5, with
+scipy L-BFGS-B's safeguards), and its relative stopping tests, are written out once in
+``docs/rules.md`` ("The batched L-BFGS, in detail" and "Convergence"). Memory is never shared
+across starts; everything is in the search's unconstrained coordinates.
 """
 
 from __future__ import annotations
@@ -151,14 +122,13 @@ class LBFGS(Solver):
       memory: the number of ``(s, y)`` pairs each start keeps (scipy's ``maxcor``).
       rtol: converged when the decrease the quasi-Newton model predicts for the next step is
         at most ``rtol * |f|``. ``None`` (default): ``100 * eps`` of the search's float type
-        (``2.2e-14`` in float64, ``1.2e-5`` in float32): the parameters are then located to
-        far below their statistical errors, and the figure of merit to its rounding.
+        (``2.2e-14`` in float64, ``1.2e-5`` in float32).
       xtol: converged when the first trial of a line search was accepted and moved the point
         by at most ``xtol * (xtol + ‖x‖)``. ``None`` (default): ``sqrt(eps)`` (MINPACK's);
         ``0`` turns the test off.
       ftol: stalled when an accepted step lowers the figure of merit by at most ``ftol``
-        relative to ``max(|f_k|, |f_k+1|)`` (scipy's ``ftol``, without its floor of 1 that made
-        it absolute for small figures of merit). ``0`` (default) turns the test off.
+        relative to ``max(|f_k|, |f_k+1|)`` (scipy's, without its floor of 1). ``0`` (default):
+        off.
       c1: the Armijo constant.
       max_linesearch: failed trials before the memory is cleared (and, a second time in a
         row, before the start stops).

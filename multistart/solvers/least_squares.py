@@ -1,13 +1,10 @@
 """Per-start Gauss-Newton-type rules: one residual Jacobian a step, damping as per-start state.
 
 A least-squares rule sees the residuals ``r`` and their Jacobian ``J`` at the point the engine
-evaluated (the figure of merit is ``‖r‖²``), never a second evaluation. Like the L-BFGS line
-search, the accept-or-retry logic is a small state machine in each start's state: a step's
-trial point is the next point the engine evaluates; if the actual decrease there is too small
-against the decrease the linear model ``r + J d`` predicted, the start stays at its last
-accepted point and proposes a shorter step (more damping, a smaller trust region) from the
-curvature ``JᵀJ`` it kept, so a rejected trial costs one evaluation and no start waits for
-another.
+evaluated (the figure of merit is ``‖r‖²``). As in the L-BFGS line search, a step's trial point
+is the next point the engine evaluates; if the actual decrease there is too small against the
+linear model's, the start proposes a shorter step from the ``JᵀJ`` it kept, so a rejected trial
+costs one evaluation and no start waits for another.
 
 The rules (Nocedal & Wright, *Numerical Optimization*, 2nd ed., ch. 10; Madsen, Nielsen &
 Tingleff, *Methods for non-linear least squares problems*, 2004):
@@ -25,20 +22,12 @@ Tingleff, *Methods for non-linear least squares problems*, 2004):
 - ``"gauss-newton"``: the Gauss-Newton step ``JᵀJ d = -Jᵀr`` with a backtracking length: a
   rejected trial halves the length, an accepted one doubles it, up to the full step.
 
-A trial is accepted when ``ρ > 1e-4`` (MINPACK's threshold). The stopping tests are scipy
-``least_squares``' at accepted steps: ``ftol`` on the relative decrease of ``‖r‖²`` (with
-``ρ > 1/4``), ``xtol`` on the step against the point's norm, and ``gtol`` on the largest
-cosine between ``r`` and a column of ``J`` (MINPACK's); each is relative, so residuals ``c r``
-end where ``r`` does. A start passing one ends ``converged``. Their default is ``eps^(3/4)``
-of the float type (``1.8e-12`` in float64, ``6.4e-6`` in float32), tighter than scipy's
-``1e-8``: a converging start pays a step or two more, and the best fit is located to about
-six digits more than its statistical errors ask, as NIST's certified answers show
-(``tests/test_nist.py``). After a rejected trial, a next step too short to move the point
-(``xtol``: MINPACK's trust region below ``xtol``) is convergence too; one whose predicted
-decrease is below the rounding of ``‖r‖²`` ends the start ``stalled``: no decrease it can find
-is left, and no test passed. All tests
-work in the search's unconstrained coordinates. The normal equations are solved by Cholesky in
-the working precision, so run ill-conditioned fits in float64.
+A trial is accepted when ``ρ > 1e-4`` (MINPACK's threshold). The stopping tests (scipy
+``least_squares``' ``ftol``, ``xtol``, ``gtol``, relative, default ``eps^(3/4)``) are described
+in ``docs/least-squares.md``. After a rejected trial, a next step too short to move the point
+(``xtol``) is convergence too; one whose predicted decrease is below the rounding of ``‖r‖²``
+ends the start ``stalled``. The normal equations are solved by Cholesky in the working
+precision, so run ill-conditioned fits in float64.
 """
 
 from __future__ import annotations

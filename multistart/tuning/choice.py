@@ -30,9 +30,7 @@ from . import record as records
 from .timing import PRIOR_GAINS, Gate, Timings, expected_share, say, time_auto, time_tune
 
 # A measuring "auto" starts from a width that leaves the sweep this many chunks to drop as
-# starts end (sweep_width), when that width is at least SWEEP_MIN_WIDTH. 2,000 curve fits of
-# one start each ran 9x as fast at width 250 as in one chunk, 16,000 (8 starts a fit) 20x at
-# 696: one slow start kept every row stepping (profiling/curve_fit_many.py).
+# starts end, at least SWEEP_MIN_WIDTH (sweep_width; figures: profiling/README.md).
 SWEEP_CHUNKS = 8
 SWEEP_MIN_WIDTH = 256
 
@@ -43,9 +41,7 @@ __all__ = ["Footprint", "WidthChoice", "resolve_width"]
 class WidthChoice:
     """The width a search runs at and how it was chosen (``result.stats["width_choice"]``).
 
-    ``info["reason"]`` says why in a sentence, ``info["decide_s"]`` is what deciding cost (the
-    seconds choosing took beyond the chosen width's own compile) and, for ``"auto"`` on a CPU,
-    ``info["fit_estimate_s"]`` the fit it was weighed against.
+    ``info`` is described in :func:`resolve_width`'s Returns.
     """
 
     width: int
@@ -78,11 +74,10 @@ def resolve_width(
       pop: the initial population (never stepped here: timing steps a copy).
       n_starts: the number of starts (on each device, on several).
       device: the device the search runs on (the first, on several: widths are per device).
-      start_step: the per-start step, for the tuning record's key (``"tune"``, and
-        ``"auto"`` on a CPU).
+      start_step: the per-start step, for the tuning record's key.
       backend_name: ``"loop"`` or ``"scan"``, for the tuning key.
-      program_hash: the per-start step's hash when the caller has it (the search identity's
-        ``program``), so the key does not lower the step a second time.
+      program_hash: the per-start step's hash when the caller has it, so the key does not
+        lower the step a second time.
       n_steps: the steps the search will take at most: with it ``"auto"`` prices the fit and
         times widths only where deciding pays (:class:`Gate`); without it, it times its
         ladder whatever the fit.
@@ -92,8 +87,9 @@ def resolve_width(
       ``selected_by`` (``"explicit"``, ``"auto"`` (no timing considered), ``"auto (priced)"``
       (the fit priced, timing not worth it: the bound), ``"auto (measured)"``,
       ``"auto (cache)"``, ``"tune (measured)"``, ``"tune (cache)"``), ``reason``,
-      ``decide_s``, the memory bound's figures and, when it was computed, ``memory_width``;
-      its ``tuning`` holds the timing table and the record's key and path.
+      ``decide_s`` (what deciding cost beyond the chosen width's compile), the memory bound's
+      figures, ``memory_width`` when computed, and for a priced ``"auto"``
+      ``fit_estimate_s``; ``tuning`` holds the timing table and the record's key and path.
     """
     t0 = time.perf_counter()
     max_batch = max_batch_from_env()
@@ -182,11 +178,8 @@ def _bound(spec, backend, footprint, info, n_starts, device, *, measure: bool):
 
 def _auto_measures(device) -> bool:
     """Does ``"auto"`` consider timing widths here? On a CPU, unless
-    ``MULTISTART_AUTO_WIDTH=memory``.
-
-    On an accelerator the widest width that fits is kept: a GPU's throughput rises with the
-    width until memory binds, and timing would cost a compile per width for little.
-    """
+    ``MULTISTART_AUTO_WIDTH=memory`` (a GPU's throughput rises with the width until memory
+    binds)."""
     return device.platform == "cpu" and auto_mode_from_env() == "measure"
 
 
@@ -205,11 +198,9 @@ def _upper(spec, measure: bool, n_starts: int, max_batch, device) -> int | None:
 
 def sweep_width(n_starts: int) -> int:
     """The widest width a measuring ``"auto"`` considers for ``n_starts``: one that leaves the
-    sweep :data:`SWEEP_CHUNKS` chunks, never narrower than :data:`SWEEP_MIN_WIDTH`.
-
-    A chunk is stepped while any of its starts runs, so in one chunk of every start each step
-    costs all of them until the last one ends; in several, the chunks of ended starts drop out.
-    The timing of widths compares steps with every start running and cannot see that.
+    sweep :data:`SWEEP_CHUNKS` chunks, never narrower than :data:`SWEEP_MIN_WIDTH`: a chunk
+    steps while any of its starts runs, which the timing of widths (every start running) cannot
+    see.
 
     >>> sweep_width(100), sweep_width(2000), sweep_width(16000)
     (256, 256, 2000)
@@ -248,12 +239,9 @@ def _fmt_bytes(n) -> str:
 
 @dataclass(frozen=True)
 class Footprint:
-    """What the population costs the budget, per device: one start's state (for the size
-    fallback) and the copy the out-of-memory back-off keeps.
-
-    On a mesh each device holds ``1 / n_devices`` of the population, so the copy it keeps is
-    its share; a width is checked against one device's budget (:meth:`fits`), whether it was
-    just measured or read from a record.
+    """What the population costs one device's budget: one start's state (for the size
+    fallback) and the device's share of the copy the out-of-memory back-off keeps. Every width,
+    measured or recorded, is checked by :meth:`fits`.
     """
 
     start_bytes: int
@@ -288,14 +276,12 @@ def _record_of(backend, pop, n_starts, device, keyed) -> dict[str, Any]:
 
 
 def _recorded(spec, record, backend, footprint: Footprint, n_starts, device, n_steps):
-    """``(width, compile_s)``: the recorded width when there is one that still serves (else
-    ``None``; ``record`` is updated to say it came from the cache), and the compile seconds a
-    priced record holds (``0.0`` without one) to price a compile with.
+    """``(width, compile_s)``: the recorded width if it still serves (``record`` then says it
+    came from the cache; else ``None``), and the compile seconds a priced record holds.
 
-    A measured record serves whatever the fit. A priced one (the bound kept untimed, because
-    timing was not expected to save its cost) serves ``"auto"`` until a longer fit is expected
-    to save more than a compile (:func:`~multistart.tuning.timing.expected_share` of the fit at
-    the recorded seconds a step); ``"tune"`` always times.
+    A measured record serves whatever the fit. A priced one (the bound kept untimed) serves
+    ``"auto"`` until a longer fit is expected to save more than a compile; ``"tune"`` always
+    times.
     """
     path = record["path"]
     found = None if path is None or not Path(path).is_file() else records.read_width(Path(path))

@@ -1,13 +1,8 @@
 """Timing widths: the ``"tune"`` and ``"auto"`` ladders, and the gate that prices timing.
 
-A width is timed on a bounded number of chunk calls
-(:meth:`multistart.backends.Backend.time_chunks`: never every start) and a step's time
-predicted from the median seconds per call.
-:class:`Timings` keeps what was timed and what timing cost; :func:`time_tune` and
-:func:`time_auto` are the two ladders; :class:`Gate` says whether ``"auto"`` should time one
-more width, weighing what timing it costs against what it is expected to save the fit. The
-ladders need of a backend only ``time_chunks``, ``calls_per_step``, ``compile_seconds`` and
-``rows``, so they are tested on cost models that compile and run nothing.
+A width is timed on a bounded number of chunk calls (never every start) and a step's time
+predicted from the median seconds per call. The ladders need of a backend only ``time_chunks``,
+``calls_per_step``, ``compile_seconds`` and ``rows``, so they are tested on cost models.
 """
 
 from __future__ import annotations
@@ -35,8 +30,6 @@ __all__ = [
 
 # Timing per candidate width and pass: TUNE_CALLS chunk calls at a time (fewer when a step has
 # fewer), repeated at least MIN and at most MAX times, stopping once TARGET seconds have passed.
-# A width therefore costs at most (1 + TUNE_MAX_REPS) * TUNE_CALLS chunk calls beyond its
-# compile, whatever the number of starts.
 TUNE_TARGET_S = 0.1
 TUNE_CALLS = 16
 TUNE_MIN_REPS = 3
@@ -44,33 +37,27 @@ TUNE_MAX_REPS = 12
 # Throughput against width rises and then falls. Widths are tried narrow to wide, and timing
 # stops once two successive widths each fall below this share of the best so far.
 TUNE_STOP_RATIO = 0.75
-# After the ladder, widths whose step is within this factor of the best are timed again (and
-# keep the median of all their repeats), so a slow spell during the first pass does not decide
-# between close widths; a width this much slower is out of the race.
+# After the ladder, widths whose step is within this factor of the best are timed again, so a
+# slow spell during the first pass does not decide between close widths.
 TUNE_AGAIN_RATIO = 1.25
 # "auto" times the widest width, then width 1. When width 1 steps at least this many times as
-# fast, the batched program costs more per start than the unbatched one by more than the chunk
-# calls it saves (an expensive model, whose single evaluation already keeps the cores busy), and
-# the narrower widths are not timed: each is a compile (seconds for such a model), and on the
-# models measured the best width was then 1.
+# fast (an expensive model, whose single evaluation keeps the cores busy), the narrower widths
+# are not timed: each is a compile, and on the models measured the best width was then 1.
 AUTO_UNBATCHED_WINS = 1.5
 # What "auto" expects timing to gain before this device has measured anything: pairs of
 # (seconds a start cost in one chunk call at the memory bound, the bound's step / the best
-# width's step), measured on this project's 2-core CPU (profiling/README.md). A model's
-# expectation weighs them by how close their seconds a start are to its own (PRIOR_DECADES),
-# so an expensive model expects what expensive models gained.
+# width's step), measured on this project's 2-core CPU (profiling/README.md), weighed by how
+# close their seconds a start are to the model's own (PRIOR_DECADES).
 PRIOR_GAINS = ((6e-7, 3.0), (7e-6, 1.0), (5e-5, 1.0), (8e-4, 2.0), (1e-2, 2.5))
 # The width of that weighting, in decades of seconds a start (a Gaussian kernel in log10).
 PRIOR_DECADES = 0.5
-# No chunk call costs less than this on a CPU (the dispatch of a compiled program and the
-# gathers and scatters of the population's leaves). A width needing more calls a step than the
-# best step's seconds allow at this price cannot win, and is not compiled to find out.
+# No chunk call costs less than this on a CPU (dispatch, gathers and scatters): a width needing
+# more calls a step than the best step's seconds allow at this price cannot win.
 CALL_FLOOR_S = 20e-6
 
 
 def say(spec, *args) -> None:
-    """What the width choice is doing: INFO for an explicit ``"tune"``, DEBUG otherwise (a
-    default fit logs only what runs and what came out)."""
+    """What the width choice is doing: INFO for an explicit ``"tune"``, DEBUG otherwise."""
     (log.logger.info if spec == "tune" else log.logger.debug)(*args)
 
 
@@ -195,18 +182,13 @@ class Gate:
     """Whether ``"auto"`` times one more width: when the seconds it is expected to save the fit
     exceed what timing it costs.
 
-    The fit is priced at the memory bound's step (the first width timed), ``n_steps`` x its
-    chunk calls a step x its median seconds a call (every start stepping every step: an upper
-    bound when starts converge early). A width not yet timed costs one more compile, at
-    ``compile_s`` (the seconds the memory bound's compile took, the first compile of the fit,
-    which every width's resembles; or more, when a record remembers a slower one: a compile
-    served from JAX's persistent cache says nothing of a compile's price), plus its timed calls
-    at the best width's seconds per start. It is expected to save ``n_steps`` x how much
-    faster than the best so far its step would be, were the bound's step ``gain`` times its
-    step, averaged over the gains known (:func:`expected_share`'s weights): what this device
-    measured before on any model (``measured``, from the tuning records), what the widths
-    timed in this decision showed, and :data:`PRIOR_GAINS`; and never faster than its chunk
-    calls at :data:`CALL_FLOOR_S` each.
+    The fit is priced at ``n_steps`` x the memory bound's step (an upper bound when starts
+    converge early). A width not yet timed costs one compile, at ``compile_s`` (the memory
+    bound's, or a slower one a record remembers: a compile served from JAX's persistent cache
+    says nothing of a compile's price), plus its timed calls. It is expected to save
+    ``n_steps`` x how much faster than the best so far its step would be, were the bound's
+    step ``gain`` times its step, averaged over :meth:`gains` (:func:`expected_share`'s
+    weights), never faster than its chunk calls at :data:`CALL_FLOOR_S` each.
 
     Args:
       n_steps: the steps the search takes at most.
@@ -233,11 +215,8 @@ class Gate:
         """Every ``(seconds a start, gain)`` the expectation weighs: the prior, this device's
         records, and the widths timed so far against the bound (at this model's seconds)."""
         bound, start_s = _bound_of(timings)
-        here = [
-            (start_s, timings.step_s(bound) / timings.step_s(w))
-            for w in timings.per_call
-            if w != bound
-        ]
+        step = timings.step_s
+        here = [(start_s, step(bound) / step(w)) for w in timings.per_call if w != bound]
         return [*PRIOR_GAINS, *self.measured, *here]
 
     def saving_s(self, timings: Timings, width: int) -> float:
@@ -269,14 +248,9 @@ class Gate:
     def prices(self, timings: Timings) -> dict[str, Any]:
         """What the decision was weighed on, for the record and ``stats``: the fit at the best
         width, a compile, and the seconds a start cost at the bound."""
-        fit_s = self.fit_s(timings, timings.best())
         _, start_s = _bound_of(timings)
-        return {
-            "n_steps": self.n_steps,
-            "fit_s": fit_s,
-            "compile_s": self.compile_s,
-            "start_s": start_s,
-        }
+        fit_s = self.fit_s(timings, timings.best())
+        return dict(n_steps=self.n_steps, fit_s=fit_s, compile_s=self.compile_s, start_s=start_s)
 
 
 def _bound_of(timings: Timings) -> tuple[int, float]:
@@ -304,9 +278,7 @@ def time_tune(timings: Timings, upper: int) -> str:
             n_slow = 0
         if n_slow >= 2:
             break
-    timings.again()
-    _log_table(timings, timings.best())
-    return f"the fastest of {len(timings.per_call)} widths timed"
+    return _finish(timings, f"the fastest of {len(timings.per_call)} widths timed")
 
 
 def time_auto(timings: Timings, upper: int, gate: Gate | None) -> str:
@@ -314,13 +286,9 @@ def time_auto(timings: Timings, upper: int, gate: Gate | None) -> str:
     memory bound) while ``gate`` allows; without a gate, all of it. Returns the reason.
 
     With a gate, ``upper`` is first timed on one call after a warm-up: the fit's price. The
-    ladder (:func:`multistart.memory.auto_candidates`): ``upper``, 1, then narrower by factors
-    of 8 until one is slower than the last, then the width halfway (on a log scale) between the
-    best and its faster neighbour; it stops after ``upper`` and 1 when width 1 steps
-    :data:`AUTO_UNBATCHED_WINS` times as fast. A width whose chunk calls a step would take
-    longer than the best step so far at :data:`CALL_FLOOR_S` each is skipped (width 1 of
-    100,000 starts: 100,000 calls), so the gate's budget goes to widths that can win. Widths
-    are balanced over the rows (same chunk count, least padding).
+    ladder: :func:`multistart.memory.auto_candidates` until one is slower than the last
+    (:func:`_descend`), then the width halfway between the best and its faster neighbour
+    (:func:`_between`). Widths are balanced over the rows (same chunk count, least padding).
     """
     n_rows = timings.backend.rows.size
     ladder = list(dict.fromkeys(balanced_width(n_rows, w) for w in auto_candidates(upper)))
@@ -356,7 +324,6 @@ def _descend(
             continue
         if gate is not None and not gate.allows(timings, w):
             return None, True
-        # narrower widths may fit where a wider one did not
         if not timings.try_time(w, f"{i + 1}/{len(ladder)}"):
             continue
         if w == 1:
@@ -373,8 +340,7 @@ def _descend(
 
 
 def _cannot_win(timings: Timings, width: int) -> bool:
-    """Would ``width``'s chunk calls alone, at :data:`CALL_FLOOR_S` each, take longer than a
-    step at the best width timed so far?"""
+    """Would ``width``'s chunk calls alone, at :data:`CALL_FLOOR_S` each, outlast the best step?"""
     if not timings.per_call:
         return False
     floor = timings.backend.calls_per_step(width) * CALL_FLOOR_S
@@ -388,8 +354,7 @@ def _finish(timings: Timings, reason: str) -> str:
 
 
 def _between(timings: Timings, n_rows: int) -> int | None:
-    """The width halfway (geometric mean) between the best and the faster of its timed
-    neighbours in width, when that width is not timed yet."""
+    """The untimed width halfway (geometric mean) between the best and its faster neighbour."""
     best = timings.best()
     timed = sorted(timings.per_call)
     i = timed.index(best)
