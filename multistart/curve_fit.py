@@ -23,7 +23,7 @@ from scipy.optimize import Bounds, OptimizeWarning
 from .fixed_width import programs_for
 from .least_squares import MultiStartLeastSquares
 from .priors import HalfBounded, Normal, Space, Uniform
-from .problem import add_note
+from .problem import add_note, tracer_hint
 from .result import Result
 from .starts import BOUND_MARGIN, check_band
 
@@ -51,6 +51,7 @@ def curve_fit(
     nan_policy: str | None = None,
     n_starts: int = N_STARTS,
     batched: bool = False,
+    resume: bool = False,
     **options,
 ):
     """Fit ``f(xdata, *params)`` to ``ydata`` by least squares from many starts.
@@ -72,13 +73,13 @@ def curve_fit(
       check_finite, nan_policy: refuse non-finite data (default), or ``nan_policy="omit"``
         drops those points.
       bounds: ``(lower, upper)``, scalars or length ``n``, or a ``scipy.optimize.Bounds``.
-      method, jac: ``"lm"`` (default), ``"dogleg"`` or ``"gauss-newton"``; ``jac=None``: JAX
-        differentiates ``f``.
+      method, jac: ``"lm"`` (default), ``"dogleg"``, ``"gauss-newton"``; JAX differentiates f.
       full_output: also return the :class:`multistart.Result` (a :class:`BatchFits`, batched).
       n_starts: local searches run at once (default 32); with ``batched``, per fit.
       batched: ``ydata`` (and ``sigma``, optionally ``xdata``, ``p0``) carry a leading axis of
         independent fits, fitted in one search, each as alone with ``start_strategy="band",
         n_candidates=0`` (``docs/curve-fit.md``).
+      resume: continue the search checkpointed in ``checkpoint_dir``, as ``fit(resume=True)``.
       **options: the search's options (:class:`multistart.MultiStartLeastSquares`).
 
     Returns:
@@ -89,14 +90,16 @@ def curve_fit(
     Raises:
       ValueError / TypeError: bad arguments, before any compile (docs/curve-fit.md lists them).
     """
-    _check_choices(method, jac, absolute_sigma, full_output, batched)
+    _check_choices(method, jac, absolute_sigma, full_output, batched, resume)
     args = (f, xdata, ydata, p0, sigma, absolute_sigma, check_finite, bounds, nan_policy)
     fit = _fit_batch if batched else _fit
-    popt, pcov, record = fit(*args, n_starts=n_starts, method=_METHODS[method], **options)
+    popt, pcov, record = fit(*args, resume, n_starts=n_starts, method=_METHODS[method], **options)
     return (popt, pcov, record) if full_output else (popt, pcov)
 
 
-def _fit(f, xdata, ydata, p0, sigma, absolute_sigma, check_finite, bounds, nan_policy, **options):
+def _fit(
+    f, xdata, ydata, p0, sigma, absolute_sigma, check_finite, bounds, nan_policy, resume, **options
+):
     """``(popt, pcov, result)`` of one dataset."""
     with jax.enable_x64(True):
         data, names = _data(f, xdata, ydata, sigma, p0, check_finite, nan_policy)
@@ -107,13 +110,13 @@ def _fit(f, xdata, ydata, p0, sigma, absolute_sigma, check_finite, bounds, nan_p
         options = {"n_steps": STEPS_PER_PARAMETER * len(names), **options}
         search = MultiStartLeastSquares(absolute_sigma=absolute_sigma, **options)
         starts = {name: np.array([v]) for name, v in zip(names, first, strict=True)}
-        result = search.fit(_CurveModel(f, names, space, data), starts=starts)
+        result = search.fit(_CurveModel(f, names, space, data), starts=starts, resume=resume)
         popt = np.array([float(result.best_params[k]) for k in names])
         pcov = _covariances(f, names, data, popt[None], absolute_sigma, stacked=False)[0]
         return popt, pcov, result
 
 
-def _check_choices(method, jac, absolute_sigma, full_output, batched=False) -> None:
+def _check_choices(method, jac, absolute_sigma, full_output, batched=False, resume=False) -> None:
     if jac is not None:
         raise ValueError(
             "jac: the Jacobian comes from JAX's automatic differentiation of f; pass jac=None"
@@ -124,7 +127,7 @@ def _check_choices(method, jac, absolute_sigma, full_output, batched=False) -> N
             "(scipy's 'trf' and 'dogbox' exist to respect bounds: every method here does)"
         )
     flags = (("absolute_sigma", absolute_sigma), ("full_output", full_output))
-    for name, value in (*flags, ("batched", batched)):
+    for name, value in (*flags, ("batched", batched), ("resume", resume)):
         if not isinstance(value, bool):
             raise TypeError(f"{name} must be True or False; got {value!r}")
 
@@ -339,9 +342,15 @@ def _output_shape(f, x, names):
     """The shape ``f(x, *params)`` returns, traced (``None``: no array)."""
     args = [jax.ShapeDtypeStruct((), jnp.float64) for _ in names]
     try:
-        out = jax.eval_shape(lambda x, *p: f(x, *p), x, *args)
+        out = jax.eval_shape(f, x, *args)  # an error names the user's f
     except Exception as e:
-        add_note(e, f"multistart: raised while tracing f(xdata, {', '.join(names)})")
+        hint = tracer_hint(e)  # np.exp on a parameter: use jnp.exp
+        fix = (
+            ""
+            if hint is None
+            else "; " + hint.removeprefix("multistart: ").replace("the objective", "f")
+        )
+        add_note(e, f"multistart: raised while tracing f(xdata, {', '.join(names)}){fix}")
         raise
     return getattr(out, "shape", None)
 
@@ -386,7 +395,9 @@ class BatchFits:
     result: Result
 
 
-def _fit_batch(f, xdata, ydata, p0, sigma, absolute_sigma, check_finite, bounds, nan_policy, **kw):
+def _fit_batch(
+    f, xdata, ydata, p0, sigma, absolute_sigma, check_finite, bounds, nan_policy, resume, **kw
+):
     """``(popt, pcov, BatchFits)`` of a stack of datasets."""
     n_starts = kw.pop("n_starts")
     options = _batch_options(kw)
@@ -403,7 +414,7 @@ def _fit_batch(f, xdata, ydata, p0, sigma, absolute_sigma, check_finite, bounds,
         reference = np.where(np.isfinite(lower), lower, np.where(np.isfinite(upper), upper, 0.0))
         space = _space(names, reference, lower, upper)
         model = _CurveModel(f, names, space, data, rows_per_datum=n_starts)
-        result = search.fit(model, starts=starts)
+        result = search.fit(model, starts=starts, resume=resume)
         popt, fits = _per_fit(result, names, n_fits, n_starts)
         pcov = _covariances(f, names, data, popt, absolute_sigma, stacked=True)
         return popt, pcov, fits

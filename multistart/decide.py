@@ -247,9 +247,11 @@ def decide(r: Reading, rules: Rules) -> Decision:
 def resumed(r: Reading, rules: Rules, pending: bool) -> Decision:
     """The decision a search resumed from a checkpoint starts with: the pruning and refills its
     run left ``pending`` (:func:`settle`, as the uninterrupted run made them at that sync), and
-    the running rows to sweep. No budget or stop is judged here: the next sync does."""
+    the running rows to sweep. No budget is judged here (the next sync does); a search whose
+    every start had ended stays ended, without a step of nothing."""
     s = settle(r, rules) if pending else {"status": r.status, "rungs": r.rungs}
-    return Decision(rows=np.flatnonzero(s["status"] == _RUNNING), **s)
+    rows = np.flatnonzero(s["status"] == _RUNNING)
+    return Decision(rows=rows, stop=None if rows.size else StopReason.ALL_ENDED, **s)
 
 
 def describe(decision: Decision) -> dict[str, Any]:

@@ -221,7 +221,7 @@ class Refiller:
         once in the log). Returns the population and the lineage afterwards."""
         if short and not lineage.exhausted:
             lineage = replace(lineage, exhausted=True)
-            (log.logger.info if self.queue.routine else log.logger.warning)(
+            (log.logger.debug if self.queue.routine else log.logger.warning)(
                 "%s is exhausted: %d ended start%s stay as they are from step %d",
                 self.queue.kind,
                 short,

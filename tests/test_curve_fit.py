@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import traceback
 import warnings
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -122,6 +124,17 @@ def test_a_model_of_the_wrong_shape_or_data_of_another_length_is_refused_before_
             ms.curve_fit(lambda x, *p: p[0] * x, X, Y)
         with pytest.raises(ValueError, match="xdata holds 1 non-finite"):
             ms.curve_fit(decay, np.where(X == X[4], np.inf, X), Y, p0=[1.0, 1.0, 0.0])
+
+
+def test_a_model_written_with_numpy_is_told_to_use_jax_numpy_before_a_compile():
+    def numpy_decay(x, a, tau, c):
+        return a * np.exp(-x / tau) + c
+
+    with NoCompile(), pytest.raises(jax.errors.TracerArrayConversionError) as raised:
+        ms.curve_fit(numpy_decay, X, Y, p0=[1.0, 1.0, 0.0])
+    note = " ".join(getattr(raised.value, "__notes__", []))
+    assert "tracing f(xdata, a, tau, c)" in note and "jnp.exp" in note
+    assert "numpy_decay" in "".join(traceback.format_tb(raised.value.__traceback__))
 
 
 def test_names_come_from_f_and_the_result_uses_them():

@@ -70,6 +70,23 @@ def test_each_fit_is_the_fit_alone(kw):
             )
 
 
+def test_a_batch_checkpoints_and_resumes_to_the_uninterrupted_answer(tmp_path):
+    pytest.importorskip("orbax.checkpoint")
+    kw = dict(p0=P0, bounds=BOX, batched=True, full_output=True, **FAST)
+    popt, pcov, whole = ms.curve_fit(decay, X, Y, n_steps=12, **kw)
+    folder = dict(checkpoint_dir=str(tmp_path / "ckpt"), checkpoint_every=2)
+    _, _, first = ms.curve_fit(decay, X, Y, n_steps=12, max_evals=20, **folder, **kw)
+    stopped = first.result.stats
+    assert stopped["stop_reason"] == "max_evals" and 0 < stopped["n_steps_run"] < 12
+    popt2, pcov2, resumed = ms.curve_fit(decay, X, Y, n_steps=12, resume=True, **folder, **kw)
+    assert resumed.result.stats["resumed_from"] == stopped["checkpoints"][-1] > 0
+    np.testing.assert_array_equal(popt2, popt)
+    np.testing.assert_array_equal(pcov2, pcov)
+    np.testing.assert_array_equal(resumed.n_evals, whole.n_evals)
+    with pytest.raises(TypeError, match="resume must be True or False"):
+        ms.curve_fit(decay, X, Y, resume="yes", **folder, **kw)
+
+
 def test_the_answers_are_scipys_and_the_record_says_which_start_won():
     sigma = np.tile(SIGMA, (4, 1)) * np.array([[1.0], [2.0], [0.5], [1.0]])
     y = data(1)

@@ -216,6 +216,25 @@ def test_resuming_a_finished_search_gives_its_result(finished_folder):
     assert_same_result(first, again)
 
 
+def test_resuming_a_search_whose_starts_all_ended_takes_no_step(tmp_path):
+    def bowl(p):
+        return jnp.sum((p["x"] - 1.0) ** 2)
+
+    space = {"x": ms.Uniform(-3.0, 3.0, shape=(2,))}
+    kw = dict(n_starts=4, n_steps=200, seed=0, log_every=0, checkpoint_every=5)
+    rule = ms.MultiStartLBFGS(checkpoint_dir=str(tmp_path / "ck"), **kw)
+    first = rule.fit(bowl, space, resume=True)
+    assert first.stats["stop_reason"] == "all ended" and first.stats["n_steps_run"] < 200
+    again = rule.fit(bowl, space, resume=True)
+    assert again.stats["resumed_from"] == first.stats["n_steps_run"]
+    assert_same_result(first, again)
+    # it stays ended: no step of nothing, no checkpoint after the last
+    assert again.stats["n_steps_run"] == first.stats["n_steps_run"]
+    assert again.stats["stop_reason"] == "all ended"
+    steps = [int(p.name) for p in (tmp_path / "ck").iterdir() if p.name.isdigit()]
+    assert max(steps) == first.stats["n_steps_run"]
+
+
 def test_an_uncreatable_checkpoint_folder_fails_before_any_compile(tmp_path):
     (tmp_path / "file").write_text("")
     bad = search(checkpoint_dir=str(tmp_path / "file" / "ck"))
