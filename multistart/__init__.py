@@ -39,7 +39,9 @@ from .search import MultiStartLBFGS as MultiStartLBFGS
 from .search import MultiStartLion as MultiStartLion
 from .search import MultiStartProdigy as MultiStartProdigy
 from .solvers import LBFGS as LBFGS
+from .solvers import LeastSquaresRule as LeastSquaresRule
 from .solvers import LeastSquaresSolver as LeastSquaresSolver
+from .solvers import Minimiser as Minimiser
 from .solvers import OptaxSolver as OptaxSolver
 from .solvers import Solver as Solver
 from .starts import STRATEGIES as START_STRATEGIES
@@ -73,7 +75,9 @@ __all__ = [
     "Prior",
     "Result",
     "LBFGS",
+    "LeastSquaresRule",
     "LeastSquaresSolver",
+    "Minimiser",
     "OptaxSolver",
     "Solver",
     "START_STRATEGIES",

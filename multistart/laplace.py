@@ -252,7 +252,7 @@ def _from_hessian(
 def _residual_curvature(problem):
     """``jit((vec, data) -> (hessian, ‖r‖², m))`` for a least-squares problem, the hessian
     of its ``covariance`` kind: ``2 JᵀJ`` (Gauss-Newton) or the full Hessian of ``‖r‖²``."""
-    from .solvers.least_squares import linearize
+    from .solvers.base import linearize
 
     space = problem.space
 

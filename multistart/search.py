@@ -13,7 +13,7 @@ from . import checks, driver
 from .config import SearchConfig, options_doc, unknown_options
 from .convergence import Convergence
 from .result import Result
-from .solvers import LBFGS, OptaxSolver, Solver, as_solver
+from .solvers import LBFGS, LeastSquaresRule, OptaxSolver, Solver, as_solver
 
 __all__ = [
     "MultiStartGradient",
@@ -250,7 +250,7 @@ def _resolve_auto(solver: Solver, options: dict) -> None:
     if _is_auto(options.get("convergence", "auto")):
         options["convergence"] = None if solver.tests_convergence else Convergence()
     if _is_auto(options.get("start_strategy", "auto")):
-        tiktak = solver.uses_residuals and options.get("n_candidates") != 0
+        tiktak = isinstance(solver, LeastSquaresRule) and options.get("n_candidates") != 0
         tiktak = tiktak and not options.get("resurrect")
         options["start_strategy"] = "tiktak" if tiktak else "band"
     _resolve_sigma(solver, options)
@@ -259,7 +259,7 @@ def _resolve_auto(solver: Solver, options: dict) -> None:
 def _resolve_sigma(solver: Solver, options: dict) -> None:
     """``absolute_sigma``'s default by rule, and what it needs: ``n_data`` to scale a scalar
     figure of merit by its reduced χ²; none for least squares, whose residuals count."""
-    least_squares = solver.uses_residuals
+    least_squares = isinstance(solver, LeastSquaresRule)
     if options.get("absolute_sigma") is None:
         options["absolute_sigma"] = not least_squares
     if least_squares and options.get("n_data") is not None:

@@ -26,14 +26,14 @@ model gives the same program in another process and over a device mesh.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import jax
 import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
 from .convergence import Convergence, window_converged
-from .solvers import Solver
+from .solvers import LeastSquaresRule, Minimiser, Solver
 from .status import Status
 
 __all__ = ["StartState", "PopState", "make_start_step", "make_chunk_step", "init_population"]
@@ -99,7 +99,7 @@ def make_start_step(
 
     ``fom_u(u, data)`` is the figure of merit at unconstrained ``u``. Each step evaluates it
     and its gradient once at the start's current point and asks ``solver`` for the next point.
-    A least-squares rule (``solver.uses_residuals``) instead gets the residuals
+    A :class:`~multistart.solvers.LeastSquaresRule` instead gets the residuals
     ``residual_u(u, data)`` and their Jacobian there (``solver.linearize``: one evaluation,
     counted in ``n_evals`` at what it costs), the figure of merit being their sum of squares.
     Around the solver, the same for every rule: the guard, the best-so-far, convergence and
@@ -109,7 +109,7 @@ def make_start_step(
     host drops it.
     """
 
-    if solver.uses_residuals and residual_u is None:
+    if isinstance(solver, LeastSquaresRule) and residual_u is None:
         raise TypeError(
             f"the rule {solver.name!r} is a least-squares rule: it needs residuals, not a scalar "
             "objective; fit with multistart.MultiStartLeastSquares(method=...)"
@@ -119,10 +119,8 @@ def make_start_step(
         def f(u):
             return fom_u(u, data)
 
-        fom, grad, cost, extra = _evaluate(solver, f, residual_u, data, s.u)
-        finite = _tree_all_finite((fom, grad))
-        u_next, opt_next, extra_evals = solver.step(
-            fom, grad, s.u, s.opt_state, scale=s.scale, value_fn=f, **extra
+        fom, finite, cost, (u_next, opt_next, extra_evals) = _evaluate_and_step(
+            solver, s, f, residual_u, data
         )
         moved = _tree_all_finite(u_next)
         g = _guard(s, fom, finite, moved, solver.handles_nonfinite, max_nonfinite)
@@ -204,26 +202,21 @@ def _ending(s: StartState, g: _Guarded, solver, opt_next, convergence, max_start
     return status, ring
 
 
-def _evaluate(solver: Solver, f, residual_u, data, u):
-    """The step's one evaluation: ``(fom, grad, cost, extra)``, ``cost`` evaluations (a Python
-    int) and ``extra`` what the rule's step receives besides the value and gradient."""
-    if solver.uses_residuals:
-        return _linearized(solver, lambda v: residual_u(v, data), u)
-    fom, grad = jax.value_and_grad(f)(u)
-    return fom, grad, 1, {}
-
-
-def _linearized(solver: Solver, residual_fn, u):
-    """``(fom, grad, cost, extra)`` from one linearisation of the residuals at ``u``.
-
-    ``fom = ‖r‖²`` and ``grad = 2 Jᵀr`` (in ``u``'s layout) feed the guard and the best-so-far
-    as a value and gradient would; ``extra`` is what the rule's step receives besides.
-    """
-    r, jac, cost = solver.linearize(residual_fn, u)
-    _, unravel = ravel_pytree(u)
-    fom = jnp.vdot(r, r)
-    grad = unravel(2.0 * (jac.T @ r))
-    return fom, grad, cost, {"residuals": r, "jacobian": jac}
+def _evaluate_and_step(solver: Solver, s: StartState, f, residual_u, data):
+    """``(fom, finite, cost, SolverStep)``: the step's one evaluation (``cost`` evaluations, a
+    Python int) and the rule's step from it. A least-squares rule's ``‖r‖²`` and ``2 Jᵀr`` feed
+    the guard and the best-so-far as a value and gradient would."""
+    if isinstance(solver, LeastSquaresRule):
+        r, jac, cost = solver.linearize(lambda v: residual_u(v, data), s.u)
+        _, unravel = ravel_pytree(s.u)
+        fom, grad = jnp.vdot(r, r), unravel(2.0 * (jac.T @ r))
+        finite = _tree_all_finite((fom, grad))
+        out = solver.step(r, jac, s.u, s.opt_state, value=fom, scale=s.scale, value_fn=f)
+        return fom, finite, cost, out
+    fom, grad = jax.value_and_grad(f)(s.u)
+    finite = _tree_all_finite((fom, grad))
+    out = cast(Minimiser, solver).step(fom, grad, s.u, s.opt_state, scale=s.scale, value_fn=f)
+    return fom, finite, 1, out
 
 
 def make_chunk_step(

@@ -90,8 +90,9 @@ def run_page(path: Path) -> tuple[dict, list[Block]]:
     for block in python_blocks(path):
         if block.file:
             continue
-        # Line numbers in a traceback point into the page itself.
-        code = compile("\n" * (block.line - 1) + block.code, str(path), "exec")
+        # Line numbers in a traceback point into the page itself; the page's code runs as a
+        # user's would, without this module's `from __future__ import annotations`.
+        code = compile("\n" * (block.line - 1) + block.code, str(path), "exec", dont_inherit=True)
         for run in range(2 if block.rerun else 1):
             out = io.StringIO()
             with contextlib.redirect_stdout(out):

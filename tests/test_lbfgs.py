@@ -20,7 +20,7 @@ from conftest import (
 )
 
 import multistart as ms
-from multistart.solvers import LBFGS, Solver, SolverStep
+from multistart.solvers import LBFGS, Minimiser, SolverStep
 
 # Normal priors map affinely to the unconstrained coordinates, so the engine steps the same
 # problem scipy sees (no logit in between) and the minima can be compared directly.
@@ -188,7 +188,7 @@ def test_optax_line_search_evaluations_are_counted(x64):
     # record in test_search.py (test_result_record_shapes_and_history), on a fit shared there
 
 
-class _GradientDescent(Solver):
+class _GradientDescent(Minimiser):
     """A third rule written against the interface alone: fixed-step gradient descent."""
 
     name = "gd"

@@ -1,13 +1,18 @@
-"""The solver interface: per-start pure functions the engine drives, one evaluation a step."""
+"""The solver interfaces: per-start pure functions the engine drives, one evaluation a step."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
+import jax.numpy as jnp
+from jax.flatten_util import ravel_pytree
 
-__all__ = ["Solver", "SolverStep"]
+__all__ = ["JACOBIAN_MODES", "LeastSquaresRule", "Minimiser", "Solver", "SolverStep", "linearize"]
+
+JACOBIAN_MODES = ("auto", "forward", "reverse")
 
 
 class SolverStep(NamedTuple):
@@ -17,7 +22,7 @@ class SolverStep(NamedTuple):
       u: the next point the engine evaluates (unconstrained coordinates).
       state: the solver's new state.
       n_evals: evaluations of the objective this step made *besides* the engine's own one
-        (an int scalar; 0 for a rule that uses only the value and gradient it is given).
+        (an int scalar; 0 for a rule that uses only what it is given).
     """
 
     u: Any
@@ -26,30 +31,22 @@ class SolverStep(NamedTuple):
 
 
 class Solver:
-    """A local rule, driven by the engine one evaluation of the objective at a time.
+    """What every local rule shares: a rule is a :class:`Minimiser` or a
+    :class:`LeastSquaresRule`, a frozen dataclass whose fields are its hyperparameters (checked
+    in ``__post_init__``), with :attr:`name`, :meth:`init` and ``step``.
 
-    The engine evaluates the figure of merit and its gradient at the start's current point
-    ``u`` and hands both to :meth:`step`, which returns the next point to evaluate. A rule
-    with a line search therefore carries its search from one engine step to the next in its
-    state (a backtracking trial is just the next point), so no start ever waits for another
-    inside a compiled loop.
-
-    Subclasses set :attr:`name`, hold their hyperparameters as attributes, list them in
-    :meth:`hyperparameters`, and implement :meth:`init` and :meth:`step`; every method takes
-    and returns one start's values (the engine ``vmap`` s them) and must be traceable.
+    The engine evaluates a start's point ``u`` once a step and hands the result to ``step``,
+    which returns the next point to evaluate: a line search is carried in the state (a
+    backtracking trial is just the next point), so no start waits for another in a compiled
+    loop. Every method takes and returns one start's values (the engine ``vmap`` s them) and
+    must be traceable.
 
     Attributes:
       name: the rule's name, recorded in the Result's configuration.
-      handles_nonfinite: ``True`` when :meth:`step` copes with a non-finite value or gradient
-        itself (a line search treats one as a failed trial and backtracks). The engine then
-        only counts it towards ``max_nonfinite``. ``False``: the engine rolls the start back
-        to its last finite point, calls :meth:`restart` there and halves ``scale``.
-      uses_residuals: ``True`` for a least-squares rule. The figure of merit is then the sum
-        of squares of a residual vector, and the engine's one evaluation of a step is
-        :meth:`linearize` of the residuals instead of a value and gradient: :meth:`step`
-        also receives ``residuals`` (``r``, one vector) and ``jacobian`` (``J``, ``(m, n)``
-        over the raveled parameters), with ``value = ‖r‖²`` and ``grad = 2 Jᵀr``. Such a rule
-        runs only where the search has residuals (``multistart.MultiStartLeastSquares``).
+      handles_nonfinite: ``True`` when ``step`` copes with a non-finite evaluation itself (a
+        line search treats one as a failed trial and backtracks). The engine then only counts
+        it towards ``max_nonfinite``. ``False``: the engine rolls the start back to its last
+        finite point, calls :meth:`restart` there and halves ``scale``.
       tests_convergence: ``True`` when :meth:`converged` is the rule's own optimality test
         (gradient, step or decrease tests, relative to the scale of the figure of merit).
         A search with such a rule runs no window guard by default (``convergence="auto"``);
@@ -58,36 +55,19 @@ class Solver:
 
     name = "solver"
     handles_nonfinite = False
-    uses_residuals = False
     tests_convergence = False
 
+    def __post_init__(self) -> None:
+        """Check the hyperparameters (a subclass's own checks call this one)."""
+
     def hyperparameters(self) -> dict[str, Any]:
-        """The rule's settings as plain values (recorded in the configuration)."""
-        return {}
+        """The rule's settings as plain values (recorded in the configuration): its dataclass
+        fields, but for one marked ``metadata={"name": True}`` (recorded as its name)."""
+        fields: tuple = dataclasses.fields(self) if dataclasses.is_dataclass(self) else ()
+        return {f.name: getattr(self, f.name) for f in fields if not f.metadata.get("name")}
 
     def init(self, u) -> Any:
         """The state of a start about to be evaluated at ``u`` for the first time."""
-        raise NotImplementedError
-
-    def step(
-        self, value, grad, u, state, *, scale, value_fn: Callable[[Any], jax.Array]
-    ) -> SolverStep:
-        """The next point to evaluate, given ``value`` and ``grad`` at ``u``.
-
-        Args:
-          value, grad: the figure of merit and its gradient at ``u`` (possibly non-finite).
-          u: the point just evaluated.
-          state: this start's state.
-          scale: the engine's step multiplier (1, halved after each rolled-back step).
-          value_fn: the figure of merit of one point, for rules that evaluate more (counted
-            in :attr:`SolverStep.n_evals`).
-        """
-        raise NotImplementedError
-
-    def linearize(self, residual_fn, u) -> tuple[jax.Array, jax.Array, int]:
-        """``(r, J, cost)`` at ``u`` for a rule that :attr:`uses_residuals`: the residual
-        vector, its ``(m, n)`` Jacobian, and the evaluations that cost (a Python int, counted
-        in ``n_evals`` in place of the one a value and gradient counts)."""
         raise NotImplementedError
 
     def restart(self, u, state) -> Any:
@@ -109,3 +89,83 @@ class Solver:
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.hyperparameters().items())
         return f"{type(self).__name__}({args})"
+
+
+def _set(solver: Solver, **values) -> None:
+    """Set checked fields of a frozen dataclass in its ``__post_init__``."""
+    for key, value in values.items():
+        object.__setattr__(solver, key, value)
+
+
+class Minimiser(Solver):
+    """A rule for a scalar figure of merit: each step gets its value and gradient."""
+
+    def step(
+        self, value, grad, u, state, *, scale, value_fn: Callable[[Any], jax.Array]
+    ) -> SolverStep:
+        """The next point to evaluate, given ``value`` and ``grad`` at ``u``.
+
+        Args:
+          value, grad: the figure of merit and its gradient at ``u`` (possibly non-finite).
+          u: the point just evaluated.
+          state: this start's state.
+          scale: the engine's step multiplier (1, halved after each rolled-back step).
+          value_fn: the figure of merit of one point, for rules that evaluate more (counted
+            in :attr:`SolverStep.n_evals`).
+        """
+        raise NotImplementedError
+
+
+class LeastSquaresRule(Solver):
+    """A rule for a sum of squares ``‖r‖²``: each step gets the residual vector ``r`` and its
+    Jacobian, from :meth:`linearize`. It runs only where the search has residuals
+    (``multistart.MultiStartLeastSquares``)."""
+
+    jacobian = "auto"  # the Jacobian's mode: "auto", "forward" or "reverse" (see linearize)
+
+    def __post_init__(self) -> None:
+        if self.jacobian not in JACOBIAN_MODES:
+            modes = ", ".join(map(repr, JACOBIAN_MODES))
+            raise ValueError(f"jacobian must be one of {modes}; got {self.jacobian!r}")
+
+    def linearize(self, residual_fn, u) -> tuple[jax.Array, jax.Array, int]:
+        """The engine's one evaluation of a step: :func:`linearize` in the ``jacobian`` mode."""
+        return linearize(residual_fn, u, self.jacobian)
+
+    def step(
+        self, residuals, jacobian, u, state, *, value, scale, value_fn: Callable[[Any], jax.Array]
+    ) -> SolverStep:
+        """The next point to evaluate, given the residuals and their Jacobian at ``u``.
+
+        Args:
+          residuals, jacobian: ``r`` (one vector) and ``J`` (``(m, n)``) at ``u``.
+          value: ``‖r‖²``, the figure of merit the engine's guard and best-so-far read.
+          u, state, scale, value_fn: as :meth:`Minimiser.step`'s.
+        """
+        raise NotImplementedError
+
+
+def linearize(residual_fn, u, mode: str = "auto"):
+    """``(r, J, cost)``: the residuals at ``u`` as one vector, their Jacobian, and its cost.
+
+    ``u`` may be a pytree; ``J`` is ``(m, n)`` over its raveled leaves. The Jacobian is built
+    from ``n`` forward-mode products (``jax.linearize`` then one ``vmap`` over the basis) when
+    ``n <= m`` and ``mode`` is ``"auto"`` or ``"forward"``, else from ``m`` reverse-mode
+    products; the residuals come with it, not from another evaluation. ``cost`` (a Python
+    int) is the number of those products: the evaluations the engine counts for the step,
+    as it counts one value-and-gradient (itself one reverse-mode product) as one.
+    """
+    u_flat, unravel = ravel_pytree(u)
+    n = u_flat.shape[0]
+
+    def flat(v):
+        return ravel_pytree(residual_fn(unravel(v)))[0]
+
+    m = jax.eval_shape(flat, u_flat).shape[0]
+    if mode == "forward" or (mode == "auto" and n <= m):
+        r, lin = jax.linearize(flat, u_flat)
+        jac = jax.vmap(lin, out_axes=1)(jnp.eye(n, dtype=u_flat.dtype))
+        return r, jac, n
+    r, pullback = jax.vjp(flat, u_flat)
+    (jac,) = jax.vmap(pullback)(jnp.eye(m, dtype=r.dtype))
+    return r, jac, m

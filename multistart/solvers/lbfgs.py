@@ -16,14 +16,15 @@ across starts; everything is in the search's unconstrained coordinates.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from dataclasses import KW_ONLY, dataclass
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
 from .. import checks
-from .base import Solver, SolverStep
+from .base import Minimiser, SolverStep, _set
 
 __all__ = ["LBFGS", "LBFGSFields", "LBFGSState"]
 
@@ -115,7 +116,8 @@ class _Memory(NamedTuple):
         )
 
 
-class LBFGS(Solver):
+@dataclass(frozen=True)
+class LBFGS(Minimiser):
     """Limited-memory BFGS with a per-start backtracking line search, one evaluation a step.
 
     Args:
@@ -140,39 +142,28 @@ class LBFGS(Solver):
     handles_nonfinite = True
     tests_convergence = True
 
-    def __init__(
-        self,
-        memory: int = 10,
-        *,
-        rtol: float | None = None,
-        xtol: float | None = None,
-        ftol: float = 0.0,
-        c1: float = 1e-4,
-        max_linesearch: int = 20,
-        max_step: float = 10.0,
-        curvature_eps: float = 1e-8,
-    ):
-        self.memory = checks.integer(memory, "memory", 1)
-        self.rtol = None if rtol is None else float(checks.non_negative(rtol, "rtol"))
-        self.xtol = None if xtol is None else float(checks.non_negative(xtol, "xtol"))
-        self.ftol = float(checks.non_negative(ftol, "ftol"))
-        self.c1 = float(checks.positive(c1, "c1"))
-        checks.in_unit_interval(self.c1, "c1")
-        self.max_linesearch = checks.integer(max_linesearch, "max_linesearch", 1)
-        self.max_step = float(checks.positive(max_step, "max_step"))
-        self.curvature_eps = float(checks.non_negative(curvature_eps, "curvature_eps"))
+    memory: int = 10
+    _: KW_ONLY
+    rtol: float | None = None
+    xtol: float | None = None
+    ftol: float = 0.0
+    c1: float = 1e-4
+    max_linesearch: int = 20
+    max_step: float = 10.0
+    curvature_eps: float = 1e-8
 
-    def hyperparameters(self) -> dict[str, Any]:
-        return {
-            "memory": self.memory,
-            "rtol": self.rtol,
-            "xtol": self.xtol,
-            "ftol": self.ftol,
-            "c1": self.c1,
-            "max_linesearch": self.max_linesearch,
-            "max_step": self.max_step,
-            "curvature_eps": self.curvature_eps,
-        }
+    def __post_init__(self):
+        _set(
+            self,
+            memory=checks.integer(self.memory, "memory", 1),
+            rtol=None if self.rtol is None else float(checks.non_negative(self.rtol, "rtol")),
+            xtol=None if self.xtol is None else float(checks.non_negative(self.xtol, "xtol")),
+            ftol=float(checks.non_negative(self.ftol, "ftol")),
+            c1=float(checks.in_unit_interval(checks.positive(self.c1, "c1"), "c1")),
+            max_linesearch=checks.integer(self.max_linesearch, "max_linesearch", 1),
+            max_step=float(checks.positive(self.max_step, "max_step")),
+            curvature_eps=float(checks.non_negative(self.curvature_eps, "curvature_eps")),
+        )
 
     # -- state -------------------------------------------------------------------------------
 

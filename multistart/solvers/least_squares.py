@@ -32,7 +32,8 @@ precision, so run ill-conditioned fits in float64.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from dataclasses import KW_ONLY, dataclass, field
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -40,19 +41,11 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from .. import checks
-from .base import Solver, SolverStep
+from .base import LeastSquaresRule, SolverStep, _set
 
-__all__ = [
-    "LeastSquaresSolver",
-    "LeastSquaresState",
-    "METHODS",
-    "JACOBIAN_MODES",
-    "default_tolerance",
-    "linearize",
-]
+__all__ = ["LeastSquaresSolver", "LeastSquaresState", "METHODS", "default_tolerance"]
 
 METHODS = ("lm", "dogleg", "gauss-newton")
-JACOBIAN_MODES = ("auto", "forward", "reverse")
 CONVERGED, STALLED = 1, 2  # LeastSquaresState.done
 ACCEPT = 1e-4  # a trial is accepted when the actual decrease is this much of the predicted
 LM_TAU = 1e-3  # the first damping λ: dimensionless, as it multiplies the scaling D
@@ -62,32 +55,6 @@ DOGLEG_FACTOR = 100.0  # the first trust radius, relative to max(‖x‖, 1) (MI
 def default_tolerance(tol: float | None, dtype) -> float:
     """``tol``, or for ``None`` the default ``eps^(3/4)`` of ``dtype`` (a Python float)."""
     return float(np.finfo(dtype).eps) ** 0.75 if tol is None else tol
-
-
-def linearize(residual_fn, u, mode: str = "auto"):
-    """``(r, J, cost)``: the residuals at ``u`` as one vector, their Jacobian, and its cost.
-
-    ``u`` may be a pytree; ``J`` is ``(m, n)`` over its raveled leaves. The Jacobian is built
-    from ``n`` forward-mode products (``jax.linearize`` then one ``vmap`` over the basis) when
-    ``n <= m`` and ``mode`` is ``"auto"`` or ``"forward"``, else from ``m`` reverse-mode
-    products; the residuals come with it, not from another evaluation. ``cost`` (a Python
-    int) is the number of those products: the evaluations the engine counts for the step,
-    as it counts one value-and-gradient (itself one reverse-mode product) as one.
-    """
-    u_flat, unravel = ravel_pytree(u)
-    n = u_flat.shape[0]
-
-    def flat(v):
-        return ravel_pytree(residual_fn(unravel(v)))[0]
-
-    m = jax.eval_shape(flat, u_flat).shape[0]
-    if mode == "forward" or (mode == "auto" and n <= m):
-        r, lin = jax.linearize(flat, u_flat)
-        jac = jax.vmap(lin, out_axes=1)(jnp.eye(n, dtype=u_flat.dtype))
-        return r, jac, n
-    r, pullback = jax.vjp(flat, u_flat)
-    (jac,) = jax.vmap(pullback)(jnp.eye(m, dtype=r.dtype))
-    return r, jac, m
 
 
 class LeastSquaresState(NamedTuple):
@@ -106,11 +73,13 @@ class LeastSquaresState(NamedTuple):
     done: jax.Array  # 0 while running; CONVERGED (a test passed) or STALLED (no decrease left)
 
 
-class LeastSquaresSolver(Solver):
+@dataclass(frozen=True)
+class LeastSquaresSolver(LeastSquaresRule):
     """A per-start Gauss-Newton-type rule over residuals (see the module's docstring).
 
     Args:
-      method: ``"lm"`` (Levenberg-Marquardt), ``"dogleg"`` or ``"gauss-newton"``.
+      method: ``"lm"`` (Levenberg-Marquardt), ``"dogleg"`` or ``"gauss-newton"``; the rule's
+        name.
       ftol, xtol, gtol: scipy ``least_squares``' stopping tolerances (relative); ``None``
         (default) is ``eps^(3/4)`` of the search's float type; ``0`` turns one off.
       jacobian: ``"auto"`` (forward mode when there are at least as many residuals as
@@ -119,39 +88,27 @@ class LeastSquaresSolver(Solver):
     """
 
     handles_nonfinite = True  # a non-finite trial is a rejected trial
-    uses_residuals = True
     tests_convergence = True
 
-    def __init__(
-        self,
-        method: str = "lm",
-        *,
-        ftol: float | None = None,
-        xtol: float | None = None,
-        gtol: float | None = None,
-        jacobian: str = "auto",
-    ):
-        if method not in METHODS:
+    method: str = field(default="lm", metadata={"name": True})
+    _: KW_ONLY
+    ftol: float | None = None
+    xtol: float | None = None
+    gtol: float | None = None
+    jacobian: str = "auto"
+
+    def __post_init__(self):
+        if self.method not in METHODS:
             raise ValueError(
-                f"method must be one of {', '.join(map(repr, METHODS))}; got {method!r}"
+                f"method must be one of {', '.join(map(repr, METHODS))}; got {self.method!r}"
             )
-        if jacobian not in JACOBIAN_MODES:
-            options = ", ".join(map(repr, JACOBIAN_MODES))
-            raise ValueError(f"jacobian must be one of {options}; got {jacobian!r}")
-        self.method = method
-        self.name = method
-        self.ftol, self.xtol, self.gtol = (
-            None if v is None else float(checks.non_negative(v, name))
-            for v, name in ((ftol, "ftol"), (xtol, "xtol"), (gtol, "gtol"))
+        super().__post_init__()
+        _set(self, name=self.method)
+        tols = {key: getattr(self, key) for key in ("ftol", "xtol", "gtol")}
+        _set(
+            self,
+            **{k: v if v is None else float(checks.non_negative(v, k)) for k, v in tols.items()},
         )
-        self.jacobian = jacobian
-
-    def hyperparameters(self) -> dict[str, Any]:
-        return {"ftol": self.ftol, "xtol": self.xtol, "gtol": self.gtol, "jacobian": self.jacobian}
-
-    def linearize(self, residual_fn, u):
-        """The engine's one evaluation of a step: see :func:`linearize`."""
-        return linearize(residual_fn, u, self.jacobian)
 
     def init(self, u) -> LeastSquaresState:
         x, _ = ravel_pytree(u)
@@ -177,10 +134,10 @@ class LeastSquaresSolver(Solver):
     def stalled(self, state: LeastSquaresState) -> jax.Array:
         return state.done == STALLED
 
-    def step(  # type: ignore[override]  # the engine passes a least-squares rule its residuals
-        self, value, grad, u, state: LeastSquaresState, *, scale, value_fn, residuals, jacobian
+    def step(
+        self, residuals, jacobian, u, state: LeastSquaresState, *, value, scale, value_fn
     ) -> SolverStep:
-        del grad, value_fn  # the residuals and their Jacobian say more
+        del value_fn  # one evaluation a step: the engine's
         u_flat, unravel = ravel_pytree(u)
         st, dtype = state, u_flat.dtype
         cost = jnp.asarray(value, dtype)

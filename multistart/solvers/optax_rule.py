@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from .base import Solver, SolverStep
+from .base import Minimiser, Solver, SolverStep
 
 __all__ = ["OptaxSolver", "as_solver", "update_kwargs"]
 
@@ -44,7 +44,7 @@ def linesearch_evals(state) -> jax.Array:
     return total
 
 
-class OptaxSolver(Solver):
+class OptaxSolver(Minimiser):
     """An optax ``GradientTransformation`` stepping one start: ``u + scale * update``.
 
     Rules whose ``update`` takes ``value``, ``grad`` or ``value_fn`` (``optax.lbfgs``)

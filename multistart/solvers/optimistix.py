@@ -19,17 +19,19 @@ optimistix is an optional dependency: ``pip install optimistix`` (or ``multistar
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass, field
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
-from .base import Solver, SolverStep
-from .least_squares import JACOBIAN_MODES, linearize
+from .base import LeastSquaresRule, Minimiser, Solver, SolverStep, _set
 
 __all__ = [
-    "OptimistixSolver",
+    "OptimistixLeastSquares",
+    "OptimistixMinimiser",
     "as_least_squares_solver",
     "as_minimiser",
     "is_optimistix",
@@ -70,7 +72,7 @@ def _admitted(rule, names: tuple[str, ...]) -> bool:
     return any(isinstance(rule, getattr(optx, n)) for n in names)
 
 
-def as_minimiser(rule) -> OptimistixSolver:
+def as_minimiser(rule) -> OptimistixMinimiser:
     """An optimistix minimiser as a rule for ``MultiStartGradient``, or a ValueError saying
     why it cannot keep one evaluation per start per step."""
     name = type(rule).__name__
@@ -88,10 +90,10 @@ def as_minimiser(rule) -> OptimistixSolver:
             f"optimistix.{', optimistix.'.join(MINIMISERS)} (BFGS, DFP, LBFGS, GradientDescent, "
             "NonlinearCG)"
         )
-    return OptimistixSolver(rule, least_squares=False)
+    return OptimistixMinimiser(rule)
 
 
-def as_least_squares_solver(rule, *, jacobian: str = "auto") -> OptimistixSolver:
+def as_least_squares_solver(rule, *, jacobian: str = "auto") -> OptimistixLeastSquares:
     """An optimistix least-squares solver as a rule for ``MultiStartLeastSquares``."""
     name = type(rule).__name__
     if not is_optimistix(rule):
@@ -109,98 +111,58 @@ def as_least_squares_solver(rule, *, jacobian: str = "auto") -> OptimistixSolver
             "GaussNewton, Dogleg); a minimiser fits a scalar objective: "
             f"MultiStartGradient(optx.{name}(...))"
         )
-    return OptimistixSolver(rule, least_squares=True, jacobian=jacobian)
+    return OptimistixLeastSquares(rule, jacobian)
 
 
-class OptimistixSolver(Solver):
-    """An optimistix solver stepping one start, from the engine's one evaluation a step.
+@dataclass(frozen=True, eq=False, repr=False)
+class _Adapter(Solver):
+    """An optimistix solver stepping one start from the engine's one evaluation a step."""
 
-    Args:
-      solver: an optimistix minimiser (``least_squares=False``) or Gauss-Newton-type
-        least-squares solver (``least_squares=True``); see :func:`as_minimiser`.
-      least_squares: whether ``solver`` fits residuals.
-      jacobian: the residual Jacobian's mode (least squares): ``"auto"``, ``"forward"``,
-        ``"reverse"``.
-      residual_size: the number of residuals (least squares): optimistix keeps the residuals
-        and their Jacobian in its state, so their size is part of it. Set by
-        ``MultiStartLeastSquares.fit`` (:meth:`bind`).
-    """
-
-    def __init__(self, solver, *, least_squares: bool, jacobian: str = "auto", residual_size=None):
-        if jacobian not in JACOBIAN_MODES:
-            options = ", ".join(map(repr, JACOBIAN_MODES))
-            raise ValueError(f"jacobian must be one of {options}; got {jacobian!r}")
-        self.solver = solver
-        self.name = f"optimistix.{type(solver).__name__}"
-        self.uses_residuals = least_squares
-        self.jacobian = jacobian
-        self.residual_size = residual_size
-        search = type(getattr(solver, "search", None)).__name__
-        # a search that compares values rejects a non-finite trial and shortens the next
-        self.handles_nonfinite = search in _NONFINITE_SEARCHES
-        self._templates: dict = {}
+    solver: Any
+    _templates: dict = field(default_factory=dict, init=False)
 
     tests_convergence = True  # optimistix's own terminate (its rtol and atol)
 
-    def hyperparameters(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"solver": type(self.solver).__name__}
-        for key in ("rtol", "atol"):
-            out[key] = float(getattr(self.solver, key))
-        for part in ("search", "descent"):
-            if hasattr(self.solver, part):
-                out[part] = type(getattr(self.solver, part)).__name__
-        if self.uses_residuals:
-            out["jacobian"] = self.jacobian
-        return out
-
-    def bind(self, residual_size: int) -> OptimistixSolver:
-        """This adapter for ``residual_size`` residuals (least squares)."""
-        if not self.uses_residuals or residual_size == self.residual_size:
-            return self
-        return OptimistixSolver(
-            self.solver, least_squares=True, jacobian=self.jacobian, residual_size=residual_size
+    def __post_init__(self):
+        super().__post_init__()
+        # a search that compares values rejects a non-finite trial and shortens the next
+        search = type(getattr(self.solver, "search", None)).__name__
+        _set(
+            self,
+            name=f"optimistix.{type(self.solver).__name__}",
+            handles_nonfinite=search in _NONFINITE_SEARCHES,
         )
 
-    def linearize(self, residual_fn, u):
-        return linearize(residual_fn, u, self.jacobian)
+    def hyperparameters(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"solver": type(self.solver).__name__}
+        out |= {key: float(getattr(self.solver, key)) for key in ("rtol", "atol")}
+        parts = [part for part in ("search", "descent") if hasattr(self.solver, part)]
+        return out | {part: type(getattr(self.solver, part)).__name__ for part in parts}
 
-    # -- the stand-in function and optimistix's calls ----------------------------------------
+    # -- optimistix's calls, through the stand-in function -----------------------------------
 
-    def _standin(self, u, value, grad, residuals, jacobian, calls: list):
+    def _standin(self, u, f0, slope, calls: list):
+        """``f0 + slope (y - u)``: a value and gradient, or residuals and their Jacobian."""
         u_flat, _ = ravel_pytree(u)
 
         def fn(y, args):
             calls.append(1)
             step = ravel_pytree(y)[0] - u_flat
-            if self.uses_residuals:
-                return residuals + jacobian @ step, None
-            return value + jnp.vdot(ravel_pytree(grad)[0], step), None
+            return f0 + (jnp.vdot(slope, step) if slope.ndim == 1 else slope @ step), None
 
         return fn
 
-    def _f_struct(self, u):
-        dtype = ravel_pytree(u)[0].dtype
-        if not self.uses_residuals:
-            return jax.ShapeDtypeStruct((), dtype)
-        if self.residual_size is None:
-            raise TypeError(
-                f"{self.name}: the number of residuals is not known; the adapter runs inside "
-                "MultiStartLeastSquares.fit, which sets it"
-            )
-        return jax.ShapeDtypeStruct((self.residual_size,), dtype)
+    def _f_struct(self, u) -> jax.ShapeDtypeStruct:
+        return jax.ShapeDtypeStruct((), ravel_pytree(u)[0].dtype)
+
+    _options = {"autodiff_mode": "bwd"}
 
     def _optx_init(self, u):
         u_flat, _ = ravel_pytree(u)
         f = self._f_struct(u)
-        zeros = jnp.zeros(f.shape, f.dtype)
-        jac = jnp.zeros((*f.shape, u_flat.shape[0]), f.dtype)
-        fn = self._standin(u, zeros, jax.tree_util.tree_map(jnp.zeros_like, u), zeros, jac, [])
-        options = self._options()
-        return self.solver.init(fn, u, None, options, f, None, frozenset())
-
-    def _options(self) -> dict:
-        # forward mode for the stand-in: its Jacobian is a product with the one given
-        return {"jac": "fwd"} if self.uses_residuals else {"autodiff_mode": "bwd"}
+        slope = jnp.zeros((*f.shape, u_flat.shape[0]), f.dtype)
+        fn = self._standin(u, jnp.zeros(f.shape, f.dtype), slope, [])
+        return self.solver.init(fn, u, None, self._options, f, None, frozenset())
 
     def _template(self, u):
         """``(treedef, static)``: the state's array structure and everything else (jaxprs)."""
@@ -239,13 +201,12 @@ class OptimistixSolver(Solver):
     def init(self, u):
         return u, self._pack(self._optx_init(u), u)
 
-    def step(self, value, grad, u, state, *, scale, value_fn, residuals=None, jacobian=None):
-        del value_fn  # one evaluation a step: the engine's
+    def _step(self, f0, slope, u, state, scale) -> SolverStep:
         y, packed = state
         calls: list = []
-        fn = self._standin(u, value, grad, residuals, jacobian, calls)
+        fn = self._standin(u, f0, slope, calls)
         optx_state = self._unpack(packed, u)
-        y_new, new, _ = self.solver.step(fn, y, None, self._options(), optx_state, frozenset())
+        y_new, new, _ = self.solver.step(fn, y, None, self._options, optx_state, frozenset())
         if len(calls) != 1:
             raise TypeError(
                 f"{self.name} evaluated its function {len(calls)} times in one step; the engine "
@@ -261,9 +222,53 @@ class OptimistixSolver(Solver):
     def converged(self, state) -> jax.Array:
         y, packed = state
         done, _ = self.solver.terminate(
-            None, y, None, self._options(), self._unpack(packed, y), frozenset()
+            None, y, None, self._options, self._unpack(packed, y), frozenset()
         )
         return done
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class OptimistixMinimiser(_Adapter, Minimiser):
+    """An optimistix minimiser stepping one start (see :func:`as_minimiser`)."""
+
+    def step(self, value, grad, u, state, *, scale, value_fn) -> SolverStep:
+        del value_fn  # one evaluation a step: the engine's
+        return self._step(value, ravel_pytree(grad)[0], u, state, scale)
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class OptimistixLeastSquares(_Adapter, LeastSquaresRule):
+    """An optimistix Gauss-Newton-type solver stepping one start (see
+    :func:`as_least_squares_solver`).
+
+    ``residual_size``: optimistix keeps the residuals and their Jacobian in its state, so
+    their number is part of it; ``MultiStartLeastSquares.fit`` sets it (:meth:`bind`).
+    """
+
+    jacobian: str = "auto"
+    residual_size: int | None = None
+
+    def hyperparameters(self) -> dict[str, Any]:
+        return {**super().hyperparameters(), "jacobian": self.jacobian}
+
+    def bind(self, residual_size: int) -> OptimistixLeastSquares:
+        """This adapter for ``residual_size`` residuals."""
+        same = residual_size == self.residual_size
+        return self if same else dataclasses.replace(self, residual_size=residual_size)
+
+    def _f_struct(self, u) -> jax.ShapeDtypeStruct:
+        if self.residual_size is None:
+            raise TypeError(
+                f"{self.name}: the number of residuals is not known; the adapter runs inside "
+                "MultiStartLeastSquares.fit, which sets it"
+            )
+        return jax.ShapeDtypeStruct((self.residual_size,), ravel_pytree(u)[0].dtype)
+
+    _options = {"jac": "fwd"}  # forward mode for the stand-in: a product with the J given
+
+    def step(self, residuals, jacobian, u, state, *, value, scale, value_fn) -> SolverStep:
+        del value, value_fn  # one evaluation a step: the engine's
+        return self._step(residuals, jacobian, u, state, scale)
 
 
 def _replace_y_eval(state, y_eval):
