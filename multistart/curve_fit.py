@@ -104,12 +104,14 @@ def _fit(
     with jax.enable_x64(True):
         data, names = _data(f, xdata, ydata, sigma, p0, check_finite, nan_policy)
         lower, upper = _bounds(bounds, len(names))
-        first = _first_start(None if p0 is None else _vector(p0, len(names), "p0"), lower, upper)
+        p0 = None if p0 is None else _vector(p0, len(names), "p0")
+        first = _first_start(p0, lower, upper, names)
         space = _space(names, first, lower, upper)
         _check_output(f, data[0], names, data[1].shape)
         options = {"n_steps": STEPS_PER_PARAMETER * len(names), **options}
         search = MultiStartLeastSquares(absolute_sigma=absolute_sigma, **options)
-        starts = {name: np.array([v]) for name, v in zip(names, first, strict=True)}
+        inside = _inside(first, lower, upper)
+        starts = {name: np.array([v]) for name, v in zip(names, inside, strict=True)}
         result = search.fit(_CurveModel(f, names, space, data), starts=starts, resume=resume)
         popt = np.array([float(result.best_params[k]) for k in names])
         pcov = _covariances(f, names, data, popt[None], absolute_sigma, stacked=False)[0]
@@ -163,6 +165,11 @@ def _model_key(f, names) -> tuple | None:
     return ("curve_fit", f, tuple(names))
 
 
+def _array_if_list(xdata):
+    """A list ``xdata`` is an array, as scipy reads it (a tuple or dict stays a pytree)."""
+    return np.asarray(xdata, dtype=np.float64) if isinstance(xdata, list) else xdata
+
+
 def _names(f, n: int | None) -> list[str]:
     """The parameters' names: ``f``'s arguments after ``x`` (scipy reads their number there)."""
     try:
@@ -207,7 +214,7 @@ def _data(f, xdata, ydata, sigma, p0, check_finite, nan_policy):
     y = np.asarray(ydata, dtype=np.float64)
     if y.size == 0:
         raise ValueError("ydata is empty")
-    x = jax.tree_util.tree_map(lambda a: np.asarray(a, dtype=np.float64), xdata)
+    x = jax.tree_util.tree_map(lambda a: np.asarray(a, dtype=np.float64), _array_if_list(xdata))
     s = None if sigma is None else np.asarray(sigma, dtype=np.float64)
     if s is not None and s.shape not in (y.shape, (y.size,), (y.size, y.size)):
         raise ValueError(
@@ -217,7 +224,7 @@ def _data(f, xdata, ydata, sigma, p0, check_finite, nan_policy):
     x_leaves = jax.tree_util.tree_leaves(x)
     if nan_policy == "omit":
         x, y, s = _omit(x, y, s)
-    elif check_finite is not False:
+    elif check_finite is not False or nan_policy == "raise":
         for leaf in x_leaves:
             _finite("xdata", leaf)
         _finite("ydata", y)
@@ -306,12 +313,10 @@ def _bounds(bounds, n: int) -> tuple[np.ndarray, np.ndarray]:
     return lo, hi
 
 
-def _first_start(p0, lower, upper) -> np.ndarray:
+def _first_start(p0, lower, upper, names=None) -> np.ndarray:
     """``p0``, checked against the bounds, or scipy's default start."""
     if p0 is not None:
-        outside = (p0 < lower) | (p0 > upper)
-        if outside.any():
-            raise ValueError(f"p0 lies outside bounds at parameter(s) {np.flatnonzero(outside)}")
+        _check_p0(p0, lower, upper, names or [f"p{i}" for i in range(len(p0))])
         return p0
     lo_open, hi_open = np.isinf(lower), np.isinf(upper)
     start = np.ones_like(lower)
@@ -320,6 +325,23 @@ def _first_start(p0, lower, upper) -> np.ndarray:
     start[~lo_open & hi_open] = lower[~lo_open & hi_open] + 1.0
     start[lo_open & ~hi_open] = upper[lo_open & ~hi_open] - 1.0
     return start
+
+
+def _check_p0(p0, lower, upper, names) -> None:
+    """``p0`` (``(n,)``, or ``(n_fits, n)``) must be finite and inside the bounds."""
+    bad = np.atleast_2d(~np.isfinite(p0) | (p0 < lower) | (p0 > upper))
+    if bad.any():
+        i = int(np.argmax(bad.any(axis=1)))
+        fit = f" of fit {i}" if np.ndim(p0) > 1 else ""
+        where = [names[j] for j in np.flatnonzero(bad[i])]
+        raise ValueError(f"p0{fit} is not finite or lies outside bounds at parameter(s) {where}")
+
+
+def _inside(p0, lower, upper) -> np.ndarray:
+    """``p0`` moved just inside a bound it sits on, as scipy's trf makes its start strictly
+    feasible (a start on a bound never moves: its coordinate there is infinite)."""
+    span = np.where(np.isfinite(upper - lower), upper - lower, np.maximum(np.abs(p0), 1.0))
+    return np.clip(p0, lower + 4 * BOUND_MARGIN * span, upper - 4 * BOUND_MARGIN * span)
 
 
 def _space(names, first, lower, upper) -> dict[str, Any]:
@@ -400,6 +422,9 @@ def _fit_batch(
 ):
     """``(popt, pcov, BatchFits)`` of a stack of datasets."""
     n_starts = kw.pop("n_starts")
+    if isinstance(n_starts, bool) or not isinstance(n_starts, int | np.integer) or n_starts < 1:
+        raise ValueError(f"n_starts must be an int >= 1; got {n_starts!r}")
+    n_starts = int(n_starts)
     options = _batch_options(kw)
     with jax.enable_x64(True):
         data, names, n_fits = _stack_data(f, xdata, ydata, sigma, p0, check_finite, nan_policy)
@@ -463,10 +488,10 @@ def _stack_data(f, xdata, ydata, sigma, p0, check_finite, nan_policy):
     n_fits, shape = y.shape[0], y.shape[1:]
     n = None if p0 is None else int(np.shape(p0)[-1] if np.ndim(p0) else 1)
     names = _names(f, n)
-    x = jax.tree_util.tree_map(lambda a: np.asarray(a, dtype=np.float64), xdata)
+    x = jax.tree_util.tree_map(lambda a: np.asarray(a, dtype=np.float64), _array_if_list(xdata))
     x, per_fit = _stack_x(f, x, n_fits, shape, names)
     weight = _stack_weights(sigma, n_fits, shape)
-    if check_finite is not False:
+    if check_finite is not False or nan_policy == "raise":
         for leaf in jax.tree_util.tree_leaves(x):
             _finite_by_fit("xdata", leaf) if per_fit else _finite("xdata", leaf[0])
         _finite_by_fit("ydata", y)
@@ -503,6 +528,12 @@ def _stack_weights(sigma, n_fits: int, shape):
     if s.shape in (shape, (m,)):  # one fit's: shared by every fit
         s = np.broadcast_to(s.reshape(m), (n_fits, m))
     elif s.shape in ((n_fits, *shape), (n_fits, m)):
+        if s.shape == (m, m) and np.allclose(s, s.T) and np.ptp(s) > 0:
+            raise ValueError(
+                f"batched=True: sigma of shape {s.shape} with {n_fits} fits of {m} points reads "
+                "as each fit's standard deviations, but it is symmetric, as a covariance is: "
+                f"pass a covariance shared by every fit as np.broadcast_to(sigma, {(n_fits, m, m)})"
+            )
         s = s.reshape(n_fits, m)
     elif s.shape == (n_fits, m, m):
         try:
@@ -548,24 +579,14 @@ def _stack_p0(p0, n_fits: int, names, lower, upper) -> np.ndarray:
     n = len(names)
     if p0 is None or np.ndim(p0) <= 1:
         one = None if p0 is None else _vector(p0, n, "p0")
-        return np.tile(_first_start(one, lower, upper), (n_fits, 1))
+        return np.tile(_first_start(one, lower, upper, names), (n_fits, 1))
     first = np.asarray(p0, dtype=np.float64)
     if first.shape != (n_fits, n):
         raise ValueError(
             f"p0 must be one start ({n},) for every fit or one per fit ({n_fits}, {n}); got "
             f"shape {first.shape}"
         )
-    outside = ~np.isfinite(first) | (first < lower) | (first > upper)
-    boxed = np.isfinite(lower) & np.isfinite(upper)
-    with np.errstate(invalid="ignore"):
-        q = (first - lower) / (upper - lower)
-    on_bound = boxed & ((q < BOUND_MARGIN) | (q > 1.0 - BOUND_MARGIN)) & ~outside
-    says = ("lies outside bounds (or is not finite)", "sits on a bound (a start there never moves)")
-    for bad, what in zip((outside, on_bound), says, strict=True):
-        if bad.any():
-            i = int(np.argmax(bad.any(axis=1)))
-            where = [names[j] for j in np.flatnonzero(bad[i])]
-            raise ValueError(f"p0 of fit {i} {what} at parameter(s) {where}")
+    _check_p0(first, lower, upper, names)
     return first
 
 
@@ -577,7 +598,7 @@ def _stack_starts(names, first, lower, upper, k: int, options) -> dict[str, np.n
     lo, hi = check_band(options.start_band)
     priors = _space(names, first, lower, upper)
     out = np.empty((n_fits, k, n))
-    out[:, 0] = first
+    out[:, 0] = _inside(first, lower, upper)
     for name in sorted(names):  # the space's order (jax sorts a dict's keys), as a fit draws
         q = rng.uniform(lo, hi, size=(k - 1,))
         out[:, 1:, names.index(name)] = np.broadcast_to(

@@ -31,8 +31,9 @@ from .memory import is_out_of_memory
 __all__ = ["lower_and_compile", "padded_chunks", "retry_narrower", "first_line", "copy_tree"]
 __all__ += ["Programs", "programs_for", "PROGRAMS_KEPT"]
 
-#: Models whose programs a process keeps for a refit (the least recently fitted are dropped).
-PROGRAMS_KEPT = 8
+#: Programs a process keeps for a refit (the least recently fitted dropped): a curve_fit model
+#: takes two (its fit's and its covariance's), so the last 8 models are kept.
+PROGRAMS_KEPT = 16
 
 
 class Programs:

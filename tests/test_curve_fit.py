@@ -98,7 +98,13 @@ def test_an_undetermined_parameter_gives_an_inf_pcov_with_a_warning():
         (dict(p0=[1.0, 1.0]), ValueError, r"p0 must have one value per parameter of f \(3: a"),
         (dict(bounds=([0, 0], [1, 1, 1])), ValueError, "bounds' lower must have one value"),
         (dict(bounds=(1.0, 0.0)), ValueError, "each lower must be below its upper"),
-        (dict(bounds=(0.0, 1.0), p0=[2.0, 0.5, 0.5]), ValueError, "p0 lies outside bounds"),
+        (dict(bounds=(0.0, 1.0), p0=[2.0, 0.5, 0.5]), ValueError, r"outside bounds .* \['a'\]"),
+        (dict(p0=[np.nan, 1.0, 0.0]), ValueError, r"p0 is not finite .* \['a'\]"),
+        (
+            dict(nan_policy="raise", check_finite=False, p0=[1, 1, 0], sigma=[np.nan] * 50),
+            ValueError,
+            "sigma holds 50 non-finite",
+        ),
         (dict(sigma=np.ones(7)), ValueError, "sigma must have ydata's shape"),
         (dict(sigma=-np.ones(50)), ValueError, "sigma must be positive"),
         (dict(method="trf"), ValueError, "method must be 'lm'"),
@@ -135,6 +141,16 @@ def test_a_model_written_with_numpy_is_told_to_use_jax_numpy_before_a_compile():
     note = " ".join(getattr(raised.value, "__notes__", []))
     assert "tracing f(xdata, a, tau, c)" in note and "jnp.exp" in note
     assert "numpy_decay" in "".join(traceback.format_tb(raised.value.__traceback__))
+
+
+def test_p0_on_a_bound_starts_just_inside_it_and_a_list_xdata_is_an_array():
+    box = ([0.0, 0.1, -1.0], [10.0, 10.0, 1.0])
+    popt, _, result = ms.curve_fit(
+        decay, list(X), list(Y), p0=[0.0, 1.0, 0.0], bounds=box, full_output=True, **FAST
+    )
+    assert 0.0 < result.start_params["a"][0] < 1e-4  # p0's a was on the bound 0
+    expected, _ = scipy.optimize.curve_fit(decay_np, X, Y, p0=[0.0, 1.0, 0.0], bounds=box)
+    np.testing.assert_allclose(popt, expected, rtol=1e-5)
 
 
 def test_names_come_from_f_and_the_result_uses_them():

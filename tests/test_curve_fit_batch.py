@@ -174,8 +174,10 @@ def test_a_fit_whose_covariance_cannot_be_estimated_is_inf_with_one_warning():
         (dict(xdata=np.ones((4, 39))), ValueError, r"must return one fit's ydata shape \(40,\)"),
         (dict(p0=[1.0, 1.0]), ValueError, r"p0 must have one value per parameter of f \(3"),
         (dict(p0=np.ones((5, 3))), ValueError, r"one per fit \(4, 3\); got shape \(5, 3\)"),
-        (dict(p0=[P0, P0, [1.0, 1.0, 5.0], P0], bounds=BOX), ValueError, "p0 of fit 2 lies"),
-        (dict(p0=[P0, [0.0, 1.0, 0.0], P0, P0], bounds=BOX), ValueError, "p0 of fit 1 sits on"),
+        (dict(p0=[P0, P0, [1.0, 1.0, 5.0], P0], bounds=BOX), ValueError, r"p0 of fit 2 .*\['c'\]"),
+        (dict(p0=[P0, [np.nan, 1.0, 0.0], P0, P0]), ValueError, r"p0 of fit 1 is not finite"),
+        (dict(n_starts=1.5), ValueError, "n_starts must be an int >= 1; got 1.5"),
+        (dict(n_starts=True), ValueError, "n_starts must be an int >= 1; got True"),
         (dict(bounds=([0, 0], [1, 1, 1])), ValueError, "bounds' lower must have one value"),
         (dict(f=lambda x, a, b, c: a * x[:10]), ValueError, "must return one fit's ydata shape"),
         (dict(start_strategy="tiktak"), ValueError, "start_strategy='band' and n_candidates=0"),
@@ -190,6 +192,22 @@ def test_bad_batches_are_refused_before_any_compile(kw, error, match):
     args = dict(f=decay, xdata=X, ydata=Y, p0=P0, batched=True, **FAST)
     with NoCompile(), pytest.raises(error, match=match):
         ms.curve_fit(**{**args, **kw})
+
+
+def test_a_covariance_shaped_like_per_fit_sigma_is_refused_and_its_broadcast_is_used():
+    x = np.linspace(0.0, 1.0, 4)  # 4 fits of 4 points: (4, 4) could be either
+
+    def line(x, a, b):
+        return a + b * x
+
+    ys = np.stack([1 + 2 * x + 0.1 * k * np.array([1, -1, 1, -1]) for k in range(1, 5)])
+    cov = 0.01 * (np.eye(4) + 0.5 * np.ones((4, 4)))
+    kw = dict(p0=[1.0, 1.0], absolute_sigma=True, **FAST)
+    with NoCompile(), pytest.raises(ValueError, match="symmetric, as a covariance is"):
+        ms.curve_fit(line, x, ys, sigma=cov, batched=True, **kw)
+    _, pcov = ms.curve_fit(line, x, ys, sigma=np.broadcast_to(cov, (4, 4, 4)), batched=True, **kw)
+    _, alone = ms.curve_fit(line, x, ys[0], sigma=cov, **kw)
+    np.testing.assert_allclose(pcov[0], alone, rtol=1e-6)
 
 
 def test_non_finite_data_are_refused_naming_the_fit():
