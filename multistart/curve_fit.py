@@ -632,7 +632,7 @@ def _per_fit(result: Result, names, n_fits: int, k: int) -> tuple[np.ndarray, Ba
 def _covariances(f, names, data, popt, absolute_sigma: bool, *, stacked: bool) -> np.ndarray:
     """curve_fit's ``pcov`` of each fit, ``(n_fits, n, n)``: ``s² (JᵀJ)⁻¹`` at ``popt``, ``s²``
     1 (``absolute_sigma``) or the reduced χ²; ``inf``, with one ``OptimizeWarning``, where no
-    degree of freedom is left or ``JᵀJ`` is singular (:func:`_inverse`). ``stacked``: ``data``
+    degree of freedom is left or ``J`` is singular (:func:`_inverse_gram`). ``stacked``: ``data``
     has a leading axis of fits."""
     model = _model_key(f, names)
     leaves, treedef = jax.tree_util.tree_flatten(data)
@@ -645,7 +645,7 @@ def _covariances(f, names, data, popt, absolute_sigma: bool, *, stacked: bool) -
         s2 = np.ones(len(popt))
     else:
         s2 = ssr / (m - n) if m > n else np.full(len(popt), np.inf)
-    pcov = _inverse(a) * s2[:, None, None]
+    pcov = _inverse_gram(a) * s2[:, None, None]
     bad = ~np.all(np.isfinite(pcov), axis=(1, 2))
     if bad.any():
         which = "" if len(popt) == 1 and not stacked else f" for {bad.sum()} of {len(popt)} fits"
@@ -659,7 +659,7 @@ def _covariances(f, names, data, popt, absolute_sigma: bool, *, stacked: bool) -
 
 
 def _curvature(f, names, stacked: bool):
-    """``jit(vmap(...))``: ``(JᵀJ, ‖r‖²)`` of each fit's weighted residuals at its ``popt``."""
+    """``jit(vmap(...))``: ``(J, ‖r‖²)`` of each fit's weighted residuals at its ``popt``."""
 
     def one(p, data):
         x, y, weight = data
@@ -669,8 +669,7 @@ def _curvature(f, names, stacked: bool):
             return weight(r) if callable(weight) else r * weight
 
         r = residuals(p)
-        jac = jax.jacfwd(residuals)(p)
-        return jac.T @ jac, jnp.vdot(r, r)
+        return jax.jacfwd(residuals)(p), jnp.vdot(r, r)
 
     def multistart_curve_fit_covariance(popt, data):
         return jax.vmap(one, in_axes=(0, 0 if stacked else None))(popt, data)
@@ -678,19 +677,20 @@ def _curvature(f, names, stacked: bool):
     return jax.jit(multistart_curve_fit_covariance)
 
 
-def _inverse(a: np.ndarray) -> np.ndarray:
-    """``a⁻¹`` of each symmetric ``(n, n)`` matrix, ``nan`` where it is not finite or singular
-    (an eigenvalue below ``n * eps`` of the largest once scaled to a unit diagonal, as
-    :func:`multistart.laplace` judges it)."""
-    n = a.shape[-1]
-    diag = np.diagonal(a, axis1=1, axis2=2)
-    good = np.all(np.isfinite(a), axis=(1, 2)) & np.all(diag > 0, axis=1)
-    d = 1.0 / np.sqrt(np.where(good[:, None], diag, 1.0))
-    scaled = np.where(good[:, None, None], a * d[:, :, None] * d[:, None, :], np.eye(n))
-    lam, vec = np.linalg.eigh(0.5 * (scaled + np.swapaxes(scaled, 1, 2)))
-    top = np.maximum(lam.max(axis=1, initial=0.0), 0.0)
-    good &= np.all(lam > top[:, None] * n * np.finfo(np.float64).eps, axis=1)
-    lam = np.where(good[:, None], lam, 1.0)
-    inverse = (vec / lam[:, None, :]) @ np.swapaxes(vec, 1, 2) * d[:, :, None] * d[:, None, :]
+def _inverse_gram(jac: np.ndarray) -> np.ndarray:
+    """``(JᵀJ)⁻¹`` of each ``(m, n)`` Jacobian, from the SVD of ``J`` with unit columns (as
+    scipy's curve_fit, so its precision is ``J``'s, not ``JᵀJ``'s); ``nan`` where ``J`` is not
+    finite or singular: a singular value below ``max(m, n) * eps`` of the largest (scipy's
+    threshold), a parameter the data do not determine."""
+    m, n = jac.shape[1:]
+    good = np.all(np.isfinite(jac), axis=(1, 2)) & (m >= n)
+    norms = np.linalg.norm(np.where(good[:, None, None], jac, 0.0), axis=1)
+    good &= np.all(norms > 0, axis=1)
+    d = 1.0 / np.where(good[:, None], norms, 1.0)
+    scaled = np.where(good[:, None, None], jac * d[:, None, :], np.eye(m, n))
+    _, sv, vt = np.linalg.svd(scaled, full_matrices=False)
+    good &= np.all(sv > sv[:, :1] * max(m, n) * np.finfo(np.float64).eps, axis=1)
+    sv = np.where(good[:, None], sv, 1.0)
+    inverse = (np.swapaxes(vt, 1, 2) / sv[:, None, :] ** 2) @ vt * d[:, :, None] * d[:, None, :]
     inverse[~good] = np.nan
     return inverse

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import traceback
 import warnings
+from fractions import Fraction
 
 import jax
 import jax.numpy as jnp
@@ -151,6 +152,36 @@ def test_p0_on_a_bound_starts_just_inside_it_and_a_list_xdata_is_an_array():
     assert 0.0 < result.start_params["a"][0] < 1e-4  # p0's a was on the bound 0
     expected, _ = scipy.optimize.curve_fit(decay_np, X, Y, p0=[0.0, 1.0, 0.0], bounds=box)
     np.testing.assert_allclose(popt, expected, rtol=1e-5)
+
+
+def test_pcov_of_an_ill_conditioned_fit_is_the_exact_inverse():
+    x = np.linspace(1000.0, 1001.0, 20)  # J's columns 1, x, x² nearly parallel: cond ~ 5e7
+
+    def quad(x, a, b, c):
+        return a + b * x + c * x**2
+
+    y = quad(x, 1.0, 2.0, 3.0) + np.random.default_rng(0).normal(0.0, 0.01, x.size)
+    kw = dict(p0=[1.0, 2.0, 3.0], sigma=np.full(x.size, 0.01), absolute_sigma=True)
+    _, pcov = ms.curve_fit(quad, x, y, n_starts=1, log_every=0, **kw)
+    # the model is linear: (JᵀJ)⁻¹ in exact rational arithmetic (JᵀJ = Σ [1, x, x²]ᵀ[1, x, x²] / σ²)
+    powers = [[Fraction(float(v)) ** k for k in range(3)] for v in x]
+    gram = [[sum(r[i] * r[j] for r in powers) * 10_000 for j in range(3)] for i in range(3)]
+    exact = np.array(_exact_inverse(gram), dtype=float)
+    np.testing.assert_allclose(pcov, exact, rtol=1e-6)  # scipy's SVD cut gives 16, not 7.4e8
+
+
+def _exact_inverse(a):
+    """Gauss-Jordan on a list of lists of Fractions."""
+    n = len(a)
+    rows = [list(r) + [Fraction(int(i == j)) for j in range(n)] for i, r in enumerate(a)]
+    for c in range(n):
+        pivot = next(r for r in range(c, n) if rows[r][c] != 0)
+        rows[c], rows[pivot] = rows[pivot], rows[c]
+        rows[c] = [v / rows[c][c] for v in rows[c]]
+        for r in range(n):
+            if r != c:
+                rows[r] = [v - rows[r][c] * w for v, w in zip(rows[r], rows[c], strict=True)]
+    return [r[n:] for r in rows]
 
 
 def test_names_come_from_f_and_the_result_uses_them():
