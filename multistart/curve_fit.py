@@ -198,6 +198,13 @@ def _names(f, n: int | None) -> list[str]:
     return [f"p{i}" for i in range(n)]
 
 
+def _enough_points(y: np.ndarray, names) -> None:
+    if y.size < len(names):  # as scipy: no fit of n parameters to fewer points
+        raise ValueError(
+            f"ydata has {y.size} point(s) (per fit), fewer than f's {len(names)} parameters"
+        )
+
+
 def _finite(name: str, a: np.ndarray) -> None:
     if not np.all(np.isfinite(a)):
         bad = int(np.size(a) - np.count_nonzero(np.isfinite(a)))
@@ -232,6 +239,7 @@ def _data(f, xdata, ydata, sigma, p0, check_finite, nan_policy):
             _finite("sigma", s)
     n = None if p0 is None else int(np.size(p0))
     names = _names(f, n)
+    _enough_points(y, names)
     return (x, y, _weight(s, y.size)), names
 
 
@@ -488,6 +496,7 @@ def _stack_data(f, xdata, ydata, sigma, p0, check_finite, nan_policy):
     n_fits, shape = y.shape[0], y.shape[1:]
     n = None if p0 is None else int(np.shape(p0)[-1] if np.ndim(p0) else 1)
     names = _names(f, n)
+    _enough_points(y[0], names)
     x = jax.tree_util.tree_map(lambda a: np.asarray(a, dtype=np.float64), _array_if_list(xdata))
     x, per_fit = _stack_x(f, x, n_fits, shape, names)
     weight = _stack_weights(sigma, n_fits, shape)

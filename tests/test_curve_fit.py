@@ -127,6 +127,8 @@ def test_a_model_of_the_wrong_shape_or_data_of_another_length_is_refused_before_
             ms.curve_fit(lambda x, a: a * x[:10], X, Y, p0=[1.0])
         with pytest.raises(ValueError, match=r"must return ydata's shape \(40,\)"):
             ms.curve_fit(decay, X, Y[:40], p0=[1.0, 1.0, 0.0])
+        with pytest.raises(ValueError, match="2 point.*fewer than f's 3 parameters"):
+            ms.curve_fit(decay, X[:2], Y[:2], p0=[1.0, 1.0, 0.0])
         with pytest.raises(ValueError, match="p0 is needed"):
             ms.curve_fit(lambda x, *p: p[0] * x, X, Y)
         with pytest.raises(ValueError, match="xdata holds 1 non-finite"):
