@@ -11,7 +11,7 @@ Tingleff, *Methods for non-linear least squares problems*, 2004):
 
 - ``"lm"``: Levenberg-Marquardt. The step solves ``(JᵀJ + λ D) d = -Jᵀr`` with ``D`` the
   running maximum of ``diag(JᵀJ)`` (Marquardt's scaling, as MINPACK's ``lmder``), ``λ``
-  starting at ``1e-3`` (dimensionless: ``D`` carries the scale of ``JᵀJ``, so residuals
+  starting at ``0.1`` (dimensionless: ``D`` carries the scale of ``JᵀJ``, so residuals
   ``c r`` take the steps ``r`` takes) and updated by the gain ratio ``ρ`` (actual over predicted
   decrease) as Nielsen's rule: ``λ *= max(1/3, 1 - (2ρ - 1)³)`` on an accepted step,
   ``λ *= ν, ν *= 2`` on a rejected one.
@@ -48,7 +48,10 @@ __all__ = ["LeastSquaresSolver", "LeastSquaresState", "METHODS", "default_tolera
 METHODS = ("lm", "dogleg", "gauss-newton")
 CONVERGED, STALLED = 1, 2  # LeastSquaresState.done
 ACCEPT = 1e-4  # a trial is accepted when the actual decrease is this much of the predicted
-LM_TAU = 1e-3  # the first damping λ: dimensionless, as it multiplies the scaling D
+# The first damping λ: dimensionless, as it multiplies the scaling D. Madsen, Nielsen and
+# Tingleff advise 1e-3 and larger for a start far from the solution, as a multi-start's drawn
+# starts are: 0.1 kept more far peaks from one p0 (profiling/README.md, "Many small fits").
+LM_TAU = 0.1
 DOGLEG_FACTOR = 100.0  # the first trust radius, relative to max(‖x‖, 1) (MINPACK's factor)
 
 
