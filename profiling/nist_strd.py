@@ -59,6 +59,7 @@ OURS = ("lm", "lbfgs")
 SEEDED = (*OURS, "trf box32")
 PEERS = ("trf s1", "trf s2", "trf box32", "lmfit s1", "lmfit s2")
 REFERENCE = "trf box32"  # the walls' denominator: scipy's 32-start loop
+STRATEGY = "auto"  # our arms' start_strategy (--strategy)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -68,6 +69,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--warm", action="store_true", help="fit twice, report the second")
     p.add_argument("--cache", help="persistent compilation cache folder (default: a fresh one)")
     p.add_argument("--markdown", action="store_true", help="print the tables as markdown")
+    p.add_argument("--strategy", default="auto", help="our arms' start_strategy (default auto)")
     args = p.parse_args(argv)
     args.problems = [s for s in args.problems.split(",") if s]
     unknown = [s for s in args.problems if s not in nist.MODELS]
@@ -132,11 +134,12 @@ def ours(problem, arm: str, seed: int):
     t0 = time.perf_counter()
     _, residuals = residual_fns(problem)
     space = space_of(problem)
+    kw = dict(n_starts=N_STARTS, seed=seed, start_strategy=STRATEGY)
     if arm == "lm":
-        result = ms.MultiStartLeastSquares(n_starts=N_STARTS, seed=seed).fit(residuals, space)
+        result = ms.MultiStartLeastSquares(**kw).fit(residuals, space)
     else:
         scaled = dict(absolute_sigma=False, n_data=problem.y.size)  # NIST's scale, SSR/(m-n)
-        search = ms.MultiStartLBFGS(n_starts=N_STARTS, seed=seed, **scaled)
+        search = ms.MultiStartLBFGS(**kw, **scaled)
         result = search.fit(lambda p: jnp.sum(residuals(p) ** 2), space)
     wall = time.perf_counter() - t0
     x = np.array([float(result.best_params[k]) for k in problem.names])
@@ -330,7 +333,9 @@ def summary(args, arms, rows) -> None:
 
 
 def main(argv=None) -> None:
+    global STRATEGY
     args = parse_args(argv)
+    STRATEGY = args.strategy
     os.environ["MULTISTART_CACHE_DIR"] = args.cache or tempfile.mkdtemp(prefix="nist-cache-")
     import jax
 
