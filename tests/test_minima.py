@@ -1,5 +1,4 @@
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 from conftest import MULTIMODAL_SPACE, multimodal
@@ -7,6 +6,7 @@ from conftest import MULTIMODAL_SPACE, multimodal
 import multistart as ms
 from multistart.minima import LOCATED, cluster_minima, default_tolerances
 from profiling.minima_grouping import cluster_minima_all_pairs
+from profiling.readme_model import make_problem
 
 
 def test_cluster_minima_on_literal_points():
@@ -49,19 +49,7 @@ def test_result_distinct_minima_of_a_multimodal_search(x64):
 def peak_fit():
     """A Gaussian peak fitted by Adam, whose 64 starts converge loosely (the window rule) on one
     minimum: the case the default tolerances must group and MATLAB's 1e-6 splits."""
-    x = np.linspace(0.0, 100.0, 400)
-    data = 25.0 * np.exp(-0.5 * ((x - 37.0) / 4.0) ** 2)
-    data = data + np.random.default_rng(0).normal(0.0, 0.5, x.size)
-
-    def chi2(p):
-        model = p["amp"] * jnp.exp(-0.5 * ((x - p["centre"]) / p["sigma"]) ** 2)
-        return jnp.sum(((model - data) / 0.5) ** 2)
-
-    space = {
-        "centre": ms.Uniform(0.0, 100.0),
-        "sigma": ms.LogUniform(0.1, 30.0),
-        "amp": ms.Uniform(0.0, 50.0),
-    }
+    chi2, space = make_problem()  # the README's peak, as a χ²
     return ms.MultiStartAdam(n_starts=64, batch_size=8, n_steps=500, seed=0).fit(chi2, space)
 
 

@@ -12,25 +12,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from multistart.cli import _number, _positive  # the demo's argparse types
+
 PROG = "python -m profiling.census"
-
-
-def _number(convert, ok, what: str):
-    """An argparse type: ``convert(text)`` when ``ok`` accepts it, else an error naming ``what``."""
-
-    def parse(text: str):
-        try:
-            value = convert(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be {what}; got {text!r}") from None
-        if not ok(value):
-            raise argparse.ArgumentTypeError(f"must be {what}; got {text!r}")
-        return value
-
-    return parse
-
-
-_positive = _number(int, lambda v: v >= 1, "a positive integer")
 _positive_float = _number(float, lambda v: 0 < v < float("inf"), "a positive number")
 
 
