@@ -69,7 +69,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--warm", action="store_true", help="fit twice, report the second")
     p.add_argument("--cache", help="persistent compilation cache folder (default: a fresh one)")
     p.add_argument("--markdown", action="store_true", help="print the tables as markdown")
-    p.add_argument("--strategy", default="auto", help="our arms' start_strategy (default auto)")
+    strategies = ("auto", "band", "sobol", "lhs", "tiktak")  # multistart.START_STRATEGIES, auto
+    p.add_argument("--strategy", default="auto", choices=strategies, help="our arms' starts")
     args = p.parse_args(argv)
     args.problems = [s for s in args.problems.split(",") if s]
     unknown = [s for s in args.problems if s not in nist.MODELS]

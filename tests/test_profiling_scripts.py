@@ -53,6 +53,7 @@ def _script(name, monkeypatch):
         (["--problems", "MGH09,Nope"], "unknown problem(s) Nope;"),
         (["--problems", ","], "unknown problem(s) (none given)"),
         (["--seeds", "0,x"], "--seeds takes comma-separated ints"),
+        (["--strategy", "random"], "--strategy: invalid choice: 'random'"),
     ],
 )
 def test_nist_strd_refuses_nonsense_as_a_usage_error(argv, message, monkeypatch, capsys):

@@ -226,6 +226,21 @@ def test_a_short_fit_keeps_the_bound_untimed_and_remembers_its_price(monkeypatch
     assert second.stats["batch_size"] == 12 and identical(first, second)
 
 
+def test_auto_on_a_cpu_leaves_the_sweep_chunks_to_drop(monkeypatch, tmp_path):
+    # at most max(SWEEP_MIN_WIDTH, n / SWEEP_CHUNKS) starts a chunk, however much memory allows:
+    # in one chunk of every start, each step costs them all until the last one ends
+    from multistart.tuning.choice import SWEEP_CHUNKS, SWEEP_MIN_WIDTH
+
+    monkeypatch.setenv("MULTISTART_AUTO_WIDTH", "measure")
+    monkeypatch.setenv("MULTISTART_CACHE_DIR", str(tmp_path))
+    assert (SWEEP_CHUNKS, SWEEP_MIN_WIDTH) == (8, 256)
+    many = fit(n_starts=600, n_steps=3, batch_size="auto")
+    assert many.stats["width_choice"]["memory_width"] == 200  # 256, balanced: 3 chunks of 200
+    assert many.stats["batch_size"] <= 200
+    few = fit(n_starts=200, n_steps=3, batch_size="auto")
+    assert few.stats["width_choice"]["memory_width"] == 200  # under 256: the bound, one chunk
+
+
 def test_auto_on_a_cpu_times_remembers_and_reuses(monkeypatch, tmp_path, x64):
     monkeypatch.setenv("MULTISTART_AUTO_WIDTH", "measure")
     always_decide(monkeypatch)
