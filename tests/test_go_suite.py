@@ -1,0 +1,160 @@
+"""profiling/go_suite.py, scipy's global-optimisation suite runner, on a stand-in of the suite's
+folder written here (scipy's wheels do not ship the suite, and this project does not copy it):
+the same layout (``go_benchmark.py``'s ``Benchmark``, ``go_funcs_*.py`` importing numpy's
+names, a parent package's ``common``), so the loader, the numpy-to-JAX rebinding, the skip
+reasons and the command line are what runs on the real folder.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from markdown_blocks import ROOT
+
+BENCHMARK = """
+import numpy as np
+from ..common import safe_import  # noqa: F401  (scipy's file imports it too)
+
+
+class Benchmark:
+    def __init__(self, dimensions):
+        self._dimensions = dimensions
+        self.nfev = 0
+        self.fglob = np.nan
+
+    @property
+    def N(self):
+        return self._dimensions
+
+    @property
+    def bounds(self):
+        return self._bounds
+
+    def success(self, x, tol=1.0e-5):
+        return abs(self.fun(np.asarray(x)) - self.fglob) < tol
+"""
+
+FUNCS = """
+from numpy import abs, cos, floor, sum
+from .go_benchmark import Benchmark
+
+
+class Inside(Benchmark):  # a bowl with ripples, its minimum 0 at the origin
+    def __init__(self, dimensions=2):
+        Benchmark.__init__(self, dimensions)
+        self._bounds = list(zip([-5.0] * self.N, [5.0] * self.N))
+        self.fglob = 0.0
+
+    def fun(self, x, *args):
+        self.nfev += 1
+        return sum(x ** 2) + 0.1 * sum(1.0 - cos(3.0 * x))
+
+
+class OnBound(Benchmark):  # a slope: its minimum -2 at the upper corner (1, 1)
+    def __init__(self, dimensions=2):
+        Benchmark.__init__(self, dimensions)
+        self._bounds = list(zip([-1.0] * self.N, [1.0] * self.N))
+        self.fglob = -2.0
+
+    def fun(self, x, *args):
+        self.nfev += 1
+        return -sum(x)
+
+
+class Stairs(Benchmark):  # piecewise constant: no gradient to follow
+    def __init__(self, dimensions=2):
+        Benchmark.__init__(self, dimensions)
+        self._bounds = list(zip([-1.0] * self.N, [1.0] * self.N))
+        self.fglob = -2.0
+
+    def fun(self, x, *args):
+        return sum(floor(x))
+
+
+class Branchy(Benchmark):  # a Python `if` on a value: does not trace
+    def __init__(self, dimensions=2):
+        Benchmark.__init__(self, dimensions)
+        self._bounds = list(zip([-1.0] * self.N, [1.0] * self.N))
+
+    def fun(self, x, *args):
+        return sum(x) if x[0] > 0 else -sum(x)
+
+
+class Wide(Inside):
+    def __init__(self, dimensions=12):
+        Inside.__init__(self, dimensions)
+"""
+
+
+@pytest.fixture
+def suite(tmp_path):
+    folder = tmp_path / "benchmarks" / "go_benchmark_functions"
+    folder.mkdir(parents=True)
+    (folder / "__init__.py").write_text("")
+    (folder / "go_benchmark.py").write_text(textwrap.dedent(BENCHMARK))
+    (folder / "go_funcs_A.py").write_text(textwrap.dedent(FUNCS))
+    return folder
+
+
+def _run(*argv, timeout=600):
+    env = dict(os.environ, PYTHONPATH=str(ROOT), MULTISTART_CACHE_DIR="", MULTISTART_GO_DIR="")
+    return subprocess.run(
+        [sys.executable, str(ROOT / "profiling" / "go_suite.py"), *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        cwd=ROOT,
+    )
+
+
+@pytest.mark.subprocess
+def test_the_runner_loads_the_suite_and_says_why_it_skips(suite, tmp_path):
+    out = _run("--go-dir", str(suite), "--arms", "lbfgsb32", "--json", str(tmp_path / "r.json"))
+    assert out.returncode == 0, out.stderr
+    record = json.loads((tmp_path / "r.json").read_text())
+    assert sorted(record["runs"]["lbfgsb32"]) == ["Inside", "OnBound"]
+    assert record["skipped"]["Stairs"] == "zero gradient at a random point (piecewise constant)"
+    assert record["skipped"]["Branchy"].startswith("does not trace")
+    assert record["skipped"]["Wide"] == "N = 12 > 10"
+    # L-BFGS-B's projection lands on the corner: the suite's own success() at its point
+    assert record["runs"]["lbfgsb32"]["OnBound"][0][0] is True
+    assert "| lbfgsb32 | 2 | 2 | 1.000 |" in out.stdout
+
+
+@pytest.mark.slow
+def test_every_arm_of_ours_reaches_an_optimum_inside_and_on_a_bound(suite, tmp_path):
+    out = _run(
+        "--go-dir",
+        str(suite),
+        "--arms",
+        "ours,ours_tiktak,ours_box_tiktak",
+        "--seeds",
+        "0,1",
+        "--json",
+        str(tmp_path / "r.json"),
+    )
+    assert out.returncode == 0, out.stderr
+    runs = json.loads((tmp_path / "r.json").read_text())["runs"]
+    for arm, per in runs.items():
+        for name, records in per.items():
+            assert [r[0] for r in records] == [True, True], (arm, name)
+            assert all(r[1] > 0 for r in records), (arm, name)  # evaluations counted
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        ([], "--go-dir (or MULTISTART_GO_DIR) must name"),
+        (["--go-dir", "{suite}", "--arms", "ours,nope"], "--arms: 'nope' is not one of"),
+        (["--go-dir", "{suite}", "--seeds", "0,x"], "--seeds takes comma-separated ints"),
+    ],
+)
+@pytest.mark.subprocess
+def test_the_runner_refuses_nonsense_as_a_usage_error(argv, message, suite):
+    out = _run(*[a.format(suite=suite) for a in argv], timeout=120)
+    assert out.returncode == 2
+    assert message in out.stderr
