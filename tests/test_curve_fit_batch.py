@@ -51,8 +51,10 @@ def alone(i, y=Y, **kw):
         dict(p0=P0, bounds=BOX),
         dict(p0=P0, bounds=([0.0, 0.1, -np.inf], np.inf), sigma=SIGMA, absolute_sigma=True),
         dict(p0=P0),  # unbounded: the batch steps in x itself, a fit alone around its p0
+        dict(p0=P0, bounds=BOX, method="dogleg"),
+        dict(p0=P0, bounds=BOX, method="gauss-newton"),
     ],
-    ids=["box", "one-sided", "free"],
+    ids=["box", "one-sided", "free", "box-dogleg", "box-gauss-newton"],
 )
 def test_each_fit_is_the_fit_alone(kw):
     popt, pcov, fits = ms.curve_fit(decay, X, Y, batched=True, full_output=True, **FAST, **kw)
@@ -61,6 +63,7 @@ def test_each_fit_is_the_fit_alone(kw):
         one, one_cov, result = alone(i, **kw)
         if "bounds" in kw and all(np.all(np.isfinite(b)) for b in kw["bounds"]):  # boxed
             np.testing.assert_array_equal(popt[i], one)
+            np.testing.assert_array_equal(pcov[i], one_cov)
             assert fits.best_fom[i] == result.best_fom
         # elsewhere the coordinates differ by an affine map: the same minimum, to tolerance
         np.testing.assert_allclose(popt[i], one, rtol=1e-7, atol=1e-12)
@@ -157,7 +160,13 @@ def test_a_kept_program_is_never_another_models():
     np.testing.assert_allclose(popt, ms.curve_fit(decay, X, Y, batched=True, bounds=BOX, **kw)[0])
     narrow = ([0.0, 0.1, -1.0], [10.0, 10.0, 0.15])  # c <= 0.15 binds fit 0 (c = 0.2)
     assert ms.curve_fit(decay, X, Y, batched=True, bounds=narrow, **kw)[0][0, 2] <= 0.15
-    assert ms.curve_fit(decay, X, Y, batched=True, method="dogleg", **kw)[0].shape == (4, 3)
+    # shifted's lm program is kept (shifted is this test's own, so no other test kept one for
+    # it): the same f, bounds and shapes, only the method differs, so dogleg compiles its own
+    # step, where a reuse of lm's would compile nothing
+    with CompileCounter() as compiles:
+        dogleg = ms.curve_fit(shifted, X, Y + 1.0, batched=True, bounds=BOX, method="dogleg", **kw)
+    assert compiles.count("multistart_chunk_step") == 1
+    np.testing.assert_allclose(dogleg[0], popt, rtol=1e-6)
 
 
 def test_a_fit_whose_covariance_cannot_be_estimated_is_inf_with_one_warning():
