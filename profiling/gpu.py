@@ -1,4 +1,4 @@
-"""Every GPU claim the docs make, measured in one run on one device (at most 8 minutes).
+"""Every GPU claim the docs make, measured in one run on one device (sized for 8 minutes).
 
 Four comparisons, each against a peer arm measured in the same run, printed as one table and
 written as JSON (``--json``, default ``gpu.json`` in the working folder):
