@@ -38,11 +38,15 @@ def test_bad_convergence_settings(kwargs):
 
 # -- the scale of the figure of merit decides nothing -------------------------------------------
 #
-# A decay fitted as c * sum(r^2) (or residuals c * r): every rule's tests are relative, so the fit
-# ends at the same parameters with the same status whatever c. A power of two scales every
-# value, gradient and curvature exactly, so those fits are the c = 1 fit bit for bit (the rules
-# whose update is itself scale-free); c = 1e-6 and 1e6 round differently and end within the
-# rule's tolerance of it.
+# A decay fitted as c * sum(r^2) (or residuals c * r). L-BFGS's and the least-squares rules'
+# tests are relative, and so is the window guard that ends the optax rules (its atol is 0), so
+# the fit ends at the same parameters with the same status whatever c. For L-BFGS, Lion (sign
+# steps) and the least-squares rules the steps are scale-free too: a power of two scales every
+# value, gradient and curvature exactly, so those fits are the c = 1 fit bit for bit; c = 1e-6
+# and 1e6 round differently and end within the rule's tolerance of it. Adam, AdaBelief and
+# Prodigy divide by sqrt(v) + eps, an absolute floor: scale-free where the gradients dwarf eps
+# (below), not at c = 1e-6 (measured: the same statuses, other step counts, the parameters
+# 1e-4 apart). optimistix's solvers keep optimistix's own absolute atol: not scale-free.
 
 DECAY_T = np.linspace(0.0, 4.0, 40)
 DECAY_Y = 2.66 * np.exp(-DECAY_T / 1.43) + 0.088 + 0.01 * np.sin(7.0 * DECAY_T)  # small, fixed
@@ -104,4 +108,29 @@ def test_a_scaled_figure_of_merit_ends_where_the_unscaled_one_does(rule, x64):
         else:
             tol = 1e-3 if rule == "lion" else 1e-7  # Lion's sign steps locate to lr
             np.testing.assert_allclose(_params(fit), _params(reference), rtol=tol, err_msg=str(c))
+        np.testing.assert_allclose(fit.foms / c, reference.foms, rtol=1e-6)
+
+
+# the smallest scale measured to end alike: Prodigy's steps differ already at c = 2^-10
+ADAPTIVE = {
+    "adam": (ms.MultiStartAdam, 2.0**-10),
+    "adabelief": (ms.MultiStartADABelief, 2.0**-10),
+    "prodigy": (ms.MultiStartProdigy, 1.0),
+}
+
+
+@pytest.mark.parametrize("rule", sorted(ADAPTIVE))
+def test_an_adaptive_rule_ends_alike_at_scales_where_its_gradients_dwarf_its_eps(rule, x64):
+    """Adam's family steps by m / (sqrt(v) + eps): scale-free while |g| >> eps (1e-8 for Adam
+    and Prodigy, 1e-16 for AdaBelief), and the window guard that ends them is relative."""
+    make, smallest = ADAPTIVE[rule]
+    run = make(**KW).fit
+    scales = sorted({smallest, 1.0, 2.0**10, 1e6})
+    fits = {c: run(_decay_sum(c), DECAY_SPACE, starts=DECAY_STARTS) for c in scales}
+    reference = fits[1.0]
+    assert ms.Status.STALLED in list(reference.status)  # the window guard ended it
+    for c, fit in fits.items():
+        assert list(fit.status) == list(reference.status), (c, fit.status_counts())
+        np.testing.assert_array_equal(fit.n_steps, reference.n_steps, err_msg=str(c))
+        np.testing.assert_allclose(_params(fit), _params(reference), rtol=1e-6, err_msg=str(c))
         np.testing.assert_allclose(fit.foms / c, reference.foms, rtol=1e-6)

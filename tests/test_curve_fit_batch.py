@@ -51,8 +51,10 @@ def alone(i, y=Y, **kw):
         dict(p0=P0, bounds=BOX),
         dict(p0=P0, bounds=([0.0, 0.1, -np.inf], np.inf), sigma=SIGMA, absolute_sigma=True),
         dict(p0=P0),  # unbounded: the batch steps in x itself, a fit alone around its p0
+        dict(p0=P0, bounds=BOX, method="dogleg"),
+        dict(p0=P0, bounds=BOX, method="gauss-newton"),
     ],
-    ids=["box", "one-sided", "free"],
+    ids=["box", "one-sided", "free", "box-dogleg", "box-gauss-newton"],
 )
 def test_each_fit_is_the_fit_alone(kw):
     popt, pcov, fits = ms.curve_fit(decay, X, Y, batched=True, full_output=True, **FAST, **kw)
@@ -61,6 +63,7 @@ def test_each_fit_is_the_fit_alone(kw):
         one, one_cov, result = alone(i, **kw)
         if "bounds" in kw and all(np.all(np.isfinite(b)) for b in kw["bounds"]):  # boxed
             np.testing.assert_array_equal(popt[i], one)
+            np.testing.assert_array_equal(pcov[i], one_cov)
             assert fits.best_fom[i] == result.best_fom
         # elsewhere the coordinates differ by an affine map: the same minimum, to tolerance
         np.testing.assert_allclose(popt[i], one, rtol=1e-7, atol=1e-12)
@@ -89,6 +92,48 @@ def test_a_batch_checkpoints_and_resumes_to_the_uninterrupted_answer(tmp_path):
     np.testing.assert_array_equal(resumed.n_evals, whole.n_evals)
     with pytest.raises(TypeError, match="resume must be True or False"):
         ms.curve_fit(decay, X, Y, resume="yes", **folder, **kw)
+
+
+def test_a_single_fit_checkpoints_and_resumes_to_the_uninterrupted_answer(tmp_path):
+    pytest.importorskip("orbax.checkpoint")
+    kw = dict(p0=P0, bounds=BOX, full_output=True, **FAST)
+    popt, pcov, whole = ms.curve_fit(decay, X, Y[0], n_steps=12, **kw)
+    folder = dict(checkpoint_dir=str(tmp_path / "ckpt"), checkpoint_every=1)
+    _, _, first = ms.curve_fit(decay, X, Y[0], n_steps=12, max_evals=8, **folder, **kw)
+    stopped = first.stats
+    assert stopped["stop_reason"] == "max_evals" and 0 < stopped["n_steps_run"] < 12
+    popt2, pcov2, resumed = ms.curve_fit(decay, X, Y[0], n_steps=12, resume=True, **folder, **kw)
+    assert resumed.stats["resumed_from"] == stopped["checkpoints"][-1] > 0
+    np.testing.assert_array_equal(popt2, popt)
+    np.testing.assert_array_equal(pcov2, pcov)
+    np.testing.assert_array_equal(resumed.n_evals, whole.n_evals)
+
+
+def test_each_fits_best_is_its_lowest_finite_start_the_first_on_ties_as_alone():
+    """A batch picks each fit's best as a fit alone picks its own (``Result.of``)."""
+    from types import SimpleNamespace
+
+    from multistart.curve_fit import _per_fit
+    from multistart.result.merge import best_fit
+
+    nan = np.nan
+    foms = np.array([[2.0, 1.0, 1.0], [nan, 3.0, 3.0], [nan, nan, nan], [0.5, 0.5, 0.5]])
+    params = {"a": np.arange(12.0), "b": -np.arange(12.0)}
+    ones = np.ones(12, int)
+    record = SimpleNamespace(
+        foms=foms.reshape(-1), params=params, status=np.array(["converged"] * 12), n_evals=ones
+    )
+    popt, fits = _per_fit(record, ["a", "b"], 4, 3)
+    np.testing.assert_array_equal(fits.best_row, [1, 4, 6, 9])
+    np.testing.assert_array_equal(fits.best_fom[[0, 1, 3]], [1.0, 3.0, 0.5])
+    assert not np.isfinite(fits.best_fom[2])  # nan here; a fit alone says inf
+    np.testing.assert_array_equal(popt[[0, 1, 3]], [[1.0, -1.0], [4.0, -4.0], [9.0, -9.0]])
+    assert np.all(np.isnan(popt[2]))  # no finite start: nan, as alone
+    for i in (0, 1, 3):  # alone: the same row of its own three
+        rows = slice(3 * i, 3 * i + 3)
+        index, fom, _ = best_fit(foms[i], {k: v[rows] for k, v in params.items()})
+        assert 3 * i + index == fits.best_row[i] and fom == fits.best_fom[i]
+    assert best_fit(foms[2], {"a": params["a"][6:9]})[0] == -1
 
 
 def test_the_answers_are_scipys_and_the_record_says_which_start_won():
@@ -137,12 +182,45 @@ def test_new_data_of_the_same_shapes_compiles_nothing_batched_or_not():
         popt, _ = ms.curve_fit(decay, X, data(3), batched=True, **kw)
         one, _ = ms.curve_fit(decay, X, data(3)[1], **kw)
         p0 = ms.curve_fit(decay, X, data(3), batched=True, **{**kw, "p0": TRUTHS * 1.1})[0]
+        ms.curve_fit(decay, X, data(3)[1], **{**kw, "p0": [2.0, 2.0, 0.1]})  # boxed: nothing
     np.testing.assert_allclose(popt[1], one, rtol=1e-9)
     np.testing.assert_allclose(p0, popt, rtol=1e-6)
     # the counter sees compiles: a stack of another number of fits is another program
     with CompileCounter() as compiles:
         ms.curve_fit(decay, X, data(3)[:2], batched=True, **kw)
     assert compiles.count("multistart_chunk_step") == 1
+
+
+def test_a_single_fit_from_another_p0_compiles_its_step_again_where_a_parameter_is_free():
+    def free(x, a, tau, c):  # this test's own f: no other test kept a program for it
+        return decay(x, a, tau, c)
+
+    ms.curve_fit(free, X, Y[0], p0=P0, **FAST)
+    with CompileCounter() as compiles:  # its coordinates are centred on p0
+        ms.curve_fit(free, X, Y[0], p0=[2.0, 2.0, 0.1], **FAST)
+    assert compiles.count("multistart_chunk_step") == 1
+
+
+def test_a_refit_keeps_the_batch_width_its_first_fit_chose(monkeypatch):
+    from multistart import engine
+
+    def kept(x, a, tau, c):  # this test's own f: its first fit chooses a width
+        return decay(x, a, tau, c)
+
+    kw = dict(p0=P0, bounds=BOX, n_starts=3, seed=0, log_every=0, batched=True, full_output=True)
+    first = ms.curve_fit(kept, X, data(4), batch_size="auto", **kw)[2].result.stats
+    assert first["width_choice"]["selected_by"].startswith("auto")
+
+    def choose_again(*args, **kwargs):
+        raise AssertionError("a refit chose its batch width again")
+
+    monkeypatch.setattr(engine, "resolve_width", choose_again)
+    with NoCompile():
+        second = ms.curve_fit(kept, X, data(5), batch_size="auto", **kw)[2].result.stats
+    assert second["batch_size"] == first["batch_size"]
+    assert second["width_choice"]["selected_by"] == first["width_choice"]["selected_by"] + (
+        " (earlier fit)"
+    )
 
 
 def test_a_kept_program_is_never_another_models():
@@ -157,7 +235,13 @@ def test_a_kept_program_is_never_another_models():
     np.testing.assert_allclose(popt, ms.curve_fit(decay, X, Y, batched=True, bounds=BOX, **kw)[0])
     narrow = ([0.0, 0.1, -1.0], [10.0, 10.0, 0.15])  # c <= 0.15 binds fit 0 (c = 0.2)
     assert ms.curve_fit(decay, X, Y, batched=True, bounds=narrow, **kw)[0][0, 2] <= 0.15
-    assert ms.curve_fit(decay, X, Y, batched=True, method="dogleg", **kw)[0].shape == (4, 3)
+    # shifted's lm program is kept (shifted is this test's own, so no other test kept one for
+    # it): the same f, bounds and shapes, only the method differs, so dogleg compiles its own
+    # step, where a reuse of lm's would compile nothing
+    with CompileCounter() as compiles:
+        dogleg = ms.curve_fit(shifted, X, Y + 1.0, batched=True, bounds=BOX, method="dogleg", **kw)
+    assert compiles.count("multistart_chunk_step") == 1
+    np.testing.assert_allclose(dogleg[0], popt, rtol=1e-6)
 
 
 def test_a_fit_whose_covariance_cannot_be_estimated_is_inf_with_one_warning():

@@ -97,6 +97,43 @@ def test_the_scan_backend_prunes_as_the_loop_does(fits):
     assert_same_result(fits(HALVING), fits(HALVING, backend="scan"))
 
 
+def _spy_on_the_queue(monkeypatch) -> list[tuple[int, np.ndarray, dict]]:
+    """``(step, rows, starts)`` for every ``queue.take`` a refill makes, in order."""
+    from multistart import refill
+
+    taken, original = [], refill.Refiller.refill
+
+    def spied(self, pop, lineage, rows, short, step, ended):
+        take = self.queue.take
+
+        def recording(m, best=None):
+            starts = take(m, best)
+            taken.append((step, np.array(rows), starts))
+            return starts
+
+        self.queue.take = recording
+        try:
+            return original(self, pop, lineage, rows, short, step, ended)
+        finally:
+            del self.queue.take
+
+    monkeypatch.setattr(refill.Refiller, "refill", spied)
+    return taken
+
+
+def _each_new_start_is_the_queues_next(result, taken) -> None:
+    """Every start begun in a freed slot is the point the queue handed out for that slot, in
+    the queue's order; and every point handed out ran."""
+    begun = [q for q in result.incarnations if q["incarnation"] > 0]
+    assert len(begun) == sum(len(rows) for _, rows, _ in taken) > 0
+    for step, rows, starts in taken:
+        for k, slot in enumerate(rows):
+            (q,) = [r for r in begun if r["slot"] == slot and r["started_at"] == step]
+            for name in SPACE:
+                got, want = np.asarray(q["start_params"][name]), np.asarray(starts[name])[k]
+                np.testing.assert_allclose(got, want, rtol=1e-6, err_msg=str((step, slot)))
+
+
 def _pruned_and_replaced(result) -> list[dict]:
     """The pruned starts that gave their slot to the next start from the queue, each checked to
     be followed in its slot by a start begun at the sync that pruned it."""
@@ -115,9 +152,12 @@ def _pruned_and_replaced(result) -> list[dict]:
     return pruned
 
 
-def test_a_pruned_slot_takes_tiktak_s_next_start(fits):
-    halved = fits(HALVING, start_strategy="tiktak", n_candidates=48)
+def test_a_pruned_slot_takes_tiktak_s_next_start(monkeypatch):
+    taken = _spy_on_the_queue(monkeypatch)
+    options = {**BASE, "start_strategy": "tiktak", "n_candidates": 48}
+    halved = ms.MultiStartAdam(**options, schedule=HALVING).fit(bowls, SPACE)
     assert _pruned_and_replaced(halved)
+    _each_new_start_is_the_queues_next(halved, taken)
     # a slot stays pruned only once TikTak's queue ran out (every local search of n_local ran)
     if np.any(halved.status == "pruned"):
         assert halved.stats["n_local"] == halved.config["n_local"]
@@ -125,11 +165,13 @@ def test_a_pruned_slot_takes_tiktak_s_next_start(fits):
     assert np.isclose(halved.best_fom, 0.0, atol=1e-3)
 
 
-def test_a_pruned_slot_takes_resurrection_s_next_start(fits):
+def test_a_pruned_slot_takes_resurrection_s_next_start(monkeypatch):
     # with no filter, resurrection's reserve is fresh draws: it never runs out, so every slot
     # pruned before the last sync runs a further start
-    halved = fits(HALVING, resurrect=2)
+    taken = _spy_on_the_queue(monkeypatch)
+    halved = ms.MultiStartAdam(**BASE, resurrect=2, schedule=HALVING).fit(bowls, SPACE)
     assert _pruned_and_replaced(halved) and not np.any(halved.status == "pruned")
+    _each_new_start_is_the_queues_next(halved, taken)
     assert halved.stats["n_resurrections"] == len(halved.incarnations) - np.sum(
         halved.resurrections > 0
     )

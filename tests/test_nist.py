@@ -15,7 +15,8 @@ parameter, up to the relabelling of interchangeable components.
   ``absolute_sigma=False, n_data=m`` its errors are the Laplace approximation on NIST's scale
   (``s² = SSR / (m - n)``), to 4 digits of that approximation computed independently. NIST
   certifies the linearised deviations ``s² (JᵀJ)⁻¹``, which a scalar figure of merit cannot
-  give (no Jacobian): the two differ by the model's curvature, 0.1 % to 20 % here (MGH09).
+  give (no Jacobian): the two differ by the model's curvature, from under 0.01 % (MGH10) to
+  23 % (ENSO) here (the worst parameter's).
 
 As many digits as the problem's conditioning allows, where that is fewer (``DIGITS``): ENSO's
 parameters to 5, for b8's certified standard deviation is 2.4 times its value (six digits of b8
@@ -46,6 +47,11 @@ DIGITS = {"ENSO": 5.0}  # the worst parameter's; 6 elsewhere
 SD_DIGITS = {"Lanczos1": 2.5}  # the worst standard deviation's; 4 elsewhere
 SSR_DIGITS = 6
 SSR_FLOOR = {"Lanczos1": 1e-20}  # certified at NIST's rounding floor: reach below this
+# where L-BFGS's best start may end stalled, and why; elsewhere it must end converged
+LBFGS_STALLS = {
+    "Lanczos2": "in float64 its ill-conditioned valley can leave L-BFGS's line search no "
+    "decrease to find before its decrement test passes: stalled, with the right answer",
+}
 
 
 def _space(problem: nist.Problem) -> dict:
@@ -104,8 +110,22 @@ def _laplace_sd(problem: nist.Problem, estimate) -> np.ndarray:
         x, y = jnp.asarray(problem.x), jnp.asarray(problem.y)
         ssr = lambda b: jnp.sum((problem.model(list(b), x, jnp) - y) ** 2)  # noqa: E731
         b = jnp.asarray(estimate)
-        h, s2 = np.asarray(jax.hessian(ssr)(b)), float(ssr(b)) / problem.dof
+        h, s2 = np.asarray(jax.jit(jax.hessian(ssr))(b)), float(jax.jit(ssr)(b)) / problem.dof
     return np.sqrt(np.diag(2.0 * s2 * np.linalg.inv(h)))
+
+
+def test_the_laplace_errors_and_the_certified_linearised_ones_differ_by_the_curvature():
+    """docs/errors.md's range: at the certified answers, the full Hessian's deviations and
+    NIST's certified ``s² (JᵀJ)⁻¹`` ones differ (the worst parameter's) by under 0.01 %
+    (MGH10) to 23 % (ENSO). Lanczos1 aside: its certified parameters' sum of squares (4e-21)
+    is not its certified one (1.4e-25, NIST's rounding floor), so ``s²`` is off."""
+    worst = {}
+    for name in (n for n in nist.NAMES if n != "Lanczos1"):
+        problem = nist.load(name)
+        sd = _laplace_sd(problem, problem.certified)
+        worst[name] = float(np.max(np.abs(sd / problem.certified_sd - 1.0)))
+    assert min(worst, key=worst.__getitem__) == "MGH10" and worst["MGH10"] < 1e-4, worst
+    assert max(worst, key=worst.__getitem__) == "ENSO" and 0.2 < worst["ENSO"] < 0.25, worst
 
 
 @pytest.mark.parametrize("name", nist.NAMES)
@@ -120,7 +140,6 @@ def test_least_squares_reaches_the_certified_answer(name):
 @pytest.mark.parametrize("name", nist.NAMES)
 def test_lbfgs_reaches_the_certified_answer(name):
     problem, result, estimate, errors = _fit(name, "lbfgs")
-    # in float64 an ill-conditioned valley (Lanczos2's) can leave L-BFGS's line search no
-    # decrease to find before its decrement test passes: stalled, with the right answer
-    _check_answer(problem, result, estimate, ended=(ms.Status.CONVERGED, ms.Status.STALLED))
+    ended = (ms.Status.CONVERGED,) + ((ms.Status.STALLED,) if name in LBFGS_STALLS else ())
+    _check_answer(problem, result, estimate, ended=ended)
     _check_errors(problem, result, errors, _laplace_sd(problem, estimate))

@@ -9,6 +9,7 @@ resolve. And a script's command line refuses nonsense before it fits anything.
 import ast
 import importlib
 
+import numpy as np
 import pytest
 from markdown_blocks import ROOT
 
@@ -69,3 +70,46 @@ def test_nist_strd_reads_its_problems_and_seeds(monkeypatch):
         ["--problems", "MGH09,ENSO", "--seeds", "0,2"]
     )
     assert (args.problems, args.seeds, args.warm) == (["MGH09", "ENSO"], [0, 2], False)
+
+
+def test_the_gpu_command_runs_every_comparison_at_tiny_sizes_on_a_cpu(tmp_path):
+    """``python -m profiling.gpu --cpu``: the command kept for the day a GPU is lent runs, in
+    its own process (it turns on float64), and prints and records every comparison."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    record = tmp_path / "gpu.json"
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    run = subprocess.run(
+        [sys.executable, "-m", "profiling.gpu", "--cpu", "--json", str(record)],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": path, "MULTISTART_LOG_LEVEL": "WARNING"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    figures = json.loads(record.read_text())
+    assert figures["platform"] == "cpu" and figures["sizes"]["starts"] == 4
+    sections = figures["sections"]
+    assert len(sections) == 4 and all(name in run.stdout for name in sections)
+    for rows in sections.values():
+        assert rows and all(np.isfinite(r["ratio"]) and r["ratio"] > 0 for r in rows), rows
+    auto = sections['"auto" against the best fixed width']
+    assert [r["arm"].split(" ")[0] for r in auto] == [
+        "batch_size=1",
+        "batch_size=4",
+        "batch_size='auto'",
+    ]
+    assert min(r["warm_ratio"] for r in auto[:-1]) == 1.0  # the best fixed width is the peer
+    fits = sections["curve_fit(batched=True) against scipy's loop"]
+    assert fits[1]["compiles"] == 0  # warm: new data of the same shapes compiles nothing
+
+
+def test_the_gpu_command_refuses_a_size_that_is_not_positive(monkeypatch, capsys):
+    gpu = _script("gpu", monkeypatch)
+    with pytest.raises(SystemExit):
+        gpu.parse_args(["--cpu", "--starts", "0"])
+    assert "--starts must be a positive int" in capsys.readouterr().err

@@ -362,7 +362,15 @@ def test_the_report_names_every_parameter_its_error_the_convention_and_a_bound(x
     assert "absolute_sigma=False" in text and "reduced χ²" in text
     assert f"{result.laplace.reduced_chi2:.6g} ({result.laplace.dof} degrees of freedom)" in text
     assert "lm (MultiStartLeastSquares), float64" in text
-    assert "C(" in text  # amp and width correlate
+    # the correlations above the threshold, from the covariance itself, largest first
+    cov, names = result.laplace.covariance, result.laplace.names
+    corr = cov / np.sqrt(np.outer(np.diag(cov), np.diag(cov)))
+    pairs = [(i, j) for i in range(len(names)) for j in range(i + 1, len(names))]
+    shown = sorted((p for p in pairs if abs(corr[p]) > 0.1), key=lambda p: -abs(corr[p]))
+    assert shown  # amp and width correlate
+    printed = [r.strip() for r in text.splitlines() if r.strip().startswith("C(")]
+    assert printed == [f"C({names[i]}, {names[j]}) = {corr[i, j]:+.3f}" for i, j in shown]
+    assert "C(" not in result.report(min_correlation=1.0)
     # a Result without its problem and without a saved covariance says so instead
     bare = ms.Result.of(
         foms=result.foms,

@@ -215,10 +215,8 @@ def test_a_short_fit_keeps_the_bound_untimed_and_remembers_its_price(monkeypatch
     # why it did not time: one compile costs more than timing was expected to save
     assert prices["compile_s"] == info["compile_estimate_s"] > 0 and prices["start_s"] > 0
     assert prices["fit_s"] * expected_share(prices["start_s"], PRIOR_GAINS) < prices["compile_s"]
-    # deciding is what choosing took beyond the chosen width's compile: here one priced call,
-    # less than the compile it declined to spend
-    assert info["decide_s"] + first.stats["compile_s"] == pytest.approx(first.stats["select_s"])
-    assert 0 < info["decide_s"] < prices["compile_s"]
+    # what deciding cost is what it ran: the chosen width's calls that priced the fit (the
+    # table above) and no other width's compile (n_tune_compiles); its seconds are a clock's
 
     no_timing(monkeypatch)
     second = fit(batch_size="auto")
