@@ -12,7 +12,6 @@ from __future__ import annotations
 import inspect
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import jax
@@ -20,18 +19,23 @@ import jax.numpy as jnp
 import numpy as np
 from scipy.optimize import Bounds, OptimizeWarning
 
+from . import log, progress
 from .fixed_width import programs_for
 from .least_squares import MultiStartLeastSquares
 from .priors import HalfBounded, Normal, Space, Uniform
 from .problem import add_note, tracer_hint
 from .result import Result
+from .result.batch import BatchFits, bound_summary
 from .starts import BOUND_MARGIN, check_band
+from .status import Status
 
 __all__ = ["curve_fit", "BatchFits"]
 
 N_STARTS = 32
 #: curve_fit's default ``n_steps`` per parameter (scipy's ``max_nfev`` for ``"trf"``: 100 n).
 STEPS_PER_PARAMETER = 100
+#: A parameter within this of a bound is flagged (``BatchFits.at_bound``), as ``Result.at_bound``.
+BOUND_RTOL = 1e-4
 _METHODS = {None: "lm", "lm": "lm", "dogleg": "dogleg", "gauss-newton": "gauss-newton"}
 
 
@@ -74,7 +78,7 @@ def curve_fit(
         drops those points.
       bounds: ``(lower, upper)``, scalars or length ``n``, or a ``scipy.optimize.Bounds``.
       method, jac: ``"lm"`` (default), ``"dogleg"``, ``"gauss-newton"``; JAX differentiates f.
-      full_output: also return the :class:`multistart.Result` (a :class:`BatchFits`, batched).
+      full_output: also return scipy's ``infodict, mesg, ier``, the Result in ``infodict``.
       n_starts: local searches run at once (default 32); with ``batched``, per fit.
       batched: ``ydata`` (and ``sigma``, optionally ``xdata``, ``p0``) carry a leading axis of
         independent fits, fitted in one search, each as alone with ``start_strategy="band",
@@ -83,7 +87,8 @@ def curve_fit(
       **options: the search's options (:class:`multistart.MultiStartLeastSquares`).
 
     Returns:
-      ``(popt, pcov)``, or ``(popt, pcov, result)`` with ``full_output``; ``pcov`` is ``inf``,
+      ``(popt, pcov)``, or with ``full_output`` scipy's ``(popt, pcov, infodict, mesg, ier)``
+      (:func:`_full_output`; ``infodict["result"]``, or batched ``infodict["fits"]``); ``pcov`` is ``inf``,
       with an ``OptimizeWarning``, where it cannot be estimated, as scipy's. With ``batched``,
       ``popt`` is ``(n_fits, n)`` and ``pcov`` ``(n_fits, n, n)``.
 
@@ -93,8 +98,34 @@ def curve_fit(
     _check_choices(method, jac, absolute_sigma, full_output, batched, resume)
     args = (f, xdata, ydata, p0, sigma, absolute_sigma, check_finite, bounds, nan_policy)
     fit = _fit_batch if batched else _fit
-    popt, pcov, record = fit(*args, resume, n_starts=n_starts, method=_METHODS[method], **options)
-    return (popt, pcov, record) if full_output else (popt, pcov)
+    with log.quiet():  # as scipy: nothing printed unless something needs the user
+        popt, pcov, record, fvec = fit(
+            *args, resume, n_starts=n_starts, method=_METHODS[method], **options
+        )
+    if not full_output:
+        return popt, pcov
+    return (popt, pcov, *_full_output(record, fvec))
+
+
+def _full_output(record, fvec) -> tuple[dict, Any, Any]:
+    """scipy's ``(infodict, mesg, ier)``: ``ier`` 1 where the best start settled (converged,
+    or stalled: see ``mesg``), 5 where it took ``n_steps`` (MINPACK's ``maxfev``), 0
+    otherwise; with the Result (``"result"``) or a batch's :class:`BatchFits` (``"fits"``)."""
+    if isinstance(record, BatchFits):
+        statuses = list(record.status)
+        info = {"nfev": np.asarray(record.n_evals), "fvec": fvec, "fits": record}
+        mesg: Any = [Status(s).message for s in statuses]
+        ier: Any = np.array([_ier(s) for s in statuses])
+        return info, mesg, ier
+    best = record.best_index
+    status = Status(record.status[best]) if best >= 0 else Status.NONFINITE
+    info = {"nfev": int(np.sum(record.n_evals)), "fvec": fvec, "result": record}
+    return info, status.message, _ier(status)
+
+
+def _ier(status) -> int:
+    status = Status(status)
+    return 1 if status.settled else 5 if status is Status.MAX_STEPS else 0
 
 
 def _fit(
@@ -114,8 +145,8 @@ def _fit(
         starts = {name: np.array([v]) for name, v in zip(names, inside, strict=True)}
         result = search.fit(_CurveModel(f, names, space, data), starts=starts, resume=resume)
         popt = np.array([float(result.best_params[k]) for k in names])
-        pcov = _covariances(f, names, data, popt[None], absolute_sigma, stacked=False)[0]
-        return popt, pcov, result
+        pcov, fvec = _covariances(f, names, data, popt[None], absolute_sigma, stacked=False)
+        return popt, pcov[0], result, fvec[0]
 
 
 def _check_choices(method, jac, absolute_sigma, full_output, batched=False, resume=False) -> None:
@@ -404,27 +435,6 @@ _BATCH_DEFAULTS = {"start_strategy": "band", "n_candidates": 0, "max_history": 1
 _COUPLING = ("resurrect", "schedule", "target_fom", "n_local", "local_steps", "max_discoveries")
 
 
-@dataclass(frozen=True)
-class BatchFits:
-    """Each fit of a batched :func:`multistart.curve_fit` (``full_output=True``).
-
-    Attributes:
-      best_fom: ``(n_fits,)`` the figure of merit (``‖r‖²``, a χ² with ``sigma``) at each
-        fit's best start (``inf`` when none was finite).
-      status: ``(n_fits,)`` the :class:`multistart.Status` of each fit's best start.
-      n_evals: ``(n_fits,)`` evaluations made by all of each fit's starts.
-      best_row: ``(n_fits,)`` the row of ``result`` holding each fit's best start (fit ``i``'s
-        starts are rows ``i * n_starts`` to ``(i + 1) * n_starts - 1``).
-      result: the :class:`multistart.Result` of the whole search, one row per start.
-    """
-
-    best_fom: np.ndarray
-    status: np.ndarray
-    n_evals: np.ndarray
-    best_row: np.ndarray
-    result: Result
-
-
 def _fit_batch(
     f, xdata, ydata, p0, sigma, absolute_sigma, check_finite, bounds, nan_policy, resume, **kw
 ):
@@ -447,10 +457,13 @@ def _fit_batch(
         reference = np.where(np.isfinite(lower), lower, np.where(np.isfinite(upper), upper, 0.0))
         space = _space(names, reference, lower, upper)
         model = _CurveModel(f, names, space, data, rows_per_datum=n_starts)
-        result = search.fit(model, starts=starts, resume=resume)
-        popt, fits = _per_fit(result, names, n_fits, n_starts)
-        pcov = _covariances(f, names, data, popt, absolute_sigma, stacked=True)
-        return popt, pcov, fits
+        with progress.fits_of(n_starts):
+            result = search.fit(model, starts=starts, resume=resume)
+        popt, rows = _per_fit(result, names, n_fits, n_starts)
+        pcov, fvec = _covariances(f, names, data, popt, absolute_sigma, stacked=True)
+        m = int(np.asarray(data[1]).size // n_fits)
+        fits = _batch_fits(result, names, popt, pcov, rows, (lower, upper), m, n_starts)
+        return popt, pcov, fits, fvec
 
 
 def _batch_options(options: dict) -> dict:
@@ -616,39 +629,70 @@ def _stack_starts(names, first, lower, upper, k: int, options) -> dict[str, np.n
     return {name: out[:, :, j].reshape(-1) for j, name in enumerate(names)}
 
 
-def _per_fit(result: Result, names, n_fits: int, k: int) -> tuple[np.ndarray, BatchFits]:
-    """``(popt, BatchFits)`` of each fit's best start, as a single fit chooses it (``popt``
-    nan when none is finite)."""
+def _per_fit(result: Result, names, n_fits: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(popt, rows)``: each fit's best start, as a single fit chooses it (the lowest figure
+    of merit, the first on ties; ``popt`` nan when none is finite), and its row."""
     foms = np.asarray(result.foms).reshape(n_fits, k)
     finite = np.isfinite(foms)
     best = np.argmin(np.where(finite, foms, np.inf), axis=1)
     rows = np.arange(n_fits) * k + best
     popt = np.stack([np.asarray(result.params[name])[rows] for name in names], axis=1)
     popt[~finite.any(axis=1)] = np.nan
+    return popt, rows
+
+
+def _batch_fits(result, names, popt, pcov, rows, bounds, m: int, k: int) -> BatchFits:
+    """The record of every fit, and the one warning for those with a parameter on a bound."""
+    n_fits = len(popt)
+    free = np.ones(len(names), dtype=bool)
     fits = BatchFits(
-        best_fom=foms[np.arange(n_fits), best],
+        names=tuple(names),
+        popt=popt,
+        pcov=pcov,
+        best_fom=np.asarray(result.foms)[rows],
+        dof=np.full(n_fits, m - int(free.sum())),
         status=np.asarray(result.status)[rows],
+        at_bound=_at_bound(popt, *bounds),
         n_evals=np.asarray(result.n_evals).reshape(n_fits, k).sum(axis=1),
         best_row=rows,
+        n_starts=k,
+        free=free,
+        held={},
         result=result,
     )
-    return popt, fits
+    message = bound_summary(fits)
+    if message is not None:
+        log.logger.warning("%s", message)
+    return fits
+
+
+def _at_bound(popt: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> np.ndarray:
+    """``(n_fits, n)``: within ``BOUND_RTOL`` of a bound: of a finite box's width, or of
+    ``max(|bound|, 1)`` for a one-sided one."""
+    boxed = np.isfinite(lower) & np.isfinite(upper)
+    span = np.where(boxed, upper - lower, 1.0)
+    lo_scale = np.where(boxed, span, np.maximum(np.abs(np.where(np.isfinite(lower), lower, 0)), 1))
+    hi_scale = np.where(boxed, span, np.maximum(np.abs(np.where(np.isfinite(upper), upper, 0)), 1))
+    with np.errstate(invalid="ignore"):
+        near = (popt - lower <= BOUND_RTOL * lo_scale) | (upper - popt <= BOUND_RTOL * hi_scale)
+    return near & np.isfinite(popt)
 
 
 # -- curve_fit's pcov --------------------------------------------------------------------------
 
 
-def _covariances(f, names, data, popt, absolute_sigma: bool, *, stacked: bool) -> np.ndarray:
-    """curve_fit's ``pcov`` of each fit, ``(n_fits, n, n)``: ``s² (JᵀJ)⁻¹`` at ``popt``, ``s²``
-    1 (``absolute_sigma``) or the reduced χ²; ``inf``, with one ``OptimizeWarning``, where no
-    degree of freedom is left or ``J`` is singular (:func:`_inverse_gram`). ``stacked``: ``data``
-    has a leading axis of fits."""
+def _covariances(f, names, data, popt, absolute_sigma: bool, *, stacked: bool):
+    """``(pcov, fvec)``: curve_fit's ``pcov`` of each fit, ``(n_fits, n, n)``, and its
+    weighted residuals at ``popt`` (scipy's ``fvec``), ``(n_fits, m)``. ``pcov`` is
+    ``s² (JᵀJ)⁻¹`` at ``popt``, ``s²`` 1 (``absolute_sigma``) or the reduced χ²; ``inf``,
+    with one ``OptimizeWarning``, where no degree of freedom is left or ``J`` is singular
+    (:func:`_inverse_gram`). ``stacked``: ``data`` has a leading axis of fits."""
     model = _model_key(f, names)
     leaves, treedef = jax.tree_util.tree_flatten(data)
     shapes = tuple((a.shape, a.dtype.name) for a in map(np.asarray, leaves))
     key = None if model is None else (model, "covariance", stacked, treedef, shapes)
     curvature = programs_for(key).get("covariance", lambda: _curvature(f, names, stacked))
-    a, ssr = (np.asarray(v, dtype=np.float64) for v in curvature(popt, data))
+    a, ssr, fvec = (np.asarray(v, dtype=np.float64) for v in curvature(popt, data))
     n, m = popt.shape[1], np.asarray(data[1]).size // (len(popt) if stacked else 1)
     if absolute_sigma:
         s2 = np.ones(len(popt))
@@ -664,11 +708,11 @@ def _covariances(f, names, data, popt, absolute_sigma: bool, *, stacked: bool) -
             stacklevel=4,
         )
         pcov[bad] = np.inf
-    return pcov
+    return pcov, fvec
 
 
 def _curvature(f, names, stacked: bool):
-    """``jit(vmap(...))``: ``(J, ‖r‖²)`` of each fit's weighted residuals at its ``popt``."""
+    """``jit(vmap(...))``: ``(J, ‖r‖², r)`` of each fit's weighted residuals at its ``popt``."""
 
     def one(p, data):
         x, y, weight = data
@@ -678,7 +722,7 @@ def _curvature(f, names, stacked: bool):
             return weight(r) if callable(weight) else r * weight
 
         r = residuals(p)
-        return jax.jacfwd(residuals)(p), jnp.vdot(r, r)
+        return jax.jacfwd(residuals)(p), jnp.vdot(r, r), r
 
     def multistart_curve_fit_covariance(popt, data):
         return jax.vmap(one, in_axes=(0, 0 if stacked else None))(popt, data)

@@ -52,19 +52,22 @@ def test_the_answer_and_pcov_are_scipys(kw):
 
 def test_full_output_returns_the_result_and_one_start_is_p0():
     p0 = [2.0, 1.0, 0.0]
-    popt, pcov, result = ms.curve_fit(decay, X, Y, p0=p0, n_starts=1, full_output=True)
+    popt, pcov, info, mesg, ier = ms.curve_fit(decay, X, Y, p0=p0, n_starts=1, full_output=True)
+    result = info["result"]
     assert isinstance(result, ms.Result) and result.n_starts == 1
     np.testing.assert_array_equal([result.start_params[k][0] for k in "a tau c".split()], p0)
     assert result.status[0] is ms.Status.CONVERGED
     np.testing.assert_allclose(popt, [result.best_params[k] for k in ("a", "tau", "c")])
     # p0 is the first of several starts too
-    *_, many = ms.curve_fit(decay, X, Y, p0=p0, full_output=True, start_strategy="band", **FAST)
+    many = ms.curve_fit(decay, X, Y, p0=p0, full_output=True, start_strategy="band", **FAST)[2]
+    many = many["result"]
     assert many.n_starts == 4 and float(many.start_params["tau"][0]) == 1.0
 
 
 def test_starts_stay_inside_bounds_and_a_one_sided_bound_holds():
     lower, upper = [0.0, 0.5, -1.0], [10.0, 10.0, 1.0]
-    *_, result = ms.curve_fit(decay, X, Y, bounds=(lower, upper), full_output=True, **FAST)
+    result = ms.curve_fit(decay, X, Y, bounds=(lower, upper), full_output=True, **FAST)[2]
+    result = result["result"]
     for k, lo, hi in zip(("a", "tau", "c"), lower, upper, strict=True):
         v = np.asarray(result.params[k])
         assert np.all((v >= lo) & (v <= hi))
@@ -148,9 +151,10 @@ def test_a_model_written_with_numpy_is_told_to_use_jax_numpy_before_a_compile():
 
 def test_p0_on_a_bound_starts_just_inside_it_and_a_list_xdata_is_an_array():
     box = ([0.0, 0.1, -1.0], [10.0, 10.0, 1.0])
-    popt, _, result = ms.curve_fit(
+    popt, _, info, _, _ = ms.curve_fit(
         decay, list(X), list(Y), p0=[0.0, 1.0, 0.0], bounds=box, full_output=True, **FAST
     )
+    result = info["result"]
     assert 0.0 < result.start_params["a"][0] < 1e-4  # p0's a was on the bound 0
     expected, _ = scipy.optimize.curve_fit(decay_np, X, Y, p0=[0.0, 1.0, 0.0], bounds=box)
     np.testing.assert_allclose(popt, expected, rtol=1e-5)
@@ -187,8 +191,46 @@ def _exact_inverse(a):
 
 
 def test_names_come_from_f_and_the_result_uses_them():
-    *_, result = ms.curve_fit(decay, X, Y, p0=[1.0, 1.0, 0.0], full_output=True, **FAST)
+    result = ms.curve_fit(decay, X, Y, p0=[1.0, 1.0, 0.0], full_output=True, **FAST)[2]["result"]
     assert sorted(result.paths) == ["a", "c", "tau"]
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert set(result.errors) == {"a", "tau", "c"}
+
+
+@pytest.mark.parametrize("level", ["INFO", "DEBUG"])
+def test_curve_fit_logs_nothing_at_the_default_level_as_scipy(caplog, monkeypatch, level):
+    monkeypatch.setenv("MULTISTART_LOG_LEVEL", level)
+    with caplog.at_level(level, logger="multistart"):
+        ms.curve_fit(decay, X, Y, p0=[1.0, 1.0, 0.0], **FAST)
+    said = [r.getMessage() for r in caplog.records if r.levelname in ("INFO", "WARNING")]
+    assert said == []
+    routine = [r.getMessage() for r in caplog.records if r.levelname == "DEBUG"]
+    if level == "DEBUG":  # the search's own lines are there, a level down
+        assert any(m.startswith("fitting decay: 4 starts") for m in routine)
+        assert any(m.startswith("done in") for m in routine)
+    else:
+        assert routine == []
+
+
+def test_full_output_unpacks_as_scipys_five_values():
+    kw = dict(p0=[1.0, 1.0, 0.0], sigma=SIGMA)
+    popt, pcov, info, mesg, ier = ms.curve_fit(decay, X, Y, full_output=True, **FAST, **kw)
+    ref = scipy.optimize.curve_fit(decay_np, X, Y, full_output=True, **kw, xtol=1e-14, ftol=1e-14)
+    np.testing.assert_allclose(info["fvec"], ref[2]["fvec"], rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(popt, ref[0], rtol=1e-7)
+    result = info["result"]
+    assert info["nfev"] == int(result.n_evals.sum()) > 0 and isinstance(info["nfev"], int)
+    assert ier in (1, 2, 3, 4) and ref[4] in (1, 2, 3, 4)  # scipy's test of success holds
+    assert mesg == result.status[result.best_index].message
+    # a start that runs out of steps says so: MINPACK's maxfev flag, 5
+    *_, mesg, ier = ms.curve_fit(decay, X, Y, full_output=True, n_steps=2, **FAST, **kw)
+    assert ier == 5 and mesg == ms.Status.MAX_STEPS.message
+    # a batch: one flag, message and residual vector per fit, and the BatchFits
+    ys = np.stack([Y, Y + 0.1])
+    _, _, info, mesg, ier = ms.curve_fit(
+        decay, X, ys, batched=True, full_output=True, bounds=([0, 0.1, -1], [10, 10, 1]), **FAST
+    )
+    assert isinstance(info["fits"], ms.BatchFits) and info["fvec"].shape == (2, 50)
+    np.testing.assert_array_equal(info["nfev"], info["fits"].n_evals)
+    assert ier.tolist() == [1, 1] and mesg == [ms.Status.CONVERGED.message] * 2
