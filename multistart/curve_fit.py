@@ -56,6 +56,8 @@ def curve_fit(
     n_starts: int = N_STARTS,
     batched: bool = False,
     resume: bool = False,
+    fixed: dict | None = None,
+    tied: dict | None = None,
     **options,
 ):
     """Fit ``f(xdata, *params)`` to ``ydata`` by least squares from many starts.
@@ -84,23 +86,32 @@ def curve_fit(
         independent fits, fitted in one search, each as alone with ``start_strategy="band",
         n_candidates=0`` (``docs/curve-fit.md``).
       resume: continue the search checkpointed in ``checkpoint_dir``, as ``fit(resume=True)``.
+      fixed: ``{name: value}``, parameters held at a value (lmfit's ``vary=False``); a
+        parameter whose lower and upper bounds are equal is fixed there too.
+      tied: ``{name: other}`` (equal to the parameter ``other``) or ``{name: g}`` with
+        ``g(params) -> value`` of the free and fixed parameters by name, in ``jax.numpy``
+        (lmfit's ``expr``). ``popt`` keeps every parameter; ``pcov`` is over the free ones,
+        its rows and columns of a held parameter 0.
       **options: the search's options (:class:`multistart.MultiStartLeastSquares`).
 
     Returns:
       ``(popt, pcov)``, or with ``full_output`` scipy's ``(popt, pcov, infodict, mesg, ier)``
-      (:func:`_full_output`; ``infodict["result"]``, or batched ``infodict["fits"]``); ``pcov`` is ``inf``,
-      with an ``OptimizeWarning``, where it cannot be estimated, as scipy's. With ``batched``,
+      (:func:`_full_output`; ``infodict["result"]``, or batched ``infodict["fits"]``);
+      ``pcov`` is ``inf``, with an ``OptimizeWarning``, where it cannot be estimated, as
+      scipy's. With ``batched``,
       ``popt`` is ``(n_fits, n)`` and ``pcov`` ``(n_fits, n, n)``.
 
     Raises:
       ValueError / TypeError: bad arguments, before any compile (docs/curve-fit.md lists them).
     """
     _check_choices(method, jac, absolute_sigma, full_output, batched, resume)
+    _check_scipy_options(options)
     args = (f, xdata, ydata, p0, sigma, absolute_sigma, check_finite, bounds, nan_policy)
     fit = _fit_batch if batched else _fit
+    hold = {"fixed": fixed, "tied": tied}
     with log.quiet():  # as scipy: nothing printed unless something needs the user
         popt, pcov, record, fvec = fit(
-            *args, resume, n_starts=n_starts, method=_METHODS[method], **options
+            *args, resume, hold, n_starts=n_starts, method=_METHODS[method], **options
         )
     if not full_output:
         return popt, pcov
@@ -129,24 +140,42 @@ def _ier(status) -> int:
 
 
 def _fit(
-    f, xdata, ydata, p0, sigma, absolute_sigma, check_finite, bounds, nan_policy, resume, **options
+    f,
+    xdata,
+    ydata,
+    p0,
+    sigma,
+    absolute_sigma,
+    check_finite,
+    bounds,
+    nan_policy,
+    resume,
+    hold,
+    **options,
 ):
-    """``(popt, pcov, result)`` of one dataset."""
+    """``(popt, pcov, result, fvec)`` of one dataset."""
     with jax.enable_x64(True):
-        data, names = _data(f, xdata, ydata, sigma, p0, check_finite, nan_policy)
-        lower, upper = _bounds(bounds, len(names))
-        p0 = None if p0 is None else _vector(p0, len(names), "p0")
+        data, all_names = _data(f, xdata, ydata, sigma, p0, check_finite, nan_policy)
+        _check_output(f, data[0], all_names, data[1].shape)
+        all_lower, all_upper = _bounds(bounds, all_names)
+        held = _hold(f, all_names, hold, all_lower, all_upper)
+        g, names, keep = held.model, list(held.free), held.keep
+        lower, upper = all_lower[keep], all_upper[keep]
+        p0 = None if p0 is None else _vector(p0, len(all_names), "p0")[keep]
         first = _first_start(p0, lower, upper, names)
         space = _space(names, first, lower, upper)
-        _check_output(f, data[0], names, data[1].shape)
+        if g is not f:
+            _check_output(g, data[0], names, data[1].shape)
         options = {"n_steps": STEPS_PER_PARAMETER * len(names), **options}
         search = MultiStartLeastSquares(absolute_sigma=absolute_sigma, **options)
         inside = _inside(first, lower, upper)
         starts = {name: np.array([v]) for name, v in zip(names, inside, strict=True)}
-        result = search.fit(_CurveModel(f, names, space, data), starts=starts, resume=resume)
+        result = search.fit(_CurveModel(g, names, space, data), starts=starts, resume=resume)
         popt = np.array([float(result.best_params[k]) for k in names])
-        pcov, fvec = _covariances(f, names, data, popt[None], absolute_sigma, stacked=False)
-        return popt, pcov[0], result, fvec[0]
+        pcov, fvec = _covariances(g, names, data, popt[None], absolute_sigma, stacked=False)
+        popt = held.full(popt[None])
+        _warn_if_tied_outside(held, popt, all_lower, all_upper)
+        return popt[0], held.full_cov(pcov)[0], result, fvec[0]
 
 
 def _check_choices(method, jac, absolute_sigma, full_output, batched=False, resume=False) -> None:
@@ -254,6 +283,8 @@ def _data(f, xdata, ydata, sigma, p0, check_finite, nan_policy):
         raise ValueError("ydata is empty")
     x = jax.tree_util.tree_map(lambda a: np.asarray(a, dtype=np.float64), _array_if_list(xdata))
     s = None if sigma is None else np.asarray(sigma, dtype=np.float64)
+    if s is not None and s.ndim == 0:  # scipy: "None or scalar or M-length sequence"
+        s = np.full(y.shape, float(s))
     if s is not None and s.shape not in (y.shape, (y.size,), (y.size, y.size)):
         raise ValueError(
             f"sigma must have ydata's shape {y.shape} (standard deviations) or be a "
@@ -336,7 +367,10 @@ def _vector(value, n: int, name: str) -> np.ndarray:
     return v
 
 
-def _bounds(bounds, n: int) -> tuple[np.ndarray, np.ndarray]:
+def _bounds(bounds, names) -> tuple[np.ndarray, np.ndarray]:
+    """``(lower, upper)``, one each per parameter; equal bounds are allowed (a fixed
+    parameter, :func:`_hold`), a lower above its upper is refused naming the parameter."""
+    n = len(names)
     if isinstance(bounds, Bounds):
         lower, upper = bounds.lb, bounds.ub
     else:
@@ -347,9 +381,173 @@ def _bounds(bounds, n: int) -> tuple[np.ndarray, np.ndarray]:
                 f"bounds must be (lower, upper) or a scipy.optimize.Bounds; got {bounds!r}"
             ) from None
     lo, hi = _vector(lower, n, "bounds' lower"), _vector(upper, n, "bounds' upper")
-    if np.any(np.isnan(lo) | np.isnan(hi)) or np.any(lo >= hi):
-        raise ValueError(f"bounds: each lower must be below its upper; got {lo} and {hi}")
+    bad = np.isnan(lo) | np.isnan(hi) | (lo > hi) | (np.isinf(lo) & (lo == hi))
+    if bad.any():
+        j = int(np.argmax(bad))
+        raise ValueError(
+            f"bounds: each lower must be below its upper (or equal to it: the parameter is "
+            f"then fixed there); parameter {names[j]!r} has lower {float(lo[j])!r} and upper "
+            f"{float(hi[j])!r}" + (f" ({int(bad.sum()) - 1} more)" if bad.sum() > 1 else "")
+        )
     return lo, hi
+
+
+def _check_scipy_options(options: dict) -> None:
+    """scipy's budget arguments, which count something else here, refused with the call that
+    works."""
+    for name in ("maxfev", "max_nfev"):
+        if name in options:
+            raise TypeError(
+                f"{name}={options[name]!r}: scipy's budget of evaluations for one start; here "
+                "each start takes at most n_steps steps (one evaluation of the residuals and "
+                f"their Jacobian each; default 100 per parameter): pass n_steps={options[name]!r}"
+                " (max_evals caps the evaluations of every start together, of every fit of a "
+                "batch: not scipy's meaning)"
+            )
+
+
+class _Held:
+    """``f`` over its free parameters, its held ones filled in: a fixed value, or a tie (to
+    another parameter by name, or a function of the free and fixed ones by name). Hashed by
+    what it computes, so a refit with the same holds reuses its programs."""
+
+    def __init__(self, f, names, fixed: dict, tied: dict):
+        self.f, self.names = f, tuple(names)
+        self.fixed, self.tied = dict(fixed), dict(tied)
+        self.free = tuple(k for k in names if k not in fixed and k not in tied)
+        self.keep = np.array([k in self.free for k in names], dtype=bool)
+        self.__name__ = getattr(f, "__name__", type(f).__name__)
+
+    @property
+    def model(self):
+        """What is fitted: ``f`` itself when nothing is held."""
+        return self if self.fixed or self.tied else self.f
+
+    def values(self, free) -> dict:
+        """Every parameter by name, from the free ones (scalars, or arrays of one shape)."""
+        p = dict(zip(self.free, free, strict=True))
+        p.update(self.fixed)
+        base = dict(p)
+        for name, tie in self.tied.items():
+            p[name] = base[tie] if isinstance(tie, str) else tie(base)
+        return p
+
+    def __call__(self, x, *free):
+        p = self.values(free)
+        return self.f(x, *(p[k] for k in self.names))
+
+    def full(self, popt: np.ndarray) -> np.ndarray:
+        """``(k, n)`` every parameter from ``(k, n_free)`` free ones."""
+        if self.model is self.f:
+            return popt
+        p = self.values([popt[:, j] for j in range(popt.shape[1])])
+        return np.stack(
+            [np.broadcast_to(np.asarray(p[k], dtype=np.float64), len(popt)) for k in self.names],
+            axis=1,
+        )
+
+    def full_cov(self, pcov: np.ndarray) -> np.ndarray:
+        """``(k, n, n)``: the free parameters' block, 0 for a held one (``inf`` everywhere
+        where the covariance could not be estimated, as scipy's)."""
+        if self.model is self.f:
+            return pcov
+        out = np.zeros((len(pcov), len(self.names), len(self.names)))
+        out[np.ix_(np.arange(len(pcov)), self.keep, self.keep)] = pcov
+        out[~np.all(np.isfinite(pcov), axis=(1, 2))] = np.inf
+        return out
+
+    def words(self) -> dict[str, str]:
+        """What holds each held parameter, in words (``"fixed"``, ``"= a1"``, ``"tied"``)."""
+        out = {k: "fixed" for k in self.fixed}
+        for k, tie in self.tied.items():
+            out[k] = f"= {tie}" if isinstance(tie, str) else "tied"
+        return out
+
+    def _key(self):
+        return (self.f, self.names, tuple(self.fixed.items()), tuple(self.tied.items()))
+
+    def __hash__(self):
+        return hash(self._key())
+
+    def __eq__(self, other):
+        return isinstance(other, _Held) and self._key() == other._key()
+
+
+def _hold(f, names, hold: dict, lower, upper) -> _Held:
+    """The parameters ``fixed`` and ``tied`` hold (and those with equal bounds), checked."""
+    fixed = _fixed_values(_named("fixed", hold.get("fixed"), names), names, lower, upper)
+    tied = _named("tied", hold.get("tied"), names)
+    for j in np.flatnonzero(lower == upper):
+        k = names[j]
+        if k in tied:
+            raise ValueError(f"{k!r} is tied and has equal bounds (fixed): give one of them")
+        fixed.setdefault(k, float(lower[j]))
+    for k, tie in tied.items():
+        if k in fixed:
+            raise ValueError(f"{k!r} is both fixed and tied: give one of them")
+        if isinstance(tie, str):
+            if tie not in names or tie in tied or tie == k:
+                raise ValueError(
+                    f"tied[{k!r}] = {tie!r} must name a free or fixed parameter of f "
+                    f"({', '.join(n for n in names if n not in tied)})"
+                )
+        elif not callable(tie):
+            raise TypeError(
+                f"tied[{k!r}] must be another parameter's name or a function of the free and "
+                f"fixed parameters, e.g. tied={{{k!r}: lambda p: 0.3 * p['a1']}}; got {tie!r}"
+            )
+    held = _Held(f, names, {k: fixed[k] for k in names if k in fixed}, tied)
+    if not held.free:
+        raise ValueError("fixed and tied hold every parameter of f: leave at least one free")
+    return held
+
+
+def _fixed_values(fixed: dict, names, lower, upper) -> dict[str, float]:
+    out = {}
+    for k, v in fixed.items():
+        try:
+            value = float(v)
+        except (TypeError, ValueError):
+            value = np.nan
+        if isinstance(v, bool) or not np.isfinite(value):
+            raise ValueError(f"fixed[{k!r}] must be a finite number; got {v!r}")
+        j = names.index(k)
+        if not lower[j] <= value <= upper[j]:
+            raise ValueError(
+                f"fixed[{k!r}] = {v!r} lies outside its bounds [{float(lower[j])!r}, "
+                f"{float(upper[j])!r}]"
+            )
+        out[k] = value
+    return out
+
+
+def _warn_if_tied_outside(held: _Held, popt: np.ndarray, lower, upper) -> None:
+    """A tied parameter's bounds are not stepped in (its value is the tie's): say where the
+    tie took it outside them."""
+    out = [
+        k
+        for j, k in enumerate(held.names)
+        if k in held.tied and np.any((popt[:, j] < lower[j]) | (popt[:, j] > upper[j]))
+    ]
+    if out:
+        log.logger.warning(
+            "tied parameter(s) %s ended outside their bounds (a tie is not bounded: its value "
+            "is the tie's); bound the parameters it is tied to instead",
+            ", ".join(out),
+        )
+
+
+def _named(what: str, given, names) -> dict:
+    if given is None:
+        return {}
+    if not isinstance(given, dict):
+        raise TypeError(f"{what} must be a dict {{parameter name: ...}}; got {given!r}")
+    unknown = [k for k in given if k not in names]
+    if unknown:
+        raise ValueError(
+            f"{what}: {unknown} are not parameters of f (its parameters: {', '.join(names)})"
+        )
+    return dict(given)
 
 
 def _first_start(p0, lower, upper, names=None) -> np.ndarray:
@@ -436,18 +634,26 @@ _COUPLING = ("resurrect", "schedule", "target_fom", "n_local", "local_steps", "m
 
 
 def _fit_batch(
-    f, xdata, ydata, p0, sigma, absolute_sigma, check_finite, bounds, nan_policy, resume, **kw
+    f, xdata, ydata, p0, sigma, absolute_sigma, check_finite, bounds, nan_policy, resume, hold, **kw
 ):
-    """``(popt, pcov, BatchFits)`` of a stack of datasets."""
+    """``(popt, pcov, BatchFits, fvec)`` of a stack of datasets."""
     n_starts = kw.pop("n_starts")
     if isinstance(n_starts, bool) or not isinstance(n_starts, int | np.integer) or n_starts < 1:
         raise ValueError(f"n_starts must be an int >= 1; got {n_starts!r}")
     n_starts = int(n_starts)
     options = _batch_options(kw)
     with jax.enable_x64(True):
-        data, names, n_fits = _stack_data(f, xdata, ydata, sigma, p0, check_finite, nan_policy)
-        lower, upper = _bounds(bounds, len(names))
-        first = _stack_p0(p0, n_fits, names, lower, upper)
+        data, all_names, n_fits = _stack_data(f, xdata, ydata, sigma, p0, check_finite, nan_policy)
+        all_lower, all_upper = _bounds(bounds, all_names)
+        held = _hold(f, all_names, hold, all_lower, all_upper)
+        g, names, keep = held.model, list(held.free), held.keep
+        if g is not f:
+            one = jax.tree_util.tree_map(
+                lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype), data[0]
+            )
+            _check_output(g, one, names, np.shape(data[1])[1:], "one fit's ydata shape")
+        lower, upper = all_lower[keep], all_upper[keep]
+        first = _stack_p0(p0, n_fits, all_names, all_lower, all_upper, keep)
         options = {"n_steps": STEPS_PER_PARAMETER * len(names), **options}
         search = MultiStartLeastSquares(
             absolute_sigma=absolute_sigma, n_starts=n_fits * n_starts, **options
@@ -456,13 +662,16 @@ def _fit_batch(
         # One space for every fit, as the programs may not depend on p0.
         reference = np.where(np.isfinite(lower), lower, np.where(np.isfinite(upper), upper, 0.0))
         space = _space(names, reference, lower, upper)
-        model = _CurveModel(f, names, space, data, rows_per_datum=n_starts)
+        model = _CurveModel(g, names, space, data, rows_per_datum=n_starts)
         with progress.fits_of(n_starts):
             result = search.fit(model, starts=starts, resume=resume)
         popt, rows = _per_fit(result, names, n_fits, n_starts)
-        pcov, fvec = _covariances(f, names, data, popt, absolute_sigma, stacked=True)
+        pcov, fvec = _covariances(g, names, data, popt, absolute_sigma, stacked=True)
+        popt, pcov = held.full(popt), held.full_cov(pcov)
+        _warn_if_tied_outside(held, popt, all_lower, all_upper)
         m = int(np.asarray(data[1]).size // n_fits)
-        fits = _batch_fits(result, names, popt, pcov, rows, (lower, upper), m, n_starts)
+        bounds = (all_lower, all_upper)
+        fits = _batch_fits(result, held, popt, pcov, rows, bounds, m, n_starts)
         return popt, pcov, fits, fvec
 
 
@@ -471,9 +680,10 @@ def _batch_options(options: dict) -> dict:
     strategy = options.get("start_strategy", "band")
     if strategy not in ("band", "auto"):
         raise ValueError(
-            "batched=True draws each fit's starts as one fit with start_strategy='band' and "
-            f"n_candidates=0 draws them (p0, then draws in the band); got start_strategy="
-            f"{strategy!r}: drop it"
+            f"batched=True: start_strategy={strategy!r} ranks or replaces starts across the "
+            "whole search, so across fits; a batch draws each fit's starts as a single fit "
+            "with start_strategy='band', n_candidates=0 would (p0, then draws in the band): "
+            "drop start_strategy, or fit those datasets one by one"
         )
     if options.get("n_candidates") not in (None, 0):
         raise ValueError(
@@ -547,6 +757,8 @@ def _stack_weights(sigma, n_fits: int, shape):
     if sigma is None:
         return np.ones((n_fits, m))
     s = np.asarray(sigma, dtype=np.float64)
+    if s.ndim == 0:  # scipy's scalar sigma: every point of every fit
+        s = np.full(m, float(s))
     if s.shape in (shape, (m,)):  # one fit's: shared by every fit
         s = np.broadcast_to(s.reshape(m), (n_fits, m))
     elif s.shape in ((n_fits, *shape), (n_fits, m)):
@@ -596,19 +808,26 @@ def _finite_by_fit(name: str, a: np.ndarray) -> None:
         )
 
 
-def _stack_p0(p0, n_fits: int, names, lower, upper) -> np.ndarray:
-    """:func:`_first_start` of each fit, ``(n_fits, n)``; ``p0`` is one for all or one per fit."""
+def _stack_p0(p0, n_fits: int, names, lower, upper, keep) -> np.ndarray:
+    """:func:`_first_start` of each fit's free parameters (``keep``), ``(n_fits, n_free)``;
+    ``p0`` is one for all or one per fit."""
     n = len(names)
+    lower, upper, free = (
+        lower[keep],
+        upper[keep],
+        [k for k, f in zip(names, keep, strict=True) if f],
+    )
     if p0 is None or np.ndim(p0) <= 1:
-        one = None if p0 is None else _vector(p0, n, "p0")
-        return np.tile(_first_start(one, lower, upper, names), (n_fits, 1))
+        one = None if p0 is None else _vector(p0, n, "p0")[keep]
+        return np.tile(_first_start(one, lower, upper, free), (n_fits, 1))
     first = np.asarray(p0, dtype=np.float64)
     if first.shape != (n_fits, n):
         raise ValueError(
             f"p0 must be one start ({n},) for every fit or one per fit ({n_fits}, {n}); got "
             f"shape {first.shape}"
         )
-    _check_p0(first, lower, upper, names)
+    first = first[:, keep]
+    _check_p0(first, lower, upper, free)
     return first
 
 
@@ -641,23 +860,25 @@ def _per_fit(result: Result, names, n_fits: int, k: int) -> tuple[np.ndarray, np
     return popt, rows
 
 
-def _batch_fits(result, names, popt, pcov, rows, bounds, m: int, k: int) -> BatchFits:
+def _batch_fits(result, held, popt, pcov, rows, bounds, m: int, k: int) -> BatchFits:
     """The record of every fit, and the one warning for those with a parameter on a bound."""
     n_fits = len(popt)
-    free = np.ones(len(names), dtype=bool)
+    free = held.keep
+    at_bound = _at_bound(popt, *bounds)
+    at_bound[:, ~free] = False  # a held parameter's bound is its value, not the fit's doing
     fits = BatchFits(
-        names=tuple(names),
+        names=tuple(held.names),
         popt=popt,
         pcov=pcov,
         best_fom=np.asarray(result.foms)[rows],
         dof=np.full(n_fits, m - int(free.sum())),
         status=np.asarray(result.status)[rows],
-        at_bound=_at_bound(popt, *bounds),
+        at_bound=at_bound,
         n_evals=np.asarray(result.n_evals).reshape(n_fits, k).sum(axis=1),
         best_row=rows,
         n_starts=k,
         free=free,
-        held={},
+        held=held.words(),
         result=result,
     )
     message = bound_summary(fits)

@@ -102,6 +102,20 @@ def test_an_undetermined_parameter_gives_an_inf_pcov_with_a_warning():
         (dict(p0=[1.0, 1.0]), ValueError, r"p0 must have one value per parameter of f \(3: a"),
         (dict(bounds=([0, 0], [1, 1, 1])), ValueError, "bounds' lower must have one value"),
         (dict(bounds=(1.0, 0.0)), ValueError, "each lower must be below its upper"),
+        (
+            dict(bounds=([0, 2, 0], [1, 1, 1])),
+            ValueError,
+            "parameter 'tau' has lower 2.0 and upper 1.0",
+        ),
+        (dict(maxfev=500), TypeError, r"maxfev=500: .* pass n_steps=500 \(max_evals caps"),
+        (dict(max_nfev=50), TypeError, "pass n_steps=50"),
+        (dict(fixed={"b": 1.0}), ValueError, r"fixed: \['b'\] are not parameters of f \(its"),
+        (dict(fixed={"a": np.nan}), ValueError, r"fixed\['a'\] must be a finite number"),
+        (dict(fixed={"a": 5.0}, bounds=(0, 1)), ValueError, r"fixed\['a'\] = 5.0 lies outside"),
+        (dict(tied={"c": "tau", "tau": "a"}), ValueError, r"tied\['c'\] = 'tau' must name"),
+        (dict(tied={"c": 3.0}), TypeError, r"tied\['c'\] must be another parameter's name"),
+        (dict(fixed={"c": 0.0}, tied={"c": "a"}), ValueError, "'c' is both fixed and tied"),
+        (dict(fixed={"a": 1.0, "tau": 1.0, "c": 0.0}), ValueError, "leave at least one free"),
         (dict(bounds=(0.0, 1.0), p0=[2.0, 0.5, 0.5]), ValueError, r"outside bounds .* \['a'\]"),
         (dict(p0=[np.nan, 1.0, 0.0]), ValueError, r"p0 is not finite .* \['a'\]"),
         (
@@ -234,3 +248,79 @@ def test_full_output_unpacks_as_scipys_five_values():
     assert isinstance(info["fits"], ms.BatchFits) and info["fvec"].shape == (2, 50)
     np.testing.assert_array_equal(info["nfev"], info["fits"].n_evals)
     assert ier.tolist() == [1, 1] and mesg == [ms.Status.CONVERGED.message] * 2
+
+
+def test_a_scalar_sigma_is_scipys():
+    kw = dict(p0=[1.0, 1.0, 0.0], sigma=0.05, absolute_sigma=True)
+    popt, pcov = ms.curve_fit(decay, X, Y, **FAST, **kw)
+    ref, ref_cov = scipy.optimize.curve_fit(decay_np, X, Y, **kw, xtol=1e-14, ftol=1e-14)
+    np.testing.assert_allclose(popt, ref, rtol=1e-7)
+    np.testing.assert_allclose(pcov, ref_cov, rtol=1e-5)
+    ys = np.stack([Y, Y + 0.1])
+    _, bcov = ms.curve_fit(decay, X, ys, batched=True, **FAST, **kw)
+    np.testing.assert_allclose(bcov[0], ref_cov, rtol=1e-5)
+
+
+def _reduced(x, a, tau):  # decay with c held at 0.2
+    return decay_np(x, a, tau, 0.2)
+
+
+@pytest.mark.parametrize(
+    "hold",
+    [dict(fixed={"c": 0.2}), dict(bounds=([-np.inf, -np.inf, 0.2], [np.inf, np.inf, 0.2]))],
+    ids=["fixed", "equal-bounds"],
+)
+def test_a_fixed_parameter_is_held_and_pcov_is_over_the_free_ones(hold):
+    popt, pcov = ms.curve_fit(decay, X, Y, p0=[1.0, 1.0, 0.0], sigma=SIGMA, **FAST, **hold)
+    ref, ref_cov = scipy.optimize.curve_fit(
+        _reduced, X, Y, p0=[1.0, 1.0], sigma=SIGMA, xtol=1e-14, ftol=1e-14
+    )
+    assert popt.shape == (3,) and popt[2] == 0.2  # scipy's shape: every parameter
+    np.testing.assert_allclose(popt[:2], ref, rtol=1e-7)
+    np.testing.assert_allclose(pcov[:2, :2], ref_cov, rtol=1e-5)
+    assert np.all(pcov[2] == 0) and np.all(pcov[:, 2] == 0)
+
+
+def _lines_np(x, a1, w1, a2, w2):  # two lines, at 1.5 and 3.5
+    return a1 * np.exp(-0.5 * ((x - 1.5) / w1) ** 2) + a2 * np.exp(-0.5 * ((x - 3.5) / w2) ** 2)
+
+
+def _lines(x, a1, w1, a2, w2):
+    return a1 * jnp.exp(-0.5 * ((x - 1.5) / w1) ** 2) + a2 * jnp.exp(-0.5 * ((x - 3.5) / w2) ** 2)
+
+
+def test_tied_parameters_follow_their_tie_by_name_or_function():
+    y = _lines_np(X, 2.0, 0.4, 0.7, 0.4) + np.random.default_rng(1).normal(0.0, 0.02, X.size)
+    box = ([0.0, 0.05, 0.0, 0.05], [10.0, 2.0, 10.0, 2.0])
+    kw = dict(p0=[1.0, 0.5, 0.5, 0.5], sigma=0.02, bounds=box, **FAST)
+    popt, pcov = ms.curve_fit(_lines, X, y, tied={"w2": "w1"}, **kw)
+    ref, ref_cov = scipy.optimize.curve_fit(
+        lambda x, a1, w1, a2: _lines_np(x, a1, w1, a2, w1),
+        X,
+        y,
+        p0=[1.0, 0.5, 0.5],
+        sigma=np.full(50, 0.02),
+        bounds=([0.0, 0.05, 0.0], [10.0, 2.0, 10.0]),
+        xtol=1e-14,
+        ftol=1e-14,
+    )
+    assert popt[3] == popt[1]
+    np.testing.assert_allclose(popt[:3], ref, rtol=1e-6)
+    np.testing.assert_allclose(pcov[:3, :3], ref_cov, rtol=1e-4)
+    assert np.all(pcov[3] == 0) and np.all(pcov[:, 3] == 0)
+    # a function of the others: a fixed ratio of amplitudes
+    popt, pcov, info, _, _ = ms.curve_fit(
+        _lines, X, y, tied={"a2": lambda p: 0.35 * p["a1"]}, full_output=True, **kw
+    )
+    assert popt[2] == pytest.approx(0.35 * popt[0], rel=1e-12)
+    assert sorted(info["result"].paths) == ["a1", "w1", "w2"]  # the Result: the free ones
+    # a batch holds them the same way, and says which are held
+    ys = np.stack([y, 1.1 * y])
+    bopt, bcov, info, _, _ = ms.curve_fit(
+        _lines, X, ys, tied={"w2": "w1"}, batched=True, full_output=True, **kw
+    )
+    fits = info["fits"]
+    np.testing.assert_allclose(bopt[0, :3], ref, rtol=1e-6)
+    assert fits.free.tolist() == [True, True, True, False] and fits.held == {"w2": "= w1"}
+    assert np.all(fits.dof == 50 - 3) and np.all(fits.errors[:, 3] == 0)
+    assert "w2:" in fits.report(0) and "(= w1)" in fits.report(0)
