@@ -64,9 +64,9 @@ def curve_fit(
 
     Every argument scipy's ``curve_fit`` has means what it means there; ``f`` is traced by JAX,
     ``n_starts`` local searches run in float64. ``p0`` is the first start; the others are drawn
-    in the box, log-normally inside a one-sided bound, normally around ``p0`` (spread
-    ``max(|p0|, 1)``) where unbounded. No step leaves the bounds. A start takes at most
-    ``n_steps`` steps (default ``100 * n``).
+    in the box, log-normally inside a one-sided bound, normally around ``p0`` where unbounded
+    (at the spread the data allow, :func:`_spreads`). No step leaves the bounds. A start takes
+    at most ``n_steps`` steps (default ``100 * n``).
 
     Args:
       f: ``f(x, *params) -> array`` of ``ydata``'s shape, in ``jax.numpy``.
@@ -163,11 +163,12 @@ def _fit(
         lower, upper = all_lower[keep], all_upper[keep]
         p0 = None if p0 is None else _vector(p0, len(all_names), "p0")[keep]
         first = _first_start(p0, lower, upper, names)
-        space = _space(names, first, lower, upper)
         if g is not f:
             _check_output(g, data[0], names, data[1].shape)
         options = {"n_steps": STEPS_PER_PARAMETER * len(names), **options}
         search = MultiStartLeastSquares(absolute_sigma=absolute_sigma, **options)
+        spread = _spreads(g, names, data, first[None], lower, upper, stacked=False)
+        space = _space(names, first, lower, upper, spread[0])
         inside = _inside(first, lower, upper)
         starts = {name: np.array([v]) for name, v in zip(names, inside, strict=True)}
         result = search.fit(_CurveModel(g, names, space, data), starts=starts, resume=resume)
@@ -581,11 +582,14 @@ def _inside(p0, lower, upper) -> np.ndarray:
     return np.clip(p0, lower + 4 * BOUND_MARGIN * span, upper - 4 * BOUND_MARGIN * span)
 
 
-def _space(names, first, lower, upper) -> dict[str, Any]:
+def _space(names, first, lower, upper, spread=None) -> dict[str, Any]:
     """Each parameter's prior: its box, its one open side, or a normal around its start
-    ``first``, ``(n,)`` or one per fit ``(n_fits, n)`` (then the priors are per fit)."""
+    ``first``, ``(n,)`` or one per fit ``(n_fits, n)`` (then the priors are per fit), of width
+    ``spread`` (:func:`_spreads`; default ``max(|first|, 1)``)."""
+    first = np.asarray(first)
+    spread = np.maximum(np.abs(first), 1.0) if spread is None else np.asarray(spread)
     space: dict[str, Any] = {}
-    for name, x0, lo, hi in zip(names, np.asarray(first).T, lower, upper, strict=True):
+    for name, x0, width, lo, hi in zip(names, first.T, spread.T, lower, upper, strict=True):
         if np.isfinite(lo) and np.isfinite(hi):
             space[name] = Uniform(lo, hi)
         elif np.isfinite(lo) or np.isfinite(hi):
@@ -593,8 +597,25 @@ def _space(names, first, lower, upper) -> dict[str, Any]:
             typical = np.where(x0 != bound, x0, bound + (1.0 if side == "lower" else -1.0))
             space[name] = HalfBounded(bound, typical, side=side)
         else:
-            space[name] = Normal(x0, np.maximum(np.abs(x0), 1.0))
+            space[name] = Normal(x0, width)
     return space
+
+
+def _spreads(f, names, data, first, lower, upper, *, stacked: bool) -> np.ndarray:
+    """``(k, n)``: how widely the starts of a parameter unbounded on both sides are drawn
+    around ``first``: the change that alone would move the weighted residuals by their norm
+    at ``first``, ``‖r‖ / ‖∂r/∂pⱼ‖`` (the linearised distance the misfit allows), rounded up
+    to a power of ten (so the space, a constant of the program, changes only with that
+    decade) and at most ``max(|first|, 1)`` (where the residuals are 0 or blind to it too).
+    A line centre at 6563 Å with a 2 Å width is drawn within Ångströms, not ±6563."""
+    base = np.maximum(np.abs(first), 1.0)
+    if not np.any(np.isinf(lower) & np.isinf(upper)):
+        return base
+    jac, ssr, _ = _curvature_at(f, names, data, first, stacked=stacked)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        scale = np.sqrt(ssr)[:, None] / np.linalg.norm(jac, axis=1)
+        decade = 10.0 ** np.ceil(np.log10(scale))
+    return np.where(np.isfinite(decade) & (decade > 0), np.minimum(decade, base), base)
 
 
 def _output_shape(f, x, names):
@@ -658,7 +679,8 @@ def _fit_batch(
         search = MultiStartLeastSquares(
             absolute_sigma=absolute_sigma, n_starts=n_fits * n_starts, **options
         )
-        starts = _stack_starts(names, first, lower, upper, n_starts, search.options)
+        spread = _spreads(g, names, data, first, lower, upper, stacked=True)
+        starts = _stack_starts(names, first, lower, upper, n_starts, search.options, spread)
         # One space for every fit, as the programs may not depend on p0.
         reference = np.where(np.isfinite(lower), lower, np.where(np.isfinite(upper), upper, 0.0))
         space = _space(names, reference, lower, upper)
@@ -831,13 +853,13 @@ def _stack_p0(p0, n_fits: int, names, lower, upper, keep) -> np.ndarray:
     return first
 
 
-def _stack_starts(names, first, lower, upper, k: int, options) -> dict[str, np.ndarray]:
+def _stack_starts(names, first, lower, upper, k: int, options, spread) -> dict[str, np.ndarray]:
     """Every fit's ``k`` starts (rows ``i * k ..``): its ``p0``, then the draws a single fit
     with ``start_strategy="band", n_candidates=0`` and the same seed makes."""
     n_fits, n = first.shape
     rng = np.random.default_rng(options.seed)
     lo, hi = check_band(options.start_band)
-    priors = _space(names, first, lower, upper)
+    priors = _space(names, first, lower, upper, spread)
     out = np.empty((n_fits, k, n))
     out[:, 0] = _inside(first, lower, upper)
     for name in sorted(names):  # the space's order (jax sorts a dict's keys), as a fit draws
@@ -908,12 +930,7 @@ def _covariances(f, names, data, popt, absolute_sigma: bool, *, stacked: bool):
     ``s² (JᵀJ)⁻¹`` at ``popt``, ``s²`` 1 (``absolute_sigma``) or the reduced χ²; ``inf``,
     with one ``OptimizeWarning``, where no degree of freedom is left or ``J`` is singular
     (:func:`_inverse_gram`). ``stacked``: ``data`` has a leading axis of fits."""
-    model = _model_key(f, names)
-    leaves, treedef = jax.tree_util.tree_flatten(data)
-    shapes = tuple((a.shape, a.dtype.name) for a in map(np.asarray, leaves))
-    key = None if model is None else (model, "covariance", stacked, treedef, shapes)
-    curvature = programs_for(key).get("covariance", lambda: _curvature(f, names, stacked))
-    a, ssr, fvec = (np.asarray(v, dtype=np.float64) for v in curvature(popt, data))
+    a, ssr, fvec = _curvature_at(f, names, data, popt, stacked=stacked)
     n, m = popt.shape[1], np.asarray(data[1]).size // (len(popt) if stacked else 1)
     if absolute_sigma:
         s2 = np.ones(len(popt))
@@ -930,6 +947,18 @@ def _covariances(f, names, data, popt, absolute_sigma: bool, *, stacked: bool):
         )
         pcov[bad] = np.inf
     return pcov, fvec
+
+
+def _curvature_at(f, names, data, points, *, stacked: bool):
+    """``(J, ‖r‖², r)`` of each fit's weighted residuals at ``points`` ``(k, n)``, by the
+    program kept for ``f`` and the data's shapes (:func:`_curvature`)."""
+    model = _model_key(f, names)
+    leaves, treedef = jax.tree_util.tree_flatten(data)
+    shapes = tuple((a.shape, a.dtype.name) for a in map(np.asarray, leaves))
+    key = None if model is None else (model, "covariance", stacked, treedef, shapes)
+    curvature = programs_for(key).get("covariance", lambda: _curvature(f, names, stacked))
+    points = np.asarray(points, dtype=np.float64)
+    return tuple(np.asarray(v, dtype=np.float64) for v in curvature(points, data))
 
 
 def _curvature(f, names, stacked: bool):

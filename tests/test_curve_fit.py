@@ -324,3 +324,26 @@ def test_tied_parameters_follow_their_tie_by_name_or_function():
     assert fits.free.tolist() == [True, True, True, False] and fits.held == {"w2": "= w1"}
     assert np.all(fits.dof == 50 - 3) and np.all(fits.errors[:, 3] == 0)
     assert "w2:" in fits.report(0) and "(= w1)" in fits.report(0)
+
+
+def _line(x, c, a, m, w):
+    return c + a * jnp.exp(-0.5 * ((x - m) / w) ** 2)
+
+
+def test_unbounded_starts_are_drawn_at_the_spread_the_data_allow_not_at_p0s_magnitude():
+    x = np.linspace(6540.0, 6590.0, 200)  # a line centre at 6563 Å, 2 Å wide
+    y = 1.0 + 5.0 * np.exp(-0.5 * ((x - 6563.0) / 2.0) ** 2)
+    y = y + np.random.default_rng(0).normal(0.0, 0.1, x.size)
+    kw = dict(p0=[1.0, 4.0, 6562.0, 1.5], sigma=0.1, seed=0, log_every=0)
+    *_, info, _, _ = ms.curve_fit(_line, x, y, n_starts=16, full_output=True, **kw)
+    result = info["result"]
+    centres = np.asarray(result.start_params["m"])
+    assert np.all(np.abs(centres - 6562.0) < 10.0)  # max(|p0|, 1) drew them over ±6562
+    assert np.sum(np.isclose(result.foms, result.best_fom, rtol=1e-9)) >= 12
+    # a batch draws its starts the same way (per fit, around its own p0)
+    ys = np.stack([y, y[::-1]])
+    p0 = np.array([kw["p0"], [1.0, 4.0, 6567.0, 1.5]])
+    kw = {**kw, "p0": p0}
+    *_, info, _, _ = ms.curve_fit(_line, x, ys, n_starts=8, batched=True, full_output=True, **kw)
+    centres = np.asarray(info["fits"].result.start_params["m"]).reshape(2, 8)
+    assert np.all(np.abs(centres - p0[:, 2:3]) < 10.0)
