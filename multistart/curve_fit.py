@@ -62,53 +62,36 @@ def curve_fit(
 ):
     """Fit ``f(xdata, *params)`` to ``ydata`` by least squares from many starts.
 
-    Every argument scipy's ``curve_fit`` has means what it means there; ``f`` is traced by JAX,
-    ``n_starts`` local searches run in float64. ``p0`` is the first start; the others are drawn
-    in the box, log-normally inside a one-sided bound, normally around ``p0`` where unbounded
-    (at the spread the data allow, :func:`_spreads`). No step leaves the bounds. A start takes
-    at most ``n_steps`` steps (default ``100 * n``).
+    scipy's arguments mean what they mean there (docs/curve-fit.md's table says each); ``f``
+    is traced by JAX, in float64. ``p0`` is the first start; the others are drawn in the box,
+    log-normally inside a one-sided bound, normally around ``p0`` where unbounded (at the
+    spread the data allow, :func:`_spreads`). No step leaves the bounds; a start takes at most
+    ``n_steps`` steps (default ``100 * n``).
 
     Args:
-      f: ``f(x, *params) -> array`` of ``ydata``'s shape, in ``jax.numpy``.
-      xdata, ydata: what ``f`` takes as ``x`` (arrays, or a tuple or dict of them); the data.
-      p0: the initial parameters (length ``n``); default: scipy's (ones, a box's middle, or 1
-        inside a one-sided bound), ``n`` read from ``f``'s signature.
-      sigma: standard deviations of ``ydata`` (its shape), or their ``(m, m)`` covariance.
-      absolute_sigma: ``pcov`` is ``(JᵀJ)⁻¹`` as it is; ``False`` (default) scales it by the
-        reduced chi-squared, as scipy.
-      check_finite, nan_policy: refuse non-finite data (default), or ``nan_policy="omit"``
-        drops those points.
-      bounds: ``(lower, upper)``, scalars or length ``n``, or a ``scipy.optimize.Bounds``.
-      method, jac: ``"lm"`` (default), ``"dogleg"``, ``"gauss-newton"``; JAX differentiates f.
-      full_output: also return scipy's ``infodict, mesg, ier``, the Result in ``infodict``.
+      f, xdata, ydata, p0, sigma, absolute_sigma, check_finite, bounds, method, jac,
+        nan_policy: scipy's (``method``: ``"lm"``, ``"dogleg"``, ``"gauss-newton"``; ``jac``
+        None, JAX differentiates ``f``; ``sigma`` a scalar, ``ydata``'s shape or ``(m, m)``).
+      full_output: scipy's ``infodict, mesg, ier`` too, the Result in ``infodict``.
       n_starts: local searches run at once (default 32); with ``batched``, per fit.
-      batched: ``ydata`` (and ``sigma``, optionally ``xdata``, ``p0``) carry a leading axis of
-        independent fits, fitted in one search, each as alone with ``start_strategy="band",
-        n_candidates=0`` (``docs/curve-fit.md``).
+      batched: ``ydata`` (and ``sigma``, ``xdata``, ``p0`` if they do) carry a leading axis of
+        independent fits, fitted in one search, each as alone with ``start_strategy="band"``.
       resume: continue the search checkpointed in ``checkpoint_dir``, as ``fit(resume=True)``.
-      fixed: ``{name: value}``, parameters held at a value (lmfit's ``vary=False``); a
-        parameter whose lower and upper bounds are equal is fixed there too.
-      tied: ``{name: other}`` (equal to the parameter ``other``) or ``{name: g}`` with
-        ``g(params) -> value`` of the free and fixed parameters by name, in ``jax.numpy``
-        (lmfit's ``expr``). ``popt`` keeps every parameter; ``pcov`` is over the free ones,
-        its rows and columns of a held parameter 0.
+      fixed: ``{name: value}`` held (lmfit's ``vary=False``; equal bounds fix one too).
+      tied: ``{name: other}`` or ``{name: g}``, ``g(params)`` of the free and fixed ones by
+        name (lmfit's ``expr``). ``pcov`` is over the free ones, a held one's rows 0.
       **options: the search's options (:class:`multistart.MultiStartLeastSquares`).
 
     Returns:
       ``(popt, pcov)``, or with ``full_output`` scipy's ``(popt, pcov, infodict, mesg, ier)``
-      (:func:`_full_output`; ``infodict["result"]``, or batched ``infodict["fits"]``);
-      ``pcov`` is ``inf``, with an ``OptimizeWarning``, where it cannot be estimated, as
-      scipy's. With ``batched``,
-      ``popt`` is ``(n_fits, n)`` and ``pcov`` ``(n_fits, n, n)``.
-
-    Raises:
-      ValueError / TypeError: bad arguments, before any compile (docs/curve-fit.md lists them).
+      (``infodict["result"]``, or batched ``infodict["fits"]``, a :class:`BatchFits`); ``pcov``
+      ``inf``, with an ``OptimizeWarning``, where it cannot be estimated. Bad arguments raise
+      ValueError / TypeError before any compile.
     """
     _check_choices(method, jac, absolute_sigma, full_output, batched, resume)
     _check_scipy_options(options)
     args = (f, xdata, ydata, p0, sigma, absolute_sigma, check_finite, bounds, nan_policy)
-    fit = _fit_batch if batched else _fit
-    hold = {"fixed": fixed, "tied": tied}
+    fit, hold = _fit_batch if batched else _fit, {"fixed": fixed, "tied": tied}
     with log.quiet():  # as scipy: nothing printed unless something needs the user
         popt, pcov, record, fvec = fit(
             *args, resume, hold, n_starts=n_starts, method=_METHODS[method], **options
