@@ -69,9 +69,9 @@ def curve_fit(
     ``n_steps`` steps (default ``100 * n``).
 
     Args:
-      f, xdata, ydata, p0, sigma, absolute_sigma, check_finite, bounds, method, jac,
-        nan_policy: scipy's (``method``: ``"lm"``, ``"dogleg"``, ``"gauss-newton"``; ``jac``
-        None, JAX differentiates ``f``; ``sigma`` a scalar, ``ydata``'s shape or ``(m, m)``).
+      f: ``f(x, *params)`` in ``jax.numpy``; it and ``xdata`` ... ``jac``, ``nan_policy`` are
+        scipy's (``method`` ``"lm"``, ``"dogleg"`` or ``"gauss-newton"``; ``jac`` None: JAX
+        differentiates ``f``; ``sigma`` a scalar, ``ydata``'s shape or ``(m, m)``).
       full_output: scipy's ``infodict, mesg, ier`` too, the Result in ``infodict``.
       n_starts: local searches run at once (default 32); with ``batched``, per fit.
       batched: ``ydata`` (and ``sigma``, ``xdata``, ``p0`` if they do) carry a leading axis of
