@@ -220,7 +220,8 @@ def log_end(result: Result) -> None:
             f"best figure of merit {result.best_fom:.6g}; {len(minima)} distinct minim{s} (starts "
             f"each, best first: {each}{more})"
         )
-    log.logger.info(
+    log.logger.log(
+        log.routine_level(),
         "done in %.2f s (%d starts a chunk, compile %.2f s, %d compile%s of the step; stopped: "
         "%s): %s; %s",
         st["wall_s"],

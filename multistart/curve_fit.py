@@ -12,7 +12,6 @@ from __future__ import annotations
 import inspect
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import jax
@@ -20,18 +19,23 @@ import jax.numpy as jnp
 import numpy as np
 from scipy.optimize import Bounds, OptimizeWarning
 
+from . import log, progress
 from .fixed_width import programs_for
 from .least_squares import MultiStartLeastSquares
 from .priors import HalfBounded, Normal, Space, Uniform
 from .problem import add_note, tracer_hint
 from .result import Result
+from .result.batch import BatchFits, bound_summary
 from .starts import BOUND_MARGIN, check_band
+from .status import Status
 
 __all__ = ["curve_fit", "BatchFits"]
 
 N_STARTS = 32
 #: curve_fit's default ``n_steps`` per parameter (scipy's ``max_nfev`` for ``"trf"``: 100 n).
 STEPS_PER_PARAMETER = 100
+#: A parameter within this of a bound is flagged (``BatchFits.at_bound``), as ``Result.at_bound``.
+BOUND_RTOL = 1e-4
 _METHODS = {None: "lm", "lm": "lm", "dogleg": "dogleg", "gauss-newton": "gauss-newton"}
 
 
@@ -52,70 +56,110 @@ def curve_fit(
     n_starts: int = N_STARTS,
     batched: bool = False,
     resume: bool = False,
+    fixed: dict | None = None,
+    tied: dict | None = None,
     **options,
 ):
     """Fit ``f(xdata, *params)`` to ``ydata`` by least squares from many starts.
 
-    Every argument scipy's ``curve_fit`` has means what it means there; ``f`` is traced by JAX,
-    ``n_starts`` local searches run in float64. ``p0`` is the first start; the others are drawn
-    in the box, log-normally inside a one-sided bound, normally around ``p0`` (spread
-    ``max(|p0|, 1)``) where unbounded. No step leaves the bounds. A start takes at most
+    scipy's arguments mean what they mean there (docs/curve-fit.md's table says each); ``f``
+    is traced by JAX, in float64. ``p0`` is the first start; the others are drawn in the box,
+    log-normally inside a one-sided bound, normally around ``p0`` where unbounded (at the
+    spread the data allow, :func:`_spreads`). No step leaves the bounds; a start takes at most
     ``n_steps`` steps (default ``100 * n``).
 
     Args:
-      f: ``f(x, *params) -> array`` of ``ydata``'s shape, in ``jax.numpy``.
-      xdata, ydata: what ``f`` takes as ``x`` (arrays, or a tuple or dict of them); the data.
-      p0: the initial parameters (length ``n``); default: scipy's (ones, a box's middle, or 1
-        inside a one-sided bound), ``n`` read from ``f``'s signature.
-      sigma: standard deviations of ``ydata`` (its shape), or their ``(m, m)`` covariance.
-      absolute_sigma: ``pcov`` is ``(JᵀJ)⁻¹`` as it is; ``False`` (default) scales it by the
-        reduced chi-squared, as scipy.
-      check_finite, nan_policy: refuse non-finite data (default), or ``nan_policy="omit"``
-        drops those points.
-      bounds: ``(lower, upper)``, scalars or length ``n``, or a ``scipy.optimize.Bounds``.
-      method, jac: ``"lm"`` (default), ``"dogleg"``, ``"gauss-newton"``; JAX differentiates f.
-      full_output: also return the :class:`multistart.Result` (a :class:`BatchFits`, batched).
+      f: ``f(x, *params)`` in ``jax.numpy``; it and ``xdata`` ... ``jac``, ``nan_policy`` are
+        scipy's (``method`` ``"lm"``, ``"dogleg"`` or ``"gauss-newton"``; ``jac`` None: JAX
+        differentiates ``f``; ``sigma`` a scalar, ``ydata``'s shape or ``(m, m)``).
+      full_output: scipy's ``infodict, mesg, ier`` too, the Result in ``infodict``.
       n_starts: local searches run at once (default 32); with ``batched``, per fit.
-      batched: ``ydata`` (and ``sigma``, optionally ``xdata``, ``p0``) carry a leading axis of
-        independent fits, fitted in one search, each as alone with ``start_strategy="band",
-        n_candidates=0`` (``docs/curve-fit.md``).
+      batched: ``ydata`` (and ``sigma``, ``xdata``, ``p0`` if they do) carry a leading axis of
+        independent fits, fitted in one search, each as alone with ``start_strategy="band"``.
       resume: continue the search checkpointed in ``checkpoint_dir``, as ``fit(resume=True)``.
+      fixed: ``{name: value}`` held (lmfit's ``vary=False``; equal bounds fix one too).
+      tied: ``{name: other}`` or ``{name: g}``, ``g(params)`` of the free and fixed ones by
+        name (lmfit's ``expr``). ``pcov`` is over the free ones, a held one's rows 0.
       **options: the search's options (:class:`multistart.MultiStartLeastSquares`).
 
     Returns:
-      ``(popt, pcov)``, or ``(popt, pcov, result)`` with ``full_output``; ``pcov`` is ``inf``,
-      with an ``OptimizeWarning``, where it cannot be estimated, as scipy's. With ``batched``,
-      ``popt`` is ``(n_fits, n)`` and ``pcov`` ``(n_fits, n, n)``.
-
-    Raises:
-      ValueError / TypeError: bad arguments, before any compile (docs/curve-fit.md lists them).
+      ``(popt, pcov)``, or with ``full_output`` scipy's ``(popt, pcov, infodict, mesg, ier)``
+      (``infodict["result"]``, or batched ``infodict["fits"]``, a :class:`BatchFits`); ``pcov``
+      ``inf``, with an ``OptimizeWarning``, where it cannot be estimated. Bad arguments raise
+      ValueError / TypeError before any compile.
     """
     _check_choices(method, jac, absolute_sigma, full_output, batched, resume)
+    _check_scipy_options(options)
     args = (f, xdata, ydata, p0, sigma, absolute_sigma, check_finite, bounds, nan_policy)
-    fit = _fit_batch if batched else _fit
-    popt, pcov, record = fit(*args, resume, n_starts=n_starts, method=_METHODS[method], **options)
-    return (popt, pcov, record) if full_output else (popt, pcov)
+    fit, hold = _fit_batch if batched else _fit, {"fixed": fixed, "tied": tied}
+    with log.quiet():  # as scipy: nothing printed unless something needs the user
+        popt, pcov, record, fvec = fit(
+            *args, resume, hold, n_starts=n_starts, method=_METHODS[method], **options
+        )
+    if not full_output:
+        return popt, pcov
+    return (popt, pcov, *_full_output(record, fvec))
+
+
+def _full_output(record, fvec) -> tuple[dict, Any, Any]:
+    """scipy's ``(infodict, mesg, ier)``: ``ier`` 1 where the best start settled (converged,
+    or stalled: see ``mesg``), 5 where it took ``n_steps`` (MINPACK's ``maxfev``), 0
+    otherwise; with the Result (``"result"``) or a batch's :class:`BatchFits` (``"fits"``)."""
+    if isinstance(record, BatchFits):
+        statuses = list(record.status)
+        info = {"nfev": np.asarray(record.n_evals), "fvec": fvec, "fits": record}
+        mesg: Any = [Status(s).message for s in statuses]
+        ier: Any = np.array([_ier(s) for s in statuses])
+        return info, mesg, ier
+    best = record.best_index
+    status = Status(record.status[best]) if best >= 0 else Status.NONFINITE
+    info = {"nfev": int(np.sum(record.n_evals)), "fvec": fvec, "result": record}
+    return info, status.message, _ier(status)
+
+
+def _ier(status) -> int:
+    status = Status(status)
+    return 1 if status.settled else 5 if status is Status.MAX_STEPS else 0
 
 
 def _fit(
-    f, xdata, ydata, p0, sigma, absolute_sigma, check_finite, bounds, nan_policy, resume, **options
+    f,
+    xdata,
+    ydata,
+    p0,
+    sigma,
+    absolute_sigma,
+    check_finite,
+    bounds,
+    nan_policy,
+    resume,
+    hold,
+    **options,
 ):
-    """``(popt, pcov, result)`` of one dataset."""
+    """``(popt, pcov, result, fvec)`` of one dataset."""
     with jax.enable_x64(True):
-        data, names = _data(f, xdata, ydata, sigma, p0, check_finite, nan_policy)
-        lower, upper = _bounds(bounds, len(names))
-        p0 = None if p0 is None else _vector(p0, len(names), "p0")
+        data, all_names = _data(f, xdata, ydata, sigma, p0, check_finite, nan_policy)
+        _check_output(f, data[0], all_names, data[1].shape)
+        all_lower, all_upper = _bounds(bounds, all_names)
+        held = _hold(f, all_names, hold, all_lower, all_upper)
+        g, names, keep = held.model, list(held.free), held.keep
+        lower, upper = all_lower[keep], all_upper[keep]
+        p0 = None if p0 is None else _vector(p0, len(all_names), "p0")[keep]
         first = _first_start(p0, lower, upper, names)
-        space = _space(names, first, lower, upper)
-        _check_output(f, data[0], names, data[1].shape)
+        if g is not f:
+            _check_output(g, data[0], names, data[1].shape)
         options = {"n_steps": STEPS_PER_PARAMETER * len(names), **options}
         search = MultiStartLeastSquares(absolute_sigma=absolute_sigma, **options)
+        spread = _spreads(g, names, data, first[None], lower, upper, stacked=False)
+        space = _space(names, first, lower, upper, spread[0])
         inside = _inside(first, lower, upper)
         starts = {name: np.array([v]) for name, v in zip(names, inside, strict=True)}
-        result = search.fit(_CurveModel(f, names, space, data), starts=starts, resume=resume)
+        result = search.fit(_CurveModel(g, names, space, data), starts=starts, resume=resume)
         popt = np.array([float(result.best_params[k]) for k in names])
-        pcov = _covariances(f, names, data, popt[None], absolute_sigma, stacked=False)[0]
-        return popt, pcov, result
+        pcov, fvec = _covariances(g, names, data, popt[None], absolute_sigma, stacked=False)
+        popt = held.full(popt[None])
+        _warn_if_tied_outside(held, popt, all_lower, all_upper)
+        return popt[0], held.full_cov(pcov)[0], result, fvec[0]
 
 
 def _check_choices(method, jac, absolute_sigma, full_output, batched=False, resume=False) -> None:
@@ -223,6 +267,8 @@ def _data(f, xdata, ydata, sigma, p0, check_finite, nan_policy):
         raise ValueError("ydata is empty")
     x = jax.tree_util.tree_map(lambda a: np.asarray(a, dtype=np.float64), _array_if_list(xdata))
     s = None if sigma is None else np.asarray(sigma, dtype=np.float64)
+    if s is not None and s.ndim == 0:  # scipy: "None or scalar or M-length sequence"
+        s = np.full(y.shape, float(s))
     if s is not None and s.shape not in (y.shape, (y.size,), (y.size, y.size)):
         raise ValueError(
             f"sigma must have ydata's shape {y.shape} (standard deviations) or be a "
@@ -305,7 +351,10 @@ def _vector(value, n: int, name: str) -> np.ndarray:
     return v
 
 
-def _bounds(bounds, n: int) -> tuple[np.ndarray, np.ndarray]:
+def _bounds(bounds, names) -> tuple[np.ndarray, np.ndarray]:
+    """``(lower, upper)``, one each per parameter; equal bounds are allowed (a fixed
+    parameter, :func:`_hold`), a lower above its upper is refused naming the parameter."""
+    n = len(names)
     if isinstance(bounds, Bounds):
         lower, upper = bounds.lb, bounds.ub
     else:
@@ -316,9 +365,173 @@ def _bounds(bounds, n: int) -> tuple[np.ndarray, np.ndarray]:
                 f"bounds must be (lower, upper) or a scipy.optimize.Bounds; got {bounds!r}"
             ) from None
     lo, hi = _vector(lower, n, "bounds' lower"), _vector(upper, n, "bounds' upper")
-    if np.any(np.isnan(lo) | np.isnan(hi)) or np.any(lo >= hi):
-        raise ValueError(f"bounds: each lower must be below its upper; got {lo} and {hi}")
+    bad = np.isnan(lo) | np.isnan(hi) | (lo > hi) | (np.isinf(lo) & (lo == hi))
+    if bad.any():
+        j = int(np.argmax(bad))
+        raise ValueError(
+            f"bounds: each lower must be below its upper (or equal to it: the parameter is "
+            f"then fixed there); parameter {names[j]!r} has lower {float(lo[j])!r} and upper "
+            f"{float(hi[j])!r}" + (f" ({int(bad.sum()) - 1} more)" if bad.sum() > 1 else "")
+        )
     return lo, hi
+
+
+def _check_scipy_options(options: dict) -> None:
+    """scipy's budget arguments, which count something else here, refused with the call that
+    works."""
+    for name in ("maxfev", "max_nfev"):
+        if name in options:
+            raise TypeError(
+                f"{name}={options[name]!r}: scipy's budget of evaluations for one start; here "
+                "each start takes at most n_steps steps (one evaluation of the residuals and "
+                f"their Jacobian each; default 100 per parameter): pass n_steps={options[name]!r}"
+                " (max_evals caps the evaluations of every start together, of every fit of a "
+                "batch: not scipy's meaning)"
+            )
+
+
+class _Held:
+    """``f`` over its free parameters, its held ones filled in: a fixed value, or a tie (to
+    another parameter by name, or a function of the free and fixed ones by name). Hashed by
+    what it computes, so a refit with the same holds reuses its programs."""
+
+    def __init__(self, f, names, fixed: dict, tied: dict):
+        self.f, self.names = f, tuple(names)
+        self.fixed, self.tied = dict(fixed), dict(tied)
+        self.free = tuple(k for k in names if k not in fixed and k not in tied)
+        self.keep = np.array([k in self.free for k in names], dtype=bool)
+        self.__name__ = getattr(f, "__name__", type(f).__name__)
+
+    @property
+    def model(self):
+        """What is fitted: ``f`` itself when nothing is held."""
+        return self if self.fixed or self.tied else self.f
+
+    def values(self, free) -> dict:
+        """Every parameter by name, from the free ones (scalars, or arrays of one shape)."""
+        p = dict(zip(self.free, free, strict=True))
+        p.update(self.fixed)
+        base = dict(p)
+        for name, tie in self.tied.items():
+            p[name] = base[tie] if isinstance(tie, str) else tie(base)
+        return p
+
+    def __call__(self, x, *free):
+        p = self.values(free)
+        return self.f(x, *(p[k] for k in self.names))
+
+    def full(self, popt: np.ndarray) -> np.ndarray:
+        """``(k, n)`` every parameter from ``(k, n_free)`` free ones."""
+        if self.model is self.f:
+            return popt
+        p = self.values([popt[:, j] for j in range(popt.shape[1])])
+        return np.stack(
+            [np.broadcast_to(np.asarray(p[k], dtype=np.float64), len(popt)) for k in self.names],
+            axis=1,
+        )
+
+    def full_cov(self, pcov: np.ndarray) -> np.ndarray:
+        """``(k, n, n)``: the free parameters' block, 0 for a held one (``inf`` everywhere
+        where the covariance could not be estimated, as scipy's)."""
+        if self.model is self.f:
+            return pcov
+        out = np.zeros((len(pcov), len(self.names), len(self.names)))
+        out[np.ix_(np.arange(len(pcov)), self.keep, self.keep)] = pcov
+        out[~np.all(np.isfinite(pcov), axis=(1, 2))] = np.inf
+        return out
+
+    def words(self) -> dict[str, str]:
+        """What holds each held parameter, in words (``"fixed"``, ``"= a1"``, ``"tied"``)."""
+        out = {k: "fixed" for k in self.fixed}
+        for k, tie in self.tied.items():
+            out[k] = f"= {tie}" if isinstance(tie, str) else "tied"
+        return out
+
+    def _key(self):
+        return (self.f, self.names, tuple(self.fixed.items()), tuple(self.tied.items()))
+
+    def __hash__(self):
+        return hash(self._key())
+
+    def __eq__(self, other):
+        return isinstance(other, _Held) and self._key() == other._key()
+
+
+def _hold(f, names, hold: dict, lower, upper) -> _Held:
+    """The parameters ``fixed`` and ``tied`` hold (and those with equal bounds), checked."""
+    fixed = _fixed_values(_named("fixed", hold.get("fixed"), names), names, lower, upper)
+    tied = _named("tied", hold.get("tied"), names)
+    for j in np.flatnonzero(lower == upper):
+        k = names[j]
+        if k in tied:
+            raise ValueError(f"{k!r} is tied and has equal bounds (fixed): give one of them")
+        fixed.setdefault(k, float(lower[j]))
+    for k, tie in tied.items():
+        if k in fixed:
+            raise ValueError(f"{k!r} is both fixed and tied: give one of them")
+        if isinstance(tie, str):
+            if tie not in names or tie in tied or tie == k:
+                raise ValueError(
+                    f"tied[{k!r}] = {tie!r} must name a free or fixed parameter of f "
+                    f"({', '.join(n for n in names if n not in tied)})"
+                )
+        elif not callable(tie):
+            raise TypeError(
+                f"tied[{k!r}] must be another parameter's name or a function of the free and "
+                f"fixed parameters, e.g. tied={{{k!r}: lambda p: 0.3 * p['a1']}}; got {tie!r}"
+            )
+    held = _Held(f, names, {k: fixed[k] for k in names if k in fixed}, tied)
+    if not held.free:
+        raise ValueError("fixed and tied hold every parameter of f: leave at least one free")
+    return held
+
+
+def _fixed_values(fixed: dict, names, lower, upper) -> dict[str, float]:
+    out = {}
+    for k, v in fixed.items():
+        try:
+            value = float(v)
+        except (TypeError, ValueError):
+            value = np.nan
+        if isinstance(v, bool) or not np.isfinite(value):
+            raise ValueError(f"fixed[{k!r}] must be a finite number; got {v!r}")
+        j = names.index(k)
+        if not lower[j] <= value <= upper[j]:
+            raise ValueError(
+                f"fixed[{k!r}] = {v!r} lies outside its bounds [{float(lower[j])!r}, "
+                f"{float(upper[j])!r}]"
+            )
+        out[k] = value
+    return out
+
+
+def _warn_if_tied_outside(held: _Held, popt: np.ndarray, lower, upper) -> None:
+    """A tied parameter's bounds are not stepped in (its value is the tie's): say where the
+    tie took it outside them."""
+    out = [
+        k
+        for j, k in enumerate(held.names)
+        if k in held.tied and np.any((popt[:, j] < lower[j]) | (popt[:, j] > upper[j]))
+    ]
+    if out:
+        log.logger.warning(
+            "tied parameter(s) %s ended outside their bounds (a tie is not bounded: its value "
+            "is the tie's); bound the parameters it is tied to instead",
+            ", ".join(out),
+        )
+
+
+def _named(what: str, given, names) -> dict:
+    if given is None:
+        return {}
+    if not isinstance(given, dict):
+        raise TypeError(f"{what} must be a dict {{parameter name: ...}}; got {given!r}")
+    unknown = [k for k in given if k not in names]
+    if unknown:
+        raise ValueError(
+            f"{what}: {unknown} are not parameters of f (its parameters: {', '.join(names)})"
+        )
+    return dict(given)
 
 
 def _first_start(p0, lower, upper, names=None) -> np.ndarray:
@@ -352,11 +565,14 @@ def _inside(p0, lower, upper) -> np.ndarray:
     return np.clip(p0, lower + 4 * BOUND_MARGIN * span, upper - 4 * BOUND_MARGIN * span)
 
 
-def _space(names, first, lower, upper) -> dict[str, Any]:
+def _space(names, first, lower, upper, spread=None) -> dict[str, Any]:
     """Each parameter's prior: its box, its one open side, or a normal around its start
-    ``first``, ``(n,)`` or one per fit ``(n_fits, n)`` (then the priors are per fit)."""
+    ``first``, ``(n,)`` or one per fit ``(n_fits, n)`` (then the priors are per fit), of width
+    ``spread`` (:func:`_spreads`; default ``max(|first|, 1)``)."""
+    first = np.asarray(first)
+    spread = np.maximum(np.abs(first), 1.0) if spread is None else np.asarray(spread)
     space: dict[str, Any] = {}
-    for name, x0, lo, hi in zip(names, np.asarray(first).T, lower, upper, strict=True):
+    for name, x0, width, lo, hi in zip(names, first.T, spread.T, lower, upper, strict=True):
         if np.isfinite(lo) and np.isfinite(hi):
             space[name] = Uniform(lo, hi)
         elif np.isfinite(lo) or np.isfinite(hi):
@@ -364,8 +580,25 @@ def _space(names, first, lower, upper) -> dict[str, Any]:
             typical = np.where(x0 != bound, x0, bound + (1.0 if side == "lower" else -1.0))
             space[name] = HalfBounded(bound, typical, side=side)
         else:
-            space[name] = Normal(x0, np.maximum(np.abs(x0), 1.0))
+            space[name] = Normal(x0, width)
     return space
+
+
+def _spreads(f, names, data, first, lower, upper, *, stacked: bool) -> np.ndarray:
+    """``(k, n)``: how widely the starts of a parameter unbounded on both sides are drawn
+    around ``first``: the change that alone would move the weighted residuals by their norm
+    at ``first``, ``‖r‖ / ‖∂r/∂pⱼ‖`` (the linearised distance the misfit allows), rounded up
+    to a power of ten (so the space, a constant of the program, changes only with that
+    decade) and at most ``max(|first|, 1)`` (where the residuals are 0 or blind to it too).
+    A line centre at 6563 Å with a 2 Å width is drawn within Ångströms, not ±6563."""
+    base = np.maximum(np.abs(first), 1.0)
+    if not np.any(np.isinf(lower) & np.isinf(upper)):
+        return base
+    jac, ssr, _ = _curvature_at(f, names, data, first, stacked=stacked)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        scale = np.sqrt(ssr)[:, None] / np.linalg.norm(jac, axis=1)
+        decade = 10.0 ** np.ceil(np.log10(scale))
+    return np.where(np.isfinite(decade) & (decade > 0), np.minimum(decade, base), base)
 
 
 def _output_shape(f, x, names):
@@ -404,53 +637,47 @@ _BATCH_DEFAULTS = {"start_strategy": "band", "n_candidates": 0, "max_history": 1
 _COUPLING = ("resurrect", "schedule", "target_fom", "n_local", "local_steps", "max_discoveries")
 
 
-@dataclass(frozen=True)
-class BatchFits:
-    """Each fit of a batched :func:`multistart.curve_fit` (``full_output=True``).
-
-    Attributes:
-      best_fom: ``(n_fits,)`` the figure of merit (``‖r‖²``, a χ² with ``sigma``) at each
-        fit's best start (``inf`` when none was finite).
-      status: ``(n_fits,)`` the :class:`multistart.Status` of each fit's best start.
-      n_evals: ``(n_fits,)`` evaluations made by all of each fit's starts.
-      best_row: ``(n_fits,)`` the row of ``result`` holding each fit's best start (fit ``i``'s
-        starts are rows ``i * n_starts`` to ``(i + 1) * n_starts - 1``).
-      result: the :class:`multistart.Result` of the whole search, one row per start.
-    """
-
-    best_fom: np.ndarray
-    status: np.ndarray
-    n_evals: np.ndarray
-    best_row: np.ndarray
-    result: Result
-
-
 def _fit_batch(
-    f, xdata, ydata, p0, sigma, absolute_sigma, check_finite, bounds, nan_policy, resume, **kw
+    f, xdata, ydata, p0, sigma, absolute_sigma, check_finite, bounds, nan_policy, resume, hold, **kw
 ):
-    """``(popt, pcov, BatchFits)`` of a stack of datasets."""
+    """``(popt, pcov, BatchFits, fvec)`` of a stack of datasets."""
     n_starts = kw.pop("n_starts")
     if isinstance(n_starts, bool) or not isinstance(n_starts, int | np.integer) or n_starts < 1:
         raise ValueError(f"n_starts must be an int >= 1; got {n_starts!r}")
     n_starts = int(n_starts)
     options = _batch_options(kw)
     with jax.enable_x64(True):
-        data, names, n_fits = _stack_data(f, xdata, ydata, sigma, p0, check_finite, nan_policy)
-        lower, upper = _bounds(bounds, len(names))
-        first = _stack_p0(p0, n_fits, names, lower, upper)
+        data, all_names, n_fits = _stack_data(f, xdata, ydata, sigma, p0, check_finite, nan_policy)
+        all_lower, all_upper = _bounds(bounds, all_names)
+        held = _hold(f, all_names, hold, all_lower, all_upper)
+        g, names, keep = held.model, list(held.free), held.keep
+        if g is not f:
+            one = jax.tree_util.tree_map(
+                lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype), data[0]
+            )
+            _check_output(g, one, names, np.shape(data[1])[1:], "one fit's ydata shape")
+        lower, upper = all_lower[keep], all_upper[keep]
+        first = _stack_p0(p0, n_fits, all_names, all_lower, all_upper, keep)
         options = {"n_steps": STEPS_PER_PARAMETER * len(names), **options}
         search = MultiStartLeastSquares(
             absolute_sigma=absolute_sigma, n_starts=n_fits * n_starts, **options
         )
-        starts = _stack_starts(names, first, lower, upper, n_starts, search.options)
+        spread = _spreads(g, names, data, first, lower, upper, stacked=True)
+        starts = _stack_starts(names, first, lower, upper, n_starts, search.options, spread)
         # One space for every fit, as the programs may not depend on p0.
         reference = np.where(np.isfinite(lower), lower, np.where(np.isfinite(upper), upper, 0.0))
         space = _space(names, reference, lower, upper)
-        model = _CurveModel(f, names, space, data, rows_per_datum=n_starts)
-        result = search.fit(model, starts=starts, resume=resume)
-        popt, fits = _per_fit(result, names, n_fits, n_starts)
-        pcov = _covariances(f, names, data, popt, absolute_sigma, stacked=True)
-        return popt, pcov, fits
+        model = _CurveModel(g, names, space, data, rows_per_datum=n_starts)
+        with progress.fits_of(n_starts):
+            result = search.fit(model, starts=starts, resume=resume)
+        popt, rows = _per_fit(result, names, n_fits, n_starts)
+        pcov, fvec = _covariances(g, names, data, popt, absolute_sigma, stacked=True)
+        popt, pcov = held.full(popt), held.full_cov(pcov)
+        _warn_if_tied_outside(held, popt, all_lower, all_upper)
+        m = int(np.asarray(data[1]).size // n_fits)
+        bounds = (all_lower, all_upper)
+        fits = _batch_fits(result, held, popt, pcov, rows, bounds, m, n_starts)
+        return popt, pcov, fits, fvec
 
 
 def _batch_options(options: dict) -> dict:
@@ -458,9 +685,10 @@ def _batch_options(options: dict) -> dict:
     strategy = options.get("start_strategy", "band")
     if strategy not in ("band", "auto"):
         raise ValueError(
-            "batched=True draws each fit's starts as one fit with start_strategy='band' and "
-            f"n_candidates=0 draws them (p0, then draws in the band); got start_strategy="
-            f"{strategy!r}: drop it"
+            f"batched=True: start_strategy={strategy!r} ranks or replaces starts across the "
+            "whole search, so across fits; a batch draws each fit's starts as a single fit "
+            "with start_strategy='band', n_candidates=0 would (p0, then draws in the band): "
+            "drop start_strategy, or fit those datasets one by one"
         )
     if options.get("n_candidates") not in (None, 0):
         raise ValueError(
@@ -534,6 +762,8 @@ def _stack_weights(sigma, n_fits: int, shape):
     if sigma is None:
         return np.ones((n_fits, m))
     s = np.asarray(sigma, dtype=np.float64)
+    if s.ndim == 0:  # scipy's scalar sigma: every point of every fit
+        s = np.full(m, float(s))
     if s.shape in (shape, (m,)):  # one fit's: shared by every fit
         s = np.broadcast_to(s.reshape(m), (n_fits, m))
     elif s.shape in ((n_fits, *shape), (n_fits, m)):
@@ -583,29 +813,36 @@ def _finite_by_fit(name: str, a: np.ndarray) -> None:
         )
 
 
-def _stack_p0(p0, n_fits: int, names, lower, upper) -> np.ndarray:
-    """:func:`_first_start` of each fit, ``(n_fits, n)``; ``p0`` is one for all or one per fit."""
+def _stack_p0(p0, n_fits: int, names, lower, upper, keep) -> np.ndarray:
+    """:func:`_first_start` of each fit's free parameters (``keep``), ``(n_fits, n_free)``;
+    ``p0`` is one for all or one per fit."""
     n = len(names)
+    lower, upper, free = (
+        lower[keep],
+        upper[keep],
+        [k for k, f in zip(names, keep, strict=True) if f],
+    )
     if p0 is None or np.ndim(p0) <= 1:
-        one = None if p0 is None else _vector(p0, n, "p0")
-        return np.tile(_first_start(one, lower, upper, names), (n_fits, 1))
+        one = None if p0 is None else _vector(p0, n, "p0")[keep]
+        return np.tile(_first_start(one, lower, upper, free), (n_fits, 1))
     first = np.asarray(p0, dtype=np.float64)
     if first.shape != (n_fits, n):
         raise ValueError(
             f"p0 must be one start ({n},) for every fit or one per fit ({n_fits}, {n}); got "
             f"shape {first.shape}"
         )
-    _check_p0(first, lower, upper, names)
+    first = first[:, keep]
+    _check_p0(first, lower, upper, free)
     return first
 
 
-def _stack_starts(names, first, lower, upper, k: int, options) -> dict[str, np.ndarray]:
+def _stack_starts(names, first, lower, upper, k: int, options, spread) -> dict[str, np.ndarray]:
     """Every fit's ``k`` starts (rows ``i * k ..``): its ``p0``, then the draws a single fit
     with ``start_strategy="band", n_candidates=0`` and the same seed makes."""
     n_fits, n = first.shape
     rng = np.random.default_rng(options.seed)
     lo, hi = check_band(options.start_band)
-    priors = _space(names, first, lower, upper)
+    priors = _space(names, first, lower, upper, spread)
     out = np.empty((n_fits, k, n))
     out[:, 0] = _inside(first, lower, upper)
     for name in sorted(names):  # the space's order (jax sorts a dict's keys), as a fit draws
@@ -616,39 +853,67 @@ def _stack_starts(names, first, lower, upper, k: int, options) -> dict[str, np.n
     return {name: out[:, :, j].reshape(-1) for j, name in enumerate(names)}
 
 
-def _per_fit(result: Result, names, n_fits: int, k: int) -> tuple[np.ndarray, BatchFits]:
-    """``(popt, BatchFits)`` of each fit's best start, as a single fit chooses it (``popt``
-    nan when none is finite)."""
+def _per_fit(result: Result, names, n_fits: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(popt, rows)``: each fit's best start, as a single fit chooses it (the lowest figure
+    of merit, the first on ties; ``popt`` nan when none is finite), and its row."""
     foms = np.asarray(result.foms).reshape(n_fits, k)
     finite = np.isfinite(foms)
     best = np.argmin(np.where(finite, foms, np.inf), axis=1)
     rows = np.arange(n_fits) * k + best
     popt = np.stack([np.asarray(result.params[name])[rows] for name in names], axis=1)
     popt[~finite.any(axis=1)] = np.nan
+    return popt, rows
+
+
+def _batch_fits(result, held, popt, pcov, rows, bounds, m: int, k: int) -> BatchFits:
+    """The record of every fit, and the one warning for those with a parameter on a bound."""
+    n_fits = len(popt)
+    free = held.keep
+    at_bound = _at_bound(popt, *bounds)
+    at_bound[:, ~free] = False  # a held parameter's bound is its value, not the fit's doing
     fits = BatchFits(
-        best_fom=foms[np.arange(n_fits), best],
+        names=tuple(held.names),
+        popt=popt,
+        pcov=pcov,
+        best_fom=np.asarray(result.foms)[rows],
+        dof=np.full(n_fits, m - int(free.sum())),
         status=np.asarray(result.status)[rows],
+        at_bound=at_bound,
         n_evals=np.asarray(result.n_evals).reshape(n_fits, k).sum(axis=1),
         best_row=rows,
+        n_starts=k,
+        free=free,
+        held=held.words(),
         result=result,
     )
-    return popt, fits
+    message = bound_summary(fits)
+    if message is not None:
+        log.logger.warning("%s", message)
+    return fits
+
+
+def _at_bound(popt: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> np.ndarray:
+    """``(n_fits, n)``: within ``BOUND_RTOL`` of a bound: of a finite box's width, or of
+    ``max(|bound|, 1)`` for a one-sided one."""
+    boxed = np.isfinite(lower) & np.isfinite(upper)
+    span = np.where(boxed, upper - lower, 1.0)
+    lo_scale = np.where(boxed, span, np.maximum(np.abs(np.where(np.isfinite(lower), lower, 0)), 1))
+    hi_scale = np.where(boxed, span, np.maximum(np.abs(np.where(np.isfinite(upper), upper, 0)), 1))
+    with np.errstate(invalid="ignore"):
+        near = (popt - lower <= BOUND_RTOL * lo_scale) | (upper - popt <= BOUND_RTOL * hi_scale)
+    return near & np.isfinite(popt)
 
 
 # -- curve_fit's pcov --------------------------------------------------------------------------
 
 
-def _covariances(f, names, data, popt, absolute_sigma: bool, *, stacked: bool) -> np.ndarray:
-    """curve_fit's ``pcov`` of each fit, ``(n_fits, n, n)``: ``s² (JᵀJ)⁻¹`` at ``popt``, ``s²``
-    1 (``absolute_sigma``) or the reduced χ²; ``inf``, with one ``OptimizeWarning``, where no
-    degree of freedom is left or ``J`` is singular (:func:`_inverse_gram`). ``stacked``: ``data``
-    has a leading axis of fits."""
-    model = _model_key(f, names)
-    leaves, treedef = jax.tree_util.tree_flatten(data)
-    shapes = tuple((a.shape, a.dtype.name) for a in map(np.asarray, leaves))
-    key = None if model is None else (model, "covariance", stacked, treedef, shapes)
-    curvature = programs_for(key).get("covariance", lambda: _curvature(f, names, stacked))
-    a, ssr = (np.asarray(v, dtype=np.float64) for v in curvature(popt, data))
+def _covariances(f, names, data, popt, absolute_sigma: bool, *, stacked: bool):
+    """``(pcov, fvec)``: curve_fit's ``pcov`` of each fit, ``(n_fits, n, n)``, and its
+    weighted residuals at ``popt`` (scipy's ``fvec``), ``(n_fits, m)``. ``pcov`` is
+    ``s² (JᵀJ)⁻¹`` at ``popt``, ``s²`` 1 (``absolute_sigma``) or the reduced χ²; ``inf``,
+    with one ``OptimizeWarning``, where no degree of freedom is left or ``J`` is singular
+    (:func:`_inverse_gram`). ``stacked``: ``data`` has a leading axis of fits."""
+    a, ssr, fvec = _curvature_at(f, names, data, popt, stacked=stacked)
     n, m = popt.shape[1], np.asarray(data[1]).size // (len(popt) if stacked else 1)
     if absolute_sigma:
         s2 = np.ones(len(popt))
@@ -664,11 +929,23 @@ def _covariances(f, names, data, popt, absolute_sigma: bool, *, stacked: bool) -
             stacklevel=4,
         )
         pcov[bad] = np.inf
-    return pcov
+    return pcov, fvec
+
+
+def _curvature_at(f, names, data, points, *, stacked: bool):
+    """``(J, ‖r‖², r)`` of each fit's weighted residuals at ``points`` ``(k, n)``, by the
+    program kept for ``f`` and the data's shapes (:func:`_curvature`)."""
+    model = _model_key(f, names)
+    leaves, treedef = jax.tree_util.tree_flatten(data)
+    shapes = tuple((a.shape, a.dtype.name) for a in map(np.asarray, leaves))
+    key = None if model is None else (model, "covariance", stacked, treedef, shapes)
+    curvature = programs_for(key).get("covariance", lambda: _curvature(f, names, stacked))
+    points = np.asarray(points, dtype=np.float64)
+    return tuple(np.asarray(v, dtype=np.float64) for v in curvature(points, data))
 
 
 def _curvature(f, names, stacked: bool):
-    """``jit(vmap(...))``: ``(J, ‖r‖²)`` of each fit's weighted residuals at its ``popt``."""
+    """``jit(vmap(...))``: ``(J, ‖r‖², r)`` of each fit's weighted residuals at its ``popt``."""
 
     def one(p, data):
         x, y, weight = data
@@ -678,7 +955,7 @@ def _curvature(f, names, stacked: bool):
             return weight(r) if callable(weight) else r * weight
 
         r = residuals(p)
-        return jax.jacfwd(residuals)(p), jnp.vdot(r, r)
+        return jax.jacfwd(residuals)(p), jnp.vdot(r, r), r
 
     def multistart_curve_fit_covariance(popt, data):
         return jax.vmap(one, in_axes=(0, 0 if stacked else None))(popt, data)

@@ -26,9 +26,11 @@ import numpy as np
 
 from . import log
 from .graph import Factor, FactorGraphModel
+from .laplace import flat_names, flat_values
 from .priors import LogUniform, Uniform
 from .result import Result
 from .search import MultiStartProdigy
+from .status import Status
 
 __all__ = [
     "Band",
@@ -340,6 +342,9 @@ def report(graph: FactorGraphModel, result: Result, truth_fom: float) -> str:
         "pull = (fit - truth) / sigma)"
     )
     lines += caveats
+    note = stall_note(graph, result)
+    if note is not None:
+        lines += ["", note]
     views_best = graph.factor_views(result)
     views_truth = graph.factor_views(TRUTH)
     lines.append("")
@@ -362,6 +367,48 @@ def report(graph: FactorGraphModel, result: Result, truth_fom: float) -> str:
         f"{result.stats['n_evals']} evaluations",
     ]
     return "\n".join(lines)
+
+
+def distance_to_minimum(graph: FactorGraphModel, result: Result) -> float:
+    """How far the best fit lies from the minimum of the figure of merit, in units of each
+    parameter's error: ``max |δᵢ / σᵢ|`` of the Newton step ``δ = -H⁻¹ g`` there (the step
+    that would reach the minimum of the local quadratic; ``nan`` without a finite one)."""
+    if result._uncertainty.problem is None:
+        result.attach_problem(graph)
+    lap = result.laplace
+    grad = jax.grad(lambda p: graph._fom(p, graph._data))(result.best_params)
+    shapes = [np.shape(v) for v in jax.tree_util.tree_leaves(result.best_params)]
+    by_name = dict(zip(flat_names(sorted(result.paths), shapes), flat_values(grad), strict=True))
+    g = np.array([by_name[n] for n in lap.names], dtype=np.float64)
+    try:
+        step = -np.linalg.solve(np.asarray(lap.hessian, dtype=np.float64), g)
+    except np.linalg.LinAlgError:
+        return float("nan")
+    ratio = np.abs(step / np.asarray(lap.std, dtype=np.float64))
+    return float(np.max(ratio)) if np.all(np.isfinite(ratio)) else float("nan")
+
+
+def stall_note(graph: FactorGraphModel, result: Result) -> str | None:
+    """Why the best start did not converge, and whether its errors hold (``None`` when it
+    converged): the errors hold where the best fit lies a small fraction of an error from
+    the minimum, measured by :func:`distance_to_minimum`."""
+    if result.best_index < 0 or result.status[result.best_index] is Status.CONVERGED:
+        return None
+    counts = ", ".join(f"{k} {v}" for k, v in result.status_counts().items())
+    d = distance_to_minimum(graph, result)
+    holds = (
+        f"the best fit lies {d:.2g} sigma from the minimum (the Newton step there, in units "
+        "of each parameter's error, largest over the parameters), so the errors above hold"
+        if d < 0.1
+        else f"the best fit lies {d:.2g} sigma from the minimum: fit longer (n_steps) before "
+        "quoting the errors"
+    )
+    return (
+        f"why no start converged ({counts}): Prodigy is a first-order rule; near a minimum "
+        "its steps shrink with the gradient, and the window guard ends a start whose best "
+        "improved by less than its tolerance over the window (stalled) before a gradient "
+        f"test passes, or n_steps ends it (max_steps). {holds[0].upper()}{holds[1:]}."
+    )
 
 
 def plot(graph: FactorGraphModel, result: Result, path, truth_fom: float | None = None) -> None:
@@ -390,7 +437,22 @@ def plot(graph: FactorGraphModel, result: Result, path, truth_fom: float | None 
             ax.set_xlabel('x (")', fontsize=8)
             ax.tick_params(labelsize=7)
             fig.colorbar(im, ax=ax, shrink=0.85)
-    _plot_history(fig.add_subplot(grid[n, :]), result, truth_fom)
+    ax = fig.add_subplot(grid[n, :])
+    _plot_history(ax, result, truth_fom)
+    if result.best_index >= 0 and result.status[result.best_index] is not Status.CONVERGED:
+        d = distance_to_minimum(graph, result)
+        counts = ", ".join(f"{k} {v}" for k, v in result.status_counts().items())
+        ax.text(  # top right, under the legend: the curves have left that corner by then
+            0.99,
+            0.8,
+            f"no start converged ({counts}): first-order steps shrink near the minimum;\n"
+            f"the best fit lies {d:.2g} sigma from it (a Newton step in units of the errors)",
+            transform=ax.transAxes,
+            ha="right",
+            va="top",
+            fontsize=8,
+            bbox={"facecolor": "white", "alpha": 0.8, "edgecolor": "0.7"},
+        )
     fig.savefig(path, dpi=110)
 
 

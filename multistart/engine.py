@@ -219,7 +219,8 @@ def _kept(choice: WidthChoice) -> WidthChoice:
 def _log_start(setup: Setup, n: int, choice: WidthChoice, sweeper: Sweeper) -> None:
     o, n_dev = setup.options, len(setup.devices)
     how = "" if choice.info.get("selected_by") == "explicit" else f" (batch_size={o.batch_size!r})"
-    log.logger.info(
+    log.logger.log(
+        log.routine_level(),
         "fitting %s: %d starts%s x %d parameters, %s, %d starts a chunk%s%s%s%s",
         setup.problem.name,
         n,

@@ -17,6 +17,7 @@ through its own handler only.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import logging
 import math
 import os
@@ -29,7 +30,10 @@ __all__ = [
     "configure",
     "set_level",
     "progress_line",
+    "batch_progress_line",
     "compile_heartbeat",
+    "routine_level",
+    "quiet",
     "heartbeat_interval",
 ]
 
@@ -38,6 +42,27 @@ _ENV = "MULTISTART_LOG_LEVEL"
 _HEARTBEAT_ENV = "MULTISTART_COMPILE_HEARTBEAT_S"
 _HEARTBEAT_DEFAULT_S = 30.0
 _own_handler: logging.Handler | None = None
+_ROUTINE: contextvars.ContextVar[int] = contextvars.ContextVar(
+    "multistart_routine_level", default=logging.INFO
+)
+
+
+def routine_level() -> int:
+    """The level of a search's routine lines (what it fits, how it ended): ``INFO``, or
+    ``DEBUG`` inside :func:`quiet`."""
+    return _ROUTINE.get()
+
+
+@contextlib.contextmanager
+def quiet():
+    """Within the block a search's routine lines are logged at ``DEBUG`` (``curve_fit``, as
+    scipy's, prints nothing unless something needs the user; ``MULTISTART_LOG_LEVEL=DEBUG``
+    shows them). Warnings, and progress lines of a search long enough to log them, stay."""
+    token = _ROUTINE.set(logging.DEBUG)
+    try:
+        yield
+    finally:
+        _ROUTINE.reset(token)
 
 
 def _parse_level(value: str | int) -> int:
@@ -115,6 +140,17 @@ def progress_line(
     return (
         f"step {step}/{n_steps}  best {best:.6g}  running {alive}/{n}  "
         f"converged {converged}/{n}{more}  {evals_per_s:.3g} evals/s"
+    )
+
+
+def batch_progress_line(
+    step: int, n_steps: int, done: int, fits: int, running: int, evals_per_s: float
+) -> str:
+    """A batch's progress line, e.g. ``step 100/500  fits done 120/500, left 380  starts
+    running 1500``: no best over fits of different datasets."""
+    return (
+        f"step {step}/{n_steps}  fits done {done}/{fits}, left {fits - done}  "
+        f"starts running {running}  {evals_per_s:.3g} evals/s"
     )
 
 

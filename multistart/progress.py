@@ -11,6 +11,8 @@ seconds (so a short fit logs none and a long cluster job's log never looks dead)
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import logging
 import sys
 import time
@@ -21,10 +23,25 @@ import numpy as np
 from . import log
 from .status import Status
 
-__all__ = ["Display", "interactive", "REFRESH_S", "LOG_EVERY_S"]
+__all__ = ["Display", "interactive", "fits_of", "REFRESH_S", "LOG_EVERY_S"]
 
 REFRESH_S = 0.2
 LOG_EVERY_S = 30.0  # a progress line this often with log_every=None (the default)
+_ROWS_PER_FIT: contextvars.ContextVar[int | None] = contextvars.ContextVar(
+    "multistart_rows_per_fit", default=None
+)
+
+
+@contextlib.contextmanager
+def fits_of(rows: int):
+    """Within the block, a search's rows are a batch of fits of ``rows`` starts each
+    (``curve_fit(batched=True)``): its progress says fits done and left, not a best over all
+    of them (which would be the best over different datasets)."""
+    token = _ROWS_PER_FIT.set(int(rows))
+    try:
+        yield
+    finally:
+        _ROWS_PER_FIT.reset(token)
 
 
 def interactive() -> bool:
@@ -55,6 +72,7 @@ class Display:
         self.t_last, self.evals_last = time.perf_counter(), 0
         self.evals = 0  # evaluations stepped by this run (for the rates shown)
         self._bar, self._drawn, self._step = None, 0.0, initial
+        self.per_fit = _ROWS_PER_FIT.get()
         self._t0 = time.perf_counter()
         if shown and jax.process_index() == 0:
             from tqdm.auto import tqdm
@@ -93,17 +111,32 @@ class Display:
                 rate = (self.evals - self.evals_last) / max(now - self.t_last, 1e-12)
                 conv = int(np.sum(status == Status.CONVERGED.code))
                 stalled = int(np.sum(status == Status.STALLED.code))
-                line = log.progress_line(
-                    step, self.n_steps, best, alive, conv, self.n, rate, stalled=stalled
-                )
+                if self.per_fit is None:
+                    line = log.progress_line(
+                        step, self.n_steps, best, alive, conv, self.n, rate, stalled=stalled
+                    )
+                else:
+                    done, fits = self._fits_done(status)
+                    line = log.batch_progress_line(step, self.n_steps, done, fits, alive, rate)
                 log.logger.info(f"{line}  {extra}" if extra else line)
             self.t_last, self.evals_last = now, self.evals
         if self._bar is not None:
             rate = self.evals / max(now - self._t0, 1e-12)
-            text = f"best {best:.6g}, running {alive}/{self.n}, {rate:.3g} evals/s"
+            if self.per_fit is None:
+                text = f"best {best:.6g}, running {alive}/{self.n}, {rate:.3g} evals/s"
+            else:
+                done, fits = self._fits_done(status)
+                text = f"fits done {done}/{fits}, {rate:.3g} evals/s"
             self._bar.set_postfix_str(f"{text}, {extra}" if extra else text, refresh=False)
             self._bar.update(step - self._step)
             self._step, self._drawn = step, now
+
+    def _fits_done(self, status: np.ndarray) -> tuple[int, int]:
+        """``(done, n_fits)``: the fits none of whose starts still runs."""
+        k = int(self.per_fit or 1)
+        running = np.asarray(status)[: self.n - self.n % k] == Status.RUNNING.code
+        by_fit = running.reshape(-1, k).any(axis=1)
+        return int(by_fit.size - by_fit.sum()), int(by_fit.size)
 
     def close(self) -> None:
         if self._bar is not None:

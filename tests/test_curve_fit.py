@@ -52,19 +52,22 @@ def test_the_answer_and_pcov_are_scipys(kw):
 
 def test_full_output_returns_the_result_and_one_start_is_p0():
     p0 = [2.0, 1.0, 0.0]
-    popt, pcov, result = ms.curve_fit(decay, X, Y, p0=p0, n_starts=1, full_output=True)
+    popt, pcov, info, mesg, ier = ms.curve_fit(decay, X, Y, p0=p0, n_starts=1, full_output=True)
+    result = info["result"]
     assert isinstance(result, ms.Result) and result.n_starts == 1
     np.testing.assert_array_equal([result.start_params[k][0] for k in "a tau c".split()], p0)
     assert result.status[0] is ms.Status.CONVERGED
     np.testing.assert_allclose(popt, [result.best_params[k] for k in ("a", "tau", "c")])
     # p0 is the first of several starts too
-    *_, many = ms.curve_fit(decay, X, Y, p0=p0, full_output=True, start_strategy="band", **FAST)
+    many = ms.curve_fit(decay, X, Y, p0=p0, full_output=True, start_strategy="band", **FAST)[2]
+    many = many["result"]
     assert many.n_starts == 4 and float(many.start_params["tau"][0]) == 1.0
 
 
 def test_starts_stay_inside_bounds_and_a_one_sided_bound_holds():
     lower, upper = [0.0, 0.5, -1.0], [10.0, 10.0, 1.0]
-    *_, result = ms.curve_fit(decay, X, Y, bounds=(lower, upper), full_output=True, **FAST)
+    result = ms.curve_fit(decay, X, Y, bounds=(lower, upper), full_output=True, **FAST)[2]
+    result = result["result"]
     for k, lo, hi in zip(("a", "tau", "c"), lower, upper, strict=True):
         v = np.asarray(result.params[k])
         assert np.all((v >= lo) & (v <= hi))
@@ -99,6 +102,20 @@ def test_an_undetermined_parameter_gives_an_inf_pcov_with_a_warning():
         (dict(p0=[1.0, 1.0]), ValueError, r"p0 must have one value per parameter of f \(3: a"),
         (dict(bounds=([0, 0], [1, 1, 1])), ValueError, "bounds' lower must have one value"),
         (dict(bounds=(1.0, 0.0)), ValueError, "each lower must be below its upper"),
+        (
+            dict(bounds=([0, 2, 0], [1, 1, 1])),
+            ValueError,
+            "parameter 'tau' has lower 2.0 and upper 1.0",
+        ),
+        (dict(maxfev=500), TypeError, r"maxfev=500: .* pass n_steps=500 \(max_evals caps"),
+        (dict(max_nfev=50), TypeError, "pass n_steps=50"),
+        (dict(fixed={"b": 1.0}), ValueError, r"fixed: \['b'\] are not parameters of f \(its"),
+        (dict(fixed={"a": np.nan}), ValueError, r"fixed\['a'\] must be a finite number"),
+        (dict(fixed={"a": 5.0}, bounds=(0, 1)), ValueError, r"fixed\['a'\] = 5.0 lies outside"),
+        (dict(tied={"c": "tau", "tau": "a"}), ValueError, r"tied\['c'\] = 'tau' must name"),
+        (dict(tied={"c": 3.0}), TypeError, r"tied\['c'\] must be another parameter's name"),
+        (dict(fixed={"c": 0.0}, tied={"c": "a"}), ValueError, "'c' is both fixed and tied"),
+        (dict(fixed={"a": 1.0, "tau": 1.0, "c": 0.0}), ValueError, "leave at least one free"),
         (dict(bounds=(0.0, 1.0), p0=[2.0, 0.5, 0.5]), ValueError, r"outside bounds .* \['a'\]"),
         (dict(p0=[np.nan, 1.0, 0.0]), ValueError, r"p0 is not finite .* \['a'\]"),
         (
@@ -148,9 +165,10 @@ def test_a_model_written_with_numpy_is_told_to_use_jax_numpy_before_a_compile():
 
 def test_p0_on_a_bound_starts_just_inside_it_and_a_list_xdata_is_an_array():
     box = ([0.0, 0.1, -1.0], [10.0, 10.0, 1.0])
-    popt, _, result = ms.curve_fit(
+    popt, _, info, _, _ = ms.curve_fit(
         decay, list(X), list(Y), p0=[0.0, 1.0, 0.0], bounds=box, full_output=True, **FAST
     )
+    result = info["result"]
     assert 0.0 < result.start_params["a"][0] < 1e-4  # p0's a was on the bound 0
     expected, _ = scipy.optimize.curve_fit(decay_np, X, Y, p0=[0.0, 1.0, 0.0], bounds=box)
     np.testing.assert_allclose(popt, expected, rtol=1e-5)
@@ -187,8 +205,145 @@ def _exact_inverse(a):
 
 
 def test_names_come_from_f_and_the_result_uses_them():
-    *_, result = ms.curve_fit(decay, X, Y, p0=[1.0, 1.0, 0.0], full_output=True, **FAST)
+    result = ms.curve_fit(decay, X, Y, p0=[1.0, 1.0, 0.0], full_output=True, **FAST)[2]["result"]
     assert sorted(result.paths) == ["a", "c", "tau"]
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert set(result.errors) == {"a", "tau", "c"}
+
+
+@pytest.mark.parametrize("level", ["INFO", "DEBUG"])
+def test_curve_fit_logs_nothing_at_the_default_level_as_scipy(caplog, monkeypatch, level):
+    monkeypatch.setenv("MULTISTART_LOG_LEVEL", level)
+    with caplog.at_level(level, logger="multistart"):
+        ms.curve_fit(decay, X, Y, p0=[1.0, 1.0, 0.0], **FAST)
+    said = [r.getMessage() for r in caplog.records if r.levelname in ("INFO", "WARNING")]
+    assert said == []
+    routine = [r.getMessage() for r in caplog.records if r.levelname == "DEBUG"]
+    if level == "DEBUG":  # the search's own lines are there, a level down
+        assert any(m.startswith("fitting decay: 4 starts") for m in routine)
+        assert any(m.startswith("done in") for m in routine)
+    else:
+        assert routine == []
+
+
+def test_full_output_unpacks_as_scipys_five_values():
+    kw = dict(p0=[1.0, 1.0, 0.0], sigma=SIGMA)
+    popt, pcov, info, mesg, ier = ms.curve_fit(decay, X, Y, full_output=True, **FAST, **kw)
+    ref = scipy.optimize.curve_fit(decay_np, X, Y, full_output=True, **kw, xtol=1e-14, ftol=1e-14)
+    np.testing.assert_allclose(info["fvec"], ref[2]["fvec"], rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(popt, ref[0], rtol=1e-7)
+    result = info["result"]
+    assert info["nfev"] == int(result.n_evals.sum()) > 0 and isinstance(info["nfev"], int)
+    assert ier in (1, 2, 3, 4) and ref[4] in (1, 2, 3, 4)  # scipy's test of success holds
+    assert mesg == result.status[result.best_index].message
+    # a start that runs out of steps says so: MINPACK's maxfev flag, 5
+    *_, mesg, ier = ms.curve_fit(decay, X, Y, full_output=True, n_steps=2, **FAST, **kw)
+    assert ier == 5 and mesg == ms.Status.MAX_STEPS.message
+    # a batch: one flag, message and residual vector per fit, and the BatchFits
+    ys = np.stack([Y, Y + 0.1])
+    _, _, info, mesg, ier = ms.curve_fit(
+        decay, X, ys, batched=True, full_output=True, bounds=([0, 0.1, -1], [10, 10, 1]), **FAST
+    )
+    assert isinstance(info["fits"], ms.BatchFits) and info["fvec"].shape == (2, 50)
+    np.testing.assert_array_equal(info["nfev"], info["fits"].n_evals)
+    assert ier.tolist() == [1, 1] and mesg == [ms.Status.CONVERGED.message] * 2
+
+
+def test_a_scalar_sigma_is_scipys():
+    kw = dict(p0=[1.0, 1.0, 0.0], sigma=0.05, absolute_sigma=True)
+    popt, pcov = ms.curve_fit(decay, X, Y, **FAST, **kw)
+    ref, ref_cov = scipy.optimize.curve_fit(decay_np, X, Y, **kw, xtol=1e-14, ftol=1e-14)
+    np.testing.assert_allclose(popt, ref, rtol=1e-7)
+    np.testing.assert_allclose(pcov, ref_cov, rtol=1e-5)
+    ys = np.stack([Y, Y + 0.1])
+    _, bcov = ms.curve_fit(decay, X, ys, batched=True, **FAST, **kw)
+    np.testing.assert_allclose(bcov[0], ref_cov, rtol=1e-5)
+
+
+def _reduced(x, a, tau):  # decay with c held at 0.2
+    return decay_np(x, a, tau, 0.2)
+
+
+@pytest.mark.parametrize(
+    "hold",
+    [dict(fixed={"c": 0.2}), dict(bounds=([-np.inf, -np.inf, 0.2], [np.inf, np.inf, 0.2]))],
+    ids=["fixed", "equal-bounds"],
+)
+def test_a_fixed_parameter_is_held_and_pcov_is_over_the_free_ones(hold):
+    popt, pcov = ms.curve_fit(decay, X, Y, p0=[1.0, 1.0, 0.0], sigma=SIGMA, **FAST, **hold)
+    ref, ref_cov = scipy.optimize.curve_fit(
+        _reduced, X, Y, p0=[1.0, 1.0], sigma=SIGMA, xtol=1e-14, ftol=1e-14
+    )
+    assert popt.shape == (3,) and popt[2] == 0.2  # scipy's shape: every parameter
+    np.testing.assert_allclose(popt[:2], ref, rtol=1e-7)
+    np.testing.assert_allclose(pcov[:2, :2], ref_cov, rtol=1e-5)
+    assert np.all(pcov[2] == 0) and np.all(pcov[:, 2] == 0)
+
+
+def _lines_np(x, a1, w1, a2, w2):  # two lines, at 1.5 and 3.5
+    return a1 * np.exp(-0.5 * ((x - 1.5) / w1) ** 2) + a2 * np.exp(-0.5 * ((x - 3.5) / w2) ** 2)
+
+
+def _lines(x, a1, w1, a2, w2):
+    return a1 * jnp.exp(-0.5 * ((x - 1.5) / w1) ** 2) + a2 * jnp.exp(-0.5 * ((x - 3.5) / w2) ** 2)
+
+
+def test_tied_parameters_follow_their_tie_by_name_or_function():
+    y = _lines_np(X, 2.0, 0.4, 0.7, 0.4) + np.random.default_rng(1).normal(0.0, 0.02, X.size)
+    box = ([0.0, 0.05, 0.0, 0.05], [10.0, 2.0, 10.0, 2.0])
+    kw = dict(p0=[1.0, 0.5, 0.5, 0.5], sigma=0.02, bounds=box, **FAST)
+    popt, pcov = ms.curve_fit(_lines, X, y, tied={"w2": "w1"}, **kw)
+    ref, ref_cov = scipy.optimize.curve_fit(
+        lambda x, a1, w1, a2: _lines_np(x, a1, w1, a2, w1),
+        X,
+        y,
+        p0=[1.0, 0.5, 0.5],
+        sigma=np.full(50, 0.02),
+        bounds=([0.0, 0.05, 0.0], [10.0, 2.0, 10.0]),
+        xtol=1e-14,
+        ftol=1e-14,
+    )
+    assert popt[3] == popt[1]
+    np.testing.assert_allclose(popt[:3], ref, rtol=1e-6)
+    np.testing.assert_allclose(pcov[:3, :3], ref_cov, rtol=1e-4)
+    assert np.all(pcov[3] == 0) and np.all(pcov[:, 3] == 0)
+    # a function of the others: a fixed ratio of amplitudes
+    popt, pcov, info, _, _ = ms.curve_fit(
+        _lines, X, y, tied={"a2": lambda p: 0.35 * p["a1"]}, full_output=True, **kw
+    )
+    assert popt[2] == pytest.approx(0.35 * popt[0], rel=1e-12)
+    assert sorted(info["result"].paths) == ["a1", "w1", "w2"]  # the Result: the free ones
+    # a batch holds them the same way, and says which are held
+    ys = np.stack([y, 1.1 * y])
+    bopt, bcov, info, _, _ = ms.curve_fit(
+        _lines, X, ys, tied={"w2": "w1"}, batched=True, full_output=True, **kw
+    )
+    fits = info["fits"]
+    np.testing.assert_allclose(bopt[0, :3], ref, rtol=1e-6)
+    assert fits.free.tolist() == [True, True, True, False] and fits.held == {"w2": "= w1"}
+    assert np.all(fits.dof == 50 - 3) and np.all(fits.errors[:, 3] == 0)
+    assert "w2:" in fits.report(0) and "(= w1)" in fits.report(0)
+
+
+def _line(x, c, a, m, w):
+    return c + a * jnp.exp(-0.5 * ((x - m) / w) ** 2)
+
+
+def test_unbounded_starts_are_drawn_at_the_spread_the_data_allow_not_at_p0s_magnitude():
+    x = np.linspace(6540.0, 6590.0, 200)  # a line centre at 6563 Å, 2 Å wide
+    y = 1.0 + 5.0 * np.exp(-0.5 * ((x - 6563.0) / 2.0) ** 2)
+    y = y + np.random.default_rng(0).normal(0.0, 0.1, x.size)
+    kw = dict(p0=[1.0, 4.0, 6562.0, 1.5], sigma=0.1, seed=0, log_every=0)
+    *_, info, _, _ = ms.curve_fit(_line, x, y, n_starts=16, full_output=True, **kw)
+    result = info["result"]
+    centres = np.asarray(result.start_params["m"])
+    assert np.all(np.abs(centres - 6562.0) < 10.0)  # max(|p0|, 1) drew them over ±6562
+    assert np.sum(np.isclose(result.foms, result.best_fom, rtol=1e-9)) >= 12
+    # a batch draws its starts the same way (per fit, around its own p0)
+    ys = np.stack([y, y[::-1]])
+    p0 = np.array([kw["p0"], [1.0, 4.0, 6567.0, 1.5]])
+    kw = {**kw, "p0": p0}
+    *_, info, _, _ = ms.curve_fit(_line, x, ys, n_starts=8, batched=True, full_output=True, **kw)
+    centres = np.asarray(info["fits"].result.start_params["m"]).reshape(2, 8)
+    assert np.all(np.abs(centres - p0[:, 2:3]) < 10.0)

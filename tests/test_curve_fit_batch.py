@@ -42,7 +42,14 @@ Y = data()
 def alone(i, y=Y, **kw):
     """Fit ``i`` of the stack on its own, as the batch says it fits it."""
     kw = {**FAST, **kw, "start_strategy": "band", "n_candidates": 0}
-    return ms.curve_fit(decay, X, y[i], full_output=True, **kw)
+    popt, pcov, info, _, _ = ms.curve_fit(decay, X, y[i], full_output=True, **kw)
+    return popt, pcov, info["result"]
+
+
+def batch(*args, **kw):
+    """``(popt, pcov, fits)`` of a batched fit (scipy's five values with ``full_output``)."""
+    popt, pcov, info, _, _ = ms.curve_fit(*args, batched=True, full_output=True, **kw)
+    return popt, pcov, info["fits"]
 
 
 @pytest.mark.parametrize(
@@ -57,7 +64,7 @@ def alone(i, y=Y, **kw):
     ids=["box", "one-sided", "free", "box-dogleg", "box-gauss-newton"],
 )
 def test_each_fit_is_the_fit_alone(kw):
-    popt, pcov, fits = ms.curve_fit(decay, X, Y, batched=True, full_output=True, **FAST, **kw)
+    popt, pcov, fits = batch(decay, X, Y, **FAST, **kw)
     assert popt.shape == (4, 3) and pcov.shape == (4, 3, 3) and popt.dtype == np.float64
     for i in range(len(Y)):
         one, one_cov, result = alone(i, **kw)
@@ -79,19 +86,19 @@ def test_each_fit_is_the_fit_alone(kw):
 
 def test_a_batch_checkpoints_and_resumes_to_the_uninterrupted_answer(tmp_path):
     pytest.importorskip("orbax.checkpoint")
-    kw = dict(p0=P0, bounds=BOX, batched=True, full_output=True, **FAST)
-    popt, pcov, whole = ms.curve_fit(decay, X, Y, n_steps=12, **kw)
+    kw = dict(p0=P0, bounds=BOX, **FAST)
+    popt, pcov, whole = batch(decay, X, Y, n_steps=12, **kw)
     folder = dict(checkpoint_dir=str(tmp_path / "ckpt"), checkpoint_every=2)
-    _, _, first = ms.curve_fit(decay, X, Y, n_steps=12, max_evals=20, **folder, **kw)
+    _, _, first = batch(decay, X, Y, n_steps=12, max_evals=20, **folder, **kw)
     stopped = first.result.stats
     assert stopped["stop_reason"] == "max_evals" and 0 < stopped["n_steps_run"] < 12
-    popt2, pcov2, resumed = ms.curve_fit(decay, X, Y, n_steps=12, resume=True, **folder, **kw)
+    popt2, pcov2, resumed = batch(decay, X, Y, n_steps=12, resume=True, **folder, **kw)
     assert resumed.result.stats["resumed_from"] == stopped["checkpoints"][-1] > 0
     np.testing.assert_array_equal(popt2, popt)
     np.testing.assert_array_equal(pcov2, pcov)
     np.testing.assert_array_equal(resumed.n_evals, whole.n_evals)
     with pytest.raises(TypeError, match="resume must be True or False"):
-        ms.curve_fit(decay, X, Y, resume="yes", **folder, **kw)
+        ms.curve_fit(decay, X, Y, resume="yes", batched=True, **folder, **kw)
 
 
 def test_a_single_fit_checkpoints_and_resumes_to_the_uninterrupted_answer(tmp_path):
@@ -139,9 +146,7 @@ def test_each_fits_best_is_its_lowest_finite_start_the_first_on_ties_as_alone():
 def test_the_answers_are_scipys_and_the_record_says_which_start_won():
     sigma = np.tile(SIGMA, (4, 1)) * np.array([[1.0], [2.0], [0.5], [1.0]])
     y = data(1)
-    popt, pcov, fits = ms.curve_fit(
-        decay, X, y, p0=P0, sigma=sigma, bounds=BOX, batched=True, full_output=True, **FAST
-    )
+    popt, pcov, fits = batch(decay, X, y, p0=P0, sigma=sigma, bounds=BOX, **FAST)
     for i in range(4):
         ref, ref_cov = scipy.optimize.curve_fit(
             decay_np, X, y[i], p0=P0, sigma=sigma[i], bounds=BOX, xtol=1e-14, ftol=1e-14
@@ -267,8 +272,10 @@ def test_a_fit_whose_covariance_cannot_be_estimated_is_inf_with_one_warning():
         (dict(n_starts=1.5), ValueError, "n_starts must be an int >= 1; got 1.5"),
         (dict(n_starts=True), ValueError, "n_starts must be an int >= 1; got True"),
         (dict(bounds=([0, 0], [1, 1, 1])), ValueError, "bounds' lower must have one value"),
+        (dict(fixed={"w": 1.0}), ValueError, r"fixed: \['w'\] are not parameters of f"),
+        (dict(maxfev=100), TypeError, "pass n_steps=100"),
         (dict(f=lambda x, a, b, c: a * x[:10]), ValueError, "must return one fit's ydata shape"),
-        (dict(start_strategy="tiktak"), ValueError, "start_strategy='band' and n_candidates=0"),
+        (dict(start_strategy="tiktak"), ValueError, "start_strategy='tiktak' ranks or replaces"),
         (dict(n_candidates=30), ValueError, "runs no broad-start filter"),
         (dict(resurrect=2), ValueError, "resurrect=2 would rank or replace starts"),
         (dict(schedule="halving"), ValueError, "schedule='halving' would rank"),
@@ -339,3 +346,87 @@ def test_kept_programs_do_not_keep_the_data_alive():
     del y
     gc.collect()
     assert alive() is None
+
+
+NARROW = ([0.0, 0.1, -1.0], [10.0, 10.0, 0.15])  # c <= 0.15 binds fits 0, 2, 3
+
+
+def test_each_fit_has_its_errors_reduced_chi2_status_and_bound_flags(caplog, monkeypatch):
+    monkeypatch.setenv("MULTISTART_LOG_LEVEL", "INFO")  # the default level, not the suite's
+    with caplog.at_level("INFO", logger="multistart"):
+        popt, pcov, fits = batch(decay, X, Y, p0=P0, sigma=SIGMA, bounds=NARROW, **FAST)
+    np.testing.assert_array_equal(fits.errors, np.sqrt(np.diagonal(pcov, axis1=1, axis2=2)))
+    np.testing.assert_array_equal(fits.dof, [40 - 3] * 4)
+    np.testing.assert_array_equal(fits.redchi, fits.best_fom / 37)
+    assert fits.message == [s.message for s in fits.status] and fits.names == ("a", "tau", "c")
+    expected = np.zeros((4, 3), dtype=bool)
+    expected[:, 2] = np.abs(popt[:, 2] - 0.15) < 1e-4 * 1.15
+    assert expected[:, 2].sum() == 3
+    np.testing.assert_array_equal(fits.at_bound, expected)
+    # one warning for the whole batch, naming the fits; no INFO line at all
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warned == [
+        "3 of 4 fits have a parameter on a bound (c): fits 0, 2, 3; see fits.at_bound (the "
+        "optimum may lie outside the bounds: widen them, or the parameter is not determined "
+        "there)"
+    ]
+    assert not [r for r in caplog.records if r.levelname == "INFO"]
+    for i in range(4):  # the flag is the one a fit alone raises for its best start
+        one = alone(i, bounds=NARROW, p0=P0, sigma=SIGMA)[2]
+        assert bool(one.at_bound[one.best_index]) == bool(expected[i, 2])
+
+
+def test_a_fits_report_and_the_batch_report_are_per_fit():
+    popt, pcov, fits = batch(decay, X, Y, p0=P0, sigma=SIGMA, bounds=NARROW, **FAST)
+    text = fits.report(0)
+    err = np.sqrt(np.diag(pcov[0]))
+    assert f"    a:   {popt[0, 0]: .7g} +/- {err[0]:.5g}" in text
+    assert (
+        "(on a bound)"
+        in text.splitlines()[[ln.strip()[:2] for ln in text.splitlines()].index("c:")]
+    )
+    assert f"reduced chi-square {fits.redchi[0]:.7g} (37 degrees of freedom)" in text
+    r = pcov[0][1, 2] / (err[1] * err[2])
+    assert f"C(tau, c) = {r:+.4f}" in text and "status             converged" in text
+    summary = fits.report()
+    assert "fits by status     converged 4" in summary
+    assert "on a bound         3 (fits 0, 2, 3; fits.at_bound)" in summary
+    assert f"median {np.median(fits.redchi):.4g}" in summary
+    # the search's own report says it is a batch: no best, no minima, no false "no errors"
+    whole = fits.result.report()
+    assert "4 datasets x 3 starts" in whole and "fits.report(i)" in whole
+    for wrong in ("no errors", "distinct minima", "figure of merit"):
+        assert wrong not in whole
+    with pytest.raises(IndexError, match=r"fit index must be an int in \[0, 4\)"):
+        fits.report(4)
+
+
+def test_to_dataframe_has_one_row_per_fit():
+    pytest.importorskip("pandas")
+    popt, pcov, fits = batch(decay, X, Y, p0=P0, sigma=SIGMA, bounds=NARROW, **FAST)
+    df = fits.to_dataframe()
+    assert len(df) == 4 and list(df["fit"]) == [0, 1, 2, 3]
+    np.testing.assert_array_equal(df["tau"], popt[:, 1])
+    np.testing.assert_array_equal(df["error:c"], np.sqrt(pcov[:, 2, 2]))
+    np.testing.assert_array_equal(df["at_bound:c"], fits.at_bound[:, 2])
+    np.testing.assert_array_equal(df["redchi"], fits.redchi)
+    assert list(df["status"]) == ["converged"] * 4 and list(df["at_bound"]) == [
+        True,
+        False,
+        True,
+        True,
+    ]
+
+
+def test_a_batchs_progress_line_counts_fits_done_and_left(caplog, monkeypatch):
+    monkeypatch.setenv("MULTISTART_LOG_LEVEL", "INFO")
+    kw = {**FAST, "log_every": 1}
+    with caplog.at_level("INFO", logger="multistart"):
+        ms.curve_fit(decay, X, Y, p0=P0, bounds=BOX, batched=True, **kw)
+    lines = [r.getMessage() for r in caplog.records if r.levelname == "INFO"]
+    assert lines and all("fits done" in ln and "best" not in ln for ln in lines)
+    done = [int(ln.split("fits done ")[1].split("/")[0]) for ln in lines]
+    left = [int(ln.split(", left ")[1].split()[0]) for ln in lines]
+    assert done == sorted(done) and [d + k for d, k in zip(done, left, strict=True)] == [4] * len(
+        lines
+    )

@@ -90,3 +90,33 @@ def test_report_prints_the_library_errors(x64):
     (row,) = [line for line in text.splitlines() if line.startswith("q ")]
     assert f"{sigma_q:.4f}" in row.split()
     np.testing.assert_array_equal(result.errors["q"], sigma_q)
+
+
+def test_a_stalled_demo_says_why_and_whether_its_errors_hold(x64):
+    graph = demo.demo_graph()
+    space = graph.space
+    params = jax.tree_util.tree_map(lambda v: np.stack([v, v]), demo.TRUTH)
+    records = dict(
+        best_params=demo.TRUTH,
+        best_fom=graph.fom(demo.TRUTH),
+        best_index=0,
+        foms=np.full(2, graph.fom(demo.TRUTH)),
+        params=params,
+        start_params=params,
+        n_steps=np.array([10, 10]),
+        best_step=np.array([9, 9]),
+        history=np.zeros((1, 2)),
+        history_steps=np.array([10]),
+        stats={"compile_s": 0.0, "wall_s": 0.0, "n_evals": 20},
+        paths=list(space.paths),
+    )
+    stalled = ms.Result(status=np.array([ms.Status.STALLED] * 2, dtype=object), **records)
+    converged = ms.Result(status=np.array([ms.Status.CONVERGED] * 2, dtype=object), **records)
+    assert demo.stall_note(graph, converged) is None
+    # the truth is not the data's minimum (fom 4068 against 4060): far from it in sigmas
+    d = demo.distance_to_minimum(graph, stalled)
+    assert d > 0.1
+    note = demo.stall_note(graph, stalled)
+    assert note.startswith("why no start converged (stalled 2): Prodigy is a first-order rule")
+    assert f"lies {d:.2g} sigma from the minimum: fit longer (n_steps)" in note
+    assert note in demo.report(graph, stalled, graph.fom(demo.TRUTH))

@@ -25,7 +25,10 @@ MIN_CORRELATION = 0.1  # correlations smaller in magnitude are not listed
 def report(result: Any, *, min_correlation: float = MIN_CORRELATION) -> str:
     """The report of ``result`` (a ``Result``; typed ``Any`` because ``core`` imports this module,
     so importing ``core`` here, even for the type, would be the cycle the import layers forbid).
-    The covariance is computed if it was not yet."""
+    The covariance is computed if it was not yet. A batch's Result (``curve_fit(batched=True)``)
+    is many fits, not one: its report says so and points to each fit's."""
+    if "rows_per_datum" in result.stats:
+        return _batch_lines(result)
     laplace, why = _laplace(result)
     lines = ["[[Fit]]", *_fit_lines(result)]
     if laplace is None:
@@ -36,6 +39,27 @@ def report(result: Any, *, min_correlation: float = MIN_CORRELATION) -> str:
     if pairs:
         lines += [f"[[Correlations]]   (|r| > {min_correlation:g})", *pairs]
     return "\n".join(lines)
+
+
+def _batch_lines(result: Any) -> str:
+    """A batch's search in words: no best over different datasets, no minima across them."""
+    stats, k = result.stats, int(result.stats["rows_per_datum"])
+    counts = ", ".join(f"{key} {v}" for key, v in result.status_counts().items())
+    config = result.config
+    return "\n".join(
+        [
+            "[[Batch]]",
+            f"    rule               {config.get('rule', '?')} ({config.get('search', '?')}), "
+            f"{result.fit_dtype.name}",
+            f"    fits               {result.n_starts // k} datasets x {k} starts, each fit "
+            "apart: no best or minima across them",
+            f"    starts             {counts}",
+            f"    stopped            {stats.get('stop_reason', '?')}: "
+            f"{stats.get('n_steps_run', '?')} steps, {stats.get('n_evals', '?')} evaluations",
+            "    each fit:          fits.report(i) (fits: curve_fit's BatchFits); the batch: "
+            "fits.report()",
+        ]
+    )
 
 
 def _fit_lines(result: Any) -> list[str]:

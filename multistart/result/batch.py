@@ -1,0 +1,255 @@
+"""A batch of fits (``curve_fit(batched=True)``): every fit reported as a fit.
+
+:class:`BatchFits` holds, for each fit of the stack, what a single ``curve_fit`` gives: its
+parameters and their errors, its ``pcov``, its χ², reduced χ² and degrees of freedom, how its
+best start ended, a flag per parameter on a bound, and which parameters were fixed or tied.
+``fits.report(i)`` is fit ``i``'s report (lmfit's ``fit_report``), ``fits.report()`` the
+batch's, ``fits.to_dataframe()`` one row per fit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..status import Status
+from .core import Result
+from .plot import PLOTS_HINT
+
+__all__ = ["BatchFits", "bound_summary"]
+
+MIN_CORRELATION = 0.1  # as Result.report: smaller correlations are not listed
+FITS_NAMED = 10  # fits named in the summary of those on a bound
+
+
+@dataclass(frozen=True, eq=False)
+class BatchFits:
+    """Each fit of a batched :func:`multistart.curve_fit` (``full_output=True``).
+
+    Attributes:
+      names: the parameters, in ``f``'s argument order (``popt``'s columns).
+      popt: ``(n_fits, n)`` each fit's parameters (``nan`` for a fit with no finite start).
+      pcov: ``(n_fits, n, n)`` each fit's ``pcov``; the rows and columns of a fixed or tied
+        parameter are 0 (it has no error of its own).
+      errors: ``(n_fits, n)`` ``sqrt(diag(pcov))``: 0 for a fixed or tied parameter, ``inf``
+        where the covariance could not be estimated.
+      best_fom: ``(n_fits,)`` the figure of merit (``‖r‖²``, the χ² with ``sigma``) at each
+        fit's best start (``inf`` when none was finite).
+      dof: ``(n_fits,)`` degrees of freedom, points minus free parameters.
+      redchi: ``(n_fits,)`` the reduced χ², ``best_fom / dof`` (``nan`` without a degree of
+        freedom).
+      status: ``(n_fits,)`` the :class:`multistart.Status` of each fit's best start
+        (``message`` says what each means).
+      at_bound: ``(n_fits, n)`` whether each parameter of each fit lies on a bound
+        (within 1e-4 of a finite box's width, or of ``max(|bound|, 1)`` for a one-sided one).
+      n_evals: ``(n_fits,)`` evaluations made by all of each fit's starts.
+      best_row: ``(n_fits,)`` the row of ``result`` holding each fit's best start (fit ``i``'s
+        starts are rows ``i * n_starts`` to ``(i + 1) * n_starts - 1``).
+      n_starts: starts per fit.
+      free: ``(n,)`` which parameters were fitted (``False``: fixed or tied).
+      held: what held each parameter that is not free, in words (``"fixed"``, ``"= a1"``).
+      result: the :class:`multistart.Result` of the whole search, one row per start.
+    """
+
+    names: tuple[str, ...]
+    popt: np.ndarray
+    pcov: np.ndarray
+    best_fom: np.ndarray
+    dof: np.ndarray
+    status: np.ndarray
+    at_bound: np.ndarray
+    n_evals: np.ndarray
+    best_row: np.ndarray
+    n_starts: int
+    free: np.ndarray
+    held: dict
+    result: Result
+
+    @property
+    def n_fits(self) -> int:
+        return int(len(self.popt))
+
+    @property
+    def errors(self) -> np.ndarray:
+        return np.sqrt(np.abs(np.diagonal(self.pcov, axis1=1, axis2=2)))
+
+    @property
+    def redchi(self) -> np.ndarray:
+        dof = np.asarray(self.dof, dtype=np.float64)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(dof > 0, np.asarray(self.best_fom) / np.where(dof > 0, dof, 1), np.nan)
+
+    @property
+    def message(self) -> list[str]:
+        """Each fit's status in words (:attr:`multistart.Status.message`)."""
+        return [Status(s).message for s in self.status]
+
+    def on_bound(self) -> np.ndarray:
+        """The fits with a parameter on a bound (their indices)."""
+        return np.flatnonzero(np.asarray(self.at_bound).any(axis=1))
+
+    def report(self, i: int | None = None, *, min_correlation: float = MIN_CORRELATION) -> str:
+        """Fit ``i``'s report, as lmfit's ``fit_report`` (its χ², reduced χ², degrees of
+        freedom and status; each parameter's value, error and bound flag; its correlations
+        above ``min_correlation``), or with ``i=None`` the batch's: the fits by status, those
+        on a bound, the reduced χ²'s distribution."""
+        if i is None:
+            return _batch_report(self)
+        if (
+            isinstance(i, bool)
+            or not isinstance(i, int | np.integer)
+            or not -self.n_fits <= i < self.n_fits
+        ):
+            raise IndexError(f"fit index must be an int in [0, {self.n_fits}); got {i!r}")
+        return _fit_report(self, int(i) % self.n_fits, min_correlation)
+
+    def to_dataframe(self):
+        """One row per fit, as a ``pandas.DataFrame``: ``fit``, ``status``, ``chi2``,
+        ``redchi``, ``dof``, ``n_evals``, ``best_row``, ``at_bound`` (any parameter), then each
+        parameter by name, its error as ``error:<name>`` and its flag as ``at_bound:<name>``.
+
+        Raises:
+          ImportError: pandas (the ``plots`` extra) is not installed.
+        """
+        try:
+            import pandas as pd
+        except ImportError as e:
+            raise ImportError(
+                f"BatchFits.to_dataframe() needs pandas; install it with {PLOTS_HINT}"
+            ) from e
+        at_bound = np.asarray(self.at_bound, dtype=bool)
+        columns: dict[str, Any] = {
+            "fit": np.arange(self.n_fits),
+            "status": np.array([str(s) for s in self.status], dtype=object),
+            "chi2": np.asarray(self.best_fom, dtype=np.float64),
+            "redchi": self.redchi,
+            "dof": np.asarray(self.dof),
+            "n_evals": np.asarray(self.n_evals),
+            "best_row": np.asarray(self.best_row),
+            "at_bound": at_bound.any(axis=1),
+        }
+        errors = self.errors
+        for j, name in enumerate(self.names):
+            columns[name] = self.popt[:, j]
+        for j, name in enumerate(self.names):
+            columns[f"error:{name}"] = errors[:, j]
+        for j, name in enumerate(self.names):
+            columns[f"at_bound:{name}"] = at_bound[:, j]
+        return pd.DataFrame(columns)
+
+    def __repr__(self) -> str:
+        counts = ", ".join(f"{k}={v}" for k, v in _status_counts(self.status).items())
+        return (
+            f"BatchFits(n_fits={self.n_fits}, n_starts={self.n_starts}, "
+            f"params={list(self.names)}, status: {counts}, on a bound: {len(self.on_bound())})"
+        )
+
+
+def bound_summary(fits: BatchFits) -> str | None:
+    """The one line a batch warns with when fits have a parameter on a bound (else ``None``):
+    ``"12 of 500 fits have a parameter on a bound: fits 3, 17, ...; see fits.at_bound"``."""
+    hit = fits.on_bound()
+    if not hit.size:
+        return None
+    shown = ", ".join(str(i) for i in hit[:FITS_NAMED]) + (", ..." if hit.size > FITS_NAMED else "")
+    names = [n for j, n in enumerate(fits.names) if np.asarray(fits.at_bound)[:, j].any()]
+    verb = "has" if hit.size == 1 else "have"
+    return (
+        f"{hit.size} of {fits.n_fits} fit{'s' if fits.n_fits > 1 else ''} {verb} a parameter on "
+        f"a bound ({', '.join(names)}): fit{'s' if hit.size > 1 else ''} {shown}; see "
+        "fits.at_bound (the optimum may lie outside the bounds: widen them, or the parameter "
+        "is not determined there)"
+    )
+
+
+def _status_counts(status) -> dict[str, int]:
+    words = [str(s) for s in status]
+    return {str(s): words.count(str(s)) for s in Status if str(s) in words}
+
+
+def _fit_report(fits: BatchFits, i: int, min_correlation: float) -> str:
+    status = Status(fits.status[i])
+    n_free = int(np.sum(fits.free))
+    m = int(fits.dof[i]) + n_free
+    lines = [
+        f"[[Fit {i} of {fits.n_fits}]]",
+        f"    status             {status}",
+        f"    message            {status.message}",
+        f"    data points        {m}",
+        f"    variables          {n_free}"
+        + (f" ({len(fits.names)} with those held)" if n_free < len(fits.names) else ""),
+        f"    chi-square         {float(fits.best_fom[i]):.7g}",
+        f"    reduced chi-square {float(fits.redchi[i]):.7g} ({int(fits.dof[i])} degrees of "
+        "freedom)",
+        f"    starts             {fits.n_starts} (best: row {int(fits.best_row[i])} of "
+        "fits.result)",
+        "[[Variables]]",
+        *_variable_lines(fits, i),
+    ]
+    pairs = _correlations(fits, i, min_correlation)
+    if pairs:
+        lines += [f"[[Correlations]]   (|r| > {min_correlation:g})", *pairs]
+    return "\n".join(lines)
+
+
+def _variable_lines(fits: BatchFits, i: int) -> list[str]:
+    width = max(len(n) for n in fits.names)
+    errors = fits.errors[i]
+    rows = []
+    for j, name in enumerate(fits.names):
+        value = float(fits.popt[i, j])
+        flag = "  (on a bound)" if fits.at_bound[i, j] else ""
+        if not fits.free[j]:
+            rows.append(f"    {name + ':':{width + 1}s} {value: .7g} ({fits.held[name]}){flag}")
+            continue
+        error = float(errors[j])
+        if not np.isfinite(error):
+            rows.append(f"    {name + ':':{width + 1}s} {value: .7g} +/- (not estimated){flag}")
+            continue
+        rel = f" ({100 * abs(error / value):.2f}%)" if value != 0 else ""
+        rows.append(f"    {name + ':':{width + 1}s} {value: .7g} +/- {error:.5g}{rel}{flag}")
+    return rows
+
+
+def _correlations(fits: BatchFits, i: int, threshold: float) -> list[str]:
+    cov = np.asarray(fits.pcov[i])
+    if not np.all(np.isfinite(cov)):
+        return []
+    d = np.sqrt(np.diag(cov))
+    pairs = []
+    for a in range(len(fits.names)):
+        for b in range(a + 1, len(fits.names)):
+            if d[a] > 0 and d[b] > 0:
+                r = cov[a, b] / (d[a] * d[b])
+                if abs(r) > threshold:
+                    pairs.append((abs(r), f"    C({fits.names[a]}, {fits.names[b]}) = {r:+.4f}"))
+    return [line for _, line in sorted(pairs, reverse=True)]
+
+
+def _batch_report(fits: BatchFits) -> str:
+    counts = ", ".join(f"{k} {v}" for k, v in _status_counts(fits.status).items())
+    hit = fits.on_bound()
+    shown = ", ".join(str(i) for i in hit[:FITS_NAMED]) + (", ..." if hit.size > FITS_NAMED else "")
+    bound = "none" if not hit.size else f"{hit.size} (fits {shown}; fits.at_bound)"
+    redchi = fits.redchi[np.isfinite(fits.redchi)]
+    if redchi.size:
+        q = np.percentile(redchi, [0, 5, 50, 95, 100])
+        spread = (
+            f"median {q[2]:.4g}; 5-95 % {q[1]:.4g} to {q[3]:.4g}; min {q[0]:.4g}, max {q[4]:.4g}"
+        )
+    else:
+        spread = "none finite"
+    unestimated = int(np.sum(~np.all(np.isfinite(fits.errors), axis=1)))
+    held = ", ".join(f"{k} {v}" for k, v in fits.held.items())
+    lines = [
+        f"[[Batch]] {fits.n_fits} fits, {fits.n_starts} starts each, one search",
+        f"    parameters         {', '.join(fits.names)}" + (f" (held: {held})" if held else ""),
+        f"    fits by status     {counts}",
+        f"    on a bound         {bound}",
+        f"    reduced chi-square {spread}",
+        f"    no covariance      {unestimated} fit{'s' if unestimated != 1 else ''}",
+        "    one fit's report:  fits.report(i); a table: fits.to_dataframe()",
+    ]
+    return "\n".join(lines)
