@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import inspect
 import numbers
+import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -39,7 +40,7 @@ class PartsFailed(RuntimeError):
     def __init__(self, k: int, done: dict[int, Result], failed: dict[int, BaseException]):
         self.k, self.done, self.failed = k, done, failed
         self.missing = sorted(failed)
-        why = "; ".join(f"part {i}: {type(e).__name__}: {_first_line(e)}" for i, e in failed.items())
+        why = "; ".join(f"part {i}: {type(e).__name__}: {_gist(e)}" for i, e in failed.items())
         super().__init__(
             f"part{'s' if len(failed) > 1 else ''} {self.missing} of {k} failed ({why}); the "
             f"{len(done)} other parts' Results are kept in .done: run the failed ones again "
@@ -70,9 +71,10 @@ def fit_parts(
 
     Args:
       search: a multistart search (``MultiStartAdam(...)``, ``MultiStartLeastSquares(...)``).
-      objective, space: as ``search.fit`` takes them (``space=None`` for a factor graph); pickled to the workers, so the
-        objective is a module-level function the workers can import (or one ``cloudpickle``
-        pickles by value), not a lambda of a script that the workers cannot see.
+      objective, space: as ``search.fit`` takes them (``space=None`` for a factor graph),
+        pickled to the workers: the objective is a module-level function the workers can
+        import (or one ``cloudpickle`` pickles by value), not a lambda of a script that the
+        workers cannot see.
       k: the number of parts, ``1 <= k <= n_starts``.
       submit: ``submit(fn, *args)`` returning a future with ``.result()``: an executor's or
         Dask client's ``submit``, a submitit executor's; for Ray
@@ -118,7 +120,9 @@ def _check_k(search, k) -> None:
         raise TypeError(f"k (the number of parts) must be an int; got {k!r}")
     options = getattr(search, "options", None)
     if options is None or not callable(getattr(search, "fit", None)):
-        raise TypeError(f"search must be a multistart search (with fit and options); got {search!r}")
+        raise TypeError(
+            f"search must be a multistart search (with fit and options); got {search!r}"
+        )
     check_part((0, int(k)), options)  # k's range and a search whose slots are coupled
 
 
@@ -128,7 +132,9 @@ def _check_fit_kwargs(search, objective, space, k, fit_kwargs) -> None:
     try:
         inspect.signature(search.fit).bind(objective, space, part=(0, k), **fit_kwargs)
     except TypeError as e:
-        raise TypeError(f"fit_parts passes **fit_kwargs to search.fit, which refuses them: {e}")
+        raise TypeError(
+            f"fit_parts passes **fit_kwargs to search.fit, which refuses them: {e}"
+        ) from e
 
 
 def _done(done, k: int) -> dict[int, Result]:
@@ -156,6 +162,12 @@ def _check_future(future) -> None:
         )
 
 
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else "(no message)"
+_RAISED = re.compile(r"^\s*[A-Za-z_][\w.]*(?:Error|Exception|Interrupted|Exit)\b.*?: \S")
+
+
+def _gist(e: BaseException) -> str:
+    """An error in one line: where an engine wraps the part's error in a traceback (Ray,
+    submitit), the traceback's last ``Name: message`` line; otherwise the first line."""
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    raised = [line for line in lines if _RAISED.match(line)]
+    return raised[-1] if raised else lines[0] if lines else "(no message)"
