@@ -91,6 +91,7 @@ def main(argv=None) -> None:
         log_every=0,
     )
     ms.set_log_level("WARNING")
+    os.environ["MULTISTART_LOG_LEVEL"] = "WARNING"  # the workers, started below, read it
     one = functools.partial(search.fit, objective, SPACE)
     t0 = time.perf_counter()
     with engine(args.engine) as submit:
