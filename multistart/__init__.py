@@ -24,6 +24,8 @@ from .laplace import laplace as laplace
 from .least_squares import MultiStartLeastSquares as MultiStartLeastSquares
 from .log import set_level as set_log_level
 from .memory import usable_cpu_count as usable_cpu_count
+from .parts import PartsFailed as PartsFailed
+from .parts import fit_parts as fit_parts
 from .priors import HalfBounded as HalfBounded
 from .priors import LogUniform as LogUniform
 from .priors import Normal as Normal
@@ -72,6 +74,7 @@ __all__ = [
     "MultiStartProdigy",
     "NoFiniteStartsError",
     "Normal",
+    "PartsFailed",
     "Prior",
     "Result",
     "LBFGS",
@@ -91,6 +94,7 @@ __all__ = [
     "configure_compilation_cache",
     "curve_fit",
     "distributed",
+    "fit_parts",
     "laplace",
     "set_log_level",
     "usable_cpu_count",

@@ -7,11 +7,9 @@ slow tier (``-m slow``).
 """
 
 import os
-import pickle
 import re
 import subprocess
 import sys
-import types
 
 import jax.numpy as jnp
 import numpy as np
@@ -24,12 +22,15 @@ PAGES = sorted((ROOT / "docs").rglob("*.md"))  # the guide and the API reference
 WITH_BLOCKS = [p for p in PAGES if any(not b.file for b in python_blocks(p))]
 SCALE_OUT = ROOT / "docs" / "scale-out.md"
 
-# Every file block of a page, and the test that runs it.
+# Every file block of a page, and the test that runs it (here, or in the file named).
+ENGINE_SCRIPTS = "test_engines.py::test_the_pages_engine_script_merges_as_one_process"
 FILE_RUNS = {
     ("scale-out.md", "mymodel.py"): "every test below imports it",
     ("scale-out.md", "fit_part.py"): "test_the_slurm_array_task_runs_resumes_and_merges",
     ("scale-out.md", "merge.py"): "test_the_slurm_array_task_runs_resumes_and_merges",
-    ("scale-out.md", "ray_fit.py"): "test_the_ray_script_merges_what_its_tasks_return",
+    ("scale-out.md", "ray_fit.py"): ENGINE_SCRIPTS,
+    ("scale-out.md", "dask_fit.py"): ENGINE_SCRIPTS,
+    ("scale-out.md", "submitit_fit.py"): ENGINE_SCRIPTS,
     ("scale-out.md", "job.py"): "test_the_jax_job_scripts_run_as_two_slurm_processes",
     ("scale-out.md", "job_parts.py"): "test_the_jax_job_scripts_run_as_two_slurm_processes",
 }
@@ -48,7 +49,11 @@ def test_no_block_is_left_out():
     files = {(p.name, name) for p in pages for name in file_blocks(p)}
     assert files == set(FILE_RUNS), "a file block without a test that runs it, or a stale entry"
     for test in set(FILE_RUNS.values()) - {"every test below imports it"}:
-        assert callable(globals().get(test)), test
+        file, _, name = test.rpartition("::")
+        if file:
+            assert f"\ndef {name}(" in (ROOT / "tests" / file).read_text(), test
+        else:
+            assert callable(globals().get(test)), test
 
 
 @pytest.mark.parametrize("page", [ROOT / "README.md", *PAGES], ids=lambda p: p.name)
@@ -133,33 +138,6 @@ def test_the_slurm_array_task_runs_resumes_and_merges(scale_out):
     out = _python(scale_out / "merge.py", 2, cwd=scale_out)
     merged = ms.Result.load(scale_out / "result.npz")
     assert merged.stats["n_parts"] == 2 and out.startswith("Result(best_fom=")
-
-
-@pytest.mark.slow
-def test_the_ray_script_merges_what_its_tasks_return(scale_out, monkeypatch):
-    # Ray is not a dependency: a stand-in with its three calls runs each task in this process
-    # and sends its Result through pickle, as Ray does between a worker and the driver.
-    ray = types.ModuleType("ray")
-
-    def remote(**options):
-        assert options == {"num_cpus": 2, "max_retries": 3}
-        return lambda fn: types.SimpleNamespace(
-            remote=lambda *a: pickle.loads(pickle.dumps(fn(*a)))
-        )
-
-    ray.remote, ray.get = remote, list
-    monkeypatch.setitem(sys.modules, "ray", ray)
-    monkeypatch.syspath_prepend(str(scale_out))
-    monkeypatch.chdir(scale_out)
-    monkeypatch.delitem(sys.modules, "mymodel", raising=False)
-    namespace = {"__name__": "__main__"}
-    exec(compile(file_blocks(SCALE_OUT)["ray_fit.py"].code, "ray_fit.py", "exec"), namespace)
-    from mymodel import objective, search, space
-
-    whole = search.fit(objective, space)
-    result = namespace["result"]
-    assert result.stats["n_parts"] == namespace["k"]
-    assert result.best_fom == whole.best_fom and (result.foms == whole.foms).all()
 
 
 def _slurm_env(job: int, rank: int) -> dict:
