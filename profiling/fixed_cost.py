@@ -200,7 +200,10 @@ print("RESULT " + json.dumps(out))
 
 
 def curve_fit_child() -> dict:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE.parent), *sys.path]))
+    import multistart
+
+    root = Path(multistart.__file__).resolve().parent.parent  # the child fits the same library
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), *sys.path]))
     proc = subprocess.run(
         [sys.executable, "-c", CURVE_FIT_CHILD], capture_output=True, text=True, env=env
     )
