@@ -35,7 +35,7 @@ from .config import SearchConfig
 from .distributed import resolve_devices
 from .engine import Engine, Setup, Traced, build
 from .evaluator import FILTER_NAME
-from .fixed_width import programs_for
+from .fixed_width import forget_other_float_types, programs_for
 from .identity import search_identity, trace_search
 from .iterate import iterate, resume, signals_to_flag
 from .layout import Layout
@@ -66,6 +66,7 @@ def prepare(search, objective, space, starts, resume, part, *, every_process) ->
     # how its covariance is scaled: the search's option (a least-squares problem has its own)
     absolute = o.absolute_sigma is not False  # resolved when the search was made
     dtype = jax.dtypes.canonicalize_dtype(jnp.float64)  # float32 unless x64 is on
+    forget_other_float_types(dtype)  # before the trace: see there
     problem = traced(problem, dtype, repr(search))  # the one trace every program replays
     # A model with no key of its own is keyed by its trace: a refit reuses its programs.
     key = problem.program_key if problem.program_key is not None else traced_key(problem, dtype)

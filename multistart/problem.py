@@ -103,6 +103,11 @@ class ModelTrace:
         self._in = [(a.shape, a.dtype) for a in self.closed.in_avals]
         self._mesh = jax.sharding.get_abstract_mesh()  # the trace's (none, outside shard_map)
         self._out_tree = jax.tree_util.tree_structure(self.out)
+        # Its captured arrays kept as NumPy: a jax.Array JAX made from a NumPy array while
+        # tracing is found again by the next trace of that array, even after jax_enable_x64 changed
+        # (a float64 constant in a float32 fit), for as long as it lives.
+        consts = [np.asarray(c) if isinstance(c, jax.Array) else c for c in self.closed.consts]
+        self.closed = jax_core.ClosedJaxpr(self.closed.jaxpr, consts)
         self._run = jax_core.jaxpr_as_fun(self.closed)
         self.__name__ = getattr(fn, "__name__", "model")
 

@@ -92,3 +92,22 @@ def test_a_cold_fit_compiles_few_programs(n_candidates, most):
     assert compiles.count("multistart_chunk_step") == 1
     assert compiles.count("copy_tree") == 0  # the back-off's copy compiles nothing
     assert compiles.count("to_physical") == 1  # one map, for the Result and TikTak alike
+
+
+def test_a_float32_fit_after_a_float64_fit_of_the_same_model_traces_in_float32():
+    """The float64 fit's kept programs are dropped first: while they live, JAX serves the NumPy
+    array the model captures as the float64 array it made of it, to a float32 trace too."""
+    import jax
+
+    a = np.diag(np.logspace(0.0, 2.0, 3))
+
+    def quadratic(p):
+        return 0.5 * p["x"] @ jnp.asarray(a) @ p["x"]
+
+    space = {"x": ms.Normal(0.0, 1.0, shape=(3,))}
+    search = ms.MultiStartLBFGS(n_starts=2, seed=0, n_steps=20, n_candidates=0)
+    with jax.enable_x64(True):
+        assert search.fit(quadratic, space).best_fom < 1e-8
+    with jax.enable_x64(False):
+        result = search.fit(quadratic, space)  # raised (a float64 constant) before
+    assert result.best_fom < 1e-4
