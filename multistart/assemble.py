@@ -67,7 +67,8 @@ def records(setup: Setup, engine: Engine, state: RunState) -> tuple[dict[str, An
     rec: dict[str, Any] = {
         "foms": np.asarray(s.best_fom, dtype=np.float64).copy(),
         "params": writable(to_physical(s.best_u)),
-        "start_params": writable(to_physical(engine.u0)),
+        # host rows, as best_u's: a device array would be another compile of the same map
+        "start_params": writable(to_physical(jax.device_get(engine.u0))),
         "status": np.array([Status.from_code(c) for c in codes], dtype=object),
         "n_steps": np.asarray(s.n_steps, dtype=np.int64).copy(),
         "n_evals": np.asarray(s.n_evals, dtype=np.int64).copy(),

@@ -77,8 +77,10 @@ class Backend:
         self.spans_processes = self.placement.spans_processes
         self.ticks = self._ticks()
         where = tuple(map(str, devices or ()))
-        self._jit = (programs or Programs()).get(
-            ("chunk step", self.name, self.ticks, where, self.n_local if where else None),
+        programs = programs or Programs()
+        kind = (self.name, self.ticks, where, self.n_local if where else None)
+        self._jit = programs.get(
+            ("chunk step", *kind),
             lambda: self.placement.jit(self._build(chunk_step), self._local, self._n_index_args),
         )
         self.data = self.placement.put_data(data)  # once, not at every call
@@ -87,7 +89,11 @@ class Backend:
         # Shapes only, no sharding: lowering for committed arrays would make the outputs
         # committed, and every helper later jitted on them would compile a second time.
         self._pop_spec = jax.tree_util.tree_map(_shape_of, pop)
-        self._programs: dict[int, tuple[Any, float]] = {}  # width -> (compiled, seconds)
+        # width -> (compiled, seconds), shared with a refit of the same model: it compiles
+        # nothing (and lowers nothing) at a width an earlier fit compiled
+        spec = (jax.tree_util.tree_structure(pop), tuple(jax.tree_util.tree_leaves(self._pop_spec)))
+        self._programs: dict[int, tuple[Any, float]] = programs.get(("compiled", *kind, spec), dict)
+        self._fresh: set[int] = set()  # the widths compiled by this backend
 
     # -- layout, per backend ---------------------------------------------------------------
 
@@ -136,13 +142,17 @@ class Backend:
                 *args,
                 self.data,
             )
+            self._fresh.add(width)
         return self._programs[width][0]
 
     def compile_seconds(self, width: int) -> float:
-        return self._programs[width][1] if width in self._programs else 0.0
+        """Seconds this backend spent compiling the program at ``width`` (0: none, or an
+        earlier fit's program)."""
+        return self._programs[width][1] if width in self._fresh else 0.0
 
     def compiled_widths(self) -> list[int]:
-        return sorted(self._programs)
+        """The widths this backend compiled (not those an earlier fit left it)."""
+        return sorted(w for w in self._programs if w in self._fresh)
 
     def release_width(self, width: int) -> None:
         """Drop the program at ``width`` (one that ran out of memory)."""

@@ -35,12 +35,12 @@ from .config import SearchConfig
 from .distributed import resolve_devices
 from .engine import Engine, Setup, Traced, build
 from .evaluator import FILTER_NAME
-from .fixed_width import programs_for
+from .fixed_width import forget_other_float_types, programs_for
 from .identity import search_identity, trace_search
 from .iterate import iterate, resume, signals_to_flag
 from .layout import Layout
 from .monitor import CompileCounter
-from .problem import as_problem, check_objective, check_stack, programs_key
+from .problem import as_problem, check_objective, check_stack, programs_key, traced, traced_key
 from .result import Result
 from .run_state import RunState
 from .split import check_part, first_process_logs, merge_over_processes, over_processes, select_part
@@ -65,10 +65,16 @@ def prepare(search, objective, space, starts, resume, part, *, every_process) ->
     problem = as_problem(objective, space)
     # how its covariance is scaled: the search's option (a least-squares problem has its own)
     absolute = o.absolute_sigma is not False  # resolved when the search was made
-    problem = dataclasses.replace(problem, absolute_sigma=absolute, n_data=o.n_data)
+    dtype = jax.dtypes.canonicalize_dtype(jnp.float64)  # float32 unless x64 is on
+    forget_other_float_types(dtype)  # before the trace: see there
+    problem = traced(problem, dtype, repr(search))  # the one trace every program replays
+    # A model with no key of its own is keyed by its trace: a refit reuses its programs.
+    key = problem.program_key if problem.program_key is not None else traced_key(problem, dtype)
+    problem = dataclasses.replace(
+        problem, absolute_sigma=absolute, n_data=o.n_data, program_key=key
+    )
     check_strategy_space(o.start_strategy, problem.space)
     user = None if starts is None else user_starts(problem.space, starts, o.n_starts)
-    dtype = jax.dtypes.canonicalize_dtype(jnp.float64)  # float32 unless x64 is on
     check_stack(problem, o, part)
     programs = programs_for(programs_key(problem, search.solver, o, dtype))
     # the trace's verdict holds for every refit of the same model and data shapes

@@ -184,9 +184,11 @@ def _width(setup: Setup, backend: Backend, pop, traced: Traced, n: int) -> Width
     n_starts = math.ceil(n / backend.n_devices)  # per device
     device = next(d for d in setup.devices if d.process_index == jax.process_index())
     env = (memory.max_batch_from_env(), memory.budget_from_env(), memory.auto_mode_from_env())
-    first = setup.programs.get(
-        ("width", o.batch_size, n_starts, str(device), env),
-        lambda: resolve_width(
+    made: list[bool] = []  # resolve_width ran in this fit
+
+    def choose() -> WidthChoice:
+        made.append(True)
+        return resolve_width(
             o.batch_size,
             backend,
             pop,
@@ -196,11 +198,11 @@ def _width(setup: Setup, backend: Backend, pop, traced: Traced, n: int) -> Width
             backend_name=o.backend,
             program_hash=traced.identity.program,  # lowered once, for the identity
             n_steps=o.n_steps,  # "auto" times widths only where the fit pays for it
-        ),
-    )
-    # A refit of the same model keeps the width its first fit chose (and so its program);
-    # resolve_width compiles the width it chooses, so a backend with none did not run it.
-    choice = first if backend.compiled_widths() else _kept(first)
+        )
+
+    first = setup.programs.get(("width", o.batch_size, n_starts, str(device), env), choose)
+    # A refit of the same model keeps the width its first fit chose (and so its program).
+    choice = first if made else _kept(first)
     if backend.spans_processes:  # every process must step the same program: process 0's width
         from jax.experimental import multihost_utils
 

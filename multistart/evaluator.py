@@ -48,7 +48,9 @@ class ValueEvaluator:
             chunk.__name__ = chunk.__qualname__ = name
             return jax.jit(chunk)
 
-        self._jit = (programs or Programs()).get(("values", name), jitted)
+        self._programs = programs or Programs()
+        self._jit = self._programs.get(("values", name), jitted)
+        self._name = name
         self.width = int(width)
         self.data = data
         self.compiled: Any = None
@@ -60,9 +62,15 @@ class ValueEvaluator:
         """Compile for ``(width, n_dims)`` rows of ``dtype``; returns the seconds taken."""
         self._shape = (n_dims, dtype)
         example = jax.ShapeDtypeStruct((self.width, n_dims), dtype)
+        # kept with the jitted function: a refit of the same model lowers nothing again
+        compiled = self._programs.get(("values compiled", self._name, example), dict)
+        if self.width in compiled:
+            self.compiled, seconds = compiled[self.width][0], 0.0
+            return seconds
         self.compiled, seconds = lower_and_compile(
             self._jit, "the broad-start filter", example, self.data
         )
+        compiled[self.width] = (self.compiled, seconds)
         self.compile_s += seconds
         return seconds
 

@@ -21,7 +21,6 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from . import log
@@ -29,7 +28,7 @@ from .chunking import chunk_slices, pad_rows
 from .memory import is_out_of_memory
 
 __all__ = ["lower_and_compile", "padded_chunks", "retry_narrower", "first_line", "copy_tree"]
-__all__ += ["Programs", "programs_for", "PROGRAMS_KEPT"]
+__all__ += ["Programs", "programs_for", "PROGRAMS_KEPT", "forget_other_float_types"]
 
 #: Programs a process keeps for a refit (the least recently fitted dropped): a curve_fit model
 #: takes two (its fit's and its covariance's), so the last 8 models are kept.
@@ -83,6 +82,23 @@ def programs_for(key: Hashable | None) -> Programs:
         return programs
 
 
+def forget_other_float_types(dtype) -> None:
+    """Drop the kept programs made under another float type than ``dtype`` (another
+    ``jax_enable_x64``): while they live, a NumPy array their models captured is served as
+    their float type to the next trace of it (a float64 constant in a float32 fit)."""
+    name = str(np.dtype(dtype))
+    with _kept_lock:
+        for key in [k for k in _kept if _float_type(k) not in (None, name)]:
+            del _kept[key]
+
+
+def _float_type(key) -> str | None:
+    """The float type a programs key (:func:`multistart.problem.programs_key`) names, if any."""
+    if isinstance(key, tuple) and len(key) > 2 and key[2] in ("float32", "float64"):
+        return key[2]
+    return None
+
+
 def lower_and_compile(jitted, what: str, *args):
     """``jitted.lower(*args).compile()``, with a heartbeat in the log while it runs.
 
@@ -112,10 +128,10 @@ def padded_chunks(tree, width: int):
         )
 
 
-@jax.jit
 def copy_tree(tree):
-    """A copy of every leaf, in one program (a copy per leaf would be a dispatch per leaf)."""
-    return jax.tree_util.tree_map(jnp.copy, tree)
+    """A copy of every leaf, where it lies, in one call (a copy per leaf would be a dispatch
+    per leaf) that compiles no program."""
+    return jax.device_put(tree, may_alias=False)
 
 
 def first_line(exc: BaseException) -> str:

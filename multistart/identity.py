@@ -48,7 +48,10 @@ def _hash_array(h, a) -> None:
 def _trace(fn, *args):
     """``(lowered text, captured arrays)`` of ``jit(fn)`` at ``args``, from one trace."""
     traced = jax.jit(fn).trace(*args)
-    return traced.lower().as_text(), traced.jaxpr.consts
+    # as NumPy: kept for a refit, a captured jax.Array would be served to later traces of its
+    # NumPy source (multistart.problem.ModelTrace)
+    consts = [np.asarray(c) if isinstance(c, jax.Array) else c for c in traced.jaxpr.consts]
+    return traced.lower().as_text(), consts
 
 
 def step_program_hash(start_step, one_start, data) -> str:

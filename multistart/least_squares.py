@@ -8,7 +8,7 @@ every rule shares; its errors are curve_fit's (:func:`multistart.laplace.residua
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import jax
@@ -16,7 +16,7 @@ import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
 from .priors import Space
-from .problem import Problem, add_note, datum, refuse_space, tracer_hint
+from .problem import ModelTrace, Problem, add_note, datum, refuse_space, tracer_hint
 from .result import Result
 from .search import MultiStartGradient
 from .solvers import Solver
@@ -86,11 +86,8 @@ def residual_problem(
             f"multistart.FactorGraphModel of residual factors; got {type(residuals).__name__}"
         )
 
-    def fom(params, d):
-        return sum_of_squares(fn(params, d))
-
     problem = ResidualProblem(
-        fom,
+        fn,  # the figure of merit is made from the traced residuals below
         space,
         data,
         name,
@@ -99,8 +96,13 @@ def residual_problem(
         covariance=covariance,
         **extra,
     )
-    check_residuals(problem, jax.dtypes.canonicalize_dtype(jnp.float64))
-    return problem
+    # The one trace of the user's function: every program replays it (ModelTrace).
+    trace = check_residuals(problem, jax.dtypes.canonicalize_dtype(jnp.float64))
+
+    def fom(params, d):
+        return sum_of_squares(trace(params, d))
+
+    return replace(problem, fom=fom, residuals=trace, model_trace=trace)
 
 
 def _plain(residuals):
@@ -110,18 +112,20 @@ def _plain(residuals):
     return fn
 
 
-def check_residuals(problem: ResidualProblem, dtype) -> None:
-    """Trace the residuals once (no compile): a floating array or pytree of them, not a scalar."""
+def check_residuals(problem: ResidualProblem, dtype) -> ModelTrace:
+    """Trace the residuals once (no compile): a floating array or pytree of them, not a scalar.
+    Returns the trace (:class:`multistart.problem.ModelTrace`)."""
     subject = f"residuals {problem.name!r}"
     assert problem.residuals is not None  # a ResidualProblem is made with its residuals
     try:
-        out = jax.eval_shape(problem.residuals, problem.space.example(dtype), datum(problem))
+        trace = ModelTrace(problem.residuals, problem.space.example(dtype), datum(problem))
     except Exception as e:
         hint = tracer_hint(e)
         if hint:
             add_note(e, hint.replace("the objective", "the residual function"))
         add_note(e, f"multistart: raised while tracing {subject}")
         raise
+    out = trace.out
     leaves = jax.tree_util.tree_leaves(out)
     if not leaves or not all(hasattr(x, "shape") for x in leaves):
         raise TypeError(f"{subject} must return an array (or a pytree of arrays); got {out!r}")
@@ -136,6 +140,7 @@ def check_residuals(problem: ResidualProblem, dtype) -> None:
         )
     if sum(x.size for x in leaves) == 0:
         raise TypeError(f"{subject} returned no residuals (every array is empty)")
+    return trace
 
 
 def least_squares_rule(method, *, ftol, xtol, gtol, jacobian) -> Solver:
@@ -253,8 +258,10 @@ class MultiStartLeastSquares(MultiStartGradient):
 
 
 def residual_size(problem: ResidualProblem) -> int:
-    """The number of residuals (one trace, no compile)."""
+    """The number of residuals (from the problem's trace, else one trace; no compile)."""
     dtype = jax.dtypes.canonicalize_dtype(jnp.float64)
     assert problem.residuals is not None  # a ResidualProblem is made with its residuals
-    out = jax.eval_shape(problem.residuals, problem.space.example(dtype), datum(problem))
+    out = getattr(problem.model_trace, "out", None)
+    if out is None:
+        out = jax.eval_shape(problem.residuals, problem.space.example(dtype), datum(problem))
     return int(sum(x.size for x in jax.tree_util.tree_leaves(out)))

@@ -9,12 +9,13 @@ as a captured constant, so programs stay small and identical across processes.
 from __future__ import annotations
 
 import difflib
+import hashlib
 import inspect
 import logging
 import re
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import jax
@@ -37,6 +38,10 @@ __all__ = [
     "programs_key",
     "refuse_space",
     "tracer_hint",
+    "ModelTrace",
+    "trace_model",
+    "traced",
+    "traced_key",
 ]
 
 
@@ -67,6 +72,7 @@ class Problem:
     n_data: int | None = None
     rows_per_datum: int | None = None
     program_key: Any = None
+    model_trace: Any = None  # the ModelTrace fom (or a least-squares problem's residuals) replays
 
 
 def datum(problem: Problem):
@@ -77,6 +83,67 @@ def datum(problem: Problem):
     return jax.tree_util.tree_map(
         lambda a: jax.ShapeDtypeStruct(np.shape(a)[1:], jnp.result_type(a)), problem.data
     )
+
+
+class ModelTrace:
+    """One trace of a user's model ``fn(params, data)``: its jaxpr and output structure, as
+    optimistix keeps ``f_struct``. Called as ``fn`` is, it replays the jaxpr (the user's Python
+    is not run again), so every program of a fit derives from this one trace, and the same
+    primitives lower to the same program.
+
+    Attributes:
+      closed: the ``ClosedJaxpr`` (its consts are the arrays ``fn`` captures).
+      out: the output's shapes and dtypes (a pytree of ``jax.ShapeDtypeStruct``).
+    """
+
+    def __init__(self, fn, params, data):
+        self.closed, self.out = jax.make_jaxpr(fn, return_shape=True)(params, data)
+        self.fn = fn
+        self._in_tree = jax.tree_util.tree_structure((params, data))
+        self._in = [(a.shape, a.dtype) for a in self.closed.in_avals]
+        self._mesh = jax.sharding.get_abstract_mesh()  # the trace's (none, outside shard_map)
+        self._out_tree = jax.tree_util.tree_structure(self.out)
+        # Its captured arrays kept as NumPy: a jax.Array JAX made from a NumPy array while
+        # tracing is found again by the next trace of that array, even after jax_enable_x64 changed
+        # (a float64 constant in a float32 fit), for as long as it lives.
+        consts = [np.asarray(c) if isinstance(c, jax.Array) else c for c in self.closed.consts]
+        self.closed = jax_core.ClosedJaxpr(self.closed.jaxpr, consts)
+        self._run = jax_core.jaxpr_as_fun(self.closed)
+        self.__name__ = getattr(fn, "__name__", "model")
+
+    def __call__(self, params, data):
+        leaves, tree = jax.tree_util.tree_flatten((params, data))
+        types = [(np.shape(x), jnp.result_type(x)) for x in leaves]
+        same = types == self._in and tree == self._in_tree  # type: ignore[operator]
+        if not same or jax.sharding.get_abstract_mesh() != self._mesh:
+            # other arguments than traced for, or inside shard_map (a mesh's per-device values
+            # are typed otherwise): the function itself
+            return self.fn(params, data)
+        return jax.tree_util.tree_unflatten(self._out_tree, self._run(*leaves))
+
+
+def trace_model(fn, problem: Problem, dtype, subject: str) -> ModelTrace:
+    """:class:`ModelTrace` of ``fn`` at the problem's example parameters and one row's data;
+    an exception raised while tracing it is re-raised with a hint and a note naming
+    ``subject``."""
+    try:
+        return ModelTrace(fn, problem.space.example(dtype), datum(problem))
+    except Exception as e:
+        hint = tracer_hint(e, problem.space)
+        if hint:
+            add_note(e, hint)
+        add_note(e, f"multistart: raised while tracing {subject}")
+        raise
+
+
+def traced(problem: Problem, dtype, context: str) -> Problem:
+    """``problem`` with its figure of merit traced once (:class:`ModelTrace`) and replayed from
+    then on; a problem traced already (a least-squares problem, traced for its residuals) as
+    it is."""
+    if problem.model_trace is not None:
+        return problem
+    trace = trace_model(problem.fom, problem, dtype, f"{problem.name!r} for {context}")
+    return replace(problem, fom=trace, model_trace=trace)
 
 
 def refuse_space(model, space) -> None:
@@ -437,3 +504,53 @@ def programs_key(problem, solver, o, dtype):
         steps,
         where,
     )
+
+
+def traced_key(problem: Problem, dtype) -> Any:
+    """A ``program_key`` for a problem that has none, from one trace of its model: equal only
+    for models that lower to the same program with the same captured arrays, so a second fit
+    of the same function (or of a new closure over the same arrays) reuses the first fit's
+    programs, and one over changed data (a global rebound, a new array) does not.
+
+    The residuals are traced for a least-squares problem (its figure of merit is made from
+    them), else the figure of merit. A function the program calls but does not print (a
+    callback, a custom derivative rule) is part of the key as the object itself, so two
+    different ones never share programs. ``None`` where the trace fails (the checks that follow
+    say why) or a part of it cannot be hashed.
+    """
+    try:
+        trace = problem.model_trace
+        if trace is None:
+            fn = getattr(problem, "residuals", None) or problem.fom
+            trace = ModelTrace(fn, problem.space.example(dtype), datum(problem))
+        closed, out = trace.closed, trace.out
+        digest = hashlib.sha256()
+        opaque: list = []
+        _fingerprint(closed, digest, opaque)
+        digest.update(str(jax.tree_util.tree_structure(out)).encode())
+        key = ("traced", digest.hexdigest(), tuple(opaque))
+        hash(key)
+    except Exception:  # noqa: BLE001 - the checks trace it again and raise with a hint
+        return None
+    return key
+
+
+def _fingerprint(closed, digest, opaque: list) -> None:
+    """Feed ``closed`` (a ClosedJaxpr) into ``digest``: its text, its captured arrays' bytes;
+    the functions its equations hold (which the text does not show) go to ``opaque``."""
+    digest.update(str(closed.jaxpr).encode())
+    for const in closed.consts:
+        a = np.asarray(const)
+        digest.update(f"{a.dtype.str}{a.shape}".encode())
+        digest.update(np.ascontiguousarray(a).tobytes())
+    stack = list(closed.jaxpr.eqns)
+    while stack:
+        eqn = stack.pop()
+        for value in eqn.params.values():
+            for v in value if isinstance(value, (tuple, list)) else (value,):
+                if isinstance(v, jax_core.ClosedJaxpr):
+                    _fingerprint(v, digest, opaque)
+                elif isinstance(v, jax_core.Jaxpr):
+                    stack.extend(v.eqns)
+                elif callable(v) and not isinstance(v, type):
+                    opaque.append(v)

@@ -202,8 +202,9 @@ class Refiller:
         self.queue = queue
         self.refills = frozenset(refills)
         programs = programs or Programs()
-        # one program, not an op-by-op dispatch of the map
-        self.to_x = programs.get("to_x", lambda: jax.jit(to_x))
+        # one program, not an op-by-op dispatch of the map: the Result's own map of n_rows
+        # rows (multistart.assemble), so the fit compiles one map, not two
+        self.to_x = programs.get("to_physical", lambda: jax.jit(jax.vmap(to_x)))
         self.to_u = to_u
         self.width = width
         self.n_rows = n_rows
@@ -212,6 +213,7 @@ class Refiller:
             lambda: jax.jit(make_replace_rows(solver, window), donate_argnums=0),
         )
         self._compiled: Any = None
+        self._kept = programs.get(("replace compiled", window, width), dict)  # for a refit
 
     def refill(
         self, pop: PopState, lineage: Lineage, rows: np.ndarray, short: int, step: int, ended
@@ -259,9 +261,14 @@ class Refiller:
         """The new starts written into ``rows``, one compiled call per chunk of them."""
         if self._compiled is None:
             example = jax.tree_util.tree_map(lambda a: pad_rows(a[:1], self.width - 1), u_new)
-            self._compiled, _ = lower_and_compile(
-                self._jit, "the resurrection writer", pop, np.zeros(self.width, np.int32), example
-            )
+            spec = jax.tree_util.tree_map(lambda a: (np.shape(a), str(a.dtype)), (pop, example))
+            key = str(spec)  # the shapes it is compiled for (a refit's are the same)
+            if key not in self._kept:
+                scatter = np.zeros(self.width, np.int32)
+                self._kept[key], _ = lower_and_compile(
+                    self._jit, "the resurrection writer", pop, scatter, example
+                )
+            self._compiled = self._kept[key]
         for lo, hi, chunk in padded_chunks(u_new, self.width):
             # the padded rows write out of bounds (dropped)
             scatter = np.full(self.width, self.n_rows, np.int32)
@@ -283,7 +290,10 @@ class Refiller:
         for r in lineage.records:
             if np.isfinite(r.best_fom) and r.best_fom < best_f:
                 best_f, best_u = r.best_fom, r.best_u
-        return jax.tree_util.tree_map(np.asarray, jax.device_get(self.to_x(best_u)))
+        pad = self.n_rows - 1  # the Result's n-row map: one compile of it, not two
+        rows = jax.tree_util.tree_map(lambda a: pad_rows(np.asarray(a)[None], pad), best_u)
+        x = jax.device_get(self.to_x(rows))
+        return jax.tree_util.tree_map(lambda a: np.asarray(a)[0], x)
 
     def fold(self, rec: dict, lineage: Lineage, to_physical_n) -> tuple[dict, list[dict]]:
         """The per-slot record ``rec`` with the replaced starts folded in, and every start of

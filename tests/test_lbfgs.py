@@ -106,7 +106,8 @@ def test_reaches_scipy_lbfgsb_minimum_from_the_same_starts(objective, space, sta
 def test_widths_agree_and_compile_once(rosen_runs):
     results = {w: rosen_runs(w) for w in (1, 2, 3)}  # chunks 1+1+1, a ragged 2+1, and 3
     for w, r in results.items():
-        assert r.stats["n_compiles"] == 1, w
+        # once: 0 where an earlier fit of the same model in this process compiled that width
+        assert r.stats["n_compiles"] in (0, 1), w
         assert r.stats["batch_size"] == w
         np.testing.assert_allclose(r.foms, results[1].foms, rtol=1e-9, atol=1e-12)
         assert list(r.status) == list(results[1].status)

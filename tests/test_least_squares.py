@@ -116,7 +116,8 @@ def test_the_full_hessian_is_the_alternative(fits, x64):
 def test_widths_agree_and_compile_once(fits):
     runs = {w: fits(batch_size=w) for w in (2, 3)}  # a ragged 2+1, and 3
     for w, r in runs.items():
-        assert r.stats["n_compiles"] == 1, w
+        # once: 0 where an earlier fit of the same model in this process compiled that width
+        assert r.stats["n_compiles"] in (0, 1), w
         np.testing.assert_allclose(r.foms, runs[3].foms, rtol=1e-10)
         np.testing.assert_array_equal(r.n_steps, runs[3].n_steps)
 

@@ -1,0 +1,113 @@
+"""A fit's fixed cost, counted (issue 38): traces of the user's function and compile requests,
+never times."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import multistart as ms
+from multistart.monitor import CompileCounter
+
+T = np.linspace(0.0, 4.0, 20)
+SPACE = {"a": ms.Uniform(0.1, 5.0), "k": ms.Uniform(0.1, 3.0)}
+
+
+class Counted:
+    """Residuals of a decay through ``y``, counting the calls from Python (its traces)."""
+
+    def __init__(self, y):
+        self.y, self.n = y, 0
+
+    def __call__(self, p):
+        self.n += 1
+        return p["a"] * jnp.exp(-p["k"] * T) - self.y
+
+
+def _search():
+    return ms.MultiStartLeastSquares(n_starts=8, seed=0, n_steps=50)
+
+
+def _fit(search, residuals):
+    residuals.n = 0
+    with CompileCounter() as compiles:
+        result = search.fit(residuals, SPACE)
+    return result, residuals.n, compiles.total
+
+
+def test_a_second_fit_of_the_same_function_traces_once_and_compiles_nothing():
+    y = 2.0 * np.exp(-0.7 * T) + 1e-3 * np.sin(7.0 * T)  # a model no other test fits
+    residuals, search = Counted(y), _search()
+    first, _, n_compiles = _fit(search, residuals)
+    assert n_compiles >= 1
+    second, traces, n_compiles = _fit(search, residuals)
+    assert traces == 1  # the one trace that tells the same model from another
+    assert n_compiles == 0
+    np.testing.assert_array_equal(second.best_fom, first.best_fom)
+    assert second.stats["batch_size"] == first.stats["batch_size"]
+    # a new closure over the same arrays, in a new search of the same options: the same programs
+    other, traces, n_compiles = _fit(_search(), Counted(y))
+    assert (traces, n_compiles) == (1, 0)
+    np.testing.assert_array_equal(other.best_fom, first.best_fom)
+
+
+def test_a_refit_over_changed_captured_data_fits_the_new_data():
+    y = 1.5 * np.exp(-0.4 * T) + 1e-3 * np.cos(5.0 * T)
+    residuals, search = Counted(y), _search()
+    first = search.fit(residuals, SPACE)
+    residuals.y = 3.0 * np.exp(-1.2 * T)  # what the function reads changed: not the same model
+    second = search.fit(residuals, SPACE)
+    assert float(second.best_params["a"]) == pytest.approx(3.0, rel=1e-6)
+    assert float(second.best_params["k"]) == pytest.approx(1.2, rel=1e-6)
+    assert float(first.best_params["a"]) == pytest.approx(1.5, rel=1e-2)
+
+
+def test_a_fit_traces_the_users_function_once():
+    # least squares: the residuals' one trace serves the checks, the filter, the step, the map
+    residuals = Counted(0.8 * np.exp(-1.3 * T) + 2e-3 * np.sin(3.0 * T))
+    result, traces, _ = _fit(_search(), residuals)
+    assert traces == 1
+    assert result.stats["n_compiles"] == 1  # and the step it replays was compiled
+
+    # a scalar objective: the same, through the figure of merit's trace
+    y = 0.6 * np.exp(-0.9 * T)
+    n = []
+
+    def chi2(p):
+        n.append(1)
+        return jnp.sum((p["a"] * jnp.exp(-p["k"] * T) - y) ** 2)
+
+    ms.MultiStartLBFGS(n_starts=4, seed=0, n_steps=20).fit(chi2, SPACE)
+    assert len(n) == 1
+
+
+@pytest.mark.parametrize("n_candidates, most", [(0, 3), (None, 5)])
+def test_a_cold_fit_compiles_few_programs(n_candidates, most):
+    """Without the filter: the population's start, the step, the map to physical parameters;
+    with it (and TikTak's refills, the default) the filter and the refill writer too."""
+    y = 1.1 * np.exp(-0.5 * T) + 1e-3 * (n_candidates is None)  # a model no other test fits
+    search = ms.MultiStartLeastSquares(n_starts=8, seed=1, n_steps=40, n_candidates=n_candidates)
+    with CompileCounter() as compiles:
+        search.fit(Counted(y), SPACE)
+    assert compiles.total <= most, dict(compiles.counts)
+    assert compiles.count("multistart_chunk_step") == 1
+    assert compiles.count("copy_tree") == 0  # the back-off's copy compiles nothing
+    assert compiles.count("to_physical") == 1  # one map, for the Result and TikTak alike
+
+
+def test_a_float32_fit_after_a_float64_fit_of_the_same_model_traces_in_float32():
+    """The float64 fit's kept programs are dropped first: while they live, JAX serves the NumPy
+    array the model captures as the float64 array it made of it, to a float32 trace too."""
+    import jax
+
+    a = np.diag(np.logspace(0.0, 2.0, 3))
+
+    def quadratic(p):
+        return 0.5 * p["x"] @ jnp.asarray(a) @ p["x"]
+
+    space = {"x": ms.Normal(0.0, 1.0, shape=(3,))}
+    search = ms.MultiStartLBFGS(n_starts=2, seed=0, n_steps=20, n_candidates=0)
+    with jax.enable_x64(True):
+        assert search.fit(quadratic, space).best_fom < 1e-8
+    with jax.enable_x64(False):
+        result = search.fit(quadratic, space)  # raised (a float64 constant) before
+    assert result.best_fom < 1e-4
