@@ -104,12 +104,16 @@ def test_a_batch_checkpoints_and_resumes_to_the_uninterrupted_answer(tmp_path):
 def test_a_single_fit_checkpoints_and_resumes_to_the_uninterrupted_answer(tmp_path):
     pytest.importorskip("orbax.checkpoint")
     kw = dict(p0=P0, bounds=BOX, full_output=True, **FAST)
-    popt, pcov, whole = ms.curve_fit(decay, X, Y[0], n_steps=12, **kw)
+    popt, pcov, info, _, _ = ms.curve_fit(decay, X, Y[0], n_steps=12, **kw)
+    whole = info["result"]
     folder = dict(checkpoint_dir=str(tmp_path / "ckpt"), checkpoint_every=1)
-    _, _, first = ms.curve_fit(decay, X, Y[0], n_steps=12, max_evals=8, **folder, **kw)
+    first = ms.curve_fit(decay, X, Y[0], n_steps=12, max_evals=8, **folder, **kw)[2]["result"]
     stopped = first.stats
     assert stopped["stop_reason"] == "max_evals" and 0 < stopped["n_steps_run"] < 12
-    popt2, pcov2, resumed = ms.curve_fit(decay, X, Y[0], n_steps=12, resume=True, **folder, **kw)
+    popt2, pcov2, info2, _, _ = ms.curve_fit(
+        decay, X, Y[0], n_steps=12, resume=True, **folder, **kw
+    )
+    resumed = info2["result"]
     assert resumed.stats["resumed_from"] == stopped["checkpoints"][-1] > 0
     np.testing.assert_array_equal(popt2, popt)
     np.testing.assert_array_equal(pcov2, pcov)
@@ -130,16 +134,17 @@ def test_each_fits_best_is_its_lowest_finite_start_the_first_on_ties_as_alone():
     record = SimpleNamespace(
         foms=foms.reshape(-1), params=params, status=np.array(["converged"] * 12), n_evals=ones
     )
-    popt, fits = _per_fit(record, ["a", "b"], 4, 3)
-    np.testing.assert_array_equal(fits.best_row, [1, 4, 6, 9])
-    np.testing.assert_array_equal(fits.best_fom[[0, 1, 3]], [1.0, 3.0, 0.5])
-    assert not np.isfinite(fits.best_fom[2])  # nan here; a fit alone says inf
+    popt, best_row = _per_fit(record, ["a", "b"], 4, 3)
+    best_fom = foms.reshape(-1)[best_row]
+    np.testing.assert_array_equal(best_row, [1, 4, 6, 9])
+    np.testing.assert_array_equal(best_fom[[0, 1, 3]], [1.0, 3.0, 0.5])
+    assert not np.isfinite(best_fom[2])  # nan here; a fit alone says inf
     np.testing.assert_array_equal(popt[[0, 1, 3]], [[1.0, -1.0], [4.0, -4.0], [9.0, -9.0]])
     assert np.all(np.isnan(popt[2]))  # no finite start: nan, as alone
     for i in (0, 1, 3):  # alone: the same row of its own three
         rows = slice(3 * i, 3 * i + 3)
         index, fom, _ = best_fit(foms[i], {k: v[rows] for k, v in params.items()})
-        assert 3 * i + index == fits.best_row[i] and fom == fits.best_fom[i]
+        assert 3 * i + index == best_row[i] and fom == best_fom[i]
     assert best_fit(foms[2], {"a": params["a"][6:9]})[0] == -1
 
 
@@ -213,7 +218,7 @@ def test_a_refit_keeps_the_batch_width_its_first_fit_chose(monkeypatch):
         return decay(x, a, tau, c)
 
     kw = dict(p0=P0, bounds=BOX, n_starts=3, seed=0, log_every=0, batched=True, full_output=True)
-    first = ms.curve_fit(kept, X, data(4), batch_size="auto", **kw)[2].result.stats
+    first = ms.curve_fit(kept, X, data(4), batch_size="auto", **kw)[2]["fits"].result.stats
     assert first["width_choice"]["selected_by"].startswith("auto")
 
     def choose_again(*args, **kwargs):
@@ -221,7 +226,7 @@ def test_a_refit_keeps_the_batch_width_its_first_fit_chose(monkeypatch):
 
     monkeypatch.setattr(engine, "resolve_width", choose_again)
     with NoCompile():
-        second = ms.curve_fit(kept, X, data(5), batch_size="auto", **kw)[2].result.stats
+        second = ms.curve_fit(kept, X, data(5), batch_size="auto", **kw)[2]["fits"].result.stats
     assert second["batch_size"] == first["batch_size"]
     assert second["width_choice"]["selected_by"] == first["width_choice"]["selected_by"] + (
         " (earlier fit)"
