@@ -46,7 +46,6 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import scipy.optimize  # noqa: E402
-from time_to_solution import scipy_problem  # noqa: E402
 
 import multistart as ms  # noqa: E402
 
@@ -121,6 +120,8 @@ def auto_against_fixed(size: dict, objective, space) -> list[dict]:
 
 def scipy_cpu_loop(size: dict, cpu: bool, starts: dict) -> tuple[float, float]:
     """``(seconds scaled to size["starts"], best)`` of scipy's L-BFGS-B on the CPU device."""
+    from time_to_solution import scipy_problem  # it turns float64 on when imported
+
     device = jax.devices("cpu")[0]
     k = size["scipy_starts"]
     with jax.default_device(device):

@@ -96,6 +96,18 @@ def _no_width_env(monkeypatch):
     monkeypatch.setenv("MULTISTART_AUTO_WIDTH", "memory")
 
 
+@pytest.fixture(autouse=True)
+def _float_type_restored(request):
+    """A test leaves JAX's float type as it found it: a test that switched float64 on for the
+    process and left it so once made a later file's float32 figures print in float64."""
+    before = bool(jax.config.jax_enable_x64)
+    yield
+    after = bool(jax.config.jax_enable_x64)
+    if after != before:
+        jax.config.update("jax_enable_x64", before)
+        pytest.fail(f"{request.node.nodeid} left jax_enable_x64 {after} (it was {before})")
+
+
 @pytest.fixture
 def x64():
     with jax.enable_x64(True):
