@@ -21,6 +21,7 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from . import log
@@ -130,8 +131,12 @@ def padded_chunks(tree, width: int):
 
 def copy_tree(tree):
     """A copy of every leaf, where it lies, in one call (a copy per leaf would be a dispatch
-    per leaf) that compiles no program."""
-    return jax.device_put(tree, may_alias=False)
+    per leaf) that compiles no program. A leaf spread over several processes' devices cannot
+    be put where it lies (``device_put`` takes only arrays this process addresses whole), so
+    such a tree is copied by ``jnp.copy``, a program per leaf."""
+    if all(getattr(a, "is_fully_addressable", True) for a in jax.tree_util.tree_leaves(tree)):
+        return jax.device_put(tree, may_alias=False)
+    return jax.tree_util.tree_map(jnp.copy, tree)
 
 
 def first_line(exc: BaseException) -> str:
