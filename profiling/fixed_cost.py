@@ -48,6 +48,7 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 os.environ.setdefault("MULTISTART_LOG_LEVEL", "WARNING")
 
 import nist  # noqa: E402  (NumPy only)
+from nist_strd import box_starts, space_of  # noqa: E402  (the same box as nist_strd.py)
 
 N_STARTS = 32
 
@@ -67,25 +68,6 @@ class Counted:
             return self.vector([p[k] for k in names])
 
         self.named = named
-
-
-def space_of(problem) -> dict:
-    import multistart as ms
-
-    prior = {"log": ms.LogUniform, "linear": ms.Uniform}
-    entries = zip(problem.names, nist.box(problem), strict=True)
-    return {k: prior[kind](lo, hi) for k, (kind, lo, hi) in entries}
-
-
-def box_starts(problem, n: int, seed: int) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    cols = []
-    for kind, lo, hi in nist.box(problem):
-        if kind == "log":
-            cols.append(np.exp(rng.uniform(np.log(lo), np.log(hi), n)))
-        else:
-            cols.append(rng.uniform(lo, hi, n))
-    return np.stack(cols, axis=1)
 
 
 def ours(problem, repeats: int, profile: bool) -> dict:
