@@ -2,7 +2,7 @@
 
 The residuals ``(f(x, *p) - y) / sigma`` take ``(x, y, sigma)`` as an argument of the compiled
 step, so a refit of the same ``f`` on data of the same shapes compiles nothing (its programs are
-kept by :func:`multistart.fixed_width.programs_for`, keyed by ``f`` itself as ``jax.jit`` keys
+kept by :func:`multistart.device.programs.programs_for`, keyed by ``f`` itself as ``jax.jit`` keys
 its cache). ``batched=True``: one search whose row ``r`` fits dataset ``r // n_starts``.
 docs/curve-fit.md explains the rest.
 """
@@ -19,15 +19,16 @@ import jax.numpy as jnp
 import numpy as np
 from scipy.optimize import Bounds, OptimizeWarning
 
-from . import log, progress
-from .fixed_width import programs_for
-from .least_squares import MultiStartLeastSquares
-from .priors import HalfBounded, Normal, Space, Uniform
-from .problem import add_note, tracer_hint
+from .common import log
+from .common.status import Status
+from .device.programs import programs_for
+from .host import progress
+from .model.priors import HalfBounded, Normal, Space, Uniform
+from .model.problem import add_note, tracer_hint
 from .result import Result
 from .result.batch import BatchFits, bound_summary
-from .starts import BOUND_MARGIN, check_band
-from .status import Status
+from .search.least_squares import MultiStartLeastSquares
+from .starts.strategies import BOUND_MARGIN, check_band
 
 __all__ = ["curve_fit", "BatchFits"]
 

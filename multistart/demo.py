@@ -4,7 +4,7 @@ Everything is generated here, deterministically: a two-component elliptical sour
 per-band fluxes, seen through a Gaussian PSF (applied analytically, so the model is exact) on
 three pixel grids of the same 6" x 6" field, with Gaussian noise.
 
-``multistart demo`` (see :mod:`multistart.cli`) calls :func:`run`; :func:`demo_graph` and
+``multistart demo`` (see :mod:`multistart.__main__`) calls :func:`run`; :func:`demo_graph` and
 :data:`TRUTH` are the pieces to reuse.
 """
 
@@ -24,13 +24,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import log
-from .graph import Factor, FactorGraphModel
-from .laplace import flat_names, flat_values
-from .priors import LogUniform, Uniform
+from .common import log
+from .common.status import Status
+from .model.graph import Factor, FactorGraphModel
+from .model.priors import LogUniform, Uniform
 from .result import Result
-from .search import MultiStartProdigy
-from .status import Status
+from .result.laplace import flat_names, flat_values
+from .search.gradient import MultiStartProdigy
 
 __all__ = [
     "Band",

@@ -44,8 +44,8 @@ def big_model(side: int = 1024):
     import numpy as np
 
     import multistart as ms
-    from multistart.priors import Space
-    from multistart.problem import Problem
+    from multistart.model.priors import Space
+    from multistart.model.problem import Problem
 
     k = 3
     space = {
@@ -94,7 +94,7 @@ def run_arm(arm: str, n_starts: int, steps: int) -> dict:
     import benchmark_model as bm
 
     import multistart as ms
-    import multistart.sweeper
+    import multistart.device.sweeper
 
     kind, *rest = arm.split(":")
     base = dict(n_starts=n_starts, n_steps=steps, seed=0, convergence=None, log_every=0)
@@ -132,7 +132,7 @@ def run_arm(arm: str, n_starts: int, steps: int) -> dict:
 
     if kind == "guard":
         objective, every = rest[0], int(rest[1])
-        multistart.sweeper.BACKOFF_COPY_STEPS = every if every > 0 else 10**9
+        multistart.device.sweeper.BACKOFF_COPY_STEPS = every if every > 0 else 10**9
         if objective == "bench":
             f, space, kw = bm.make_objective(), bm.space(), {"batch_size": 4}
         else:

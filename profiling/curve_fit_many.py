@@ -25,7 +25,7 @@ Arms, side by side in one run:
 
 Each row gives the wall, fits per second, the speed against scipy's loop (its wall over the
 arm's), the fits that land within (0.2, 0.1, 0.1, 0.1) of their truth in (a, mu, w, b), and the
-compiles JAX was asked for during the call (``multistart.monitor.CompileCounter``).
+compiles JAX was asked for during the call (``multistart.common.monitor.CompileCounter``).
 
     python profiling/curve_fit_many.py                  # 2,000 and 20,000 fits, both draws
     python profiling/curve_fit_many.py --fits 2000 --truths anywhere --skip-8
@@ -99,7 +99,7 @@ def scipy_loop(y: np.ndarray) -> tuple[float, np.ndarray]:
 def ours(y: np.ndarray, n_starts: int) -> tuple[float, np.ndarray, int]:
     """``(seconds, popt, compiles)`` of one batched ``ms.curve_fit`` call."""
     import multistart as ms
-    from multistart.monitor import CompileCounter
+    from multistart.common.monitor import CompileCounter
 
     with CompileCounter() as compiles:
         t0 = time.perf_counter()

@@ -46,9 +46,9 @@ def run_arm(arm: str, n_starts: int, width: int, steps: int) -> dict:
     import benchmark_model as bm
 
     import multistart as ms
-    from multistart.chunking import chunk_slices
-    from multistart.priors import Space
-    from multistart.starts import uniform_band_starts
+    from multistart.device.chunking import chunk_slices
+    from multistart.model.priors import Space
+    from multistart.starts.strategies import uniform_band_starts
 
     chi2 = bm.make_objective()
     space_tree = bm.space()

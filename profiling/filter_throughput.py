@@ -3,7 +3,7 @@
 Arms, in one process, on the same candidates (drawn by the library's Sobol' stream), repeated
 and interleaved; medians reported as ratios to the one-at-a-time loop:
 
-  batched W    the filter's evaluator (``multistart.starts.filter_sweep``): one compiled
+  batched W    the filter's evaluator (``multistart.starts.strategies.filter_sweep``): one compiled
                ``vmap`` over chunks of W candidates, the ragged last chunk padded
   one_by_one   ``jax.jit`` of the single-point objective, called per candidate, each value
                read back (``float``) as a per-candidate filter loop does
@@ -32,8 +32,8 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import multistart as ms  # noqa: E402
-from multistart.problem import as_problem  # noqa: E402
-from multistart.starts import StartStream, filter_sweep  # noqa: E402
+from multistart.model.problem import as_problem  # noqa: E402
+from multistart.starts.strategies import StartStream, filter_sweep  # noqa: E402
 
 
 def rastrigin(p):

@@ -16,7 +16,7 @@ Every wall is the fit call alone, in a fresh cache folder (cold: no persistent c
 cache, no tuning record; the curve_fit child shares it); the table gives each wall as a ratio
 against the peers' measured in the same run. Beside it: the traces of the user's residual
 function (a Python counter inside it) and the compile requests (JAX's monitoring events,
-``multistart.monitor.CompileCounter``) of our first and second fit. Last, one small
+``multistart.common.monitor.CompileCounter``) of our first and second fit. Last, one small
 ``ms.curve_fit`` (3 parameters, 50 points) in a fresh subprocess: its wall, traces and
 compiles, against one compile-and-call of the hand-written vmap of the same model.
 
@@ -73,7 +73,7 @@ class Counted:
 def ours(problem, repeats: int, profile: bool) -> dict:
     """First and second fits of one search object, with traces and compiles counted."""
     import multistart as ms
-    from multistart.monitor import CompileCounter
+    from multistart.common.monitor import CompileCounter
 
     counted, space = Counted(problem), space_of(problem)
     search = ms.MultiStartLeastSquares(n_starts=N_STARTS, seed=0)
@@ -153,7 +153,7 @@ import numpy as np
 t0 = time.perf_counter()
 import jax, jax.numpy as jnp
 import multistart as ms
-from multistart.monitor import CompileCounter
+from multistart.common.monitor import CompileCounter
 t_import = time.perf_counter() - t0
 x = np.linspace(0.0, 5.0, 50)
 y = 3.0 * np.exp(-x / 1.5) + 0.2 + np.random.default_rng(0).normal(0.0, 0.05, x.size)

@@ -1,7 +1,7 @@
 """What the zero-gradient check costs: one JVP trace of the figure of merit, no compile.
 
 Every fit now traces its figure of merit forward once before anything compiles, to refuse a
-gradient that is zero everywhere (multistart.problem.check_gradient). This prints that trace's
+gradient that is zero everywhere (multistart.model.problem.check_gradient). This prints that trace's
 time as a ratio to one compile of ``jit(value_and_grad(fom))``, which every fit pays at least
 once (its chunk step compiles more than that), for the README's objective and the demo's
 three-band graph, measured side by side in one process.
@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from multistart import demo
-from multistart.problem import as_problem, flat_leaves_without_gradient
+from multistart.model.problem import as_problem, flat_leaves_without_gradient
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import readme_model  # noqa: E402

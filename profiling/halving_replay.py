@@ -4,7 +4,8 @@ The engine's local searches are deterministic and independent of one another, so
 ``schedule="all"`` run's per-step best-so-far (``result.history`` at stride 1), each start's
 ``n_steps`` and final ``status`` are exactly what a ``schedule="halving"`` run of the same
 starts reads at each sync (``sync_every=1``; ``MultiStartLBFGS`` makes one evaluation per start
-per step). Calling :func:`multistart.schedule.prune` step by step on them (:func:`replay`) gives
+per step). Calling :func:`multistart.host.schedule.prune` step by step on them
+(:func:`replay`) gives
 that run's outcome exactly: a pruned start stops where it was pruned, its evaluations are its
 steps until then, and the best is the best over the starts when they stopped. ``verify`` checks
 that claim against a real halving run (same best, same evaluations, same evaluations to best).
@@ -235,19 +236,19 @@ def replay(
 ) -> Replayed:
     """The outcome of ``schedule=halving`` (``None``: ``"all"``) on ``runs``' starts.
 
-    ``rule``: a function with :func:`multistart.schedule.prune`'s signature to replay instead
+    ``rule``: a function with :func:`multistart.host.schedule.prune`'s signature to replay instead
     of it (a variant being measured). ``trace``: a list that gets ``(evaluations so far, best
     so far)`` after every step (the anytime curve).
 
     Mirrors the host loop (``multistart/loop.py``, ``decide.py``) at ``sync_every=1``: at each
     step's sync it notes the best so far, then (not at the last step) calls
-    :func:`multistart.schedule.prune`. At a sync past rung 0's evaluations where no running
+    :func:`multistart.host.schedule.prune`. At a sync past rung 0's evaluations where no running
     start reaches a rung, ``prune`` only counts the starts that ended since (at their final best and
     rung, which no longer change), and the next call counts them the same way: so such syncs
     are skipped unless ``every_step``.
     """
-    from multistart.schedule import Rungs, prune
-    from multistart.status import Status
+    from multistart.common.status import Status
+    from multistart.host.schedule import Rungs, prune
 
     prune = prune if rule is None else rule
     running_code, pruned_code = Status.RUNNING.code, Status.PRUNED.code
@@ -306,13 +307,13 @@ def settings(grid: dict = GRID):
 
 
 def moving_cut(rungs, halving, status, best_fom, n_evals):
-    """:func:`multistart.schedule.prune` with one change (a candidate, measured by
+    """:func:`multistart.host.schedule.prune` with one change (a candidate, measured by
     ``anytime``): a start outside a rung's cut continues only if its projection beats the cut
     *projected the same way*, by the median decrease of the starts inside the cut. Where every
     start still falls fast (a long fit's early rungs), the cut falls with them, and only the
     starts falling faster than it are kept; where the starts inside the cut have converged it
     is the default rule."""
-    from multistart import schedule
+    from multistart.host import schedule
 
     class Moving(schedule._Working):
         def judge(self, k, arriving, f, h):

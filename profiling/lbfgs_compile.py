@@ -88,7 +88,7 @@ def run_arm(arm: str, model: str) -> dict:
 
     jax.config.update("jax_enable_compilation_cache", False)
     import multistart as ms
-    from multistart import backends  # where the chunk step is compiled
+    from multistart.device import backends
 
     timed = {}
 

@@ -49,7 +49,7 @@ import jax.numpy as jnp  # noqa: E402
 import lbfgs_compile  # noqa: E402
 
 import multistart as ms  # noqa: E402
-from multistart import backends  # noqa: E402  (where the chunk step is compiled)
+from multistart.device import backends  # noqa: E402
 from multistart.solvers import SolverStep  # noqa: E402
 from multistart.solvers import lbfgs as rule  # noqa: E402
 

@@ -1,6 +1,7 @@
 """Grouping starts into distinct minima: the windowed rule against the all-pairs loop.
 
-``multistart.minima.cluster_minima`` (a bisected window of candidate minima by figure of merit)
+``multistart.result.minima.cluster_minima`` (a bisected window of candidate minima by figure of
+merit)
 against the all-pairs rule it replaced (``cluster_minima_all_pairs`` below: every start against
 every minimum so far, the same labels), on the same points, side by side in one run; also a
 whole ``distinct_minima`` call on a Result-sized input. Cases: many starts at a few minima (a
@@ -18,7 +19,7 @@ import time
 
 import numpy as np
 
-from multistart.minima import cluster_minima
+from multistart.result.minima import cluster_minima
 
 
 def cluster_minima_all_pairs(x, f, *, xtol: float, ftol: float) -> np.ndarray:

@@ -18,7 +18,8 @@ same number of local searches (``--starts``) and steps (``--steps``), in one pro
   adam_rank     the old filter, reimplemented inline: the same ``10 x n_starts`` candidates
                 ranked by figure of merit and the best ``n_starts`` passed as ``starts=``
   adam_diverse  ``MultiStartAdam()`` with the default filter: ranked, then thinned by multi-level
-                single linkage's critical distance (``multistart.starts.diverse_candidates``)
+                single linkage's critical distance
+                (``multistart.starts.strategies.diverse_candidates``)
   lbfgs_indep   ``MultiStartLBFGS`` with 4 x ``--starts`` independent local searches from the
                 default filter, under a budget of 100 evaluations per local search
                 (``max_evals``)
@@ -59,8 +60,8 @@ import peers  # noqa: E402
 from scipy.optimize import minimize  # noqa: E402
 
 import multistart as ms  # noqa: E402
-from multistart.priors import Space  # noqa: E402
-from multistart.starts import StartStream, rank_candidates  # noqa: E402
+from multistart.model.priors import Space  # noqa: E402
+from multistart.starts.strategies import StartStream, rank_candidates  # noqa: E402
 
 BAND = (0.15, 0.85)
 SIGMA = 0.3

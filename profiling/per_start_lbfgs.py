@@ -27,7 +27,7 @@ import scipy.optimize as so  # noqa: E402
 from time_to_solution import draw_starts  # noqa: E402
 
 import multistart as ms  # noqa: E402
-from multistart.priors import Space  # noqa: E402
+from multistart.model.priors import Space  # noqa: E402
 
 
 def main(argv=None) -> None:

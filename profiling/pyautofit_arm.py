@@ -82,7 +82,7 @@ def scalar_model(paths_priors):
 
 
 def project_layout(space_tree):
-    from multistart.priors import Space
+    from multistart.model.priors import Space
 
     space = Space(space_tree)
     return space, list(zip(space.paths, space.priors, strict=True))

@@ -70,7 +70,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import multistart as ms  # noqa: E402
-from multistart.priors import Space  # noqa: E402
+from multistart.model.priors import Space  # noqa: E402
 
 RULES = {
     "adam": ms.MultiStartAdam,

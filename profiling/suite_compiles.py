@@ -3,7 +3,8 @@
     PYTHONPATH=profiling python -m pytest -q -p suite_compiles [pytest args]
 
 Each test's XLA backend compiles (count and seconds, counted by the library's own
-``multistart.monitor.CompileCounter``, cache hits included: a hit still reports a short compile),
+``multistart.common.monitor.CompileCounter``, cache hits included: a hit still reports a short
+compile),
 each program's name, and each chunk-step program it lowers (a SHA-1 of the lowered text, so two
 tests that compile the same program are seen to share it). At the end the plugin prints the
 suite's totals, a table per test file (backend compile seconds, chunk steps lowered, and how many
@@ -36,7 +37,7 @@ _records: dict[str, dict] = collections.defaultdict(
 def pytest_configure(config):
     if not hasattr(config, "workerinput") and _DIR_ENV not in os.environ:
         os.environ[_DIR_ENV] = tempfile.mkdtemp(prefix="suite-compiles-")  # workers inherit it
-    from multistart import backends  # where the chunk step is compiled
+    from multistart.device import backends
 
     original = backends.lower_and_compile
 
@@ -53,7 +54,7 @@ def pytest_configure(config):
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    from multistart.monitor import CompileCounter
+    from multistart.common.monitor import CompileCounter
 
     _current["test"] = item.nodeid
     with CompileCounter() as counter:  # the library's own count of backend compiles

@@ -4,7 +4,7 @@ A start steps in unconstrained coordinates: the engine evaluates ``f(to_physical
 gradient. The map ends in selects (the clip to each prior's bounds); XLA's CPU compiler fuses
 them, with the sigmoids and exps before them, into every consumer, so in a model that
 broadcasts its parameters over pixels the map is recomputed per pixel in the gradient.
-``multistart.priors.fusion_boundary`` (an exact product with an identity, which XLA keeps as a
+``multistart.model.priors.fusion_boundary`` (an exact product with an identity, which XLA keeps as a
 dot) stops that. Arms, side by side in one process, taking turns (the median of 7 rounds), on
 the image benchmark (48 parameters, float64) at the same 4 points:
 
@@ -47,7 +47,7 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 import multistart as ms  # noqa: E402
-from multistart.priors import fusion_boundary  # noqa: E402
+from multistart.model.priors import fusion_boundary  # noqa: E402
 
 
 def seconds(fn, args, reps=10) -> float:
@@ -71,7 +71,7 @@ def interleaved(arms: dict, rounds: int = 7) -> dict:
 
 def main() -> None:
     f, space, truth = image_model.make_problem()
-    from multistart.problem import as_problem
+    from multistart.model.problem import as_problem
 
     sp = as_problem(f, space).space
     rng = np.random.default_rng(0)
@@ -118,9 +118,9 @@ def main() -> None:
 def engine_chunk_call(search, f, space, starts):
     """``(call, args)`` for :func:`interleaved`: one call of the search's compiled chunk step at
     its width on a copy of its first step's population, each call stepping the one before's
-    population, as :meth:`multistart.backends.Backend.run` does."""
-    from multistart import sweeper as sweeper_module
-    from multistart.fixed_width import copy_tree
+    population, as :meth:`multistart.device.backends.Backend.run` does."""
+    from multistart.device import sweeper as sweeper_module
+    from multistart.device.programs import copy_tree
 
     seen = {}
     sweep = sweeper_module.Sweeper.sweep
@@ -150,7 +150,7 @@ def others() -> None:
     import benchmark_model
     import jax.numpy as jnp
 
-    from multistart import priors
+    from multistart.model import priors
 
     def parabola(p):
         return jnp.sum((p["x"] - 0.3) ** 2)

@@ -142,7 +142,7 @@ class NoCompile:
     """Fails the test if anything is compiled inside the block."""
 
     def __enter__(self):
-        from multistart.monitor import CompileCounter
+        from multistart.common.monitor import CompileCounter
 
         self.counter = CompileCounter().__enter__()
         return self
@@ -244,7 +244,7 @@ def signal_at_step(monkeypatch, k: int, sig=signal.SIGINT):
     """
     if signal.getsignal(sig) is signal.SIG_IGN:
         signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
-    from multistart.sweeper import Sweeper
+    from multistart.device.sweeper import Sweeper
 
     calls = {"n": 0}
     original = Sweeper.sweep

@@ -20,7 +20,7 @@ from pathlib import Path
 from engine_faults import faulty
 
 import multistart as ms
-from multistart.parts import run_part
+from multistart.host.parts import run_part
 
 K = 4
 

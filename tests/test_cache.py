@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import pytest
 
 import multistart as ms
-from multistart.cache import cache_dir, plan_cache
+from multistart.device.cache import cache_dir, plan_cache
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -79,8 +79,8 @@ print(json.dumps({
     "hit_events": events.count("/jax/compilation_cache/cache_hits"),
     "n_cache_hits": result.stats["n_cache_hits"],
     "jax_dir": jax.config.jax_compilation_cache_dir,
-    "source": ms.cache.cache_setup().source,
-    "reason": ms.cache.cache_setup().reason,
+    "source": ms.device.cache.cache_setup().source,
+    "reason": ms.device.cache.cache_setup().reason,
     "min_compile_time": jax.config.jax_persistent_cache_min_compile_time_secs,
 }))
 """

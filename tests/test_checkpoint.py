@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("orbax.checkpoint")
 
-from multistart.checkpoint import (  # noqa: E402
+from multistart.host.checkpoint import (  # noqa: E402
     Checkpointer,
     CheckpointError,
     CheckpointMismatch,

@@ -3,7 +3,7 @@ import pytest
 from conftest import NoCompile
 
 import multistart as ms
-from multistart import checks
+from multistart.common import checks
 
 RULES = [ms.MultiStartAdam, ms.MultiStartProdigy, ms.MultiStartADABelief, ms.MultiStartLion]
 

@@ -4,7 +4,7 @@ import sys
 import numpy as np
 import pytest
 
-from multistart.chunking import chunk_indices, chunk_slices, pad_rows
+from multistart.device.chunking import chunk_indices, chunk_slices, pad_rows
 
 
 def test_contract_examples():
@@ -53,12 +53,12 @@ def test_pad_rows_repeats_the_last_row():
 
 _NO_JAX_SCRIPT = """
 import importlib.util, sys, types
-# Load multistart.chunking without running multistart/__init__.py, which imports JAX.
+# Load multistart.device.chunking without running multistart/__init__.py, which imports JAX.
 spec = importlib.util.find_spec("multistart")
 pkg = types.ModuleType("multistart")
 pkg.__path__ = list(spec.submodule_search_locations)
 sys.modules["multistart"] = pkg
-import multistart.chunking as chunking
+import multistart.device.chunking as chunking
 assert chunking.chunk_slices(10, 4)[-1] == (8, 10, 2)
 loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("jax", "jaxlib"))
 print(loaded)

@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 
 import multistart as ms
-from multistart import cli, demo
+from multistart import __main__ as cli
+from multistart import demo
 
 
 def test_demo_quick_writes_its_outputs(tmp_path, capsys, monkeypatch, caplog):

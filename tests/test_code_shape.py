@@ -64,3 +64,23 @@ def test_the_architecture_page_draws_the_import_layers():
     page = (ROOT / "docs" / "architecture.md").read_text()
     drawn = page.split("## Layers", 1)[1].split("```")[1].strip().splitlines()
     assert drawn == layers
+
+
+def test_the_architecture_page_draws_every_package_s_layers():
+    """docs/architecture.md's second block draws each package's contract, and a package on
+    disk without a contract (or a contract for a package that is gone) fails here."""
+    contracts = _import_contracts()["contracts"]
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    block = page.split("## Layers", 1)[1].split("```")[3].strip().splitlines()
+    drawn = {line.split()[0].rstrip("/"): line.split(None, 1)[1] for line in block}
+    want = {}
+    for c in contracts:
+        (container,) = c.get("containers", [None])
+        if container and container != "multistart":
+            want[container.split(".", 1)[1]] = " > ".join(c["layers"])
+        if c["type"] == "independence":
+            names = " | ".join(m.rsplit(".", 1)[1] for m in c["modules"])
+            want[c["modules"][0].split(".")[1]] = f"{names} (independent)"
+    assert drawn == want
+    packages = {p.parent.name for p in (ROOT / "multistart").glob("*/__init__.py")}
+    assert packages == set(want)

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import multistart as ms
-from multistart.convergence import Convergence, window_converged
+from multistart.solvers.convergence import Convergence, window_converged
 
 
 def test_window_rule_on_literal_arrays():

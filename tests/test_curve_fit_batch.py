@@ -12,8 +12,8 @@ import scipy.optimize
 from conftest import NoCompile
 
 import multistart as ms
-from multistart import fixed_width
-from multistart.monitor import CompileCounter
+from multistart.common.monitor import CompileCounter
+from multistart.device import programs as fixed_width
 
 X = np.linspace(0.0, 5.0, 40)
 TRUTHS = np.array([[3.0, 1.5, 0.2], [1.0, 0.7, -0.1], [2.0, 3.0, 0.5], [0.5, 1.0, 0.3]])
@@ -212,7 +212,7 @@ def test_a_single_fit_from_another_p0_compiles_its_step_again_where_a_parameter_
 
 
 def test_a_refit_keeps_the_batch_width_its_first_fit_chose(monkeypatch):
-    from multistart import engine
+    from multistart.host import engine
 
     def kept(x, a, tau, c):  # this test's own f: its first fit chooses a width
         return decay(x, a, tau, c)

@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from multistart.decide import Decision, Due, Reading, Rules, StopReason, decide, describe
-from multistart.queues import refill_slots
-from multistart.status import Status
+from multistart.common.status import Status
+from multistart.host.decide import Decision, Due, Reading, Rules, StopReason, decide, describe
+from multistart.starts.queues import refill_slots
 
 R, C, N, M = (
     s.code for s in (Status.RUNNING, Status.CONVERGED, Status.NONFINITE, Status.MAX_STEPS)

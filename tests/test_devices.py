@@ -215,14 +215,14 @@ ms.distributed.initialize(
     initialization_timeout=60,
 )
 from conftest import MULTIMODAL_SPACE, multimodal
-from multistart.checkpoint import SearchCheckpoints
+from multistart.host.checkpoint import SearchCheckpoints
 
 search = ms.MultiStartLBFGS(
     n_starts=5, batch_size=2, n_steps=40, seed=4, start_strategy="tiktak", n_local=16,
     local_steps=6, progress=False, checkpoint_dir=folder, checkpoint_every=5,
 )
 if phase == "first":
-    from multistart.sweeper import Sweeper
+    from multistart.device.sweeper import Sweeper
 
     step, calls = Sweeper.sweep, []
 

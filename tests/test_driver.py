@@ -96,7 +96,7 @@ def test_a_best_fit_on_a_bound_is_flagged(caplog, fits):
 
 
 def test_near_bound_names_the_elements():
-    space = ms.priors.Space({"a": ms.Uniform(0.0, 1.0, shape=(3,)), "n": ms.Normal(0.0, 1.0)})
+    space = ms.model.priors.Space({"a": ms.Uniform(0.0, 1.0, shape=(3,)), "n": ms.Normal(0.0, 1.0)})
     params = {"a": np.array([[0.5, 1.0, 0.2], [0.5, 0.5, 0.5]]), "n": np.array([1e9, 0.0])}
     flags, names = space.near_bound(params)
     assert flags.tolist() == [True, False]

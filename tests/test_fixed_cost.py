@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import multistart as ms
-from multistart.monitor import CompileCounter
+from multistart.common.monitor import CompileCounter
 
 T = np.linspace(0.0, 4.0, 20)
 SPACE = {"a": ms.Uniform(0.1, 5.0), "k": ms.Uniform(0.1, 3.0)}

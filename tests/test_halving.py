@@ -99,7 +99,7 @@ def test_the_scan_backend_prunes_as_the_loop_does(fits):
 
 def _spy_on_the_queue(monkeypatch) -> list[tuple[int, np.ndarray, dict]]:
     """``(step, rows, starts)`` for every ``queue.take`` a refill makes, in order."""
-    from multistart import refill
+    from multistart.starts.strategies import refill
 
     taken, original = [], refill.Refiller.refill
 
@@ -241,7 +241,7 @@ def test_the_progress_line_shows_the_rungs(caplog, monkeypatch):
 
 
 def test_rung_occupancy_in_words():
-    from multistart.schedule import Rungs
+    from multistart.host.schedule import Rungs
 
     r = Rungs(np.array([0, 1, 1, 2]), np.zeros(4), np.zeros(4, bool), pruned=(3, 1))
     running = np.array([ms.Status.RUNNING.code] * 3 + [ms.Status.PRUNED.code])

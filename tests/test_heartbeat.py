@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import pytest
 
 import multistart as ms
-from multistart import log
+from multistart.common import log
 
 # Generous: only reached if the heartbeat never comes (the test then fails, it does not hang).
 _GUARD_S = 60.0

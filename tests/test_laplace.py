@@ -190,7 +190,7 @@ def test_each_distinct_minimum_gets_its_errors_with_one_compile(x64):
     result.attach_problem(multimodal, MULTIMODAL_SPACE)
     with pytest.raises(ValueError, match="errors=True"):
         _ = result.distinct_minima()[0].errors
-    from multistart.monitor import CompileCounter
+    from multistart.common.monitor import CompileCounter
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # an unconverged start may be a saddle

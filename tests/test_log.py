@@ -3,7 +3,7 @@
 import contextlib
 import logging
 
-from multistart import log
+from multistart.common import log
 
 
 @contextlib.contextmanager

@@ -1,4 +1,4 @@
-"""The width arithmetic, environment knobs and machine facts of multistart.memory, on literal
+"""The width arithmetic, environment knobs and machine facts of multistart.width, on literal
 numbers and fake devices: nothing here compiles."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from multistart import memory as m
-from multistart.memory import machine
+from multistart import width as m
+from multistart.width import machine
 
 GiB = 2**30
 

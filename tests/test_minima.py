@@ -4,7 +4,7 @@ import pytest
 from conftest import MULTIMODAL_SPACE, multimodal
 
 import multistart as ms
-from multistart.minima import LOCATED, cluster_minima, default_tolerances
+from multistart.result.minima import LOCATED, cluster_minima, default_tolerances
 from profiling.minima_grouping import cluster_minima_all_pairs
 from profiling.readme_model import make_problem
 

@@ -117,7 +117,7 @@ def test_solvers_that_cannot_keep_one_evaluation_a_step_are_refused():
 
 @pytest.mark.parametrize("minimiser", ["BFGS", "DFP", "LBFGS", "GradientDescent", "NonlinearCG"])
 def test_a_minimiser_as_a_least_squares_method_is_refused_before_any_compile(minimiser):
-    from multistart.monitor import CompileCounter
+    from multistart.common.monitor import CompileCounter
 
     kwargs = {"learning_rate": 0.1} if minimiser == "GradientDescent" else {}
     solver = getattr(optx, minimiser)(rtol=1e-6, atol=1e-6, **kwargs)

@@ -18,7 +18,7 @@ from conftest import (
 )
 
 import multistart as ms
-from multistart.chunking import part_slots
+from multistart.device.chunking import part_slots
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import multistart as ms
-from multistart.priors import Space
+from multistart.model.priors import Space
 
 
 @pytest.mark.parametrize(
@@ -152,7 +152,7 @@ def test_messages_print_numbers_as_numbers():
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_the_fusion_boundary_changes_no_bit_of_values_or_gradients(dtype):
-    from multistart.priors import fusion_boundary
+    from multistart.model.priors import fusion_boundary
 
     with jax.enable_x64(dtype == np.float64):
         rng = np.random.default_rng(0)

@@ -5,7 +5,7 @@ import pytest
 from conftest import NoCompile
 
 import multistart as ms
-from multistart.problem import add_note, as_problem, flat_leaves_without_gradient, tracer_hint
+from multistart.model.problem import add_note, as_problem, flat_leaves_without_gradient, tracer_hint
 
 SPACE = {"x": ms.Uniform(-1.0, 1.0), "y": ms.Uniform(-1.0, 1.0)}
 
@@ -124,7 +124,7 @@ def test_a_curve_fit_style_model_given_as_residuals_gets_the_call_to_make():
     ],
 )
 def test_objectives_that_take_the_params_pass_the_call_check(objective):
-    from multistart.problem import check_call
+    from multistart.model.problem import check_call
 
     check_call(objective, "the objective", "objective(params) -> scalar")
 

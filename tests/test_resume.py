@@ -13,7 +13,7 @@ import pytest
 from conftest import MULTIMODAL_SPACE, assert_same_result, multimodal, signal_at_step
 
 import multistart as ms
-from multistart.checkpoint import Checkpointer
+from multistart.host.checkpoint import Checkpointer
 
 pytest.importorskip("orbax.checkpoint")
 
@@ -68,7 +68,7 @@ def test_a_signal_checkpoints_returns_the_partial_result_and_resume_completes_it
 def test_an_ignored_signal_stays_ignored_through_a_fit(monkeypatch, x64):
     # A job started in the background ignores SIGINT: a Ctrl-C meant for the shell must not
     # stop its fit. (float64 and no convergence: the program of ``uninterrupted``, compiled once.)
-    from multistart.sweeper import Sweeper
+    from multistart.device.sweeper import Sweeper
 
     original = Sweeper.sweep
 
@@ -103,7 +103,7 @@ _CHILD = textwrap.dedent(
     jax.config.update("jax_enable_x64", True)
     import jax.numpy as jnp
     import multistart as ms
-    from multistart.sweeper import Sweeper
+    from multistart.device.sweeper import Sweeper
 
     # "kill" ends the process at chunk call kill_at; "resume" resumes from the folder and then,
     # in the same process (one interpreter and JAX start fewer), runs the uninterrupted search
@@ -194,7 +194,7 @@ def test_resume_with_an_empty_folder_starts_afresh_and_resume_needs_a_folder(fin
 
 def test_a_checkpoint_of_another_configuration_is_refused_before_any_compile(finished_folder):
     other = search(finished_folder[0], learning_rate=0.01)
-    from multistart.monitor import CompileCounter
+    from multistart.common.monitor import CompileCounter
 
     with CompileCounter() as compiles, pytest.raises(ms.CheckpointMismatch, match="another config"):
         other.fit(multimodal, MULTIMODAL_SPACE, resume=True)

@@ -11,8 +11,8 @@ import pytest
 from conftest import assert_same_result
 
 import multistart as ms
-from multistart.priors import Space
-from multistart.starts import (
+from multistart.model.priors import Space
+from multistart.starts.strategies import (
     MLSL_GAMMA,
     StartStream,
     critical_distance,

@@ -1,6 +1,6 @@
 """The halving schedule's rule as a table on literal arrays (NumPy only: nothing compiles).
 
-:func:`multistart.schedule.prune` is called the way the host loop calls it, once per sync, on
+:func:`multistart.host.schedule.prune` is called the way the host loop calls it, once per sync, on
 each slot's status, best-so-far and evaluation count; :func:`race` does that over whole
 trajectories (``(steps, n)`` best-so-far curves), as ``profiling/halving_replay.py`` does on
 recorded runs.
@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from multistart import Halving
-from multistart.schedule import Rungs, check_schedule, prune
-from multistart.status import Status
+from multistart.common.status import Status
+from multistart.host.schedule import Rungs, check_schedule, prune
 
 R, C, P, U = (s.code for s in (Status.RUNNING, Status.CONVERGED, Status.PRUNED, Status.UNSTARTED))
 

@@ -21,7 +21,7 @@ from conftest import (
 )
 
 import multistart as ms
-from multistart.priors import Space
+from multistart.model.priors import Space
 
 RULES = [ms.MultiStartAdam, ms.MultiStartProdigy, ms.MultiStartADABelief, ms.MultiStartLion]
 

@@ -16,10 +16,10 @@ from conftest import (
 )
 
 import multistart as ms
-from multistart.evaluator import FILTER_NAME
-from multistart.monitor import CompileCounter
-from multistart.priors import Space
-from multistart.starts import (
+from multistart.common.monitor import CompileCounter
+from multistart.device.evaluator import FILTER_NAME
+from multistart.model.priors import Space
+from multistart.starts.strategies import (
     MLSL_GAMMA,
     StartStream,
     critical_distance,
@@ -389,7 +389,7 @@ def test_config_records_the_start_options():
 
 def test_the_filter_backs_off_when_a_chunk_runs_out_of_memory(monkeypatch):
     """An allocation failure in a filter chunk halves its width; the values are unchanged."""
-    from multistart import evaluator as evaluator_mod
+    from multistart.device import evaluator as evaluator_mod
 
     original = evaluator_mod.ValueEvaluator._evaluate
 

@@ -11,8 +11,8 @@ import pytest
 from conftest import NoCompile, same_result, signal_at_step
 
 import multistart as ms
-from multistart.priors import Space
-from multistart.tiktak import TikTakQueue, theta
+from multistart.model.priors import Space
+from multistart.starts.tiktak import TikTakQueue, theta
 
 
 def rastrigin(p):

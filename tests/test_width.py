@@ -23,8 +23,8 @@ from conftest import MULTIMODAL_SPACE, PARABOLA_SPACE, multimodal, parabola
 from conftest import same_result as identical
 
 import multistart as ms
-from multistart import memory
-from multistart.backends import Backend, ScanBackend
+from multistart import width as memory
+from multistart.device.backends import Backend, ScanBackend
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,7 +41,7 @@ WIDE_SPACE = {"x": ms.Uniform(-2.0, 2.0, shape=(2,))}
 @pytest.fixture(autouse=True)
 def _quick_tuning(monkeypatch):
     # time each width for a few steps, not a quarter of a second: these objectives are tiny
-    from multistart.tuning import timing
+    from multistart.width import timing
 
     monkeypatch.setattr(timing, "TUNE_TARGET_S", 0.005)
 
@@ -69,7 +69,7 @@ def test_bad_backend_names_the_argument(bad):
 
 
 def test_bad_width_env_fails_before_any_compile(monkeypatch):
-    from multistart.monitor import CompileCounter
+    from multistart.common.monitor import CompileCounter
 
     search = ms.MultiStartAdam(n_starts=4, n_steps=5, batch_size=2)
     for name, value, match in [
@@ -190,14 +190,14 @@ def always_decide(monkeypatch):
     are far too short for timing to pay, and on a fast machine a step of 8 starts takes less
     than 8 calls at CALL_FLOOR_S (CI skipped width 1 so). The tests below are about the timing
     itself; the gate and the floor are tested on cost models."""
-    from multistart.tuning import timing
+    from multistart.width import timing
 
     monkeypatch.setattr(timing.Gate, "allows", lambda self, timings, width: True)
     monkeypatch.setattr(timing, "CALL_FLOOR_S", 0.0)
 
 
 def test_a_short_fit_keeps_the_bound_untimed_and_remembers_its_price(monkeypatch, tmp_path):
-    from multistart.tuning import PRIOR_GAINS, expected_share, timing
+    from multistart.width import PRIOR_GAINS, expected_share, timing
 
     monkeypatch.setenv("MULTISTART_AUTO_WIDTH", "measure")
     monkeypatch.setenv("MULTISTART_CACHE_DIR", str(tmp_path))
@@ -227,7 +227,7 @@ def test_a_short_fit_keeps_the_bound_untimed_and_remembers_its_price(monkeypatch
 def test_auto_on_a_cpu_leaves_the_sweep_chunks_to_drop(monkeypatch, tmp_path):
     # at most max(SWEEP_MIN_WIDTH, n / SWEEP_CHUNKS) starts a chunk, however much memory allows:
     # in one chunk of every start, each step costs them all until the last one ends
-    from multistart.tuning.choice import SWEEP_CHUNKS, SWEEP_MIN_WIDTH
+    from multistart.width.choice import SWEEP_CHUNKS, SWEEP_MIN_WIDTH
 
     monkeypatch.setenv("MULTISTART_AUTO_WIDTH", "measure")
     monkeypatch.setenv("MULTISTART_CACHE_DIR", str(tmp_path))
@@ -297,7 +297,7 @@ TIMING_STARTS, TIMING_STEPS = 64, 2
 
 @pytest.mark.parametrize("spec", ["auto", "tune"])
 def test_timing_is_bounded_in_chunk_calls(monkeypatch, spec):
-    from multistart.tuning import timing as tuning
+    from multistart.width import timing as tuning
 
     monkeypatch.setenv("MULTISTART_AUTO_WIDTH", "measure")
     always_decide(monkeypatch)  # CALL_FLOOR_S 0: width 1 is timed, as this test needs
@@ -346,7 +346,7 @@ def test_auto_measures_within_the_memory_bound(monkeypatch, x64, wide_auto_fit):
 
 
 class CostModelSweep:
-    """Stands in for a sweep in ``multistart.tuning.timing``: a chunk call at width ``w`` takes
+    """Stands in for a sweep in ``multistart.width.timing``: a chunk call at width ``w`` takes
     ``call_s(w)`` seconds, a compile ``compile_s``, nothing compiles or runs, and the widths
     timed are recorded."""
 
@@ -378,7 +378,7 @@ def _per_start(width, unbatched, batched):
 
 def _auto(sweep, upper, gate=None):
     """``(best, timings, reason)`` of the "auto" ladder on a cost model."""
-    from multistart.tuning import Timings, time_auto
+    from multistart.width import Timings, time_auto
 
     timings = Timings(sweep, None, "auto")
     reason = time_auto(timings, upper, gate)
@@ -417,7 +417,7 @@ def test_auto_still_times_the_ladder_when_a_middle_width_wins():
 
 
 def test_auto_keeps_the_bound_untimed_when_deciding_would_cost_more_than_the_fit():
-    from multistart.tuning import Gate
+    from multistart.width import Gate
 
     # 8 starts of a small model; a compile costs 2 s, a step under a millisecond
     def call_s(w):
@@ -434,7 +434,7 @@ def test_auto_keeps_the_bound_untimed_when_deciding_would_cost_more_than_the_fit
 
 
 def test_auto_does_not_compile_a_width_whose_calls_alone_cost_more_than_the_best_step():
-    from multistart.tuning import CALL_FLOOR_S, Gate
+    from multistart.width import CALL_FLOOR_S, Gate
 
     # 100,000 starts of a cheap objective: a step of every start costs 36 ms at once, 10 ms in
     # chunks of 12,500 (the wide chunk's temporaries fall out of cache); width 1 would need
@@ -458,7 +458,7 @@ def test_auto_does_not_compile_a_width_whose_calls_alone_cost_more_than_the_best
 
 
 def test_auto_times_width_one_where_the_fit_pays_for_it():
-    from multistart.tuning import Gate
+    from multistart.width import Gate
 
     # the image fit: 32 starts x 300 steps, about 100 s at the bound, a compile of 3 s
     sweep = CostModelSweep(32, image_like, compile_s=3.0)
@@ -476,7 +476,7 @@ def test_a_short_fit_of_an_expensive_model_times_what_it_is_expected_to_save():
     bound, more than the share of the fit the old gate allowed, and would have saved half of
     it. A model that costs as much a step but little a start (a cheap objective, many starts)
     is expected to save little there, and is not timed."""
-    from multistart.tuning import PRIOR_GAINS, Gate, expected_share
+    from multistart.width import PRIOR_GAINS, Gate, expected_share
 
     sweep = CostModelSweep(32, image_like, compile_s=4.5)  # 10 ms a start, 13 s at the bound
     gate = Gate(n_steps=40)
@@ -499,7 +499,7 @@ def test_what_this_device_measured_before_steers_the_gate():
     """The same fit and compile: untimed on the prior alone, timed when this device's records
     show models whose starts cost as much gained from another width; and a width timed in
     this decision that lost counts against the next."""
-    from multistart.tuning import Gate
+    from multistart.width import Gate
 
     def call_s(w):  # 64 starts of 1e-5 s each: a step of 0.7 ms at the bound
         return 50e-6 + 1e-5 * w
@@ -521,7 +521,7 @@ def test_what_this_device_measured_before_steers_the_gate():
 
 
 def test_the_gate_stops_the_ladder_once_timing_is_not_expected_to_pay():
-    from multistart.tuning import Gate
+    from multistart.width import Gate
 
     ungated = CostModelSweep(32, middle_wins, compile_s=2.0)
     _auto(ungated, 32)
@@ -571,7 +571,7 @@ NO_FREE_FIGURE = SimpleNamespace(platform="weird", device_kind="fake", memory_st
 
 
 def _write_record(sweep, pop, **fields):
-    from multistart.tuning import choice, record
+    from multistart.width import choice, record
 
     keyed = dict(start_step=None, backend="loop", program_hash="a model")
     rec = choice._record_of(sweep, pop, 2, NO_FREE_FIGURE, keyed)
@@ -580,7 +580,7 @@ def _write_record(sweep, pop, **fields):
 
 
 def _read_record(spec, rec, sweep, pop, n_steps=None):
-    from multistart.tuning import Footprint, choice
+    from multistart.width import Footprint, choice
 
     footprint = Footprint.of(sweep, pop)
     return choice._recorded(spec, dict(rec), sweep, footprint, 2, NO_FREE_FIGURE, n_steps)
@@ -589,7 +589,7 @@ def _read_record(spec, rec, sweep, pop, n_steps=None):
 def test_a_recorded_width_on_a_mesh_is_charged_one_devices_share_of_the_population(
     monkeypatch, tmp_path
 ):
-    from multistart.memory import tree_bytes
+    from multistart.width import tree_bytes
 
     monkeypatch.setenv("MULTISTART_CACHE_DIR", str(tmp_path))
     sweep = MeshSweep()
@@ -634,7 +634,7 @@ def test_a_priced_record_of_a_cheap_model_serves_a_longer_fit_than_an_expensive_
 
 
 def test_device_gains_reads_what_this_kind_of_device_measured(monkeypatch, tmp_path):
-    from multistart.tuning import record
+    from multistart.width import record
 
     monkeypatch.setenv("MULTISTART_CACHE_DIR", str(tmp_path))
     table = [
@@ -676,15 +676,15 @@ class FakeAccelerator:
 
 
 def test_auto_on_an_accelerator_keeps_the_memory_bound_without_timing(monkeypatch):
-    import multistart.engine
+    import multistart.host.engine
 
     monkeypatch.setenv("MULTISTART_AUTO_WIDTH", "measure")
-    real = multistart.engine.resolve_width
+    real = multistart.host.engine.resolve_width
 
     def on_accelerator(*args, device, **kwargs):
         return real(*args, device=FakeAccelerator(device), **kwargs)
 
-    monkeypatch.setattr(multistart.engine, "resolve_width", on_accelerator)
+    monkeypatch.setattr(multistart.host.engine, "resolve_width", on_accelerator)
     no_timing(monkeypatch)
     result = fit(batch_size="auto", n_starts=12)
     info = result.stats["width_choice"]
@@ -766,7 +766,7 @@ def test_a_second_process_finds_the_tuned_width(tmp_path):
         import multistart as ms
         from conftest import parabola, PARABOLA_SPACE
         os.environ["MULTISTART_CACHE_DIR"] = folder  # conftest empties it for the suite
-        ms.tuning.timing.TUNE_TARGET_S = 0.005
+        ms.width.timing.TUNE_TARGET_S = 0.005
         r = ms.MultiStartAdam(n_starts=4, n_steps=10, batch_size="tune", seed=0).fit(
             parabola, PARABOLA_SPACE
         )
@@ -960,7 +960,7 @@ def test_scan_equals_loop_in_float32_to_rounding():
 
 
 def _scan_program_text(level):
-    from multistart import log
+    from multistart.common import log
 
     log.logger.setLevel(level)
     try:

@@ -25,7 +25,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import multistart as ms  # noqa: E402
-from multistart.sweeper import Sweeper  # noqa: E402
+from multistart.device.sweeper import Sweeper  # noqa: E402
 
 
 def rugged(p):

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..status import Status
+from ..common.status import Status
 from .core import Result
 from .plot import PLOTS_HINT
 

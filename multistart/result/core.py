@@ -14,11 +14,11 @@ from typing import Any
 import jax
 import numpy as np
 
-from ..laplace import Laplace
-from ..minima import cluster_minima, default_tolerances
-from ..status import Status
+from ..common.status import Status
 from . import file, plot, report
+from .laplace import Laplace
 from .merge import best_fit, merge
+from .minima import cluster_minima, default_tolerances
 from .uncertainty import Uncertainty
 
 __all__ = ["Result", "Minimum", "best_fit", "warn_if_no_start_improved"]
@@ -56,7 +56,7 @@ class Minimum:
       fom: the best figure of merit among its starts.
       params: the physical parameters of that best start.
       starts: indices of the starts that reached it, best first.
-      laplace: the :class:`multistart.laplace.Laplace` approximation at ``params``
+      laplace: the :class:`multistart.result.laplace.Laplace` approximation at ``params``
         (``result.distinct_minima(errors=True)``), else ``None``.
     """
 
@@ -199,7 +199,7 @@ class Result:
 
     @property
     def laplace(self) -> Laplace:
-        """The :class:`multistart.laplace.Laplace` approximation at the best fit.
+        """The :class:`multistart.result.laplace.Laplace` approximation at the best fit.
 
         Computed on first access (one Hessian compile) and cached; see
         :func:`multistart.laplace` for what it assumes of the figure of merit.
@@ -264,7 +264,7 @@ class Result:
         Args:
           xtol, ftol: ``None`` (default): as fine as the search resolved its minima, from the
             convergence rule and the float type recorded in the Result
-            (:func:`multistart.minima.default_tolerances`: ``1e-3`` for the default rule in
+            (:func:`multistart.result.minima.default_tolerances`: ``1e-3`` for the default rule in
             float32 and float64). A number wins.
           include_nonfinite: let ``nonfinite`` starts' best finite points take part.
           include_unconverged: let starts that did not converge (``max_steps``, ``stopped``,

@@ -21,8 +21,8 @@ from typing import Any
 import jax
 import numpy as np
 
-from ..laplace import Laplace, unflatten_like
-from ..status import Status
+from ..common.status import Status
+from .laplace import Laplace, unflatten_like
 from .uncertainty import Uncertainty
 
 __all__ = ["FORMAT", "VERSION", "ResultFileError", "save", "load"]

@@ -1,7 +1,7 @@
 """The merge of a search's parts (``fit(..., part=(i, k))``): the Result one run would have given.
 
 Starts never interact, so each start's record in a part is the one the whole run gives that
-slot (:mod:`multistart.split`), and the merge is a concatenation in slot order: histories
+slot (:mod:`multistart.host.split`), and the merge is a concatenation in slot order: histories
 joined, the best fit chosen again, the statistics added up where each part paid them. The
 bookkeeping here is NumPy on saved values: nothing compiles.
 """
@@ -16,8 +16,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from ..chunking import part_slots
-from ..identity import config_hash
+from ..device.chunking import part_slots
 
 __all__ = ["merge", "best_fit"]
 
@@ -43,7 +42,7 @@ _LARGEST = (
     "n_steps_run",
 )
 _PER_PART = ("part", "slots", "wall_s", "n_evals", "stop_reason", "batch_size", "n_compiles")
-_PART_ONLY = ("part", "slots", "plan", "identity")
+_PART_ONLY = ("part", "slots", "plan", "identity", "whole_config")
 
 
 def merge(cls, parts) -> Any:
@@ -226,10 +225,10 @@ def _stats(parts, k: int) -> dict:
     out["stop_reason"] = ", ".join(sorted(map(str, reasons))) if reasons else "all ended"
     out["n_parts"] = k
     ident = all_stats[0].get("identity", {})
-    plan = all_stats[0].get("plan")
-    if ident and plan is not None:
-        # The whole run's identity: its configuration hash covers the whole plan's starts.
-        whole = config_hash({**parts[0].config, "starts": plan})
+    whole = all_stats[0].get("whole_config")
+    if ident and whole is not None:
+        # The whole run's identity: its configuration hash covers the whole plan's starts (each
+        # part's assembly hashed it, under "whole_config").
         out["identity"] = {"model": ident["model"], "rule": ident["rule"], "config": whole}
     out["parts"] = [{key: s.get(key) for key in _PER_PART} for s in all_stats]
     return out

@@ -14,8 +14,8 @@ from typing import Any
 import jax
 import numpy as np
 
-from ..laplace import flat_names, flat_values
-from ..priors import HalfBounded, LogUniform, Normal, Uniform
+from ..model.priors import HalfBounded, LogUniform, Normal, Uniform
+from .laplace import flat_names, flat_values
 
 __all__ = ["report"]
 

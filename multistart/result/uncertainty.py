@@ -15,8 +15,8 @@ from typing import Any
 import jax
 import numpy as np
 
-from ..laplace import Laplace, hessian_function, laplace_problem
-from ..problem import Problem, as_problem
+from ..model.problem import Problem, as_problem
+from .laplace import Laplace, hessian_function, laplace_problem
 
 __all__ = ["Uncertainty"]
 

@@ -4,7 +4,7 @@ A :class:`Solver` is a frozen dataclass of its hyperparameters. Its pure functio
 return a per-start state (``init``, ``step``, ``restart``, ``converged``), and the engine wraps
 them with everything rules share: the non-finite guard, the best-so-far, the window
 convergence rule, batching, repacking, resurrection and checkpoints (see
-:mod:`multistart.step`). A :class:`Minimiser`'s step gets a value and a gradient, a
+:mod:`multistart.device.step`). A :class:`Minimiser`'s step gets a value and a gradient, a
 :class:`LeastSquaresRule`'s (:mod:`.least_squares`) the residuals and their Jacobian; a new
 rule is one subclass of either. optimistix's solvers run through :mod:`.optimistix`.
 """

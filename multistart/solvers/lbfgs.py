@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
-from .. import checks
+from ..common import checks
 from .base import Minimiser, SolverStep, _set
 
 __all__ = ["LBFGS", "LBFGSFields", "LBFGSState"]

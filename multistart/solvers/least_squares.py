@@ -40,7 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from .. import checks
+from ..common import checks
 from .base import LeastSquaresRule, SolverStep, _set
 
 __all__ = ["LeastSquaresSolver", "LeastSquaresState", "METHODS", "default_tolerance"]

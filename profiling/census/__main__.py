@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from multistart.cli import _number, _positive  # the demo's argparse types
+from multistart.__main__ import _number, _positive  # the demo's argparse types
 
 PROG = "python -m profiling.census"
 _positive_float = _number(float, lambda v: 0 < v < float("inf"), "a positive number")

@@ -23,8 +23,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from multistart import demo
-from multistart.graph import Factor, FactorGraphModel
-from multistart.priors import LogUniform, Uniform
+from multistart.model.graph import Factor, FactorGraphModel
+from multistart.model.priors import LogUniform, Uniform
 
 __all__ = ["Cell", "CELLS", "SIZES", "Size", "build", "describe", "mge_log_likelihood"]
 

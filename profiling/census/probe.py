@@ -14,7 +14,7 @@ vector per start, mapped to the physical parameters as a search does):
   starts: the in-XLA scan over chunks.
 - ``pyloop_vag``: this project's chunk step (``make_start_step`` / ``make_chunk_step``: value
   and gradient, a Prodigy update, the finite guard and the per-start best) for ``width``
-  starts, compiled once by :class:`multistart.backends.LoopBackend` and swept in Python over
+  starts, compiled once by :class:`multistart.device.backends.LoopBackend` and swept in Python over
   ``n_starts`` starts.
 
 Stdout carries phase markers (``#census-phase <name>``, so the parent can cap each phase) and a
@@ -97,7 +97,7 @@ def _starts(space, n: int, dtype):
     """``n`` unconstrained start vectors spread over the prior box (deterministic)."""
     import numpy as np
 
-    from multistart.starts import uniform_band_starts
+    from multistart.starts.strategies import uniform_band_starts
 
     x0 = uniform_band_starts(space, n, np.random.default_rng(0))
     return np.asarray(space.ravel(space.to_unconstrained(x0)), dtype)
@@ -165,9 +165,9 @@ def _pyloop_vag(fom_u, u_all, data, width, n_starts) -> Program:
     import numpy as np
     import optax
 
-    from multistart.backends import LoopBackend
+    from multistart.device.backends import LoopBackend
+    from multistart.device.step import init_population, make_chunk_step, make_start_step
     from multistart.solvers import OptaxSolver
-    from multistart.step import init_population, make_chunk_step, make_start_step
 
     solver = OptaxSolver(optax.contrib.prodigy(1.0))
     chunk_step = make_chunk_step(make_start_step(fom_u, solver, None, 8))

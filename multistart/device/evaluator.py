@@ -1,0 +1,117 @@
+"""The figure of merit alone at many points: the broad-start filter's evaluator.
+
+One compiled ``vmap`` of the figure of merit over fixed-width chunks, swept by a Python loop
+(:func:`multistart.device.programs.padded_chunks`), with the out-of-memory back-off of every program
+here. The filter evaluates thousands of candidates with it at the cost of one compile.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import numpy as np
+
+from ..common import log
+from .oom import is_out_of_memory
+from .programs import Programs, lower_and_compile, padded_chunks, retry_narrower
+
+__all__ = ["ValueEvaluator", "FILTER_NAME"]
+
+FILTER_NAME = "multistart_filter_chunk"
+
+
+class ValueEvaluator:
+    """The figure of merit alone, at many points: one compiled ``vmap`` over fixed-width chunks.
+
+    ``fom_u(u, data)`` is evaluated at each row of a ``(n_rows, n_dims)`` array by a Python loop
+    over chunks of exactly ``width`` rows (the ragged last one padded, its outputs dropped), so
+    any number of rows costs one compile. Chunks are dispatched without waiting, and the values
+    come back to the host once, at the end.
+
+    Args:
+      fom_u: ``fom_u(u, data) -> scalar`` at one flat unconstrained point ``u``.
+      width: rows per compiled call.
+      data: the model's data (an argument of the compiled program, not a constant in it).
+      name: the compiled function's name (stable across processes: it is part of the program).
+      programs: where the jitted evaluator is kept for a refit of the same model (default:
+        nowhere).
+    """
+
+    def __init__(
+        self, fom_u, *, width: int, data, name: str = FILTER_NAME, programs: Programs | None = None
+    ):
+        def jitted():
+            def chunk(u, data):
+                return jax.vmap(fom_u, in_axes=(0, None))(u, data)
+
+            chunk.__name__ = chunk.__qualname__ = name
+            return jax.jit(chunk)
+
+        self._programs = programs or Programs()
+        self._jit = self._programs.get(("values", name), jitted)
+        self._name = name
+        self.width = int(width)
+        self.data = data
+        self.compiled: Any = None
+        self.compile_s = 0.0
+        self.backoffs: list[dict[str, int]] = []
+        self._shape: tuple[int, Any] | None = None
+
+    def compile(self, n_dims: int, dtype) -> float:
+        """Compile for ``(width, n_dims)`` rows of ``dtype``; returns the seconds taken."""
+        self._shape = (n_dims, dtype)
+        example = jax.ShapeDtypeStruct((self.width, n_dims), dtype)
+        # kept with the jitted function: a refit of the same model lowers nothing again
+        compiled = self._programs.get(("values compiled", self._name, example), dict)
+        if self.width in compiled:
+            self.compiled, seconds = compiled[self.width][0], 0.0
+            return seconds
+        self.compiled, seconds = lower_and_compile(
+            self._jit, "the broad-start filter", example, self.data
+        )
+        compiled[self.width] = (self.compiled, seconds)
+        self.compile_s += seconds
+        return seconds
+
+    def __call__(self, u: np.ndarray) -> np.ndarray:
+        """The figure of merit at every row of ``u`` (NumPy in, NumPy out, in row order).
+
+        A chunk that runs out of memory halves the width, recompiles and evaluates again
+        (nothing is donated, so nothing is lost), down to width 1 and then a clear error.
+        """
+        if self.compiled is None:
+            raise RuntimeError("ValueEvaluator.compile() must be called before evaluating")
+        try:
+            return self._evaluate(u)
+        except Exception as exc:
+            if not is_out_of_memory(exc):
+                raise
+            first = exc
+
+        def halve(old: int, failure: BaseException) -> int:
+            self.width = old // 2
+            self.backoffs.append({"from": old, "to": self.width})
+            log.logger.warning(
+                "broad-start filter out of memory at width %d; retrying at %d", old, self.width
+            )
+            assert self._shape is not None  # compiled before it could run out of memory
+            self.compile(*self._shape)
+            return self.width
+
+        return retry_narrower(
+            lambda: self._evaluate(u),
+            first,
+            width=self.width,
+            halve=halve,
+            fatal="the broad-start filter ran out of memory even at width 1: one evaluation of "
+            "this model does not fit the device",
+        )
+
+    def _evaluate(self, u: np.ndarray) -> np.ndarray:
+        outs = [
+            (self.compiled(c, self.data), hi - lo) for lo, hi, c in padded_chunks(u, self.width)
+        ]
+        if not outs:
+            return np.zeros((0,), dtype=u.dtype)
+        return np.concatenate([np.asarray(out)[:n] for out, n in outs])

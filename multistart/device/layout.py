@@ -1,0 +1,69 @@
+"""The parameters' layout in the population: one flat vector per start, or the space's pytree.
+
+``flat=True`` (the default) steps each start's unconstrained parameters as one vector (fewer,
+larger kernels); ``flat=False`` keeps the space's pytree, for a rule keyed to its structure.
+:class:`Layout` is the one place that difference is written: every map between physical
+starts and the population's rows goes through it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..model.priors import Space
+from .step import init_population
+
+__all__ = ["Layout"]
+
+
+@dataclass(frozen=True, eq=False)
+class Layout:
+    """How one start's unconstrained parameters are laid out in the population.
+
+    Attributes:
+      space: the search's space.
+      flat: one flat vector per start (else the space's pytree).
+      dtype: the float type the search runs in.
+    """
+
+    space: Space
+    flat: bool
+    dtype: Any
+
+    def to_physical(self, u):
+        """One start's unconstrained parameters to its physical pytree (traceable)."""
+        if self.flat:
+            return self.space.unravel(self.space.forward_flat(u))
+        return self.space.to_physical(u)
+
+    def starts(self, x):
+        """Physical starts (leading axis) as the population's unconstrained arrays."""
+        u = self.space.to_unconstrained(x, dtype=self.dtype)
+        if self.flat:
+            return jnp.asarray(self.space.ravel(u), self.dtype)
+        return jax.tree_util.tree_map(jnp.asarray, u)
+
+    def to_unconstrained(self, x):
+        """Physical starts (leading axis) as unconstrained NumPy rows (new starts of a refill)."""
+        u = self.space.to_unconstrained(x, dtype=np.dtype(self.dtype))
+        return self.space.ravel(u) if self.flat else u
+
+    def one_start_state(self, solver, window: int):
+        """Shapes of one start's state (no device work)."""
+        dtype = np.dtype(self.dtype)
+        if self.flat:
+            u1 = jax.ShapeDtypeStruct((1, self.space.n_dims), dtype)
+        else:  # the unconstrained pytree has the physical one's shapes
+            u1 = self.space.example(dtype, batch=(1,))
+        status = jax.ShapeDtypeStruct((1,), np.int8)
+        pop = jax.eval_shape(
+            lambda u, st: init_population(solver, u, 1, window, status=st), u1, status
+        )
+        return jax.tree_util.tree_map(
+            lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype), pop.starts
+        )

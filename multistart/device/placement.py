@@ -1,0 +1,173 @@
+"""Where the population lives: one device, or a one-axis mesh of several.
+
+A backend (:mod:`multistart.device.backends`) writes its programs and index tables once, for any
+placement; the placement says how a program is compiled for its devices, how the population
+and the model's data are put there, and how the running rows are split and laid out per
+device. On one device every step is the plain program; on a mesh (``devices=`` on a search)
+the population is sharded on the axis ``"starts"`` (device ``d`` holds a contiguous block of
+rows), the program is one ``shard_map`` of the same body, and each call runs one chunk on
+every device at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from .distributed import put, spans_processes
+from .step import PopState
+
+__all__ = ["Placement", "OneDevice", "DeviceMesh", "placement", "AXIS"]
+
+AXIS = "starts"  # the mesh axis the population is sharded on
+# Where each population leaf keeps its starts: the start state on axis 0, the history on axis 1.
+_POP_SPEC: tuple[P, P] = (P(AXIS), P(None, AXIS))  # (starts, history), as PopState
+
+
+class Placement:
+    """The population's devices (see the module doc); subclasses implement each method.
+
+    Attributes:
+      n_devices: how many devices hold rows.
+      n_local: rows per device.
+      spans_processes: the devices include another process's (the population is a global
+        array; host reads go through collectives).
+    """
+
+    n_devices = 1
+    spans_processes = False
+
+    def __init__(self, n_total: int):
+        self.n_local = n_total // self.n_devices
+
+    def jit(self, program: Callable, local: Callable, n_index_args: int):
+        """``program`` compiled for these devices, its population argument donated.
+
+        ``local(program)`` is the body one device runs on a mesh (its index arguments arrive
+        with a leading axis of 1); ``n_index_args`` index arguments follow the population.
+        """
+        raise NotImplementedError
+
+    def put_data(self, data):
+        """The model's data on every device (once, not at every call)."""
+        raise NotImplementedError
+
+    def place(self, pop):
+        """``pop`` laid out on the devices (a no-op for arrays already laid out so)."""
+        raise NotImplementedError
+
+    def split(self, rows: np.ndarray) -> list[np.ndarray]:
+        """Each device's rows among ``rows``, as local indices into its block."""
+        raise NotImplementedError
+
+    def join(self, local: Sequence[np.ndarray]) -> np.ndarray:
+        """Global rows from each device's local rows (the inverse of :meth:`split`)."""
+        raise NotImplementedError
+
+    def put_rows(self, tables: Sequence[np.ndarray]):
+        """One index table per device, placed so each device gets its own."""
+        raise NotImplementedError
+
+    def put_counts(self, counts: Sequence[int]):
+        """One count per device (a scan's chunks this call)."""
+        raise NotImplementedError
+
+
+class OneDevice(Placement):
+    """Everything on JAX's default device: the plain compiled program."""
+
+    def jit(self, program, local, n_index_args):
+        return jax.jit(program, donate_argnums=0)
+
+    def put_data(self, data):
+        return jax.device_put(data)
+
+    def place(self, pop):
+        return pop
+
+    def split(self, rows):
+        return [np.asarray(rows)]
+
+    def join(self, local):
+        return np.asarray(local[0])
+
+    def put_rows(self, tables):
+        return jax.device_put(tables[0])
+
+    def put_counts(self, counts):
+        return np.int32(counts[0])
+
+
+class DeviceMesh(Placement):
+    """A one-axis mesh of several devices (one process's, or every process's of a job)."""
+
+    def __init__(self, n_total: int, devices: Sequence[jax.Device]):
+        self.n_devices = len(devices)
+        if n_total % self.n_devices:
+            raise ValueError(
+                f"n_total ({n_total}) must be a multiple of the number of devices "
+                f"({self.n_devices})"
+            )
+        super().__init__(n_total)
+        self.mesh = Mesh(np.array(devices), (AXIS,))
+        self.spans_processes = spans_processes(devices)
+
+    def pop_shardings(self) -> PopState:
+        return PopState._make(NamedSharding(self.mesh, spec) for spec in _POP_SPEC)
+
+    def jit(self, program, local, n_index_args):
+        """``jit(shard_map(...))``: one compile for every device."""
+        k = n_index_args
+        mapped = jax.shard_map(
+            local(program),
+            mesh=self.mesh,
+            in_specs=(PopState._make(_POP_SPEC), *[P(AXIS)] * k, P(), P()),
+            out_specs=PopState._make(_POP_SPEC),
+        )
+
+        def sharded(pop, *args):
+            return mapped(pop, *args)
+
+        # The chunk step's name, so the compile counter and the persistent cache see it as such.
+        sharded.__name__ = sharded.__qualname__ = program.__name__
+        pop_sh = self.pop_shardings()
+        rows = NamedSharding(self.mesh, P(AXIS))
+        rep = NamedSharding(self.mesh, P())
+        return jax.jit(
+            sharded,
+            in_shardings=(pop_sh, *[rows] * k, rep, rep),
+            out_shardings=pop_sh,
+            donate_argnums=0,
+        )
+
+    def put_data(self, data):
+        return put(data, NamedSharding(self.mesh, P()))
+
+    def place(self, pop):
+        return put(pop, self.pop_shardings())
+
+    def split(self, rows):
+        rows = np.asarray(rows)
+        owner = rows // self.n_local
+        return [rows[owner == d] - d * self.n_local for d in range(self.n_devices)]
+
+    def join(self, local):
+        return np.concatenate([r + d * self.n_local for d, r in enumerate(local)])
+
+    def put_rows(self, tables):
+        return put(np.stack(tables), NamedSharding(self.mesh, P(AXIS)))
+
+    def put_counts(self, counts):
+        return self.put_rows([np.int32(c) for c in counts])
+
+
+def placement(n_total: int, devices: Sequence[jax.Device] | None) -> Placement:
+    """One device (``devices`` ``None`` or one), or a mesh of several."""
+    devices = [] if devices is None else list(devices)
+    if len(devices) > 1:
+        return DeviceMesh(n_total, devices)
+    return OneDevice(n_total)

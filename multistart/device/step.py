@@ -1,0 +1,285 @@
+"""The fused per-start step and the chunk step built from it.
+
+One start's step is value_and_grad -> the solver's step (any optax rule, or the batched
+L-BFGS), with a non-finite guard, the start's best-so-far and convergence kept inside the
+compiled program. The chunk step gathers ``batch_size`` starts from the population state,
+runs ``vmap`` of the start step over them and scatters them back, so the population stays on
+the device and one compiled program serves every chunk.
+
+Around the solver, the same for every rule:
+
+- **The non-finite guard.** A non-finite value, gradient or next point is a failure. Unless
+  ``solver.handles_nonfinite``, the start is rolled back to its last finite point, its solver
+  state restarted there and its step scale halved for good; ``max_nonfinite`` failures
+  without an improvement in between end it as ``nonfinite``.
+- **The best-so-far** over every evaluated point, and the step it was found at.
+- **Ending**: ``converged`` when the solver's own optimality test passes; ``stalled`` when the
+  window guard (:class:`multistart.Convergence`, relative in the figure of merit) sees the
+  best-so-far stop improving.
+- **A per-start step cap** (``max_start_steps``, TikTak's ``local_steps``): a start that
+  took that many steps ends as ``max_steps`` on the device, so its slot can be reused.
+
+Everything here is a pure function of its arguments (the model's data included), so the same
+model gives the same program in another process and over a device mesh.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple, cast
+
+import jax
+import jax.numpy as jnp
+from jax.flatten_util import ravel_pytree
+
+from ..common.status import Status
+from ..solvers import LeastSquaresRule, Minimiser, Solver
+from ..solvers.convergence import Convergence, window_converged
+
+__all__ = ["StartState", "PopState", "make_start_step", "make_chunk_step", "init_population"]
+
+_RUNNING, _CONVERGED, _NONFINITE = Status.RUNNING.code, Status.CONVERGED.code, Status.NONFINITE.code
+_MAX_STEPS, _STALLED = Status.MAX_STEPS.code, Status.STALLED.code
+
+
+class StartState(NamedTuple):
+    """State of one start (in the population, every leaf has a leading ``n_starts`` axis)."""
+
+    u: Any  # unconstrained parameters
+    opt_state: Any  # this start's own solver state
+    fom: jax.Array  # figure of merit at the last evaluated point
+    best_fom: jax.Array  # best finite figure of merit so far (inf if none)
+    best_u: Any  # unconstrained parameters at best_fom
+    best_step: jax.Array  # step at which best_fom was evaluated (-1 if none)
+    good_u: Any  # the last point whose evaluation was finite: where a failed step rolls back to
+    scale: jax.Array  # the solver's step multiplier; halved at each rolled-back step
+    n_bad: jax.Array  # non-finite evaluations since the best figure of merit last improved
+    n_steps: jax.Array  # engine steps taken (one value_and_grad each)
+    n_evals: jax.Array  # evaluations of the objective (steps plus a rule's own, e.g. a line search)
+    status: jax.Array  # Status code
+    ring: jax.Array  # (window,) best_fom at the last `window` steps, for convergence
+
+
+class PopState(NamedTuple):
+    """The whole search's device state: every start plus the best-so-far history."""
+
+    starts: StartState
+    history: jax.Array  # (n_steps, n_starts) best-so-far per step; nan where not stepped
+
+
+def _tree_select(pred, on_true, on_false):
+    return jax.tree_util.tree_map(lambda a, b: jnp.where(pred, a, b), on_true, on_false)
+
+
+def _tree_all_finite(tree) -> jax.Array:
+    """Are all floating-point values in ``tree`` finite? One reduction over one vector.
+
+    Concatenating first matters for compile time: a reduction per leaf is an XLA op per leaf,
+    and these checks run on every state tree of every start.
+    """
+    leaves = [
+        jnp.ravel(x)
+        for x in jax.tree_util.tree_leaves(tree)
+        if jnp.issubdtype(jnp.result_type(x), jnp.inexact)
+    ]
+    if not leaves:
+        return jnp.bool_(True)
+    return jnp.all(jnp.isfinite(jnp.concatenate([x.astype(leaves[0].dtype) for x in leaves])))
+
+
+def make_start_step(
+    fom_u: Callable[[Any, Any], jax.Array],
+    solver: Solver,
+    convergence: Convergence | None,
+    max_nonfinite: int,
+    max_start_steps: int | None = None,
+    residual_u: Callable[[Any, Any], Any] | None = None,
+) -> Callable[[StartState, Any], StartState]:
+    """Build ``start_step(state, data) -> state`` for one start: the solver behind the guard.
+
+    ``fom_u(u, data)`` is the figure of merit at unconstrained ``u``. Each step evaluates it
+    and its gradient once at the start's current point and asks ``solver`` for the next point.
+    A :class:`~multistart.solvers.LeastSquaresRule` instead gets the residuals
+    ``residual_u(u, data)`` and their Jacobian there (``solver.linearize``: one evaluation,
+    counted in ``n_evals`` at what it costs), the figure of merit being their sum of squares.
+    Around the solver, the same for every rule: the guard, the best-so-far, convergence and
+    the per-start step cap (the module doc).
+
+    A start that is not running is returned unchanged, so results do not depend on when the
+    host drops it.
+    """
+
+    if isinstance(solver, LeastSquaresRule) and residual_u is None:
+        raise TypeError(
+            f"the rule {solver.name!r} is a least-squares rule: it needs residuals, not a scalar "
+            "objective; fit with multistart.MultiStartLeastSquares(method=...)"
+        )
+
+    def start_step(s: StartState, data) -> StartState:
+        def f(u):
+            return fom_u(u, data)
+
+        fom, finite, cost, (u_next, opt_next, extra_evals) = _evaluate_and_step(
+            solver, s, f, residual_u, data
+        )
+        moved = _tree_all_finite(u_next)
+        g = _guard(s, fom, finite, moved, solver.handles_nonfinite, max_nonfinite)
+        ok, improved, best_fom = g.ok, g.improved, g.best_fom
+        status, ring = _ending(s, g, solver, opt_next, convergence, max_start_steps)
+
+        new = StartState(
+            u=_tree_select(ok, u_next, s.good_u),
+            opt_state=_tree_select(ok, opt_next, solver.restart(s.good_u, s.opt_state)),
+            fom=fom.astype(s.fom.dtype),
+            best_fom=best_fom.astype(s.best_fom.dtype),
+            best_u=_tree_select(improved, s.u, s.best_u),
+            best_step=jnp.where(improved, s.n_steps, s.best_step),
+            good_u=_tree_select(finite & moved, s.u, s.good_u),
+            scale=jnp.where(ok, s.scale, s.scale / 2),
+            n_bad=g.n_bad,
+            n_steps=s.n_steps + 1,
+            n_evals=s.n_evals + cost + jnp.asarray(extra_evals, s.n_evals.dtype),
+            status=status.astype(s.status.dtype),
+            ring=ring,
+        )
+        return _tree_select(s.status == _RUNNING, new, s)
+
+    return start_step
+
+
+class _Guarded(NamedTuple):
+    """The guard's reading of one step (see :func:`make_start_step`)."""
+
+    ok: jax.Array  # keep the solver's next point
+    improved: jax.Array  # the point just evaluated is the best so far
+    best_fom: jax.Array
+    n_bad: jax.Array  # failures since the last improvement
+    dead: jax.Array  # too many failures: the start ends as nonfinite
+
+
+def _guard(s: StartState, fom, finite, moved, handles_nonfinite: bool, max_nonfinite: int):
+    """The non-finite guard and the best-so-far for one step. One check covers the new point
+    too (``moved``): a rule such as Lion can turn an inf gradient into a finite step and carry
+    the inf in its state."""
+    ok = moved & (finite | handles_nonfinite)
+    failed = ~(finite & moved)  # counts towards max_nonfinite
+    improved = jnp.isfinite(fom) & (fom < s.best_fom)
+    best_fom = jnp.where(improved, fom, s.best_fom)
+    # Failures count until the start improves again, so a start bouncing off a nan wall
+    # without getting better ends after max_nonfinite tries at ever smaller steps.
+    n_bad = jnp.where(improved, 0, s.n_bad + failed.astype(s.n_bad.dtype))
+    dead = failed & ((n_bad >= max_nonfinite) | ~jnp.isfinite(best_fom))
+    return _Guarded(ok, improved, best_fom, n_bad, dead)
+
+
+def _ending(s: StartState, g: _Guarded, solver, opt_next, convergence, max_start_steps):
+    """``(status, ring)`` after one step: nonfinite, converged (the solver's own test,
+    ``solver.converged(opt_next)``), stalled (the solver gave up, ``solver.stalled``, or the
+    window guard on the best-so-far), out of steps, or still running."""
+    dead, best_fom = g.dead, g.best_fom
+    status = jnp.where(dead, _NONFINITE, s.status)
+    conv = solver.converged(opt_next) & g.ok
+    stall = solver.stalled(opt_next) & g.ok
+    ring = s.ring
+    if convergence is not None:
+        slot = s.n_steps % ring.shape[0]
+        stall = stall | window_converged(
+            ring[slot],
+            best_fom,
+            s.n_steps,
+            window=convergence.window,
+            rtol=convergence.rtol,
+            atol=convergence.atol,
+            min_steps=convergence.min_steps,
+            xp=jnp,
+        )
+        ring = ring.at[slot].set(best_fom)
+    status = jnp.where(~dead & stall, _STALLED, status)
+    status = jnp.where(~dead & conv, _CONVERGED, status)
+    if max_start_steps is not None:
+        out_of_steps = (status == _RUNNING) & (s.n_steps + 1 >= max_start_steps)
+        status = jnp.where(out_of_steps, _MAX_STEPS, status)
+    return status, ring
+
+
+def _evaluate_and_step(solver: Solver, s: StartState, f, residual_u, data):
+    """``(fom, finite, cost, SolverStep)``: the step's one evaluation (``cost`` evaluations, a
+    Python int) and the rule's step from it. A least-squares rule's ``‖r‖²`` and ``2 Jᵀr`` feed
+    the guard and the best-so-far as a value and gradient would."""
+    if isinstance(solver, LeastSquaresRule):
+        r, jac, cost = solver.linearize(lambda v: residual_u(v, data), s.u)
+        _, unravel = ravel_pytree(s.u)
+        fom, grad = jnp.vdot(r, r), unravel(2.0 * (jac.T @ r))
+        finite = _tree_all_finite((fom, grad))
+        out = solver.step(r, jac, s.u, s.opt_state, value=fom, scale=s.scale, value_fn=f)
+        return fom, finite, cost, out
+    fom, grad = jax.value_and_grad(f)(s.u)
+    finite = _tree_all_finite((fom, grad))
+    out = cast(Minimiser, solver).step(fom, grad, s.u, s.opt_state, scale=s.scale, value_fn=f)
+    return fom, finite, 1, out
+
+
+def make_chunk_step(
+    start_step: Callable[[StartState, Any], StartState], rows_per_datum: int | None = None
+):
+    """Build ``chunk_step(pop, gather, scatter, t, data) -> pop``.
+
+    ``gather`` and ``scatter`` are ``batch_size`` row indices from
+    :func:`multistart.device.chunking.chunk_indices`; the padding's scatter index is out of
+    bounds and its writes are dropped. ``t`` is the global step, the row of ``history`` written.
+
+    ``rows_per_datum``: ``data`` is a stack of datasets (every leaf with a leading axis of
+    them), and rows ``i * rows_per_datum`` to ``(i + 1) * rows_per_datum - 1`` fit dataset
+    ``i`` (``curve_fit(..., batched=True)``: each fit's starts). ``None``: every row fits the
+    one ``data``.
+    """
+    per_row = rows_per_datum is not None
+    vstep = jax.vmap(start_step, in_axes=(0, 0 if per_row else None))
+
+    def multistart_chunk_step(pop: PopState, gather, scatter, t, data) -> PopState:
+        chunk = jax.tree_util.tree_map(lambda a: a[gather], pop.starts)
+        if per_row:
+            datum = gather // rows_per_datum
+            data = jax.tree_util.tree_map(lambda d: d[datum], data)
+        # Materialise the chunk's new state once: without the barrier XLA may fuse (and so
+        # recompute, possibly rounding differently) the same value into both scatters below.
+        out = jax.lax.optimization_barrier(vstep(chunk, data))
+        starts = jax.tree_util.tree_map(
+            lambda a, b: a.at[scatter].set(b, mode="drop"), pop.starts, out
+        )
+        history = pop.history.at[t, scatter].set(out.best_fom, mode="drop")
+        return PopState(starts, history)
+
+    return multistart_chunk_step
+
+
+def init_population(solver: Solver, u0, n_steps: int, window: int, status=None) -> PopState:
+    """The initial population state from stacked unconstrained starts ``u0`` (traceable).
+
+    ``status`` optionally gives each start's initial status code (default: all running); a
+    start that is not running never steps.
+    """
+    leaves = jax.tree_util.tree_leaves(u0)
+    n = leaves[0].shape[0]
+    dtype = leaves[0].dtype
+    inf = jnp.full((n,), jnp.inf, dtype)
+    starts = StartState(
+        u=u0,
+        opt_state=jax.vmap(solver.init)(u0),
+        fom=jnp.full((n,), jnp.nan, dtype),
+        best_fom=inf,
+        best_u=u0,
+        best_step=jnp.full((n,), -1, jnp.int32),
+        good_u=u0,
+        scale=jnp.ones((n,), dtype),
+        n_bad=jnp.zeros((n,), jnp.int32),
+        n_steps=jnp.zeros((n,), jnp.int32),
+        n_evals=jnp.zeros((n,), jnp.int32),
+        status=(
+            jnp.full((n,), _RUNNING, jnp.int8)
+            if status is None
+            else jnp.asarray(status).astype(jnp.int8)
+        ),
+        ring=jnp.full((n, window), jnp.inf, dtype),
+    )
+    return PopState(starts, jnp.full((n_steps, n), jnp.nan, dtype))

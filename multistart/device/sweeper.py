@@ -1,0 +1,195 @@
+"""The sweeper: the chunk step at a chosen width, sweeping the population (one step of every
+running start), with the out-of-memory back-off.
+
+:class:`Sweeper` keeps a copy of the population from a recent host sync, so a chunk call that
+runs out of memory costs no state: the width is halved, the program recompiled and the steps
+since that copy are run again (:meth:`Sweeper.sweep`). It is also where the host reads the
+starts' small per-start vectors (:meth:`Sweeper.sync`) and repacks the running rows into full
+chunks (:meth:`Sweeper.set_rows`). It holds no population of its own: the run state
+(:class:`multistart.host.run_state.RunState`) does; the copy is only where a back-off restarts.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import numpy as np
+
+from ..common import log
+from .backends import Backend
+from .distributed import to_host
+from .oom import is_out_of_memory
+from .programs import copy_tree, first_line, retry_narrower
+
+__all__ = ["Sweeper", "Synced", "BACKOFF_COPY_STEPS"]
+
+# The population is copied at a host sync once this many steps have run since the last copy:
+# a copy is one dispatch, as dear as a step of a cheap objective, so copying at every sync
+# would slow such a fit down (profiling/README.md, "Batch width"). A back-off replays at most
+# this many steps (or one sync interval).
+BACKOFF_COPY_STEPS = 16
+
+
+class Synced(NamedTuple):
+    """What :meth:`Sweeper.sync` read on the host (NumPy), with the population it read."""
+
+    pop: Any
+    status: np.ndarray
+    best_fom: np.ndarray
+    n_evals: np.ndarray
+
+
+class Sweeper:
+    """A :class:`~multistart.device.backends.Backend` at a chosen width: steps, reads statuses,
+    repacks, backs off. The only object that steps the population.
+
+    Made for the width a search chose (:func:`multistart.width.resolve_width`); see the module
+    doc for the copy a back-off restarts from.
+
+    Attributes:
+      backend: the :class:`~multistart.device.backends.Backend` it steps with.
+      width: the current batch width (rows per chunk, per device on several).
+      rows: the population rows swept (the running starts).
+      chunks: one entry per chunk evaluation a step runs.
+      compiled: the program at ``width``.
+      compile_s: compile seconds of the program(s) it stepped with.
+      backoffs: one record per out-of-memory back-off.
+    """
+
+    def __init__(self, backend: Backend, width: int):
+        self.backend = backend
+        self.rows = backend.rows
+        self.chunks: list = []
+        self.compile_s = 0.0
+        self.backoffs: list[dict[str, Any]] = []
+        self._saved = None  # the population at a recent host sync
+        self._replay: list[tuple[int, np.ndarray]] = []  # (history row, rows) of steps since
+        self._n_steps = 0
+        self._args: Any = None
+        self._set_width(width)
+
+    @property
+    def n_devices(self) -> int:
+        return self.backend.n_devices
+
+    @property
+    def spans_processes(self) -> bool:
+        return self.backend.spans_processes
+
+    def place(self, pop):
+        """See :meth:`Backend.place <multistart.device.backends.Backend.place>`."""
+        return self.backend.place(pop)
+
+    def _set_width(self, width: int) -> None:
+        self.compiled = self.backend.compiled_for(width)
+        self.width = width
+        self.compile_s += self.backend.compile_seconds(width)
+        self.set_rows(self.rows)
+
+    def set_rows(self, rows: np.ndarray) -> None:
+        """Sweep only ``rows`` from now on (repacked into full chunks)."""
+        self.rows = np.asarray(rows)
+        self.chunks, self._args = self.backend.layout(self.rows, self.width)
+
+    def sweep(self, pop, row: int):
+        """One step of every swept row; ``row`` is the history row the step writes.
+
+        No host synchronisation: a failure of a call may surface here or only at the next
+        :meth:`sync`. Either way, if it is an out-of-memory error, the steps since the
+        population was last saved are run again from that copy, at half the width.
+        """
+        pop = self.backend.place(pop)
+        if self._saved is None:
+            self._saved = copy_tree(pop)
+        self._replay.append((int(row), self.rows))
+        self._n_steps += 1
+        try:
+            return self.backend.run(self.compiled, pop, self._args, np.int32(row))
+        except Exception as exc:
+            if not is_out_of_memory(exc):
+                raise
+            return self._back_off(exc)
+
+    def sync(self, pop) -> Synced:
+        """Read the starts' status, best figures of merit and evaluation counts on the host
+        (one transfer; one collective on a mesh over several processes).
+
+        The read waits for the steps so far, so it is where an asynchronous failure shows.
+        After it, once :data:`BACKOFF_COPY_STEPS` steps have run since the last copy, the
+        population is copied (one device program, never per chunk) as the point a later
+        back-off restarts from.
+        """
+
+        def read(pop):
+            s = pop.starts
+            return Synced(pop, *to_host((s.status, s.best_fom, s.n_evals)))
+
+        try:
+            synced = read(pop)
+        except Exception as exc:
+            if not is_out_of_memory(exc):
+                raise
+            synced = read(self._back_off(exc))
+        if len(self._replay) >= BACKOFF_COPY_STEPS:
+            self._saved = copy_tree(synced.pop)
+            self._replay.clear()
+        return synced
+
+    def rebase(self, pop) -> None:
+        """``pop`` changed outside the sweep (rows replaced, a checkpoint restored): make it
+        the point a later back-off restarts from, as replaying steps over it would undo it."""
+        self._saved = copy_tree(self.backend.place(pop))
+        self._replay.clear()
+
+    def _back_off(self, exc: BaseException):
+        """Halve the width until the steps since the saved copy run; returns their result."""
+        if self.backend.spans_processes:
+            # One process backing off alone would step other programs than the rest of the
+            # job, which waits for it at the next collective: a clear error instead.
+            raise RuntimeError(
+                f"the chunk step ran out of memory at batch_size {self.width} in a search "
+                "spanning several processes, where the width is not halved on the fly; "
+                "set a smaller batch_size"
+            ) from exc
+
+        def halve(old: int, failure: BaseException) -> int:
+            new = old // 2
+            self.backoffs.append(
+                {"step": self._n_steps, "from": old, "to": new, "replayed": len(self._replay)}
+            )
+            log.logger.warning(
+                "out of memory at batch_size %d (%s); retrying the last %d step(s) at %d",
+                old,
+                first_line(failure),
+                len(self._replay),
+                new,
+            )
+            self.backend.release_width(old)  # the program that did not fit
+            self.compiled = None
+            self._set_width(new)
+            return new
+
+        current = self.rows  # the rows to sweep afterwards (a failed replay may move them)
+
+        def replay():
+            pop = copy_tree(self._saved)
+            for row, rows in self._replay:  # each step with the rows it swept
+                if rows is not self.rows:
+                    self.set_rows(rows)
+                pop = self.backend.run(self.compiled, pop, self._args, np.int32(row))
+            jax.block_until_ready(pop)  # an asynchronous failure shows here, not later
+            self.set_rows(current)
+            return pop
+
+        return retry_narrower(
+            replay,
+            exc,
+            width=self.width,
+            halve=halve,
+            fatal=(
+                f"the chunk step ran out of memory even at batch_size 1 ({self.backend.name} "
+                f"backend, after {self._n_steps} steps): one start of this model does not fit "
+                "the device; use a device with more memory or a smaller model"
+            ),
+        )

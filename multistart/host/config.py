@@ -1,0 +1,519 @@
+"""A search's configuration: every option stated once, with its type, default, check and doc.
+
+:class:`SearchConfig` is the one object everything reads a search's settings from. It is built
+(and checked) by the search's constructor, with the defaults that depend on other options
+resolved, so it always says what the search will do.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import enum
+import inspect
+import numbers
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..common import checks
+from ..common.log import configure as configure_logging
+from ..device.distributed import check_devices
+from ..solvers.convergence import Convergence
+from ..starts.strategies import check_band, check_max_candidates, check_strategy
+from .schedule import Halving, Schedule, check_schedule
+
+__all__ = ["SearchConfig", "OnResume", "option", "options_doc", "unknown_options"]
+__all__ += ["check_batch_size", "require_orbax", "BATCH_SIZE_HELP"]
+
+CANDIDATES_PER_START = 10
+DEFAULT_FILTER_BATCH_SIZE = 64
+TIKTAK_LOCAL_PER_START = 4  # TikTak's default n_local: this many local searches per slot
+BACKEND_NAMES = ("loop", "scan")
+DEFAULT_CONVERGENCE = Convergence()
+
+
+class OnResume(enum.Enum):
+    """How an option may differ between a checkpoint and the search resuming from it."""
+
+    #: It shapes the trajectories: a checkpoint written with another value is refused.
+    FIXED = "fixed"
+    #: It only decides when the search stops, how wide its chunks are or what it shows: a
+    #: resumed search may change it.
+    FREE = "free"
+    #: ``n_steps``: it may grow (the search runs on), not shrink.
+    GROWS = "grows"
+
+
+BATCH_SIZE_HELP = "batch_size must be a positive int, None, 'auto' or 'tune'"
+_BATCH_SIZE_WORDS = ("auto", "tune")
+
+
+def check_batch_size(batch_size):
+    """Validate ``batch_size``: ``None``, a positive int, ``"auto"`` or ``"tune"``.
+
+    Raises:
+      ValueError: anything else, naming ``batch_size`` and the options.
+    """
+    if batch_size is None or (isinstance(batch_size, str) and batch_size in _BATCH_SIZE_WORDS):
+        return batch_size
+    if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral):
+        raise ValueError(f"{BATCH_SIZE_HELP}; got {batch_size!r}")
+    if batch_size < 1:
+        raise ValueError(f"{BATCH_SIZE_HELP}; got {batch_size!r}")
+    return int(batch_size)
+
+
+def require_orbax():
+    """Import orbax.checkpoint, or explain how to install it (``checkpoint_dir``'s check)."""
+    try:
+        import orbax.checkpoint as ocp
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise ImportError(
+            "checkpoint_dir needs orbax-checkpoint: pip install 'multistart[checkpoint]'"
+        ) from e
+    configure_logging()  # absl, imported with orbax, may have just given the root logger a handler
+    return ocp
+
+
+def option(default, doc: str, *, on_resume: OnResume = OnResume.FIXED, recorded: bool = True):
+    """A field of :class:`SearchConfig`.
+
+    Args:
+      default: the default value.
+      doc: the text of the search's docstring for this option.
+      on_resume: see :class:`OnResume`.
+      recorded: is it part of :meth:`SearchConfig.record` (the Result's ``config`` and the
+        checkpoint identity)? Where a search runs and where it writes are not.
+    """
+    return field(default=default, metadata={"doc": doc, "on_resume": on_resume, "rec": recorded})
+
+
+def _check_real(value, name: str, *, finite=False, positive=False) -> float | None:
+    """``None``, or a real number (finite / positive as asked), as a float."""
+    if value is None:
+        return None
+    ok = not isinstance(value, bool) and isinstance(value, numbers.Real)
+    ok = ok and (value == value) and (not finite or abs(value) != float("inf"))
+    ok = ok and (not positive or value > 0)
+    if not ok:
+        kind = "a positive number" if positive else "a finite number"
+        raise ValueError(f"{name} must be None or {kind}; got {value!r}")
+    return float(value)
+
+
+def _optional_int(value, name: str, minimum: int) -> int | None:
+    return None if value is None else checks.integer(value, name, minimum)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchConfig:
+    """The options of a search (every one keyword-only; see :class:`MultiStartGradient`)."""
+
+    n_starts: int = option(32, "number of local searches.")
+    batch_size: int | str | None = option(
+        "auto",
+        'starts per compiled call. ``"auto"`` (the default): the widest width whose chunk '
+        "step fits half the device's free memory; on a CPU, a few widths within that bound are "
+        "timed where it pays and the fastest kept, remembered for the next run. "
+        '``"tune"``: time more widths. ``None``: all starts in one call. An int: that width. '
+        "``MULTISTART_MAX_BATCH`` caps every choice. A chunk call that runs out of memory halves "
+        "the width and redoes the last few steps. See ``docs/batch-width.md``.",
+        on_resume=OnResume.FREE,
+    )
+    backend: str = option(
+        "loop",
+        '``"loop"`` (default): a Python loop calls the compiled chunk step per chunk. '
+        '``"scan"``: all chunks of a step run in one compiled program, which saves host '
+        'dispatch on a GPU (on a CPU prefer ``"loop"``: it compiles faster). Same results.',
+    )
+    n_steps: int = option(1000, "maximum steps per start.", on_resume=OnResume.GROWS)
+    seed: int = option(0, "seeds start generation; the same seed gives a bit-identical result.")
+    convergence: Convergence | None | str = option(
+        "auto",
+        "the window guard: a :class:`multistart.Convergence`, or ``None`` for none (a start "
+        'then ends by its rule\'s own tests, or at ``n_steps``). ``"auto"`` (default): none '
+        "for rules with optimality tests of their own (L-BFGS, least squares, optimistix), "
+        "``Convergence()`` for the others (the optax rules), whose starts then end "
+        "``stalled``.",
+    )
+    max_nonfinite: int = option(
+        8,
+        "a start ends as ``nonfinite`` after this many consecutive non-finite evaluations "
+        "(each one rolls it back to its last finite point with half the step).",
+    )
+    schedule: str | Schedule = option(
+        "all",
+        'which local searches run to their end. ``"all"`` (the default): every start runs '
+        'until it converges, dies or reaches ``n_steps``. ``"halving"`` (or a '
+        ":class:`multistart.Halving`): asynchronous successive halving; at each rung a start "
+        "ranked below the best and not improving fast enough ends as ``pruned``. "
+        "See ``docs/schedule.md``.",
+    )
+    start_band: tuple[float, float] = option(
+        (0.15, 0.85), "starts are drawn in this band of each prior's quantiles."
+    )
+    start_strategy: str = option(
+        "auto",
+        'how starts cover the band: ``"band"`` (independent uniform draws), ``"sobol"`` '
+        '(scrambled Sobol\' sequence) or ``"lhs"`` (Latin hypercube); or ``"tiktak"``: '
+        "Sobol' candidates, and whenever a slot's local search ends it gets the next filtered "
+        "candidate blended towards the best point so far (TikTak; see "
+        ":mod:`multistart.starts.tiktak`). "
+        '``"auto"`` (default): ``"tiktak"`` for the least-squares rules, ``"band"`` for the '
+        "others and wherever TikTak cannot run (``n_candidates=0``, ``resurrect``).",
+    )
+    n_candidates: int | None = option(
+        None,
+        "the broad-start filter: this many candidates are drawn and only their figure of merit "
+        "is evaluated (batched, one compile); the best finite ones that are not within "
+        "multi-level single linkage's critical distance of a better kept one become the starts "
+        "(:func:`multistart.starts.strategies.diverse_candidates`). ``None`` (default) is "
+        "``10 * n_starts``; ``0`` turns the filter off (the first ``n_starts`` draws are the "
+        "starts).",
+    )
+    max_candidates: int | None = option(
+        None,
+        "while fewer candidates are finite than there are free slots, the filter draws further "
+        "blocks of ``n_candidates`` (same compiled program) until enough are finite or this "
+        "many were drawn in all. ``None`` (default) is ``max(100 * n_starts, n_candidates)``; "
+        "``n_candidates`` turns the top-up off.",
+    )
+    filter_batch_size: int | None = option(
+        None,
+        "candidates per compiled filter call (default 64, at most ``n_candidates``). Fixed "
+        "rather than tied to ``batch_size``, so the chosen starts, and the result, do not "
+        "depend on ``batch_size``.",
+    )
+    resurrect: int = option(
+        0,
+        "``0`` (default) is off. ``k >= 1``: a start with ``k`` non-finite evaluations without "
+        "improving (``k <= max_nonfinite``) ends and, at the next host sync, its slot gets a "
+        "new start from the filter's unused finite candidates (best first) or, with no filter, "
+        "a fresh draw. ``result.resurrections`` counts them per slot and "
+        "``result.incarnations`` keeps every replaced start's record.",
+    )
+    n_local: int | None = option(
+        None,
+        "TikTak only: local searches in all, the first wave of ``n_starts`` included (default "
+        "``4 * n_starts``, at most ``n_candidates``).",
+    )
+    local_steps: int | None = option(
+        None,
+        "TikTak only: a local search ends after this many steps (default: only by convergence "
+        "or as non-finite), so its slot is reused.",
+    )
+    max_discoveries: int | None = option(
+        None,
+        "TikTak only: stop once the best minimum has been found this many times (optimagic's "
+        "rule; default: off).",
+        on_resume=OnResume.FREE,
+    )
+    target_fom: float | None = option(
+        None,
+        "stop the search once any start's figure of merit is at or below this (the running "
+        'starts are marked ``stopped``; ``result.stats["stop_reason"]`` says why).',
+        on_resume=OnResume.FREE,
+    )
+    max_evals: int | None = option(
+        None,
+        "stop once this many evaluations of the objective were made in all (every start's, "
+        "line-search trials and replaced starts included).",
+        on_resume=OnResume.FREE,
+    )
+    max_time_s: float | None = option(
+        None,
+        "stop once this many seconds have passed since ``fit`` was called (compiles "
+        "included). The three budgets are checked at host syncs (every ``sync_every`` steps).",
+        on_resume=OnResume.FREE,
+    )
+    sync_every: int = option(
+        1,
+        "the host reads which starts ended every this many steps, to drop them from the sweep. "
+        "Results do not depend on it (ended starts are frozen on the device), except where "
+        "the host decides something at a sync: resurrection and TikTak replace ended starts, "
+        "and the halving schedule prunes, on this schedule.",
+    )
+    flat: bool = option(
+        True,
+        "step each start's parameters as one flat vector (the default: faster steps and "
+        "compiles); ``flat=False`` for a rule keyed to the parameter tree's structure "
+        "(``optax.multi_transform``, ``optax.masked``).",
+    )
+    absolute_sigma: bool | None = option(
+        None,
+        "how the covariance (``result.errors``) is scaled. ``True``: as it is (a χ² with the "
+        "data's own errors). ``False``: by the reduced χ² ``f / (n_data - n)``, as "
+        "``scipy.optimize.curve_fit``'s default. ``None`` (default): ``False`` for the "
+        "least-squares rules, ``True`` for the others.",
+        on_resume=OnResume.FREE,
+    )
+    n_data: int | None = option(
+        None,
+        "the number of data points behind a scalar figure of merit: its reduced χ² is "
+        "``f / (n_data - n)`` (needed by ``absolute_sigma=False``, shown by "
+        "``result.report()``). A least-squares fit counts its residuals itself.",
+        on_resume=OnResume.FREE,
+    )
+    max_history: int = option(
+        10_000,
+        "at most this many rows of best-so-far history are kept (evenly strided).",
+        recorded=False,
+    )
+    log_every: int | None = option(
+        None,
+        "a progress line in the log every this many steps (0: none). ``None`` (the default): "
+        "one every 30 s, so a short fit logs only what runs and what came out.",
+        on_resume=OnResume.FREE,
+        recorded=False,
+    )
+    progress: bool | None = option(
+        None,
+        "a progress bar (``tqdm.auto``). ``None`` (the default): shown when the output is "
+        "interactive (a terminal or a notebook); ``True``/``False`` force it.",
+        on_resume=OnResume.FREE,
+        recorded=False,
+    )
+    checkpoint_dir: str | os.PathLike | None = option(
+        None,
+        "write checkpoints of the whole search here (needs the ``checkpoint`` extra, "
+        "orbax-checkpoint): every ``checkpoint_every`` steps and on Ctrl-C or SIGTERM. "
+        "``fit(..., resume=True)`` continues from the newest one, giving the result an "
+        "uninterrupted run would have given.",
+        on_resume=OnResume.FREE,
+        recorded=False,
+    )
+    checkpoint_every: int = option(
+        100, "steps between checkpoints.", on_resume=OnResume.FREE, recorded=False
+    )
+    devices: int | Sequence[Any] | None = option(
+        None,
+        "where the starts run. ``None`` (the default): every local device of JAX's default "
+        "backend (one on a CPU unless ``XLA_FLAGS`` makes more). An int: the first that many; "
+        "or a list of ``jax.Device``. On several, each device sweeps its own chunks of "
+        "``batch_size`` starts, and the result is the one-device result. See "
+        "``docs/scale-out.md``.",
+        on_resume=OnResume.FREE,
+        recorded=False,
+    )
+
+    def __post_init__(self):
+        checks.integer(self.n_starts, "n_starts", 1)
+        for name, minimum in (
+            ("n_steps", 1),
+            ("seed", 0),
+            ("max_nonfinite", 1),
+            ("resurrect", 0),
+            ("sync_every", 1),
+            ("max_history", 1),
+            ("checkpoint_every", 1),
+        ):
+            self._set(name, checks.integer(getattr(self, name), name, minimum))
+        self._check_simple()
+        self._resolve_filter()
+        if self.resurrect > self.max_nonfinite:
+            raise ValueError(
+                f"resurrect must be <= max_nonfinite ({self.max_nonfinite}): a start ends, and "
+                f"is replaced, after that many non-finite evaluations; got {self.resurrect}"
+            )
+        self._resolve_tiktak()
+
+    def _set(self, name: str, value) -> None:
+        object.__setattr__(self, name, value)  # normalising a frozen instance's own field
+
+    def _check_simple(self) -> None:
+        """The options checked on their own."""
+        conv = self.convergence
+        if conv == "auto":  # a configuration made without its rule: the guard
+            self._set("convergence", DEFAULT_CONVERGENCE)
+        elif conv is not None and not isinstance(conv, Convergence):
+            raise TypeError(
+                f"convergence must be a multistart.Convergence, None or 'auto'; got {conv!r}"
+            )
+        self._set("n_starts", int(self.n_starts))
+        self._set("batch_size", check_batch_size(self.batch_size))
+        self._set("start_band", check_band(self.start_band))
+        self._set("start_strategy", check_strategy(self.start_strategy))
+        self._set("schedule", check_schedule(self.schedule))
+        if self.backend not in BACKEND_NAMES:
+            options = ", ".join(repr(b) for b in BACKEND_NAMES)
+            raise ValueError(f"backend must be one of {options}; got {self.backend!r}")
+        self._set("log_every", _optional_int(self.log_every, "log_every", 0))
+        if self.progress is not None and not isinstance(self.progress, bool):
+            raise ValueError(
+                f"progress must be None (automatic), True or False; got {self.progress!r}"
+            )
+        if not isinstance(self.flat, bool):
+            raise ValueError(f"flat must be True or False; got {self.flat!r}")
+        path = self.checkpoint_dir
+        if path is not None:
+            if not isinstance(path, (str, os.PathLike)) or not str(path):
+                raise ValueError(f"checkpoint_dir must be a path or None; got {path!r}")
+            require_orbax()
+        self._set("target_fom", _check_real(self.target_fom, "target_fom", finite=True))
+        self._set("max_evals", _optional_int(self.max_evals, "max_evals", 1))
+        self._set("max_time_s", _check_real(self.max_time_s, "max_time_s", positive=True))
+        self._set("devices", check_devices(self.devices))
+        if self.absolute_sigma is not None and not isinstance(self.absolute_sigma, bool):
+            raise TypeError(
+                f"absolute_sigma must be True, False or None; got {self.absolute_sigma!r}"
+            )
+        self._set("n_data", _optional_int(self.n_data, "n_data", 1))
+
+    def _resolve_filter(self) -> None:
+        n, given = self.n_starts, self.n_candidates
+        if given is None:
+            given = CANDIDATES_PER_START * n
+        elif (
+            isinstance(given, bool)
+            or not isinstance(given, numbers.Integral)
+            or (given != 0 and given < n)
+        ):
+            raise ValueError(
+                f"n_candidates must be None ({CANDIDATES_PER_START} x n_starts), 0 (no filter) "
+                f"or an int >= n_starts ({n}); got {given!r}"
+            )
+        self._set("n_candidates", int(given))
+        self._set("max_candidates", check_max_candidates(self.max_candidates, int(given), n))
+        if self.filter_batch_size is not None and self.n_candidates == 0:
+            raise ValueError(
+                "filter_batch_size has no effect with n_candidates=0 (no filter); drop one"
+            )
+        width = self.filter_batch_size
+        width = DEFAULT_FILTER_BATCH_SIZE if width is None else width
+        self._set("filter_batch_size", checks.integer(width, "filter_batch_size", 1))
+
+    def _resolve_tiktak(self) -> None:
+        given = {
+            "n_local": self.n_local,
+            "local_steps": self.local_steps,
+            "max_discoveries": self.max_discoveries,
+        }
+        if not self.tiktak:
+            extra = [k for k, v in given.items() if v is not None]
+            if extra:
+                raise ValueError(
+                    f"{', '.join(extra)} only apply with start_strategy='tiktak'; got "
+                    f"start_strategy={self.start_strategy!r}"
+                )
+            return
+        if self.n_candidates == 0:
+            raise ValueError(
+                "start_strategy='tiktak' hands out the broad-start filter's candidates: "
+                "n_candidates must not be 0"
+            )
+        if self.resurrect:
+            raise ValueError(
+                "start_strategy='tiktak' already gives every ended start's slot a new start; "
+                "drop resurrect"
+            )
+        n_candidates = int(self.n_candidates or 0)
+        given_local = self.n_local
+        if given_local is None:
+            given_local = min(TIKTAK_LOCAL_PER_START * self.n_starts, n_candidates)
+        n_local = checks.integer(given_local, "n_local", self.n_starts)
+        if n_local > n_candidates:
+            raise ValueError(
+                f"n_local ({n_local}) local searches need as many candidates: raise "
+                f"n_candidates (now {self.n_candidates})"
+            )
+        self._set("n_local", n_local)
+        self._set("local_steps", _optional_int(self.local_steps, "local_steps", 1))
+        self._set("max_discoveries", _optional_int(self.max_discoveries, "max_discoveries", 1))
+
+    # -- derived facts ------------------------------------------------------------------------
+
+    @property
+    def tiktak(self) -> bool:
+        return self.start_strategy == "tiktak"
+
+    @property
+    def halving(self) -> Halving | None:
+        """The halving schedule, or ``None`` (``schedule="all"``)."""
+        return self.schedule if isinstance(self.schedule, Halving) else None
+
+    @property
+    def guard(self) -> Convergence | None:
+        """The window guard the steps run (``"auto"`` was resolved when the search was made)."""
+        conv = self.convergence
+        return conv if isinstance(conv, Convergence) else None
+
+    @property
+    def window(self) -> int:
+        """The convergence window's length (the per-start ring buffer's size)."""
+        guard = self.guard
+        return 1 if guard is None else guard.window
+
+    @property
+    def give_up(self) -> int:
+        """Non-finite evaluations after which a start ends (``resurrect``'s, when on)."""
+        return self.resurrect or self.max_nonfinite
+
+    @property
+    def history_stride(self) -> int:
+        """History rows are every this many steps."""
+        return -(-self.n_steps // self.max_history)
+
+    def record(self) -> dict[str, Any]:
+        """The recorded options as plain values (the Result's ``config``, the identity)."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            if not f.metadata["rec"]:
+                continue
+            value = getattr(self, f.name)
+            if f.name == "convergence":
+                value = None if value is None else vars(value).copy()
+            elif f.name == "start_band":
+                value = list(value)
+            elif f.name == "filter_batch_size" and not self.n_candidates:
+                value = None
+            elif isinstance(value, Schedule):
+                value = value.record()
+            out[f.name] = value
+        return out
+
+    @classmethod
+    def resumable(cls, name: str) -> bool:
+        """May ``name`` differ between a checkpoint and the search resuming from it?"""
+        f = {f.name: f for f in dataclasses.fields(cls)}.get(name)
+        return f is not None and f.metadata["on_resume"] is not OnResume.FIXED
+
+
+def unknown_options(given, owner: type) -> None:
+    """Raise a ``TypeError`` naming any of ``given`` that is not an option of a search of class
+    ``owner``, and the nearest of the options and of the class's own keyword arguments (a rule's
+    hyperparameters, a least-squares search's ``absolute_sigma``)."""
+    names = [f.name for f in dataclasses.fields(SearchConfig)]
+    for key in given:
+        if key not in names:
+            known = names + _own_keywords(owner)  # read only when a key is unknown
+            near = difflib.get_close_matches(key, known, n=1)
+            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            raise TypeError(f"{owner.__name__} got an unknown option {key!r}{hint}")
+
+
+def _own_keywords(cls: type) -> list[str]:
+    """The keyword-only arguments of the constructors along ``cls``'s MRO."""
+    names: list[str] = []
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None or klass is object:
+            continue
+        for p in inspect.signature(init).parameters.values():
+            if p.kind is p.KEYWORD_ONLY and p.name not in names:
+                names.append(p.name)
+    return names
+
+
+def options_doc(indent: str = "      ") -> str:
+    """The ``Args:`` lines of every option, from the fields' docs (for docstrings)."""
+    import textwrap
+
+    lines = []
+    for f in dataclasses.fields(SearchConfig):
+        text = f"{f.name}: {f.metadata['doc']}"
+        lines.append(
+            textwrap.fill(text, width=96, initial_indent=indent, subsequent_indent=indent + "  ")
+        )
+    return "\n".join(lines)

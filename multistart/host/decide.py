@@ -1,0 +1,267 @@
+"""What the host does at a sync, decided by one pure function over NumPy values.
+
+At a sync the host loop (:func:`multistart.host.iterate.iterate`) reads a :class:`Reading`, calls
+:func:`decide` and applies the :class:`Decision` it returns (:func:`multistart.host.iterate.apply`);
+a resumed search starts with :func:`resumed`'s. Nothing here touches a device or a clock (NumPy
+only), so every rule of the host loop is tested as a table (``tests/test_decide.py``).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from ..common.status import Status
+from ..starts.queues import refill_slots
+from .schedule import Halving, Rungs, prune
+
+__all__ = [
+    "StopReason",
+    "Due",
+    "Reading",
+    "Rules",
+    "Decision",
+    "decide",
+    "resumed",
+    "settle",
+    "STILL_RUNNING",
+]
+
+_RUNNING = Status.RUNNING.code
+_PRUNED = Status.PRUNED.code
+_NONE = np.zeros(0, np.int64)
+
+
+class StopReason(str, enum.Enum):
+    """Why a search stopped (``result.stats["stop_reason"]``); a ``str`` equal to its value."""
+
+    ALL_ENDED = "all ended"  # every start converged, died or reached its own cap
+    N_STEPS = "n_steps"
+    TARGET_FOM = "target_fom"
+    MAX_EVALS = "max_evals"
+    MAX_TIME_S = "max_time_s"
+    MAX_DISCOVERIES = "max_discoveries"  # TikTak re-found its best that often
+    SIGINT = "SIGINT"
+    SIGTERM = "SIGTERM"
+    CHECKPOINT_FAILED = "a failed checkpoint"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def interrupted(self) -> bool:
+        """Did something other than the search's own rules stop it (a signal, a failure)?"""
+        return self in (StopReason.SIGINT, StopReason.SIGTERM, StopReason.CHECKPOINT_FAILED)
+
+
+#: What a start still running when the search stopped is marked, by the reason it stopped.
+STILL_RUNNING = {
+    StopReason.ALL_ENDED: Status.MAX_STEPS,
+    StopReason.N_STEPS: Status.MAX_STEPS,
+    StopReason.TARGET_FOM: Status.STOPPED,
+    StopReason.MAX_EVALS: Status.STOPPED,
+    StopReason.MAX_TIME_S: Status.STOPPED,
+    StopReason.MAX_DISCOVERIES: Status.STOPPED,
+}
+
+
+@dataclass(frozen=True)
+class Due:
+    """What the end of a step asks of the host; any of it means a sync (a status read)."""
+
+    first: bool = False  # the first step of this run (its time is reported)
+    last: bool = False  # n_steps reached
+    logging: bool = False  # a progress line is due
+    drawing: bool = False  # the progress bar is due
+    checkpoint: bool = False  # a checkpoint is due by the step count
+    signalled: bool = False  # SIGINT/SIGTERM arrived (in this process)
+    on_schedule: bool = False  # the sync_every schedule: the only syncs that end or refill starts
+
+    @property
+    def sync(self) -> bool:
+        return any(vars(self).values())
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What the host knows at a sync.
+
+    Attributes:
+      step: steps run so far (the loop's count; history row ``step - 1`` was written last).
+      status: ``(n,)`` each slot's status code, starts the host ended included.
+      best_fom: ``(n,)`` each slot's best figure of merit so far.
+      n_evals: ``(n,)`` evaluations each slot's current start made.
+      evals_replaced: evaluations of the starts that were replaced in their slots.
+      n_swept: rows the sweep steps now.
+      due: what made this a sync.
+      signal: ``"SIGINT"`` or ``"SIGTERM"`` once one arrived (in any process), else ``None``.
+      out_of_time: ``max_time_s`` has passed (in any process).
+      available: new starts the queue can still hand out (``None``: no end; 0 without one).
+      rungs: the halving schedule's record so far (``None`` without the schedule).
+    """
+
+    step: int
+    status: np.ndarray
+    best_fom: np.ndarray
+    n_evals: np.ndarray
+    due: Due
+    evals_replaced: int = 0
+    n_swept: int = 0
+    signal: str | None = None
+    out_of_time: bool = False
+    available: int | None = 0
+    rungs: Rungs | None = None
+
+
+@dataclass(frozen=True)
+class Rules:
+    """The search's rules for its syncs (from its options).
+
+    Attributes:
+      target_fom, max_evals: the budgets checked at every sync (``max_time_s`` is read as
+        :attr:`Reading.out_of_time`).
+      refills: status codes whose slots a queue gives new starts (none without a queue).
+      checkpoints: does the search write checkpoints?
+      halving: the halving schedule, or ``None`` (every start runs to its own end).
+    """
+
+    target_fom: float | None = None
+    max_evals: int | None = None
+    refills: frozenset[int] = frozenset()
+    checkpoints: bool = False
+    halving: Halving | None = None
+
+    @property
+    def settles(self) -> bool:
+        """Does a sync on the ``sync_every`` schedule end or refill starts?"""
+        return self.halving is not None or bool(self.refills)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the loop does after a sync.
+
+    Attributes:
+      stop: why the search stops here, or ``None`` to go on.
+      prune: running slots the halving schedule ends here.
+      refill: slots to give new starts from the queue, in this order.
+      short: ended slots the queue could not refill (it ran out at this sync).
+      ended: the status each slot of ``refill`` ended with.
+      pending: pruning or refills were due but the search stops here (a resumed run makes
+        them first).
+      rungs: the halving schedule's record after this sync (``None`` without it).
+      status: every slot's status after this decision.
+      checkpoint: write a checkpoint.
+      rows: the rows to sweep from now on, or ``None`` when they stay as they are.
+      report: draw the progress bar and log a progress line if due.
+    """
+
+    stop: StopReason | None = None
+    prune: np.ndarray = field(default_factory=lambda: _NONE)
+    refill: np.ndarray = field(default_factory=lambda: _NONE)
+    short: int = 0
+    ended: np.ndarray = field(default_factory=lambda: _NONE)
+    pending: bool = False
+    rungs: Rungs | None = None
+    status: np.ndarray = field(default_factory=lambda: _NONE)
+    checkpoint: bool = False
+    rows: np.ndarray | None = None
+    report: bool = False
+
+    def stopping(self, reason: StopReason, rules: Rules) -> Decision:
+        """This decision, stopping for ``reason`` found while it was applied (TikTak's
+        rediscovery count is only known once the refilled slots' records are taken)."""
+        return replace(self, stop=reason, checkpoint=rules.checkpoints, rows=None)
+
+
+def settle(r: Reading, rules: Rules) -> dict[str, Any]:
+    """Prune (the halving schedule) then refill (the queue), from ``r``'s values: a
+    :class:`Decision`'s ``prune``, ``refill``, ``short``, ``ended``, ``status`` and ``rungs``
+    (refilled slots start again before rung 0). Pure.
+
+    A slot pruned here may be refilled at once (a queue refills ``pruned`` slots).
+    """
+    status, rungs, pruned = r.status, r.rungs, _NONE
+    if rules.halving is not None and rungs is not None:
+        pruned, rungs = prune(rungs, rules.halving, status, r.best_fom, r.n_evals)
+        if pruned.size:
+            status = status.copy()
+            status[pruned] = _PRUNED
+    refill, short, ended = _NONE, 0, _NONE
+    if rules.refills:
+        refill, short = refill_slots(status, rules.refills, r.available)
+        if refill.size:
+            ended = status[refill]
+            status = status.copy()
+            status[refill] = _RUNNING
+            if rungs is not None:
+                rungs = rungs.reset(refill)
+    return dict(prune=pruned, refill=refill, short=short, ended=ended, status=status, rungs=rungs)
+
+
+def _budget(r: Reading, rules: Rules) -> StopReason | None:
+    """The first budget or target that is met, or ``None``."""
+    if r.out_of_time:
+        return StopReason.MAX_TIME_S
+    if rules.target_fom is not None and r.best_fom.min(initial=np.inf) <= rules.target_fom:
+        return StopReason.TARGET_FOM
+    if rules.max_evals is not None and int(r.n_evals.sum()) + r.evals_replaced >= rules.max_evals:
+        return StopReason.MAX_EVALS
+    return None
+
+
+def decide(r: Reading, rules: Rules) -> Decision:
+    """The host's decision at a sync.
+
+    - **Stop** on a signal (first), then on a budget (``max_time_s``, ``target_fom``,
+      ``max_evals``); otherwise when no start is running (``"all ended"``) or at ``n_steps``.
+    - **Settle** the slots (:func:`settle`: the halving schedule prunes, the queue refills
+      ended slots in slot order as far as it goes) only on the ``sync_every`` schedule and
+      never at a sync where the search stops: that is left pending for a resumed run.
+    - **Checkpoint** when due by the step count, and whenever the search stops.
+    - **Repack** the sweep when the running rows changed.
+    """
+    stop = StopReason(r.signal) if r.signal is not None else _budget(r, rules)
+    due = rules.settles and r.due.on_schedule
+    settling = due and not (r.due.last or stop is not None)
+    s = settle(r, rules) if settling else {"status": r.status, "rungs": r.rungs}
+    running = np.flatnonzero(s["status"] == _RUNNING)
+    if stop is None and running.size == 0:
+        stop = StopReason.ALL_ENDED
+    elif stop is None and r.due.last:
+        stop = StopReason.N_STEPS
+    ends_here = stop is not None
+    return Decision(
+        stop=stop,
+        pending=due and not settling,
+        checkpoint=rules.checkpoints and (r.due.checkpoint or ends_here),
+        rows=None if ends_here or running.size == r.n_swept else running,
+        report=r.due.logging or r.due.drawing,
+        **s,
+    )
+
+
+def resumed(r: Reading, rules: Rules, pending: bool) -> Decision:
+    """The decision a search resumed from a checkpoint starts with: the pruning and refills its
+    run left ``pending`` (:func:`settle`, as the uninterrupted run made them at that sync), and
+    the running rows to sweep. No budget is judged here (the next sync does); a search whose
+    every start had ended stays ended, without a step of nothing."""
+    s = settle(r, rules) if pending else {"status": r.status, "rungs": r.rungs}
+    rows = np.flatnonzero(s["status"] == _RUNNING)
+    return Decision(rows=rows, stop=None if rows.size else StopReason.ALL_ENDED, **s)
+
+
+def describe(decision: Decision) -> dict[str, Any]:
+    """A decision as plain values (for the DEBUG log and tests' messages)."""
+    return {
+        "stop": None if decision.stop is None else decision.stop.value,
+        "prune": decision.prune.tolist(),
+        "refill": decision.refill.tolist(),
+        "short": decision.short,
+        "pending": decision.pending,
+        "checkpoint": decision.checkpoint,
+        "rows": None if decision.rows is None else decision.rows.tolist(),
+    }

@@ -1,0 +1,253 @@
+"""The driver: one fit, read top to bottom.
+
+:func:`run` is the whole of a fit, each stage a function of the typed values before it::
+
+    setup = prepare(...)                    # every check that needs no compile
+    traced = identify(setup)                # the step traced (no compile) for the search's
+                                            # identity: another search's checkpoint refused
+    start_plan = plan(setup)                # the starts (the broad-start filter compiles here)
+    engine, state = build(setup, ...)       # what never changes while it runs (the sweeper at
+                                            # its width, refills, checkpoints), its first state
+    state = restore(setup, engine, state)   # from a checkpoint, when resuming
+    state = iterate(engine, state, flag)    # step until it stops (multistart.host.iterate)
+    result = assemble(...)                  # the Result (multistart.host.assemble)
+
+The search object (:mod:`multistart.search.gradient`) holds only its rule and its checked options
+(:class:`multistart.SearchConfig`), read once into the :class:`Setup`; the per-start numerics
+live in :mod:`multistart.device.step`, the rules in :mod:`multistart.solvers`, the host loop in
+:mod:`multistart.host.iterate`, its decisions in :mod:`multistart.host.decide`, parts and
+processes in :mod:`multistart.host.split`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import jax
+import jax.numpy as jnp
+
+from ..common import log
+from ..common.monitor import CompileCounter
+from ..device.cache import configure_compilation_cache
+from ..device.distributed import resolve_devices
+from ..device.evaluator import FILTER_NAME
+from ..device.layout import Layout
+from ..device.programs import forget_other_float_types, programs_for
+from ..device.step import make_chunk_step, make_start_step
+from ..model.problem import (
+    as_problem,
+    check_objective,
+    check_stack,
+    programs_key,
+    traced,
+    traced_key,
+)
+from ..result import Result
+from ..starts.strategies import StartPlan, check_strategy_space, plan_starts, user_starts
+from ..width.env import check_env, max_batch_from_env
+from ..width.widths import cap_width
+from .assemble import CHUNK_STEP_NAME, assemble, log_end
+from .checkpoint import Checkpointer, SearchCheckpoints, SearchInterrupted
+from .config import SearchConfig
+from .engine import Engine, Setup, Traced, build
+from .identity import search_identity, trace_search
+from .iterate import iterate, resume, signals_to_flag
+from .run_state import RunState
+from .split import check_part, first_process_logs, merge_over_processes, over_processes, select_part
+
+__all__ = ["run"]
+
+
+def prepare(search, objective, space, starts, resume, part, *, every_process) -> Setup:
+    """Validate the call: every error here is raised before any compile.
+
+    ``every_process``: the search runs on one mesh over every process's devices.
+    """
+    o: SearchConfig = search.options
+    part = check_part(part, o)
+    if resume and o.checkpoint_dir is None:
+        raise ValueError("resume=True needs checkpoint_dir to be set on the search")
+    t_start = time.perf_counter()
+    log.configure()
+    check_env()
+    problem = as_problem(objective, space)
+    # how its covariance is scaled: the search's option (a least-squares problem has its own)
+    absolute = o.absolute_sigma is not False  # resolved when the search was made
+    dtype = jax.dtypes.canonicalize_dtype(jnp.float64)  # float32 unless x64 is on
+    forget_other_float_types(dtype)  # before the trace: see there
+    problem = traced(problem, dtype, repr(search))  # the one trace every program replays
+    # A model with no key of its own is keyed by its trace: a refit reuses its programs.
+    key = problem.program_key if problem.program_key is not None else traced_key(problem, dtype)
+    problem = dataclasses.replace(
+        problem, absolute_sigma=absolute, n_data=o.n_data, program_key=key
+    )
+    check_strategy_space(o.start_strategy, problem.space)
+    user = None if starts is None else user_starts(problem.space, starts, o.n_starts)
+    check_stack(problem, o, part)
+    programs = programs_for(programs_key(problem, search.solver, o, dtype))
+    # the trace's verdict holds for every refit of the same model and data shapes
+    programs.get("checked", lambda: check_objective(problem, dtype, repr(search)))
+    if o.checkpoint_dir is not None:
+        if jax.process_count() > 1 and part is not None:  # orbax wants global arrays there
+            raise ValueError(
+                "checkpoint_dir with part= is not supported in a job of several JAX processes "
+                "(ms.distributed.initialize): fit without part= (the search then spans the "
+                "job's processes and checkpoints as one), or run the parts as independent "
+                "tasks (a job array, each with its own checkpoint_dir)"
+            )
+        Checkpointer.check_folder(o.checkpoint_dir)
+    devices = resolve_devices(o.devices, every_process=every_process)
+    check_stack(problem, o, part, n_devices=len(devices))
+    configure_compilation_cache()
+    layout = Layout(problem.space, o.flat, dtype)
+    config = search.config()
+    return Setup(
+        o, search.solver, config, problem, layout, user, resume, t_start, part, devices, programs
+    )
+
+
+def identify(setup: Setup) -> Traced:
+    """Trace the step (no compile) for the search's identity, and refuse a checkpoint of
+    another model, rule or configuration now, before the filter or the step compiles."""
+    o, problem = setup.options, setup.problem
+    # The step captures the model's functions and space, never the problem (its data): a
+    # refit's data are arguments, and kept steps must not keep the first fit's data alive.
+    fom, space = problem.fom, problem.space
+
+    def fom_u(u, d):
+        # Behind a fusion boundary: XLA must not recompute the map inside the model's loops.
+        return fom(space.to_model(u), d)
+
+    residual_u = None
+    residuals = getattr(problem, "residuals", None)  # a least-squares problem's
+    if residuals is not None:
+
+        def residual_u(u, d):
+            return residuals(space.to_model(u), d)
+
+    def steps():
+        # With resurrection a start gives up (and is replaced) after `resurrect` failures.
+        start_step = make_start_step(
+            fom_u,
+            setup.solver,
+            o.guard,
+            o.give_up,
+            max_start_steps=o.local_steps,
+            residual_u=residual_u,
+        )
+        chunk_step = make_chunk_step(start_step, problem.rows_per_datum)
+        chunk_step.__name__ = chunk_step.__qualname__ = CHUNK_STEP_NAME
+        one = setup.layout.one_start_state(setup.solver, o.window)
+        return start_step, chunk_step, trace_search(problem, setup.layout.dtype, start_step, one)
+
+    # A refit of the same model reuses its steps (and so its compiled programs) and traces.
+    start_step, chunk_step, traces = setup.programs.get("steps", steps)
+    identity = search_identity(problem, setup.layout.dtype, traces, setup.identity_config())
+    checkpoints = None
+    if o.checkpoint_dir is not None:
+        checkpoints = SearchCheckpoints.in_folder(
+            o.checkpoint_dir,
+            o.checkpoint_every,
+            identity,
+            n_steps=o.n_steps,
+            stride=o.history_stride,
+        )
+        if setup.resume:
+            checkpoints.check(ignore=("starts",))  # the starts are known once planned
+    return Traced(start_step, chunk_step, identity, checkpoints)
+
+
+def plan(setup: Setup) -> StartPlan:
+    """Every slot's start: the user's, then the strategy's (filtered by default); the whole
+    plan, then a part's slots of it."""
+    o = setup.options
+    assert o.n_candidates is not None and o.filter_batch_size is not None  # resolved by o
+    with CompileCounter() as compiles:
+        start_plan = plan_starts(
+            setup.problem,
+            setup.layout.dtype,
+            n_starts=o.n_starts,
+            strategy=o.start_strategy,
+            band=o.start_band,
+            n_candidates=o.n_candidates,
+            max_candidates=o.max_candidates,
+            # MULTISTART_MAX_BATCH caps the filter's width too: the retry knob after a memory
+            # failure
+            filter_width=cap_width(o.filter_batch_size, o.n_candidates, max_batch_from_env()),
+            seed=o.seed,
+            user=setup.user,
+            programs=setup.programs,
+        )
+    start_plan.stats.update(
+        n_filter_compiles=compiles.count(FILTER_NAME),
+        n_cache_hits=sum(compiles.cache_hits.values()),
+        n_compiles_total=compiles.total,
+    )
+    return select_part(start_plan, setup.part)
+
+
+def restore(setup: Setup, engine: Engine, state: RunState) -> RunState:
+    """The newest checkpoint's state when resuming, made ready to step; else ``state``."""
+    if engine.checkpoints is None or not setup.resume:
+        return state
+    restored = engine.checkpoints.restore(state)
+    if restored is None:
+        log.logger.info("no checkpoint in %s yet: starting afresh", setup.options.checkpoint_dir)
+        return state
+    return resume(engine, restored)
+
+
+def run(search, objective, space=None, *, starts=None, resume: bool = False, part=None) -> Result:
+    """One fit of ``search`` (see :meth:`multistart.MultiStartGradient.fit`).
+
+    In a job of several JAX processes (:func:`multistart.device.distributed.initialize`) a fit
+    without ``part=`` either runs part ``(process_index, process_count)`` in each process and
+    merges them, or runs on one mesh over every process's devices
+    (:func:`multistart.host.split.over_processes`); either way every process returns the
+    whole Result.
+    """
+    mode, why = over_processes(search.options) if part is None else (None, None)
+    if mode == "split":
+        part = (jax.process_index(), jax.process_count())
+    with first_process_logs():
+        mesh = mode == "mesh"
+        setup = prepare(search, objective, space, starts, resume, part, every_process=mesh)
+        if mesh:
+            log.logger.info(
+                "a job of %d processes: the search runs on one mesh over every process's "
+                "devices, as %s",
+                jax.process_count(),
+                why,
+            )
+        traced = identify(setup)
+        start_plan = plan(setup)
+        with CompileCounter() as compiles:
+            engine, state = build(setup, start_plan, traced)
+            state = restore(setup, engine, state)
+            with signals_to_flag() as flag:
+                state = iterate(engine, state, flag)
+            result = assemble(setup, start_plan, engine, state, compiles)
+        if mode == "split":
+            result = merge_over_processes(result, setup.problem)
+        elif mesh:
+            result.stats["n_processes"] = jax.process_count()
+        log_end(result)
+    _raise_if_stopped_early(state, result)
+    return result
+
+
+def _raise_if_stopped_early(state: RunState, result: Result) -> None:
+    """A failed checkpoint or a signal stopped the search: raise, with the result so far."""
+    if state.error is not None:
+        state.error.result = result  # type: ignore[attr-defined]  # a CheckpointError's
+        raise state.error
+    if state.stop is not None and state.stop.interrupted:
+        where = f"; checkpoint of step {state.saved[-1]}" if state.saved else ""
+        raise SearchInterrupted(
+            f"search stopped by {state.stop} at step {state.step}{where}; "
+            "the partial result is in .result",
+            result=result,
+            checkpoint=state.saved[-1] if state.saved else None,
+            reason=state.stop.value,
+        )

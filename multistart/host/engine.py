@@ -1,0 +1,279 @@
+"""What a fit is made of: its :class:`Setup` (known before any compile), its :class:`Traced`
+step, and the :class:`Engine` built from them: what never changes while the search runs.
+
+:func:`build` makes the engine and the first :class:`multistart.host.run_state.RunState`: the
+population on its devices, the sweeper at the batch width chosen for it, what refills ended
+starts' slots, the checkpoints and the rules of the syncs. The host loop
+(:func:`multistart.host.iterate.iterate`) then threads the state through the engine.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any
+
+import jax
+import numpy as np
+
+from ..common import log
+from ..common.digest import starts_hash
+from ..common.status import Status
+from ..device.backends import BACKENDS, Backend
+from ..device.chunking import pad_rows
+from ..device.layout import Layout
+from ..device.programs import Programs
+from ..device.step import PopState, init_population
+from ..device.sweeper import Sweeper
+from ..model.problem import Problem
+from ..result.minima import default_tolerances
+from ..solvers import Solver
+from ..starts.refill import Lineage, Refiller
+from ..starts.strategies import StartPlan
+from ..starts.tiktak import Discoveries, TikTakQueue
+from ..width.choice import WidthChoice, resolve_width
+from ..width.env import auto_mode_from_env, budget_from_env, max_batch_from_env
+from .checkpoint import SearchCheckpoints
+from .config import SearchConfig
+from .decide import Rules
+from .identity import SearchIdentity
+from .run_state import RunState
+from .split import Part
+
+__all__ = ["Setup", "Traced", "Engine", "build"]
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What a fit knows before it compiles anything."""
+
+    options: SearchConfig
+    solver: Solver
+    config: dict  # the search's configuration as plain values (what the Result records)
+    problem: Problem
+    layout: Layout
+    user: Any  # the user's starts (physical, leading axis) or None
+    resume: bool
+    t_start: float
+    part: Part | None  # fit(..., part=(i, k)): only these slots of the plan run
+    devices: list  # where the starts run (a mesh if several)
+    programs: Programs  # the jitted functions, kept for a refit of the same model
+
+    def identity_config(self, start_plan: StartPlan | None = None) -> dict:
+        """The configuration the identity (and so a checkpoint) records."""
+        config = dict(self.config)
+        if start_plan is not None:
+            config["starts"] = starts_hash(start_plan.x0)
+        if self.part is not None:  # each part's checkpoints are its own
+            config["part"] = [self.part.index, self.part.count]
+        if len(self.devices) > 1:  # the population's padded layout is the device count's
+            config["n_devices"] = len(self.devices)
+        return config
+
+
+@dataclass(frozen=True)
+class Traced:
+    """The search's step, traced but not compiled, and its identity."""
+
+    start_step: Any  # one start's step
+    chunk_step: Any  # the compiled chunk's body
+    identity: SearchIdentity  # without the plan's starts until build() adds them
+    checkpoints: SearchCheckpoints | None
+
+
+@dataclass(frozen=True)
+class Engine:
+    """What never changes while a search runs: how it steps, refills, checkpoints and decides.
+
+    Attributes:
+      sweeper: the only object that steps the population (one sweep: every running start).
+      layout: the parameters' layout in the population.
+      u0: the starts, unconstrained, in that layout (the population's first ``n`` rows).
+      n: the starts (rows of the population past ``n`` pad it for a mesh of devices).
+      rules: the rules of the syncs' decisions.
+      refiller: what gives freed slots new starts (``None``: none do).
+      checkpoints: the search's checkpoints (``None``: it writes none).
+      identity: the search's identity (model, rule, configuration).
+      choice: the batch width and how it was chosen.
+      options: the search's options (``n_steps``, ``sync_every``, the budgets, the display).
+      t_start: when ``fit`` was called (``time.perf_counter``).
+    """
+
+    sweeper: Sweeper
+    layout: Layout
+    u0: Any
+    n: int
+    rules: Rules
+    refiller: Refiller | None
+    checkpoints: SearchCheckpoints | None
+    identity: SearchIdentity
+    choice: WidthChoice
+    options: SearchConfig
+    t_start: float
+
+    @property
+    def together(self) -> bool:
+        """On a mesh over several processes every process must sync at the same steps (a sync
+        is a collective): no clock and no signal decides when, only the step count."""
+        return self.sweeper.spans_processes
+
+
+def build(setup: Setup, start_plan: StartPlan, traced: Traced) -> tuple[Engine, RunState]:
+    """The engine (the population's sweeper at its chosen width, what refills ended starts,
+    the checkpoints) and the state before the first step."""
+    o, layout = setup.options, setup.layout
+    n = start_plan.started.size  # a part's slots
+    identity = traced.identity.with_config(setup.identity_config(start_plan))
+    checkpoints = traced.checkpoints
+    if checkpoints is not None:
+        checkpoints = replace(checkpoints, identity=identity)
+        if setup.resume:
+            checkpoints.check()  # other starts (user starts=) than the checkpoint's
+    u0 = layout.starts(start_plan.x0)
+    status0 = np.where(start_plan.started, Status.RUNNING.code, Status.UNSTARTED.code)
+    pop, backend = _population(setup, traced.chunk_step, u0, status0)
+    choice = _width(setup, backend, pop, traced, n)
+    sweeper = Sweeper(backend, choice.width)
+    _log_start(setup, n, choice, sweeper)
+    refiller = _refiller(setup, start_plan, choice.width, backend.n_total)
+    rules = Rules(
+        target_fom=o.target_fom,
+        max_evals=o.max_evals,
+        refills=frozenset() if refiller is None else refiller.refills,
+        checkpoints=checkpoints is not None,
+        halving=o.halving,
+    )
+    engine = Engine(
+        sweeper, layout, u0, n, rules, refiller, checkpoints, identity, choice, o, setup.t_start
+    )
+    lineage = None if refiller is None else Lineage.start(u0)
+    return engine, RunState.start(pop, o.halving, lineage)
+
+
+def _population(setup: Setup, chunk_step, u0, status0) -> tuple[PopState, Backend]:
+    """The initial population on the search's devices, and its backend (no width yet).
+
+    On several devices each holds an equal block of rows: the population is padded with inert
+    rows (never started, never in the Result).
+    """
+    o = setup.options
+    n, n_dev = len(status0), len(setup.devices)
+    n_pop = n_dev * math.ceil(n / n_dev)
+    if n_pop > n:
+        u0 = jax.tree_util.tree_map(lambda a: pad_rows(np.asarray(a), n_pop - n), u0)
+    status = np.concatenate([status0, np.full(n_pop - n, Status.UNSTARTED.code)]).astype(np.int8)
+    n_rows = math.ceil(o.n_steps / o.history_stride)  # of history
+
+    def init(solver=setup.solver, window=o.window):  # not setup: kept, it would keep the data
+        return jax.jit(lambda u, st: init_population(solver, u, n_rows, window, status=st))
+
+    pop = setup.programs.get(("init", n_rows, o.window), init)(u0, status)
+    backend = BACKENDS[o.backend](
+        chunk_step,
+        n_total=n_pop,
+        data=setup.problem.data,  # the backend places it on its device(s)
+        pop=pop,
+        rows=np.flatnonzero(status == Status.RUNNING.code),
+        devices=setup.devices if n_dev > 1 else None,
+        programs=setup.programs,
+    )
+    return backend.place(pop), backend
+
+
+def _width(setup: Setup, backend: Backend, pop, traced: Traced, n: int) -> WidthChoice:
+    """The batch width (per device), the same in every process of a job."""
+    o = setup.options
+    n_starts = math.ceil(n / backend.n_devices)  # per device
+    device = next(d for d in setup.devices if d.process_index == jax.process_index())
+    env = (max_batch_from_env(), budget_from_env(), auto_mode_from_env())
+    made: list[bool] = []  # resolve_width ran in this fit
+
+    def choose() -> WidthChoice:
+        made.append(True)
+        return resolve_width(
+            o.batch_size,
+            backend,
+            pop,
+            n_starts=n_starts,
+            device=device,
+            start_step=traced.start_step,
+            backend_name=o.backend,
+            program_hash=traced.identity.program,  # lowered once, for the identity
+            n_steps=o.n_steps,  # "auto" times widths only where the fit pays for it
+        )
+
+    first = setup.programs.get(("width", o.batch_size, n_starts, str(device), env), choose)
+    # A refit of the same model keeps the width its first fit chose (and so its program).
+    choice = first if made else _kept(first)
+    if backend.spans_processes:  # every process must step the same program: process 0's width
+        from jax.experimental import multihost_utils
+
+        width = int(multihost_utils.broadcast_one_to_all(np.int32(choice.width)))
+        choice = replace(choice, width=width)
+    return choice
+
+
+def _kept(choice: WidthChoice) -> WidthChoice:
+    """``choice``, made by an earlier fit of the same model, as this fit's: nothing timed or
+    compiled to choose it."""
+    info = {**choice.info, "selected_by": f"{choice.info.get('selected_by')} (earlier fit)"}
+    return replace(choice, info={**info, "decide_s": 0.0}, n_tune_compiles=0, select_s=0.0)
+
+
+def _log_start(setup: Setup, n: int, choice: WidthChoice, sweeper: Sweeper) -> None:
+    o, n_dev = setup.options, len(setup.devices)
+    how = "" if choice.info.get("selected_by") == "explicit" else f" (batch_size={o.batch_size!r})"
+    log.logger.log(
+        log.routine_level(),
+        "fitting %s: %d starts%s x %d parameters, %s, %d starts a chunk%s%s%s%s",
+        setup.problem.name,
+        n,
+        "" if setup.part is None else setup.part.words(o.n_starts),
+        setup.problem.space.n_dims,
+        setup.config["search"],
+        choice.width,
+        how,
+        " per device" if n_dev > 1 else "",
+        ", scan backend" if o.backend == "scan" else "",
+        f", {n_dev} {setup.devices[0].platform} devices" if n_dev > 1 else "",
+    )
+    log.logger.debug(
+        "compiled the chunk step (width %d, %d chunks) in %.2f s",
+        choice.width,
+        math.ceil(n / sweeper.n_devices / choice.width),
+        sweeper.compile_s,
+    )
+
+
+def _refiller(setup: Setup, start_plan: StartPlan, width: int, n_rows: int) -> Refiller | None:
+    """What gives ended starts' slots new starts: resurrection's reserve, TikTak's queue, or
+    nothing. A slot the halving schedule pruned takes the next start too."""
+    o, layout = setup.options, setup.layout
+    reserve = start_plan.reserve
+    if not (o.resurrect or o.tiktak) or reserve is None:
+        return None
+    kw: dict[str, Any] = dict(
+        solver=setup.solver,
+        window=o.window,
+        width=width,
+        n_rows=n_rows,
+        to_u=layout.to_unconstrained,
+        to_x=layout.to_physical,
+        programs=setup.programs,
+    )
+    ended = {Status.NONFINITE.code, Status.PRUNED.code}
+    if not o.tiktak:
+        return Refiller(reserve, ended, **kw)
+    discoveries = None
+    if o.max_discoveries is not None:
+        xtol, ftol = default_tolerances(layout.dtype, setup.config["convergence"])
+        discoveries = Discoveries(o.max_discoveries, xtol=xtol, ftol=ftol)
+    queue = TikTakQueue(  # the filter's other finite candidates, best first, blended
+        getattr(reserve, "x", None),
+        layout.space,
+        n_local=o.n_local or 0,  # resolved with start_strategy="tiktak"
+        n_first=int(np.sum(start_plan.started)),
+        discoveries=discoveries,
+    )
+    local_search_ended = {Status.CONVERGED.code, Status.STALLED.code, Status.MAX_STEPS.code}
+    return Refiller(queue, ended | local_search_ended, **kw)

@@ -1,0 +1,146 @@
+"""One identity for "the same search of the same model", shared by checkpoints and tuning.
+
+A search is identified by three hashes, each stable across processes:
+
+- ``model``: the lowered figure of merit (StableHLO text, which holds no Python object
+  addresses), every array it captures, its data, the space and the dtype;
+- ``rule``: the lowered per-start step, which holds the model and the rule with its
+  hyperparameters (an optax learning rate is a constant of the program), the guard and the
+  convergence settings, plus the arrays the step captures;
+- ``config``: the search's configuration as JSON, without ``n_steps`` (a search may be resumed
+  with a larger one; the checkpoint records it separately).
+
+The identity also keeps the values behind the hashes that a person can read (the rule's name
+and hyperparameters, the configuration), so a mismatch can say what differs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field, replace
+from typing import Any, NamedTuple
+
+import jax
+import numpy as np
+
+from ..common.digest import hash_array, trace_text
+from ..model.problem import datum
+from .config import SearchConfig
+
+__all__ = [
+    "SearchIdentity",
+    "Traces",
+    "trace_search",
+    "search_identity",
+    "describe_difference",
+    "config_hash",
+]
+
+
+@dataclass(frozen=True)
+class SearchIdentity:
+    """The three hashes of a search, and what a person needs to read a difference."""
+
+    model: str
+    rule: str
+    config: str
+    program: str  # the lowered step's hash alone (the tuning record's key uses it)
+    values: dict[str, Any] = field(default_factory=dict)
+
+    def hashes(self) -> dict[str, str]:
+        return {"model": self.model, "rule": self.rule, "config": self.config}
+
+    def record(self) -> dict[str, Any]:
+        """What a checkpoint stores: the hashes and the readable values."""
+        return {**self.hashes(), "values": self.values}
+
+    def with_config(self, config: dict) -> SearchIdentity:
+        """The same model and rule under another configuration (the plan's starts added)."""
+        values = json.loads(json.dumps(config, default=str))
+        return replace(self, config=config_hash(values), values=values)
+
+
+def _comparable(config: dict, ignore=()) -> dict:
+    # options a resumed search may change (budgets, width, display: config.OnResume)
+    return {k: v for k, v in config.items() if not SearchConfig.resumable(k) and k not in ignore}
+
+
+def config_hash(config: dict) -> str:
+    """The ``config`` hash of an identity: its JSON values, less the options a resumed search
+    may change."""
+    values = json.loads(json.dumps(config, default=str))
+    return hashlib.sha256(json.dumps(_comparable(values), sort_keys=True).encode()).hexdigest()[:32]
+
+
+class Traces(NamedTuple):
+    """The lowered figure of merit and per-start step, each ``(text, captured arrays)``: what
+    an identity hashes besides the data's values and the configuration (the same for a refit
+    of new data of the same shapes, so a refit may reuse them)."""
+
+    fom: tuple[str, list]
+    step: tuple[str, list]
+
+
+def trace_search(problem, dtype, start_step, one_start) -> Traces:
+    """One trace each of the figure of merit and of the step (tracing a large model is not
+    free), for one row's data (one dataset of a stack)."""
+    data = datum(problem)
+    return Traces(
+        trace_text(problem.fom, problem.space.example(dtype), data),
+        trace_text(start_step, one_start, data),
+    )
+
+
+def search_identity(problem, dtype, traces: Traces, config: dict) -> SearchIdentity:
+    """The identity of fitting ``problem`` with the step of ``traces`` under ``config``."""
+    model = hashlib.sha256()
+    model.update(repr(problem.space).encode())
+    model.update(str(np.dtype(dtype)).encode())
+    text, consts = traces.fom
+    model.update(text.encode())
+    for const in consts:
+        hash_array(model, const)
+    for leaf in jax.tree_util.tree_leaves(problem.data):
+        hash_array(model, leaf)
+    text, consts = traces.step
+    program = hashlib.sha256(text.encode()).hexdigest()
+    rule = hashlib.sha256(program.encode())
+    rule.update(model.hexdigest().encode())
+    for const in consts:
+        hash_array(rule, const)
+    values = json.loads(json.dumps(config, default=str))
+    return SearchIdentity(
+        model=model.hexdigest()[:32],
+        rule=rule.hexdigest()[:32],
+        config=config_hash(values),
+        program=program,
+        values=values,
+    )
+
+
+def describe_difference(old: dict, new: SearchIdentity, ignore=()) -> str | None:
+    """What differs between a stored identity record and ``new``, in words (``None``: same).
+
+    ``ignore``: configuration keys not compared (``"starts"`` before the plan is made).
+    """
+    if old.get("model") != new.model:
+        return "another model (its figure of merit, data, space or dtype differ)"
+    before = _comparable(old.get("values", {}), ignore)
+    after = _comparable(new.values, ignore)
+    same = before == after if ignore else old.get("config") == new.config
+    if not same:
+        keys = sorted(set(before) | set(after))
+        changed = [
+            f"{k} {before.get(k)!r} -> {after.get(k)!r}"
+            for k in keys
+            if before.get(k) != after.get(k)
+        ]
+        return "another configuration (" + ("; ".join(changed) or "its settings differ") + ")"
+    if old.get("rule") != new.rule:
+        return (
+            f"another rule or hyperparameters ({before.get('rule')!r} "
+            f"{before.get('hyperparameters')!r} -> {after.get('rule')!r} "
+            f"{after.get('hyperparameters')!r}; the compiled step differs)"
+        )
+    return None

@@ -1,0 +1,217 @@
+"""The host loop: one run state threaded through every step, and every sync's decision applied.
+
+::
+
+    while state.stop is None:
+        state = sweep(engine, state)                # every running start, one step, on the device
+        if a sync is due (Due):
+            state, reading = read(engine, state)    # statuses, bests, evaluations, clock, signals
+            state = apply(engine, state, decide(reading, engine.rules))  # pure (decide.py)
+
+:class:`RunState` (:mod:`multistart.host.run_state`) is everything that changes while the search
+runs; the :class:`Engine` is everything that does not. A search resumed from a checkpoint
+makes the pruning and refills its run left pending through the same :func:`apply`
+(:func:`resume`).
+
+Results never depend on when the host syncs (a start that ended is frozen on the device),
+except for what the host decides at a sync: pruning and refilling happen on the
+``sync_every`` schedule alone, so they are deterministic for a seed and independent of
+``batch_size``.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import jax
+import numpy as np
+
+from ..common import log
+from ..common.status import Status
+from ..device.distributed import agree_max
+from .checkpoint import CheckpointError
+from .decide import Decision, Due, Reading, StopReason, decide, resumed
+from .engine import Engine
+from .progress import Display
+from .run_state import RunState
+
+__all__ = ["iterate", "sweep", "read", "apply", "resume", "SignalFlag", "signals_to_flag"]
+
+_PRUNED = Status.PRUNED.code
+_SIGNAL_CODES = {"SIGINT": 1, "SIGTERM": 2}  # agreed across processes as the largest code
+_SIGNAL_NAMES = {v: k for k, v in _SIGNAL_CODES.items()}
+
+
+def iterate(engine: Engine, state: RunState, flag: SignalFlag) -> RunState:
+    """Step until every start ended, ``n_steps``, a budget or a signal; the state returned says
+    why it stopped (``state.stop``). ``flag`` is where the signal handler notes a signal."""
+    display = Display(engine.options, n=engine.n, initial=state.step)
+    first = state.step + 1
+    try:
+        while state.stop is None and state.step < engine.options.n_steps:
+            state = sweep(engine, state)
+            display.swept(engine.sweeper.rows.size)
+            due = _due(engine, state.step, first, display, flag)
+            if due.sync:
+                state, reading = read(engine, state, due, flag)
+                state = apply(engine, state, decide(reading, engine.rules), display)
+    finally:
+        display.close()
+    jax.block_until_ready(state.pop)
+    return state if state.stop is not None else state._replace(stop=StopReason.N_STEPS)
+
+
+def sweep(engine: Engine, state: RunState) -> RunState:
+    """One step of every running start (no host synchronisation)."""
+    pop = engine.sweeper.sweep(state.pop, state.step // engine.options.history_stride)
+    calls = state.n_chunk_calls + len(engine.sweeper.chunks)
+    return state._replace(pop=pop, step=state.step + 1, n_chunk_calls=calls)
+
+
+def _due(engine: Engine, step: int, first: int, display: Display, flag: SignalFlag) -> Due:
+    last = step == engine.options.n_steps
+    logging_due, drawing = display.due(step, last, engine.together)
+    checkpoints = engine.checkpoints
+    return Due(
+        first=step == first,
+        last=last,
+        logging=logging_due,
+        drawing=drawing,
+        checkpoint=checkpoints is not None and (checkpoints.due(step) or last),
+        signalled=flag.name is not None and not engine.together,
+        on_schedule=step % engine.options.sync_every == 0,
+    )
+
+
+def read(engine: Engine, state: RunState, due: Due, flag: SignalFlag) -> tuple[RunState, Reading]:
+    """What the host knows now: one transfer of the small per-start vectors (where a deferred
+    out-of-memory error shows), the clock and any signal (agreed by every process on a mesh
+    over several). The state comes back with the best so far noted."""
+    synced = engine.sweeper.sync(state.pop)
+    now = time.perf_counter() - engine.t_start
+    limit = engine.options.max_time_s
+    out_of_time, signal_name = limit is not None and now >= limit, flag.name
+    if engine.together:  # what any process saw, every process acts on
+        code, late = agree_max([_SIGNAL_CODES.get(signal_name or "", 0), out_of_time])
+        signal_name, out_of_time = _SIGNAL_NAMES.get(code), bool(late)
+    reading = _reading(engine, state, synced, due, signal=signal_name, out_of_time=out_of_time)
+    best_seen, evals_to_best = state.best_seen, state.evals_to_best
+    best = float(np.min(reading.best_fom, initial=np.inf))
+    if best < best_seen:
+        best_seen, evals_to_best = best, int(reading.n_evals.sum()) + reading.evals_replaced
+    state = state._replace(
+        pop=synced.pop,
+        best_seen=best_seen,
+        evals_to_best=evals_to_best,
+        first_step_s=now if due.first else state.first_step_s,
+    )
+    return state, reading
+
+
+def _reading(engine: Engine, state: RunState, synced, due: Due, **seen) -> Reading:
+    refiller, lineage = engine.refiller, state.lineage
+    return Reading(
+        step=state.step,
+        status=np.where(state.pruned, _PRUNED, np.asarray(synced.status)).astype(np.int8),
+        best_fom=np.asarray(synced.best_fom),
+        n_evals=np.asarray(synced.n_evals),
+        due=due,
+        evals_replaced=0 if lineage is None else lineage.evals_replaced,
+        n_swept=engine.sweeper.rows.size,
+        available=0 if refiller is None else refiller.queue.available(),
+        rungs=state.rungs,
+        **seen,
+    )
+
+
+def apply(engine: Engine, state: RunState, d: Decision, display: Display | None = None) -> RunState:
+    """Carry out ``d``: prune, refill, report, checkpoint, repack. A stop found while applying
+    it (TikTak's rediscovery rule, a failed checkpoint) is the state's ``stop``."""
+    pruned = state.pruned
+    if d.prune.size or d.refill.size:
+        pruned = pruned.copy()
+        pruned[d.prune] = True
+    pop, lineage, refiller = state.pop, state.lineage, engine.refiller
+    if refiller is not None and lineage is not None and (d.refill.size or d.short):
+        pop, lineage = refiller.refill(pop, lineage, d.refill, d.short, state.step, d.ended)
+        pruned[d.refill] = False
+        if d.refill.size:
+            engine.sweeper.rebase(pop)  # a back-off must not replay over the new starts
+        reason = refiller.queue.stop_reason
+        if reason is not None:
+            d = d.stopping(StopReason(reason), engine.rules)
+    state = state._replace(
+        pop=pop, pruned=pruned, lineage=lineage, rungs=d.rungs, pending=d.pending, stop=d.stop
+    )
+    if display is not None and (d.report or engine.together):
+        extra = "" if state.rungs is None else state.rungs.occupancy(d.status)
+        display.report(state.step, state.best_seen, d.status, extra)
+    if d.checkpoint and engine.checkpoints is not None:
+        try:
+            engine.checkpoints.save(state)
+        except CheckpointError as exc:
+            return state._replace(stop=StopReason.CHECKPOINT_FAILED, error=exc)
+        state = state._replace(saved=(*state.saved, state.step))
+    if d.rows is not None:
+        engine.sweeper.set_rows(d.rows)
+    return state
+
+
+def resume(engine: Engine, state: RunState) -> RunState:
+    """A state restored from a checkpoint, made ready to step: on the devices, the queue where
+    it stood, the pruning and refills its run left pending made now (:func:`apply`, as the
+    uninterrupted run made them), and the running starts swept."""
+    pop = engine.sweeper.place(state.pop)
+    engine.sweeper.rebase(pop)
+    state = state._replace(pop=pop)
+    if engine.refiller is not None and state.lineage is not None:
+        engine.refiller.resume(state.lineage)
+    reading = _reading(engine, state, engine.sweeper.sync(pop), Due(on_schedule=True))
+    return apply(engine, state, resumed(reading, engine.rules, state.pending))
+
+
+# -- signals ------------------------------------------------------------------------------------
+
+
+class SignalFlag:
+    """The first SIGINT/SIGTERM's name, set by the handler (``None`` until one arrives)."""
+
+    def __init__(self) -> None:
+        self.name: str | None = None
+
+
+@contextmanager
+def signals_to_flag() -> Iterator[SignalFlag]:
+    """While the loop runs, the first Ctrl-C or SIGTERM only asks it to stop.
+
+    The loop then finishes its step, writes a checkpoint and raises SearchInterrupted with the
+    partial result; a second Ctrl-C interrupts at once. Signal handlers can only be set from
+    the main thread; elsewhere the default behaviour stays. A signal the process ignores (a
+    job started in the background or under ``nohup``) stays ignored.
+    """
+    flag = SignalFlag()
+    if threading.current_thread() is not threading.main_thread():
+        yield flag
+        return
+
+    def handler(signum, frame):
+        name = signal.Signals(signum).name
+        if flag.name is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        flag.name = name
+        log.logger.warning("%s: stopping after this step (again to stop at once)", name)
+
+    previous = {
+        sig: signal.signal(sig, handler)
+        for sig in (signal.SIGINT, signal.SIGTERM)
+        if signal.getsignal(sig) is not signal.SIG_IGN
+    }
+    try:
+        yield flag
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)

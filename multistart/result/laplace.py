@@ -1,0 +1,392 @@
+"""Parameter uncertainties from the curvature of the figure of merit (the Laplace approximation).
+
+Near a minimum ``x*`` of a figure of merit ``F = -2 log L`` (a chi-squared, or this project's
+graph figure of merit ``-2 (log L + log prior)``), ``L`` is approximately Gaussian with
+covariance ``C = 2 H^-1``, ``H`` the Hessian of ``F`` at ``x*`` in physical coordinates. The
+Hessian is computed by JAX (forward-over-reverse, exact to rounding), never by differences.
+For a least-squares problem the covariance is ``scipy.optimize.curve_fit``'s instead
+(:func:`residual_laplace`).
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.flatten_util import ravel_pytree
+
+from ..model.problem import Problem, as_problem, check_objective
+
+__all__ = [
+    "KINDS",
+    "Laplace",
+    "laplace",
+    "residual_laplace",
+    "laplace_problem",
+    "flat_names",
+    "hessian_function",
+    "unflatten_like",
+]
+
+#: Covariance = ``SCALE * H^-1`` for a figure of merit of the form ``-2 log L`` (chi-squared).
+CHI2_SCALE = 2.0
+
+#: What ``Laplace.hessian`` is: the Hessian of the figure of merit (the Laplace approximation),
+#: or for a sum of squared residuals its Gauss-Newton ``2 JᵀJ`` (curve_fit's ``(JᵀJ)⁻¹``).
+KINDS = ("hessian", "gauss-newton")
+
+
+@dataclass(frozen=True)
+class Laplace:
+    """The Laplace approximation at one point.
+
+    Attributes:
+      params: the point (a params pytree, physical).
+      covariance: ``(n, n)`` covariance of the raveled physical parameters in the order of
+        ``names`` (the space's as written, arrays raveled in C order); ``nan`` rows and columns
+        for parameters in a singular or negative-curvature direction.
+      names: the flat parameter names: ``"sigma"``, or ``"flux[1]"`` for an array element.
+      hessian: ``(n, n)`` Hessian of the figure of merit at ``params`` (for ``kind``
+        ``"gauss-newton"`` its Gauss-Newton approximation ``2 JᵀJ``).
+      scale: covariance = ``scale * hessian^-1`` (2 for a chi-squared figure of merit; for a
+        least-squares problem ``2 s²``, ``s²`` 1 with ``absolute_sigma`` else the reduced χ²).
+      errors: the 1-sigma errors ``sqrt(diag(covariance))`` as the params pytree.
+      kind: one of :data:`KINDS`.
+      absolute_sigma: ``True``: the covariance as the figure of merit gives it (a χ² with the
+        data's own errors); ``False``: scaled by the reduced χ² (curve_fit's default).
+      dof: the degrees of freedom ``m - n``, where the number of data ``m`` is known.
+      reduced_chi2: the figure of merit over ``dof`` at ``params``, where ``dof`` is known.
+    """
+
+    params: Any
+    covariance: np.ndarray
+    names: tuple[str, ...]
+    hessian: np.ndarray
+    scale: float
+    errors: Any
+    kind: str = "hessian"
+    absolute_sigma: bool = True
+    dof: int | None = None
+    reduced_chi2: float | None = None
+
+    @property
+    def convention(self) -> str:
+        """Which covariance this is, in words (what a report and the docs name)."""
+        what = "2 H⁻¹ of the figure of merit" if self.kind == "hessian" else "(JᵀJ)⁻¹"
+        if self.absolute_sigma:
+            how = "as it is (absolute_sigma=True: the data's own errors)"
+        else:
+            chi2 = "nan" if self.reduced_chi2 is None else f"{self.reduced_chi2:.6g}"
+            how = f"scaled by the reduced χ² {chi2} (absolute_sigma=False)"
+        return f"{what}, {how}"
+
+    @property
+    def std(self) -> np.ndarray:
+        """1-sigma errors as one vector in the order of ``names``."""
+        return np.sqrt(np.diag(self.covariance))
+
+    @property
+    def correlation(self) -> np.ndarray:
+        """``(n, n)`` correlation matrix (``nan`` where an error is ``nan``)."""
+        s = self.std
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return self.covariance / np.outer(s, s)
+
+    def __repr__(self) -> str:
+        flat, _ = jax.tree_util.tree_flatten_with_path(self.params)
+        paths = [".".join(str(getattr(k, "key", k)) for k in path) for path, _ in flat]
+        names = flat_names(paths, [np.shape(v) for _, v in flat])
+        value = dict(zip(names, flat_values(self.params), strict=True))
+        rows = [
+            f"  {n} = {_num(value[n])} +/- {_num(e)}"
+            for n, e in zip(self.names, self.std, strict=True)
+        ]
+        head = "Laplace(" if self.kind == "hessian" else f"Laplace(kind={self.kind!r},"
+        return head + "\n" + "\n".join(rows) + "\n)"
+
+
+def laplace(objective, space=None, params=None, *, scale: float = CHI2_SCALE) -> Laplace:
+    """The covariance of the parameters at ``params`` from the Hessian of the figure of merit.
+
+    ``covariance = scale * H^-1``, ``H`` the Hessian of the figure of merit in physical
+    coordinates at ``params``. The default ``scale=2`` is right for a figure of merit that is
+    ``-2 log L`` up to a constant (a chi-squared with the data's standard deviations, or a
+    :class:`multistart.FactorGraphModel`, whose prior's curvature is then included). Otherwise
+    scale it: ``scale=1`` for ``-log L``; ``2 * S / (m - n)`` for an unweighted sum of squares
+    ``S`` of ``m`` points and ``n`` parameters.
+
+    Computed in the current default float type (one compile). Directions where the Hessian is
+    singular or not positive definite give ``nan`` errors for their parameters, with a
+    ``RuntimeWarning`` naming them; the others keep their errors.
+
+    Args:
+      objective: the figure of merit ``objective(params) -> scalar`` (then ``space`` is its
+        space), or a :class:`multistart.FactorGraphModel` (then omit ``space``:
+        ``laplace(graph, params)``), or a least-squares problem
+        (``MultiStartLeastSquares(...).problem(residuals, space)``, then omit ``space``),
+        whose covariance is curve_fit's (:func:`residual_laplace`; ``scale`` does not apply).
+      space: a (nested) dict of priors: it fixes the parameters' order and shapes.
+      params: the point, a params pytree (usually ``result.best_params``).
+      scale: the covariance is ``scale * H^-1``.
+
+    Returns:
+      A :class:`Laplace` with ``covariance``, ``errors`` (the params pytree), ``correlation``
+      and ``names``.
+
+    Raises:
+      TypeError / ValueError: bad arguments, or ``params`` not shaped as the space.
+
+    Example:
+      >>> import jax.numpy as jnp, multistart as ms
+      >>> space = {"a": ms.Uniform(-5.0, 5.0), "b": ms.Uniform(-5.0, 5.0)}
+      >>> chi2 = lambda p: ((p["a"] - 1) / 0.5) ** 2 + ((p["b"] + p["a"]) / 2.0) ** 2
+      >>> fit = ms.laplace(chi2, space, {"a": 1.0, "b": -1.0})
+      >>> [round(float(e), 4) for e in fit.std]
+      [0.5, 2.0616]
+    """
+    if getattr(objective, "multistart_problem", None) is not None and params is None:
+        space, params = None, space  # laplace(graph, params)
+    if params is None:
+        raise TypeError("laplace needs the point: laplace(objective, space, params)")
+    problem = as_problem(objective, space)
+    dtype = jax.dtypes.canonicalize_dtype(jnp.float64)
+    check_objective(problem, dtype, "multistart.laplace")
+    if _is_residual(problem) and scale != CHI2_SCALE:
+        raise ValueError(
+            "scale does not apply to a least-squares problem: its covariance is scaled by its "
+            "absolute_sigma (1, or the reduced chi-squared)"
+        )
+    return laplace_problem(problem, params, hessian_function(problem), scale=scale)
+
+
+def _is_residual(problem) -> bool:
+    return getattr(problem, "residuals", None) is not None
+
+
+def hessian_function(problem: Problem):
+    """``jit(hessian)`` of the figure of merit over one start's raveled physical vector.
+
+    Made once per problem, so the errors of many minima cost one compile. For a least-squares
+    problem: :func:`_residual_curvature`.
+    """
+    if _is_residual(problem):
+        return _residual_curvature(problem)
+    space = problem.space
+
+    def fom_flat(vec, data):
+        return problem.fom(space.unravel(vec), data)
+
+    def curvature(vec, data):
+        return jax.hessian(fom_flat)(vec, data), fom_flat(vec, data)
+
+    return jax.jit(curvature)
+
+
+def laplace_problem(problem: Problem, params, hess_fn, *, scale: float = CHI2_SCALE) -> Laplace:
+    """:func:`laplace` for a :class:`Problem` with a prepared :func:`hessian_function`."""
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0:
+        raise ValueError(f"scale must be a number > 0; got {scale!r}")
+    if _is_residual(problem):
+        return residual_laplace(problem, params, hess_fn)
+    space = problem.space
+    dtype = jax.dtypes.canonicalize_dtype(jnp.float64)
+    vec = _ravel_point(space, params)
+    names = tuple(flat_names(space.paths, [p.shape for p in space.priors]))
+    hess, value = hess_fn(jnp.asarray(vec, dtype), problem.data)
+    hess = np.asarray(hess, dtype=np.float64)
+    m = getattr(problem, "n_data", None)
+    s2 = _reduced_chi2(problem, float(value), m, vec.size)
+    sigma = dict(absolute_sigma=problem.absolute_sigma, dof=None if m is None else m - vec.size)
+    sigma["reduced_chi2"] = None if m is None or m <= vec.size else float(value) / (m - vec.size)
+    factor = float(scale) * (1.0 if problem.absolute_sigma else s2)
+    return _from_hessian(problem, space, params, vec, names, hess, factor, "hessian", **sigma)
+
+
+def _reduced_chi2(problem, value: float, m: int | None, n: int) -> float:
+    """``value / (m - n)`` where ``absolute_sigma=False`` asks for it; ``inf`` with a
+    ``RuntimeWarning`` where no degree of freedom is left (as curve_fit)."""
+    if problem.absolute_sigma or m is None:
+        return 1.0
+    if m > n:
+        return value / (m - n)
+    warnings.warn(
+        f"{problem.name!r}: {m} data for {n} parameters leave no degrees of freedom for the "
+        "reduced chi-squared: the covariance is inf (pass absolute_sigma=True if the figure of "
+        "merit is a chi-squared with the data's own errors)",
+        RuntimeWarning,
+        stacklevel=4,
+    )
+    return np.inf
+
+
+def _from_hessian(
+    problem, space, params, vec, names, hess, scale: float, kind: str, **sigma
+) -> Laplace:
+    """The :class:`Laplace` with covariance ``scale * hess⁻¹`` (nan in singular directions)."""
+    hess = 0.5 * (hess + hess.T)  # symmetric to rounding; exactly so for the eigensolver
+    dtype = jax.dtypes.canonicalize_dtype(jnp.float64)
+    inverse, bad = _safe_inverse(hess, np.finfo(dtype).eps)
+    if bad.any():
+        which = ", ".join(n for n, b in zip(names, bad, strict=True) if b)
+        warnings.warn(
+            f"the Hessian of {problem.name!r} at these params is singular or not positive "
+            f"definite in the directions of {which}: their errors are nan (not a minimum, or "
+            "parameters the figure of merit does not constrain)",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    cov = scale * inverse if np.isfinite(scale) else np.full_like(inverse, np.inf)
+    point = unflatten_like(space.unflatten(space.leaves(params)), vec)
+    errors = unflatten_like(point, np.sqrt(np.diag(cov)))
+    ends = np.cumsum([0] + [p.size for p in space.priors])
+    order = np.concatenate([np.arange(ends[i], ends[i + 1]) for i in space.written_order])
+    rows = np.ix_(order, order)  # from the engine's (sorted) order to the space's as written
+    names = tuple(names[i] for i in order)
+    return Laplace(point, cov[rows], names, hess[rows], scale, errors, kind, **sigma)
+
+
+def _residual_curvature(problem):
+    """``jit((vec, data) -> (hessian, ‖r‖², m))`` for a least-squares problem, the hessian
+    of its ``covariance`` kind: ``2 JᵀJ`` (Gauss-Newton) or the full Hessian of ``‖r‖²``."""
+    from ..solvers.base import linearize
+
+    space = problem.space
+
+    def flat(vec, data):
+        return ravel_pytree(problem.residuals(space.unravel(vec), data))[0]
+
+    def curvature(vec, data):
+        r, jac, _ = linearize(lambda v: flat(v, data), vec)
+        ssr = jnp.vdot(r, r)
+        if problem.covariance == "hessian":
+            return jax.hessian(lambda v: jnp.sum(flat(v, data) ** 2))(vec), ssr, r.size
+        return 2.0 * (jac.T @ jac), ssr, r.size
+
+    return jax.jit(curvature)
+
+
+def residual_laplace(problem, params, curvature_fn=None) -> Laplace:
+    """curve_fit's covariance of a least-squares problem at ``params``.
+
+    ``covariance = s² (JᵀJ)⁻¹`` (``kind="gauss-newton"``) or ``2 s² H⁻¹`` with ``H`` the full
+    Hessian of ``‖r‖²`` (``kind="hessian"``), in physical coordinates; ``s² = 1`` with the
+    problem's ``absolute_sigma``, else the reduced χ² ``‖r‖² / (m - n)`` (``inf``, with a
+    ``RuntimeWarning``, when ``m <= n``), as curve_fit's ``pcov``.
+
+    Args:
+      problem: a :class:`multistart.search.least_squares.ResidualProblem`.
+      params: the point, a params pytree (usually ``result.best_params``).
+      curvature_fn: :func:`hessian_function` of the problem, to reuse its compile.
+    """
+    space = problem.space
+    fn = hessian_function(problem) if curvature_fn is None else curvature_fn
+    dtype = jax.dtypes.canonicalize_dtype(jnp.float64)
+    vec = _ravel_point(space, params)
+    names = tuple(flat_names(space.paths, [p.shape for p in space.priors]))
+    hess, ssr, m = fn(jnp.asarray(vec, dtype), problem.data)
+    hess = np.asarray(hess, dtype=np.float64)
+    m, n = int(m), vec.size
+    s2 = 1.0
+    if not problem.absolute_sigma:
+        s2 = float(ssr) / (m - n) if m > n else np.inf
+        if m <= n:
+            warnings.warn(
+                f"{problem.name!r}: {m} residuals for {n} parameters leave no degrees of freedom "
+                "for the reduced chi-squared: the covariance is inf (pass absolute_sigma=True "
+                "if the residuals are normalised by known sigmas)",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+    kind = "hessian" if problem.covariance == "hessian" else "gauss-newton"
+    sigma = dict(absolute_sigma=problem.absolute_sigma, dof=m - n)
+    sigma["reduced_chi2"] = float(ssr) / (m - n) if m > n else None
+    return _from_hessian(problem, space, params, vec, names, hess, 2.0 * s2, kind, **sigma)
+
+
+def _safe_inverse(hess: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray]:
+    """``(H^-1, bad)``: the inverse on the positive-definite part; ``nan`` rows and columns
+    for the parameters (``bad``) in a zero, negative or non-finite curvature direction.
+
+    Scaled to unit diagonal first (so units do not pass for singularity), eigenvalues below
+    ``n * eps`` of the largest are bad (as ``numpy.linalg.matrix_rank`` judges), and so is a
+    parameter whose component in a bad direction exceeds ``sqrt(eps)``.
+    """
+    n = hess.shape[0]
+    diag = np.diag(hess)
+    bad = ~(np.isfinite(diag) & (diag > 0))
+    # A non-finite curvature's cross terms are often nan too (0 * inf): that parameter alone is
+    # bad; a non-finite cross term between two others makes both bad.
+    rest = hess[np.ix_(~bad, ~bad)]
+    bad[np.flatnonzero(~bad)] = ~np.all(np.isfinite(rest), axis=1)
+    good = np.flatnonzero(~bad)
+    inverse = np.full((n, n), np.nan)
+    if good.size:
+        d = 1.0 / np.sqrt(diag[good])
+        scaled = hess[np.ix_(good, good)] * np.outer(d, d)
+        lam, vec = np.linalg.eigh(scaled)
+        ok = lam > max(lam.max(initial=0.0), 0.0) * good.size * eps
+        ok &= lam > 0
+        involved = np.any(np.abs(vec[:, ~ok]) > np.sqrt(eps), axis=1)
+        sub = (vec[:, ok] / lam[ok]) @ vec[:, ok].T * np.outer(d, d)
+        sub[involved, :] = np.nan
+        sub[:, involved] = np.nan
+        inverse[np.ix_(good, good)] = sub
+        bad[good[involved]] = True
+    return inverse, bad
+
+
+def _ravel_point(space, params) -> np.ndarray:
+    leaves = space.leaves(params)
+    out = []
+    for path, prior, leaf in zip(space.paths, space.priors, leaves, strict=True):
+        a = np.asarray(leaf, dtype=np.float64)
+        if a.shape != prior.shape:
+            raise ValueError(
+                f"params[{path!r}] must have the shape {prior.shape} of its prior; got {a.shape}"
+            )
+        out.append(a.ravel())
+    return np.concatenate(out)
+
+
+def unflatten_like(params, vec: np.ndarray):
+    """A vector in raveled order back to the pytree of ``params`` (0-d leaves as floats).
+
+    >>> unflatten_like({"a": 0.0, "b": np.zeros(2)}, np.array([1.0, 2.0, 3.0]))
+    {'a': 1.0, 'b': array([2., 3.])}
+    """
+    leaves, treedef = jax.tree_util.tree_flatten(params)
+    shapes = [np.shape(v) for v in leaves]
+    parts = np.split(
+        np.asarray(vec, dtype=np.float64), np.cumsum([int(np.prod(s)) for s in shapes])[:-1]
+    )
+    out = [float(p[0]) if s == () else p.reshape(s) for p, s in zip(parts, shapes, strict=True)]
+    return jax.tree_util.tree_unflatten(treedef, out)
+
+
+def flat_names(paths, shapes) -> list[str]:
+    """One name per scalar parameter: ``"q"``, ``"flux[1]"``, ``"cov[0,1]"``.
+
+    >>> flat_names(["q", "flux"], [(), (2,)])
+    ['q', 'flux[0]', 'flux[1]']
+    """
+    names = []
+    for path, shape in zip(paths, shapes, strict=True):
+        if shape == ():
+            names.append(path)
+            continue
+        names += [f"{path}[{','.join(map(str, i))}]" for i in np.ndindex(shape)]
+    return names
+
+
+def flat_values(params) -> np.ndarray:
+    """A params pytree's leaves raveled into one float64 vector (``jax.tree_util`` order)."""
+    leaves = jax.tree_util.tree_leaves(params)
+    return np.concatenate([np.asarray(v, dtype=np.float64).ravel() for v in leaves])
+
+
+def _num(x: float) -> str:
+    return f"{x:.6g}"

@@ -1,0 +1,2 @@
+"""The searches a user makes: :mod:`~multistart.search.gradient` (MultiStartGradient and the
+named rules) and :mod:`~multistart.search.least_squares` (MultiStartLeastSquares)."""

@@ -1,0 +1,292 @@
+"""MultiStartGradient and the named rules: a rule and a checked configuration, which
+:meth:`MultiStartGradient.fit` hands to :mod:`multistart.host.driver`."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from typing import Any
+
+import optax
+
+from ..common import checks
+from ..host import driver
+from ..host.config import SearchConfig, options_doc, unknown_options
+from ..result import Result
+from ..solvers import LBFGS, LeastSquaresRule, OptaxSolver, Solver, as_solver
+from ..solvers.convergence import Convergence
+
+__all__ = [
+    "MultiStartGradient",
+    "MultiStartAdam",
+    "MultiStartProdigy",
+    "MultiStartADABelief",
+    "MultiStartLion",
+    "MultiStartLBFGS",
+]
+
+_OPTION_NAMES = frozenset(f.name for f in dataclasses.fields(SearchConfig))
+
+
+class MultiStartGradient:
+    """Many optax local searches of one objective, compiled once and swept in chunks.
+
+        Each start steps in unconstrained coordinates with its own optimiser state. One
+        ``jit(vmap(step))`` is compiled for ``batch_size`` starts and a Python loop sweeps the
+        chunks each step; starts that converged or died leave the sweep, and the survivors are
+        repacked into full chunks (still one compile).
+
+        Every option is keyword-only and checked here, before anything is traced; they are
+        :attr:`options` (``search.n_starts`` reads them too); :meth:`replace` changes some.
+
+        Args:
+          optimizer: the local rule: any ``optax.GradientTransformation``, or a
+            :class:`multistart.Solver` (such as :class:`multistart.LBFGS`). Optax rules whose
+            ``update`` takes ``value``, ``grad`` or ``value_fn`` (``optax.lbfgs``) receive them.
+    {options}
+
+        Example:
+          >>> import jax.numpy as jnp, multistart as ms
+          >>> space = {"x": ms.Uniform(-5.0, 5.0, shape=(2,))}
+          >>> search = ms.MultiStartAdam(n_starts=8, batch_size=4, n_steps=200, seed=0)
+          >>> result = search.fit(lambda p: jnp.sum((p["x"] - 1.0) ** 2), space)  # doctest: +SKIP
+          >>> result.best_params["x"]  # doctest: +SKIP
+          Array([1., 1.], dtype=float32)
+    """
+
+    def __init__(self, optimizer: optax.GradientTransformation | Solver, /, **options):
+        unknown_options(options, type(self))
+        solver = as_solver(optimizer)
+        _resolve_auto(solver, options)
+        config = SearchConfig(**options)
+        object.__setattr__(self, "solver", solver)
+        object.__setattr__(self, "options", config)
+
+    def __new__(cls, *args, **kwargs):
+        self = super().__new__(cls)
+        object.__setattr__(self, "_made_with", (args, dict(kwargs)))  # for replace()
+        return self
+
+    #: The rule every start steps with.
+    solver: Solver
+    #: The checked options (frozen).
+    options: SearchConfig
+
+    def __getattr__(self, name: str):
+        # Only called when normal lookup fails: the options read as the search's attributes.
+        options = self.__dict__.get("options")
+        if options is not None and name in _OPTION_NAMES:
+            return getattr(options, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def __setattr__(self, name: str, value) -> None:
+        if name in _OPTION_NAMES:
+            raise AttributeError(
+                f"a search's options are fixed once it is made; use "
+                f"search.replace({name}={value!r}) for a search with another {name}"
+            )
+        object.__setattr__(self, name, value)
+
+    def replace(self, **changes) -> MultiStartGradient:
+        """A search of the same kind and rule with some options (or hyperparameters) changed.
+
+        Options whose default depends on others (``n_candidates``, ``n_local``, ...) are
+        derived again unless given.
+
+        >>> import multistart as ms
+        >>> ms.MultiStartAdam(n_starts=8).replace(n_starts=16).options.n_candidates
+        160
+        """
+        args, kwargs = self._made_with
+        return type(self)(*args, **{**kwargs, **changes})
+
+    def __repr__(self) -> str:
+        o = self.options
+        return (
+            f"{type(self).__name__}(n_starts={o.n_starts}, batch_size={o.batch_size!r}, "
+            f"n_steps={o.n_steps}, seed={o.seed})"
+        )
+
+    def config(self) -> dict[str, Any]:
+        """The configuration as plain values (recorded in the Result)."""
+        return {
+            "search": type(self).__name__,
+            "rule": self.solver.name,
+            **self.options.record(),
+            "hyperparameters": self.solver.hyperparameters(),
+        }
+
+    # -- the run ---------------------------------------------------------------------------
+
+    def fit(self, objective, space=None, *, starts=None, resume: bool = False, part=None) -> Result:
+        """Minimise ``objective(params) -> scalar`` over ``space``, or fit a model.
+
+        Args:
+          objective: a callable of the physical params pytree returning a real scalar, or a
+            :class:`multistart.FactorGraphModel` (then ``space`` is omitted).
+          space: a (nested) dict of priors.
+          starts: your own starts, used as given in the first slots: a params pytree whose
+            leaves have a leading axis of ``k <= n_starts`` starts, or a list of ``k`` params
+            dicts. The other ``n_starts - k`` slots are drawn (and filtered) as usual.
+          resume: continue from the newest checkpoint in ``checkpoint_dir`` (a fresh start
+            when there is none); one of another model or configuration is refused.
+          part: ``(i, k)``: run only the ``i``-th (from 0) of ``k`` contiguous blocks of slots
+            (as ``np.array_split``) of the whole run's start plan, each start's record the
+            whole run's; :meth:`multistart.Result.merge` joins the parts. Not with
+            ``resurrect``, ``start_strategy="tiktak"``, ``target_fom`` or ``max_evals``.
+
+        Returns:
+          A :class:`multistart.Result` (with ``part``, the part's starts only).
+
+        Raises:
+          TypeError / ValueError: bad arguments (a user start outside its prior's bounds is
+            named by index and parameter), or an objective that does not return a real
+            scalar; raised after one trace and before any compile.
+          multistart.NoFiniteStartsError: the filter found no candidate with a finite figure
+            of merit (and no user start was given); the message names the region tried.
+          multistart.SearchInterrupted: Ctrl-C or SIGTERM stopped the search; it carries the
+            partial result (``.result``) and, with ``checkpoint_dir``, a checkpoint was written.
+          multistart.CheckpointError: a checkpoint could not be written (``.result`` holds the
+            search so far; the previous checkpoint is intact) or none could be read.
+        """
+        return driver.run(self, objective, space, starts=starts, resume=resume, part=part)
+
+
+class MultiStartAdam(MultiStartGradient):
+    """Multi-start Adam (``optax.adam``). Unconstrained coordinates are order one, so a
+    learning rate of a few hundredths suits most problems."""
+
+    def __init__(self, *, learning_rate: float = 0.05, b1=0.9, b2=0.999, eps=1e-8, **kwargs):
+        checks.positive(learning_rate, "learning_rate", schedule=True)
+        checks.in_unit_interval(b1, "b1")
+        checks.in_unit_interval(b2, "b2")
+        checks.non_negative(eps, "eps")
+        hyper = {"learning_rate": learning_rate, "b1": b1, "b2": b2, "eps": eps}
+        rule = OptaxSolver(optax.adam(**hyper), name="adam", hyperparameters=hyper)
+        super().__init__(rule, **kwargs)
+
+
+class MultiStartProdigy(MultiStartGradient):
+    """Multi-start Prodigy (``optax.contrib.prodigy``): learning-rate free Adam. Each start
+    estimates its own step size ``d`` (per-start optimiser state)."""
+
+    def __init__(self, *, learning_rate: float = 1.0, betas=(0.9, 0.999), **kwargs):
+        checks.positive(learning_rate, "learning_rate", schedule=True)
+        checks.each(checks.in_unit_interval, betas, "betas", length=2)
+        rule = OptaxSolver(
+            optax.contrib.prodigy(learning_rate, betas=betas),
+            name="prodigy",
+            hyperparameters={"learning_rate": learning_rate, "betas": list(betas)},
+        )
+        super().__init__(rule, **kwargs)
+
+
+class MultiStartADABelief(MultiStartGradient):
+    """Multi-start AdaBelief (``optax.adabelief``)."""
+
+    def __init__(self, *, learning_rate: float = 0.05, b1=0.9, b2=0.999, **kwargs):
+        checks.positive(learning_rate, "learning_rate", schedule=True)
+        checks.in_unit_interval(b1, "b1")
+        checks.in_unit_interval(b2, "b2")
+        hyper = {"learning_rate": learning_rate, "b1": b1, "b2": b2}
+        rule = OptaxSolver(optax.adabelief(**hyper), name="adabelief", hyperparameters=hyper)
+        super().__init__(rule, **kwargs)
+
+
+class MultiStartLion(MultiStartGradient):
+    """Multi-start Lion (``optax.lion``): sign updates, so each step moves every unconstrained
+    coordinate by about ``learning_rate``."""
+
+    def __init__(self, *, learning_rate: float = 0.01, b1=0.9, b2=0.99, **kwargs):
+        checks.positive(learning_rate, "learning_rate", schedule=True)
+        checks.in_unit_interval(b1, "b1")
+        checks.in_unit_interval(b2, "b2")
+        hyper = {"learning_rate": learning_rate, "b1": b1, "b2": b2}
+        rule = OptaxSolver(optax.lion(**hyper), name="lion", hyperparameters=hyper)
+        super().__init__(rule, **kwargs)
+
+
+class MultiStartLBFGS(MultiStartGradient):
+    """Multi-start L-BFGS: the rule for smooth, deterministic fits.
+
+    Every start keeps its own memory and line search, evaluating the objective **once per
+    start per step** (:class:`multistart.solvers.LBFGS`). A start ends ``converged`` by
+    relative tests (``rtol``, ``xtol``), so the fit of ``c * f`` ends where that of ``f`` does.
+
+    Args:
+      memory: pairs kept per start (scipy's ``maxcor``).
+      rtol: the predicted decrease, relative to ``|f|`` (default ``100 * eps`` of the float
+        type).
+      xtol: the first trial step of a line search, accepted, relative to the point's norm
+        (default ``sqrt(eps)``).
+      ftol: end a start ``stalled`` when an accepted step lowered ``f`` by at most this,
+        relative (scipy's ``ftol``; default ``0``, off).
+      **kwargs: the search's options (:class:`MultiStartGradient`).
+    """
+
+    def __init__(
+        self,
+        *,
+        memory: int = 10,
+        rtol: float | None = None,
+        xtol: float | None = None,
+        ftol: float = 0.0,
+        **kwargs,
+    ):
+        super().__init__(LBFGS(memory, rtol=rtol, xtol=xtol, ftol=ftol), **kwargs)
+
+
+def _is_auto(value) -> bool:
+    return isinstance(value, str) and value == "auto"
+
+
+def _resolve_auto(solver: Solver, options: dict) -> None:
+    """The options whose default depends on the rule, resolved in ``options``.
+
+    ``convergence``: no window guard where the rule has optimality tests of its own.
+    ``start_strategy``: TikTak for the least-squares rules (where it can run), whose local
+    searches are short and end by their own tests (``profiling/README.md``); the band for the
+    others, whose local searches can be long.
+    """
+    if _is_auto(options.get("convergence", "auto")):
+        options["convergence"] = None if solver.tests_convergence else Convergence()
+    if _is_auto(options.get("start_strategy", "auto")):
+        tiktak = isinstance(solver, LeastSquaresRule) and options.get("n_candidates") != 0
+        tiktak = tiktak and not options.get("resurrect")
+        options["start_strategy"] = "tiktak" if tiktak else "band"
+    _resolve_sigma(solver, options)
+
+
+def _resolve_sigma(solver: Solver, options: dict) -> None:
+    """``absolute_sigma``'s default by rule, and what it needs: ``n_data`` to scale a scalar
+    figure of merit by its reduced χ²; none for least squares, whose residuals count."""
+    least_squares = isinstance(solver, LeastSquaresRule)
+    if options.get("absolute_sigma") is None:
+        options["absolute_sigma"] = not least_squares
+    if least_squares and options.get("n_data") is not None:
+        raise ValueError(
+            "n_data applies to a scalar figure of merit: a least-squares fit counts its "
+            "residuals; drop n_data"
+        )
+    if options["absolute_sigma"] is False and not least_squares and options.get("n_data") is None:
+        raise ValueError(
+            "absolute_sigma=False scales the covariance by the reduced chi-squared "
+            "f / (n_data - n): give n_data, the number of data points behind the objective"
+        )
+
+
+def _with_options(cls) -> None:
+    """Show every option in ``cls.__init__``'s signature (``help()``, IDEs, ``inspect``), after
+    the rule's own arguments, so each option is written once, in :class:`SearchConfig`."""
+    init = cls.__dict__["__init__"]
+    sig = inspect.signature(init)
+    own = [p for p in sig.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    kw, fields = inspect.Parameter.KEYWORD_ONLY, dataclasses.fields(SearchConfig)
+    options = [inspect.Parameter(f.name, kw, default=f.default, annotation=f.type) for f in fields]
+    init.__signature__ = sig.replace(parameters=own + options)
+    cls.__signature__ = sig.replace(parameters=own[1:] + options)  # as the class is called
+
+
+MultiStartGradient.__doc__ = (MultiStartGradient.__doc__ or "").replace("{options}", options_doc())
+for _name in __all__:
+    _with_options(globals()[_name])

@@ -1,0 +1,85 @@
+"""Where a freed slot's next start comes from: one protocol for every queue of starts.
+
+A search's slots are its population's rows. When a start ends, its slot can take a new start
+from a queue, at a host sync (:mod:`multistart.host.decide` says which slots, the
+:class:`multistart.starts.refill.Refiller` writes them). Three queues plug in the same way:
+
+- :class:`multistart.starts.strategies.CandidateReserve`: the broad-start filter's finite
+  candidates that were not chosen, best first (resurrection of starts that died in a
+  non-finite region);
+- :class:`multistart.starts.strategies.StreamReserve`: fresh draws of the start strategy
+  (resurrection when no filter ran);
+- :class:`multistart.starts.tiktak.TikTakQueue`: the filter's candidates, each blended towards
+  the best point so far (TikTak), with TikTak's rediscovery stop rule.
+
+NumPy only (no JAX import).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = ["StartQueue", "refill_slots"]
+
+
+class StartQueue:
+    """A source of new starts for freed slots (subclasses implement :meth:`take`).
+
+    Attributes:
+      kind: what it is, for the log (``"the filter's reserve"``).
+      routine: refilling is what the queue is for (TikTak: logged at DEBUG), rather than a
+        repair (resurrection: logged at INFO, running out at WARNING).
+      needs_best: :meth:`take` blends its starts towards the best point found so far, which
+        the caller then passes.
+
+    Every queue is deterministic given the seed: the run state records every ``take(m)``
+    (:class:`multistart.starts.refill.Lineage`), and a resumed search replays them (:meth:`replay`).
+    """
+
+    kind = "a queue of starts"
+    routine = False
+    needs_best = False
+
+    def available(self) -> int | None:
+        """How many starts it can still hand out (``None``: no end)."""
+        return None
+
+    def take(self, m: int, best: Any = None) -> Any:
+        """Up to ``m`` new starts (physical params, leading axis), or ``None`` if none is left.
+
+        ``best`` is the best point so far (one start's physical params) when
+        :attr:`needs_best`; without it (a checkpoint being replayed) the queue only advances.
+        """
+        raise NotImplementedError
+
+    def observe(self, records: Sequence[Any]) -> None:
+        """The local searches whose slots were just refilled, in the order they ended."""
+
+    @property
+    def stop_reason(self) -> str | None:
+        """Why the whole search should stop now, by this queue's rule (``None``: go on)."""
+        return None
+
+    def replay(self, takes: Sequence[int]) -> None:
+        """Bring a freshly made queue to where another one stood after ``takes``."""
+        for m in takes:
+            self.take(int(m))
+
+
+def refill_slots(
+    status: np.ndarray, refills: Sequence[int] | frozenset[int], available: int | None
+) -> tuple[np.ndarray, int]:
+    """``(slots, short)``: the ended slots (of status codes ``refills``) a queue refills, in
+    slot order, as far as ``available`` goes; ``short`` counts those it cannot.
+
+    >>> refill_slots(np.array([0, 1, 3, 1, 1]), {1, 3}, 2)
+    (array([1, 2]), 2)
+    >>> refill_slots(np.array([0, 1]), {1}, None)
+    (array([1]), 0)
+    """
+    ended = np.flatnonzero(np.isin(status, list(refills)))
+    k = ended.size if available is None else min(ended.size, available)
+    return ended[:k], int(ended.size - k)

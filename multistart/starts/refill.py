@@ -1,0 +1,430 @@
+"""Giving freed slots new starts: the jitted row writer, and each slot's lineage.
+
+When a start ends (it died in a non-finite region, with ``resurrect=k``; its local search
+ended, with TikTak; or the halving schedule pruned it), :func:`multistart.host.decide.decide` may
+give its slot a new start from the search's queue 
+(:class:`multistart.starts.queues.StartQueue`). The
+:class:`Refiller` writes them into the population (the new start's whole state reset by one
+jitted function, compiled once for ``batch_size`` rows: no recompile). Each replaced start's
+record (an *incarnation*) is kept in the slots' :class:`Lineage`, part of the run state, and
+:meth:`Refiller.fold` folds them into the Result.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+import jax
+import numpy as np
+
+from ..common import log
+from ..common.status import Status
+from ..device.chunking import pad_rows
+from ..device.distributed import to_host
+from ..device.programs import Programs, lower_and_compile, padded_chunks
+from ..device.step import PopState, init_population
+from .queues import StartQueue
+
+__all__ = ["REPLACE_NAME", "make_replace_rows", "Refiller", "Incarnation", "Lineage"]
+
+REPLACE_NAME = "multistart_replace_rows"
+# The per-slot entries of a record that fold() copies before folding replaced starts in.
+_PER_SLOT = (
+    "foms",
+    "params",
+    "start_params",
+    "status",
+    "n_steps",
+    "n_evals",
+    "best_step",
+    "history",
+)
+_RECORD_INTS = ("slot", "number", "best_step", "n_steps", "n_evals", "status", "started_at")
+
+
+def make_replace_rows(solver, window: int):
+    """Build ``replace_rows(pop, scatter, u_new) -> pop``: fresh starts written into rows.
+
+    ``scatter`` holds ``batch_size`` row indices (padding points one past the end and is
+    dropped); ``u_new`` the new starts' unconstrained parameters, one row per index.
+    """
+
+    def multistart_replace_rows(pop: PopState, scatter, u_new) -> PopState:
+        fresh = init_population(solver, u_new, 1, window).starts
+        starts = jax.tree_util.tree_map(
+            lambda a, b: a.at[scatter].set(b, mode="drop"), pop.starts, fresh
+        )
+        return PopState(starts, pop.history)
+
+    return multistart_replace_rows
+
+
+@dataclass(frozen=True)
+class Incarnation:
+    """One start that ran in a slot and was replaced (the host's record of it)."""
+
+    slot: int
+    number: int
+    start_u: Any
+    best_u: Any
+    best_fom: float
+    best_step: int
+    n_steps: int
+    n_evals: int
+    status: int
+    started_at: int
+    replaced_at: int | None
+
+
+def _rows(tree, rows):
+    """Rows of every leaf, copied (a view would change when the slot is overwritten)."""
+    return jax.tree_util.tree_map(lambda a: np.array(np.asarray(a)[rows]), tree)
+
+
+def _stack(trees: list):
+    """Per-record trees (one start's rows each) stacked on a leading axis."""
+    return jax.tree_util.tree_map(lambda *xs: np.stack(xs), *trees)
+
+
+@dataclass(frozen=True)
+class Lineage:
+    """Which start each slot runs, and every start its slot ran before (host values).
+
+    Attributes:
+      start_u: each slot's current start (unconstrained, the population's layout).
+      started_at: ``(n,)`` the step each slot's current start began at.
+      count: ``(n,)`` the starts each slot's current one follows.
+      records: every replaced start, in the order they were replaced.
+      takes: every ``queue.take(m)`` so far: a resumed search replays them.
+      exhausted: the queue ran out (said once in the log).
+    """
+
+    start_u: Any
+    started_at: np.ndarray
+    count: np.ndarray
+    records: tuple[Incarnation, ...] = ()
+    takes: tuple[int, ...] = ()
+    exhausted: bool = False
+
+    @classmethod
+    def start(cls, u0) -> Lineage:
+        n = len(jax.tree_util.tree_leaves(u0)[0])
+        starts = jax.tree_util.tree_map(np.array, u0)
+        return cls(starts, np.zeros(n, np.int64), np.zeros(n, np.int64))
+
+    @property
+    def evals_replaced(self) -> int:
+        """Evaluations made by the starts that were replaced."""
+        return sum(r.n_evals for r in self.records)
+
+    def to_checkpoint(self) -> tuple[dict, dict]:
+        """``(arrays, json)`` for a checkpoint."""
+        arrays = {"start_u": self.start_u, "started_at": self.started_at, "count": self.count}
+        if self.records:  # (orbax refuses zero-size arrays)
+            arrays["records_start_u"] = _stack([r.start_u for r in self.records])
+            arrays["records_best_u"] = _stack([r.best_u for r in self.records])
+        meta = {
+            "takes": list(self.takes),
+            "exhausted": self.exhausted,
+            "records": [
+                {
+                    **{k: getattr(r, k) for k in _RECORD_INTS},
+                    "best_fom": r.best_fom,
+                    "replaced_at": r.replaced_at,
+                }
+                for r in self.records
+            ],
+        }
+        return arrays, meta
+
+    def checkpoint_like(self, meta: dict) -> dict:
+        """Arrays shaped as :meth:`to_checkpoint` wrote them for ``meta`` (a restore target)."""
+        out = {"start_u": self.start_u, "started_at": self.started_at, "count": self.count}
+        if meta["records"]:
+            k = len(meta["records"])
+            rows = jax.tree_util.tree_map(
+                lambda a: np.zeros((k, *a.shape[1:]), a.dtype), self.start_u
+            )
+            out["records_start_u"] = out["records_best_u"] = rows
+        return out
+
+    @classmethod
+    def from_checkpoint(cls, arrays: dict, meta: dict) -> Lineage:
+        records = tuple(
+            Incarnation(
+                start_u=_rows(arrays["records_start_u"], j),
+                best_u=_rows(arrays["records_best_u"], j),
+                **{k: int(r[k]) for k in _RECORD_INTS},
+                best_fom=float(r["best_fom"]),
+                replaced_at=r["replaced_at"],
+            )
+            for j, r in enumerate(meta["records"])
+        )
+        return cls(
+            jax.tree_util.tree_map(np.array, arrays["start_u"]),
+            np.array(arrays["started_at"], np.int64),
+            np.array(arrays["count"], np.int64),
+            records,
+            tuple(int(m) for m in meta["takes"]),
+            bool(meta["exhausted"]),
+        )
+
+
+class Refiller:
+    """Gives freed slots new starts from ``queue``, and folds the replaced ones into the Result.
+
+    Args:
+      queue: where the new starts come from.
+      refills: the status codes whose slots it gives new starts.
+      solver, window: to build the fresh solver state and convergence window.
+      width: rows per compiled call of the row writer (the search's chunk width).
+      n_rows: the population's rows (past the starts when padded for a mesh of devices): the
+        row writer's out-of-bounds index.
+      to_u: physical starts (leading axis) to unconstrained NumPy, in the population's layout.
+      to_x: one start's unconstrained parameters to physical ones (for a queue that
+        :attr:`~multistart.starts.queues.StartQueue.needs_best`).
+      programs: where the row writer is kept for a refit of the same model (default: nowhere).
+    """
+
+    def __init__(
+        self,
+        queue: StartQueue,
+        refills,
+        *,
+        solver,
+        window,
+        width,
+        n_rows,
+        to_u,
+        to_x,
+        programs: Programs | None = None,
+    ):
+        self.queue = queue
+        self.refills = frozenset(refills)
+        programs = programs or Programs()
+        # one program, not an op-by-op dispatch of the map: the Result's own map of n_rows
+        # rows (multistart.host.assemble), so the fit compiles one map, not two
+        self.to_x = programs.get("to_physical", lambda: jax.jit(jax.vmap(to_x)))
+        self.to_u = to_u
+        self.width = width
+        self.n_rows = n_rows
+        self._jit = programs.get(
+            ("replace", window),
+            lambda: jax.jit(make_replace_rows(solver, window), donate_argnums=0),
+        )
+        self._compiled: Any = None
+        self._kept = programs.get(("replace compiled", window, width), dict)  # for a refit
+
+    def refill(
+        self, pop: PopState, lineage: Lineage, rows: np.ndarray, short: int, step: int, ended
+    ) -> tuple[PopState, Lineage]:
+        """Give ``rows`` (ended slots, whose starts ended with the status codes ``ended``) new
+        starts from the queue; ``short`` more ended slots get none (the queue ran out: said
+        once in the log). Returns the population and the lineage afterwards."""
+        if short and not lineage.exhausted:
+            lineage = replace(lineage, exhausted=True)
+            (log.logger.debug if self.queue.routine else log.logger.warning)(
+                "%s is exhausted: %d ended start%s stay as they are from step %d",
+                self.queue.kind,
+                short,
+                "" if short == 1 else "s",
+                step,
+            )
+        if rows.size == 0:
+            return pop, lineage
+        best = self._best_x(pop, lineage) if self.queue.needs_best else None
+        x_new = self.queue.take(rows.size, best)
+        replaced = _replaced(pop, lineage, rows, step, ended)
+        self.queue.observe(replaced)
+        u_new = self.to_u(x_new)
+        pop = self._write(pop, rows, u_new)
+        lineage = replace(
+            lineage,
+            start_u=jax.tree_util.tree_map(
+                lambda a, b: _set_rows(a, rows, b), lineage.start_u, u_new
+            ),
+            started_at=_set_rows(lineage.started_at, rows, step),
+            count=_set_rows(lineage.count, rows, lineage.count[rows] + 1),
+            records=lineage.records + replaced,
+            takes=(*lineage.takes, int(rows.size)),
+        )
+        (log.logger.debug if self.queue.routine else log.logger.info)(
+            "step %d: %d ended start%s replaced from %s",
+            step,
+            rows.size,
+            "" if rows.size == 1 else "s",
+            self.queue.kind,
+        )
+        return pop, lineage
+
+    def _write(self, pop: PopState, rows: np.ndarray, u_new) -> PopState:
+        """The new starts written into ``rows``, one compiled call per chunk of them."""
+        if self._compiled is None:
+            example = jax.tree_util.tree_map(lambda a: pad_rows(a[:1], self.width - 1), u_new)
+            spec = jax.tree_util.tree_map(lambda a: (np.shape(a), str(a.dtype)), (pop, example))
+            key = str(spec)  # the shapes it is compiled for (a refit's are the same)
+            if key not in self._kept:
+                scatter = np.zeros(self.width, np.int32)
+                self._kept[key], _ = lower_and_compile(
+                    self._jit, "the resurrection writer", pop, scatter, example
+                )
+            self._compiled = self._kept[key]
+        for lo, hi, chunk in padded_chunks(u_new, self.width):
+            # the padded rows write out of bounds (dropped)
+            scatter = np.full(self.width, self.n_rows, np.int32)
+            scatter[: hi - lo] = rows[lo:hi]
+            pop = self._compiled(pop, scatter, chunk)
+        return pop
+
+    def resume(self, lineage: Lineage) -> None:
+        """Bring the queue to where it stood when ``lineage`` was checkpointed."""
+        self.queue.replay(lineage.takes)
+        self.queue.observe(lineage.records)  # the same records in the same order
+
+    def _best_x(self, pop: PopState, lineage: Lineage):
+        """The physical params of the best point found so far (running starts and records)."""
+        f, u = to_host((pop.starts.best_fom, pop.starts.best_u))
+        f = np.where(np.isfinite(f), f, np.inf)
+        i = int(np.argmin(f))
+        best_f, best_u = float(f[i]), _rows(u, i)
+        for r in lineage.records:
+            if np.isfinite(r.best_fom) and r.best_fom < best_f:
+                best_f, best_u = r.best_fom, r.best_u
+        pad = self.n_rows - 1  # the Result's n-row map: one compile of it, not two
+        rows = jax.tree_util.tree_map(lambda a: pad_rows(np.asarray(a)[None], pad), best_u)
+        x = jax.device_get(self.to_x(rows))
+        return jax.tree_util.tree_map(lambda a: np.asarray(a)[0], x)
+
+    def fold(self, rec: dict, lineage: Lineage, to_physical_n) -> tuple[dict, list[dict]]:
+        """The per-slot record ``rec`` with the replaced starts folded in, and every start of
+        every refilled slot.
+
+        ``rec`` holds the final starts' per-slot records (it is not changed). What comes back
+        is what ``Result.incarnations`` and the per-slot arrays of :class:`multistart.Result`
+        describe. ``to_physical_n`` maps ``n`` unconstrained rows to physical params.
+        """
+        out = {
+            key: jax.tree_util.tree_map(np.array, value) if key in _PER_SLOT else value
+            for key, value in rec.items()
+        }
+        slots = np.flatnonzero(lineage.count)
+        if slots.size == 0:
+            return out, []
+        n = lineage.count.size
+        starts = [_rows(lineage.start_u, int(i)) for i in slots]
+        final_start = _physical(to_physical_n, starts, n)
+        by_slot = _replaced_by_slot(lineage, to_physical_n, n)
+        incarnations: list[dict] = []
+        for j, slot in enumerate(slots):
+            i = int(slot)
+            final = {
+                "slot": i,
+                "incarnation": int(lineage.count[i]),
+                "fom": float(rec["foms"][i]),
+                "params": _rows(rec["params"], i),
+                "start_params": _rows(final_start, j),
+                "status": rec["status"][i],
+                "n_steps": int(rec["n_steps"][i]),
+                "n_evals": int(rec["n_evals"][i]),
+                "best_step": int(rec["best_step"][i]),
+                "started_at": int(lineage.started_at[i]),
+                "replaced_at": None,
+            }
+            incs = by_slot[i] + [final]
+            incarnations.extend(incs)
+            _show(out, i, incs[_best_incarnation([x["fom"] for x in incs])])
+        hist = out["history"]
+        if hist.size:
+            hist[:, slots] = np.fmin.accumulate(hist[:, slots], axis=0)
+        return out, incarnations
+
+
+def _set_rows(a, rows: np.ndarray, new) -> np.ndarray:
+    out = np.array(a)
+    out[rows] = new
+    return out
+
+
+def _replaced(pop: PopState, lineage: Lineage, rows, step: int, ended) -> tuple:
+    """The records of the starts in ``rows`` as they are replaced at ``step``."""
+    # Whole small vectors to the host (one transfer each), indexed in NumPy.
+    s = pop.starts
+    best_fom, best_step, n_steps, n_evals, best_u = to_host(
+        (s.best_fom, s.best_step, s.n_steps, s.n_evals, s.best_u)
+    )
+    return tuple(
+        Incarnation(
+            slot=int(i),
+            number=int(lineage.count[i]),
+            start_u=_rows(lineage.start_u, i),
+            best_u=_rows(best_u, i),
+            best_fom=float(best_fom[i]),
+            best_step=int(best_step[i]),
+            n_steps=int(n_steps[i]),
+            n_evals=int(n_evals[i]),
+            status=int(code),
+            started_at=int(lineage.started_at[i]),
+            replaced_at=step,
+        )
+        for i, code in zip(rows, ended, strict=True)
+    )
+
+
+def _replaced_by_slot(lineage: Lineage, to_physical_n, n: int) -> dict[int, list[dict]]:
+    """The replaced starts' records as the Result lists them, by slot."""
+    old_best = _physical(to_physical_n, [r.best_u for r in lineage.records], n)
+    old_start = _physical(to_physical_n, [r.start_u for r in lineage.records], n)
+    by_slot: dict[int, list[dict]] = {int(i): [] for i in np.flatnonzero(lineage.count)}
+    for j, r in enumerate(lineage.records):
+        by_slot[r.slot].append(
+            {
+                "slot": r.slot,
+                "incarnation": r.number,
+                "fom": r.best_fom,
+                "params": _rows(old_best, j),
+                "start_params": _rows(old_start, j),
+                "status": Status.from_code(r.status),
+                "n_steps": r.n_steps,
+                "n_evals": r.n_evals,
+                "best_step": r.best_step,
+                "started_at": r.started_at,
+                "replaced_at": r.replaced_at,
+            }
+        )
+    return by_slot
+
+
+def _physical(to_physical_n, rows: list, n: int):
+    """Physical params of unconstrained rows, through the ``n``-row compiled map."""
+    stacked = jax.tree_util.tree_map(lambda *a: np.stack(a), *rows)
+    parts = [
+        jax.tree_util.tree_map(
+            lambda a, k=hi - lo: np.asarray(a)[:k], jax.device_get(to_physical_n(chunk))
+        )
+        for lo, hi, chunk in padded_chunks(stacked, n)
+    ]
+    return jax.tree_util.tree_map(lambda *a: np.concatenate(a), *parts)
+
+
+def _show(rec: dict, i: int, inc: dict) -> None:
+    for key in ("foms", "status", "n_steps", "n_evals", "best_step"):
+        rec[key][i] = inc["fom" if key == "foms" else key]
+    for key in ("params", "start_params"):
+        for leaf, v in zip(
+            jax.tree_util.tree_leaves(rec[key]), jax.tree_util.tree_leaves(inc[key]), strict=True
+        ):
+            leaf[i] = v
+
+
+def _best_incarnation(foms: list[float]) -> int:
+    """Index of the lowest finite figure of merit; the last one on ties or when none is finite.
+
+    >>> _best_incarnation([3.0, 1.0, 1.0]), _best_incarnation([np.inf, np.inf])
+    (2, 1)
+    >>> _best_incarnation([0.5, np.inf, 2.0])
+    0
+    """
+    f = np.where(np.isfinite(foms), foms, np.inf)
+    best = np.min(f)
+    return int(np.flatnonzero(f == best)[-1])

@@ -1,0 +1,158 @@
+"""TikTak: each new local search starts part of the way towards the best point found so far.
+
+TikTak (Arnoud, Guvenen & Kleineberg, "Benchmarking global optimizers", NBER working paper
+26340, 2019; the multistart algorithm of optimagic and MultistartOptimization.jl) runs local
+searches from a ranked quasi-random sample. The ``i``-th of ``N`` local searches starts not at
+the ``i``-th sample point ``s_i`` but at
+
+    x_i = (1 - theta_i) * s_i + theta_i * x_best,   theta_i = clamp(sqrt(i / N), 0.1, 0.995),
+
+where ``x_best`` is the best point found by the local searches so far: early searches explore,
+later ones refine around the incumbent. Random local searches waste most of their budget
+re-finding the same poor minima; the blend spends it near the best basin found so far.
+
+Inside this engine the slots run in parallel. The first wave (``n_starts`` local searches)
+starts at the broad-start filter's choice, as is; whenever a slot's local search ends
+(converged, non-finite, or out of its ``local_steps``), at the next host sync the slot gets the
+next queued candidate (the filter's other finite candidates, best first), blended towards the
+current best, by the same compiled row writer as resurrection. The blend is made in each
+prior's unit interval (linear for ``Uniform``, in ``log x`` for ``LogUniform``, the normal CDF
+for ``Normal``), so a blended start stays inside the priors. The search ends when ``n_local``
+local searches have run, or when the best has been re-found ``max_discoveries`` times within
+the tolerances of :func:`multistart.result.minima.default_tolerances` (optimagic's rule), or at
+``n_steps``. Replacements happen on the ``sync_every`` schedule, so results are deterministic
+for a seed and independent of ``batch_size``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import numpy as np
+
+from ..common.status import Status
+from ..model.priors import Space
+from .queues import StartQueue
+
+__all__ = ["TikTakQueue", "Discoveries", "theta"]
+
+
+def theta(i: int, n_local: int) -> float:
+    """TikTak's weight on the best point for the ``i``-th (1-based) of ``n_local`` searches.
+
+    >>> theta(1, 100), theta(25, 100), theta(100, 100)
+    (0.1, 0.5, 0.995)
+    """
+    return min(max(math.sqrt(i / n_local), 0.1), 0.995)
+
+
+def _unit(space: Space, x) -> list[np.ndarray]:
+    return [
+        np.asarray(p.to_unit(np.asarray(v, np.float64)), np.float64)
+        for p, v in zip(space.priors, space.leaves(x), strict=True)
+    ]
+
+
+class TikTakQueue(StartQueue):
+    """The queue of candidates, handed out blended towards the best point, and TikTak's stop
+    rule (the best minimum re-found ``max_discoveries`` times).
+
+    Args:
+      x: the queued candidates (physical params, leading axis, best first).
+      space: the search's space.
+      n_local: how many local searches the whole search runs (the first wave included).
+      n_first: how many the first wave ran (the slots started as they were).
+      discoveries: the rediscovery count, or ``None`` (no such stop).
+    """
+
+    kind = "TikTak's queue"
+    routine = True
+    needs_best = True
+
+    def __init__(
+        self, x, space: Space, *, n_local: int, n_first: int, discoveries: Discoveries | None = None
+    ):
+        self.x = x
+        self.space = space
+        self.n_local = n_local
+        self.n_first = n_first
+        self.discoveries = discoveries
+        self.size = 0 if x is None else len(jax.tree_util.tree_leaves(x)[0])
+        self.taken = 0
+
+    def available(self) -> int:
+        return max(0, min(self.size - self.taken, self.n_local - self.n_first - self.taken))
+
+    def take(self, m: int, best=None):
+        """Up to ``m`` new starts, blended towards ``best`` (one start's physical params).
+
+        Without ``best`` (a checkpoint being replayed) the queue only advances.
+        """
+        k = min(m, self.available())
+        if k == 0:
+            return None
+        rows = slice(self.taken, self.taken + k)
+        first = self.n_first + self.taken + 1  # the 1-based index of the first of these
+        self.taken += k
+        cand = jax.tree_util.tree_map(lambda a: np.asarray(a)[rows], self.x)
+        if best is None:
+            return cand
+        w = np.array([theta(first + j, self.n_local) for j in range(k)])
+        out = []
+        for prior, qc, qb in zip(
+            self.space.priors,
+            _unit(self.space, cand),
+            _unit(self.space, jax.tree_util.tree_map(lambda a: np.asarray(a)[None], best)),
+            strict=True,
+        ):
+            wb = w.reshape((k,) + (1,) * (qc.ndim - 1))
+            q = (1.0 - wb) * qc + wb * qb
+            out.append(prior.from_unit(np.clip(q, 1e-12, 1.0 - 1e-12)))
+        return self.space.unflatten(out)
+
+    def observe(self, records) -> None:
+        if self.discoveries is not None:
+            self.discoveries.observe(records)
+
+    @property
+    def stop_reason(self) -> str | None:
+        d = self.discoveries
+        return "max_discoveries" if d is not None and d.done else None
+
+
+class Discoveries:
+    """Counts how often ended local searches re-find the best minimum (TikTak's stop rule).
+
+    Records are observed in the order they ended. A converged one better than the best by more
+    than ``ftol`` becomes the best (found once); one within ``ftol`` of it in the figure of
+    merit and within ``xtol`` in every unconstrained coordinate (both relative above magnitude
+    1) counts as a rediscovery. The search stops once the best has been found ``limit`` times.
+    The state is a function of the records alone, so a resumed search replays it.
+    """
+
+    def __init__(self, limit: int, *, xtol: float, ftol: float):
+        self.limit, self.xtol, self.ftol = limit, xtol, ftol
+        self.best_f, self.count = np.inf, 0
+        self.best_u: np.ndarray | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.count >= self.limit
+
+    def observe(self, records) -> None:
+        for r in records:
+            if not Status.from_code(r.status).settled or not np.isfinite(r.best_fom):
+                continue
+            u = np.concatenate([np.ravel(a) for a in jax.tree_util.tree_leaves(r.best_u)])
+            tol_f = self.ftol * max(1.0, abs(self.best_f)) if np.isfinite(self.best_f) else 0
+            if r.best_fom < self.best_f - tol_f:
+                self.best_f, self.best_u, self.count = r.best_fom, u, 1
+            elif (
+                self.best_u is not None
+                and abs(r.best_fom - self.best_f) <= tol_f
+                and np.all(
+                    np.abs(u - self.best_u) <= self.xtol * np.maximum(1.0, np.abs(self.best_u))
+                )
+            ):
+                self.count += 1

@@ -1,0 +1,135 @@
+"""Width arithmetic: plain Python on literal numbers, no JAX, no machine facts.
+
+The memory bound (:func:`multistart.width.budget.auto_width`) and the width choice
+(:mod:`multistart.width`) are built from these: the line through two memory estimates, the
+widest width under a budget, the width that sweeps the rows in as many chunks with the least
+padding, the caps, and the ladders of widths ``"tune"`` and ``"auto"`` time.
+"""
+
+from __future__ import annotations
+
+import math
+
+__all__ = [
+    "CPU_STARTS_PER_CORE",
+    "auto_candidates",
+    "balanced_width",
+    "candidate_widths",
+    "cap_width",
+    "count_cap",
+    "linear_fit",
+    "width_for_budget",
+]
+
+# When "auto" cannot measure on a CPU (MULTISTART_AUTO_WIDTH=memory, or no free-memory figure)
+# it vectorises at most this many starts per usable core: a guess that is right for the
+# benchmark model (widths 4-16 fastest on 2 cores) and wrong both ways for others, which is why
+# "auto" on a CPU times a few widths instead.
+CPU_STARTS_PER_CORE = 4
+
+
+def linear_fit(width_a: int, bytes_a: float, width_b: int, bytes_b: float) -> tuple[float, float]:
+    """``(fixed, per_start)`` of the line through two (width, bytes) estimates.
+
+    Neither part is negative: XLA can reuse buffers differently at two widths, and a slope
+    below zero or an intercept below zero would only promise memory that is not there. With
+    no slope, the larger estimate is the fixed part.
+
+    >>> linear_fit(1, 300, 4, 900), linear_fit(8, 6000, 1, 11000)
+    ((100.0, 200.0), (11000.0, 0.0))
+    """
+    if width_a == width_b:
+        raise ValueError(f"two different widths are needed; got {width_a} twice")
+    per = (bytes_b - bytes_a) / (width_b - width_a)
+    if per <= 0:
+        return float(max(bytes_a, bytes_b)), 0.0
+    return max(0.0, bytes_a - per * width_a), per
+
+
+def width_for_budget(fixed: float, per_start: float, budget: float, upper: int) -> int:
+    """The widest width in ``[1, upper]`` with ``fixed + width * per_start <= budget``.
+
+    Returns 1 when not even one start fits (a search cannot run narrower; the caller warns).
+
+    >>> width_for_budget(100, 200, 1000, 64)
+    4
+    >>> width_for_budget(100, 0, 1000, 64), width_for_budget(2000, 0, 1000, 64)
+    (64, 1)
+    """
+    if upper < 1:
+        raise ValueError(f"upper must be >= 1; got {upper}")
+    if per_start <= 0:
+        return upper if fixed <= budget else 1
+    return max(1, min(upper, math.floor((budget - fixed) / per_start)))
+
+
+def balanced_width(n_rows: int, width: int) -> int:
+    """The narrowest width that sweeps ``n_rows`` in as many chunks as ``width`` does.
+
+    Same number of calls, less padding and less memory: 32 starts at width 12 take 3 chunks,
+    and so do they at width 11.
+
+    >>> balanced_width(32, 12)
+    11
+    >>> balanced_width(32, 8)
+    8
+    """
+    if n_rows < 1 or width < 1:
+        raise ValueError(f"n_rows and width must be >= 1; got {n_rows}, {width}")
+    width = min(width, n_rows)
+    return math.ceil(n_rows / math.ceil(n_rows / width))
+
+
+def cap_width(width: int, n_starts: int, max_batch: int | None) -> int:
+    """``width`` clamped to ``[1, n_starts]`` and to ``max_batch`` when set.
+
+    >>> cap_width(64, 40, None), cap_width(64, 40, 8), cap_width(3, 40, 8)
+    (40, 8, 3)
+    """
+    width = min(width, n_starts)
+    if max_batch is not None:
+        width = min(width, max_batch)
+    return max(1, width)
+
+
+def count_cap(platform: str, n_starts: int, n_cpus: int) -> int:
+    """The widest width "auto" considers before memory: CPUs get a few starts per core.
+
+    >>> count_cap("cpu", 64, 2), count_cap("gpu", 64, 2), count_cap("cpu", 5, 2)
+    (8, 64, 5)
+    """
+    if platform == "cpu":
+        return max(1, min(n_starts, CPU_STARTS_PER_CORE * n_cpus))
+    return n_starts
+
+
+def candidate_widths(upper: int) -> list[int]:
+    """The widths "tune" times: 1 and the powers of two below ``upper``, then ``upper``.
+
+    >>> candidate_widths(12), candidate_widths(16), candidate_widths(1)
+    ([1, 2, 4, 8, 12], [1, 2, 4, 8, 16], [1])
+    """
+    if upper < 1:
+        raise ValueError(f"upper must be >= 1; got {upper}")
+    widths = [1 << k for k in range(upper.bit_length()) if (1 << k) < upper]
+    return widths + [upper]
+
+
+def auto_candidates(upper: int) -> list[int]:
+    """The widths "auto" times on a CPU, in order: ``upper``, 1, then ``upper`` divided by
+    8, 64, ... while above 1.
+
+    Sparser than "tune"'s ladder, as each width costs a compile: ``upper`` is compiled anyway
+    for the memory bound, width 1 is the one without a vmap (often the cheapest per start on
+    a CPU), and the widths below ``upper`` are tried widest first until one is slower than the
+    one before.
+
+    >>> auto_candidates(32), auto_candidates(100_000), auto_candidates(8), auto_candidates(1)
+    ([32, 1, 4], [100000, 1, 12500, 1563, 196, 25, 4], [8, 1], [1])
+    """
+    if upper < 1:
+        raise ValueError(f"upper must be >= 1; got {upper}")
+    widths = [upper]
+    while (w := math.ceil(widths[-1] / 8)) > 1 and len(widths) < 64:
+        widths.append(w)
+    return [upper] if upper == 1 else [upper, 1, *widths[1:]]
