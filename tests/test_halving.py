@@ -99,7 +99,7 @@ def test_the_scan_backend_prunes_as_the_loop_does(fits):
 
 def _spy_on_the_queue(monkeypatch) -> list[tuple[int, np.ndarray, dict]]:
     """``(step, rows, starts)`` for every ``queue.take`` a refill makes, in order."""
-    from multistart.starts.strategies import refill
+    from multistart.starts import refill
 
     taken, original = [], refill.Refiller.refill
 
