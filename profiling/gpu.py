@@ -10,7 +10,7 @@ written as JSON (``--json``, default ``gpu.json`` in the working folder):
 2. ``batch_size="auto"`` against the best fixed width in hindsight: the same fit, a fresh
    tuning folder, cold (the first fit, compiles and deciding included) and warm (the second).
 3. ``--starts`` starts of the image fit on the default device against scipy's L-BFGS-B
-   looped over the same starts on this machine's CPU (``time_to_solution.scipy_problem``, a
+   looped over the same starts on this machine's CPU (``peers.scipy_problem``, a
    jitted value-and-grad on the CPU device): scipy's loop runs ``--scipy-starts`` of them and
    its seconds are scaled to ``--starts`` (per start, as a loop's cost is).
 4. ``ms.curve_fit(batched=True)`` on ``--fits`` small fits (``curve_fit_many.py``'s peak, one
@@ -120,7 +120,7 @@ def auto_against_fixed(size: dict, objective, space) -> list[dict]:
 
 def scipy_cpu_loop(size: dict, cpu: bool, starts: dict) -> tuple[float, float]:
     """``(seconds scaled to size["starts"], best)`` of scipy's L-BFGS-B on the CPU device."""
-    from time_to_solution import scipy_problem  # it turns float64 on when imported
+    from peers import scipy_problem
 
     device = jax.devices("cpu")[0]
     k = size["scipy_starts"]

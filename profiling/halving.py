@@ -57,7 +57,7 @@ import multistart as ms  # noqa: E402
 
 def scipy_arm(objective, space, starts, cap: int) -> dict:
     """scipy's L-BFGS-B looped over ``starts``, at most ``cap`` evaluations each."""
-    from time_to_solution import scipy_problem
+    from peers import scipy_problem
 
     vg, x0s, bounds = scipy_problem(objective, space, starts)
     seen = {"n": 0, "best": np.inf, "to_best": 0}
@@ -112,7 +112,7 @@ def halving_from(args) -> ms.Halving:
 
 def image(args) -> None:
     import image_model
-    from time_to_solution import draw_starts
+    from central_starts import draw_starts
 
     objective, space, _ = image_model.make_problem()
     halving, n, cap = halving_from(args), args.starts, args.cap
