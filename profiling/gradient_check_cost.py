@@ -19,8 +19,8 @@ import jax.numpy as jnp
 from multistart import demo
 from multistart.problem import as_problem, flat_leaves_without_gradient
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import readme_model  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+import readme_model  # noqa: E402  (the README's model, with the tests that fit it)
 
 
 def readme_problem():

@@ -46,6 +46,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "tests"))  # readme_model
 CACHE = Path(os.environ.get("HALVING_CACHE", "/work/halving-cache"))
 GRID = {
     "r0": (5, 10, 20, 40, 80),

@@ -15,10 +15,11 @@ import sys
 import pytest
 from markdown_blocks import ROOT
 
-# Two benchmarks with a scipy peer arm and a fresh-process arm, at their quick sizes (seconds)
+# Benchmarks with scipy peer arms (and fresh-process arms), at their quick sizes (seconds)
 QUICK = {
     "fixed_cost": ["profiling/fixed_cost.py", "--quick", "--problems", "DanWood"],
     "curve_fit_many": ["profiling/curve_fit_many.py", "--quick"],
+    "nist_strd": ["profiling/nist_strd.py", "--quick", "--problems", "DanWood", "--seeds", "0,2"],
 }
 
 
@@ -81,6 +82,19 @@ def test_fixed_cost_records_every_arm_against_its_peers(records):
     assert figures["DanWood ours compiles 2nd"] == 0  # the second fit reuses its programs
     assert figures["curve_fit child process_s"] > figures["curve_fit child ours_s"]
     assert stdout.splitlines()[2].startswith("DanWood ")
+
+
+@pytest.mark.subprocess
+def test_nist_strd_fits_the_problems_and_seeds_it_is_given(records):
+    _, record, stdout = records["nist_strd"]
+    figures = record["figures"]
+    seeds = {(arm, seed) for arm in ("lm", "lbfgs", "trf box32", "trf s1") for seed in (0, 2)}
+    have = {(a, s) for a, s in seeds if f"DanWood {a} seed {s} worst" in figures}
+    # the seeded arms (ours and scipy's box loop) per seed; a fixed start once
+    assert have == seeds - {("trf s1", 2)}
+    assert not any(name.startswith("Misra1a") for name in figures)  # --problems beats --quick
+    assert record["ratios"]["trf box32 wall / trf box32"]["value"] == 1.0
+    assert figures["lm solved"] == 2 and "summary: solved" in stdout  # both seeds solve DanWood
 
 
 @pytest.mark.subprocess
