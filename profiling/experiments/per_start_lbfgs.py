@@ -7,7 +7,7 @@ priors' bounds in physical coordinates, the same in the engine's unconstrained (
 coordinates without bounds, and ``MultiStartLBFGS`` (window rule off, ``--steps`` steps).
 Prints each start's final χ² and evaluations per arm.
 
-    python profiling/per_start_lbfgs.py --starts 3 --steps 1500
+    python profiling/experiments/per_start_lbfgs.py --starts 3 --steps 1500
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 os.environ.setdefault("MULTISTART_LOG_LEVEL", "WARNING")
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # profiling/: the models
 
 import image_model  # noqa: E402
 import jax  # noqa: E402

@@ -11,14 +11,14 @@ that claim against a real halving run (same best, same evaluations, same evaluat
 
 Subcommands (each problem in its own process: some run in float64, some in float32):
 
-    python profiling/halving_replay.py record image --seeds 0 1 2 3 4     # "all" runs, cached
-    python profiling/halving_replay.py record image --starts 128 --seeds 0
-    python profiling/halving_replay.py verify peak --seed 0 --r0 10 --eta 3 --grace 1 --keep 1
-    python profiling/halving_replay.py table                    # replay the grid on the cache
-    python profiling/halving_replay.py table --csv grid.csv     # ... and every row to a file
-    python profiling/halving_replay.py table --show 10,3,0.1,2  # one setting, per run
-    python profiling/halving_replay.py ranks image --seed 0     # where the best start stood
-    python profiling/halving_replay.py anytime --plot anytime.png  # best so far vs evaluations
+    python profiling/experiments/halving_replay.py record image --seeds 0 1 2 3 4     # "all" runs, cached
+    python profiling/experiments/halving_replay.py record image --starts 128 --seeds 0
+    python profiling/experiments/halving_replay.py verify peak --seed 0 --r0 10 --eta 3 --grace 1 --keep 1
+    python profiling/experiments/halving_replay.py table                    # replay the grid on the cache
+    python profiling/experiments/halving_replay.py table --csv grid.csv     # ... and every row to a file
+    python profiling/experiments/halving_replay.py table --show 10,3,0.1,2  # one setting, per run
+    python profiling/experiments/halving_replay.py ranks image --seed 0     # where the best start stood
+    python profiling/experiments/halving_replay.py anytime --plot anytime.png  # best so far vs evaluations
 
 Problems (``PROBLEMS``): ``image`` (``image_model.py``, 48 parameters, float64, uniform starts
 in the central band as scipy's loop gets them in ``time_to_solution.py``), ``bench``
@@ -44,7 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parent.parent  # profiling/: the benchmark models
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))  # readme_model
 CACHE = Path(os.environ.get("HALVING_CACHE", "/work/halving-cache"))
