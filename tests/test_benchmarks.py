@@ -9,6 +9,7 @@ over its peer's, both finite and measured in the same run.
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 
@@ -115,3 +116,22 @@ def test_compare_sets_two_records_side_by_side(records, tmp_path):
     (tmp_path / "bad.json").write_text("{}")
     bad = _python("-m", "profiling.compare", path, tmp_path / "bad.json")
     assert bad.returncode == 1 and "is not a benchmark record" in bad.stderr
+
+
+def _anchor(heading: str) -> str:
+    """The anchor GitHub (and mkdocs' toc) gives a heading."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_the_profiling_index_names_every_script_and_every_section_of_the_history():
+    folder = ROOT / "profiling"
+    index = (folder / "README.md").read_text()
+    named = set(re.findall(r"`(\w+\.py)`", index))
+    assert {p.name for p in folder.glob("*.py")} <= named
+    experiments = (folder / "experiments" / "README.md").read_text()
+    listed = set(re.findall(r"^\| `(\w+\.py)` \|", experiments, flags=re.M))
+    assert listed == {p.name for p in (folder / "experiments").glob("*.py")}
+    history = (folder / "HISTORY.md").read_text()
+    sections = [line[3:] for line in history.splitlines() if line.startswith("## ")]
+    links = re.findall(r"^- \[(.+)\]\(HISTORY\.md#([\w-]+)\)$", index, flags=re.M)
+    assert links == [(s, _anchor(s)) for s in sections]
