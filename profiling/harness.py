@@ -120,29 +120,45 @@ def child_result(figures: Mapping) -> None:
     print(RESULT + json.dumps(dict(figures)), flush=True)
 
 
-def fresh_process(script, *args, env: Mapping[str, str] | None = None) -> dict:
+def fresh_process(
+    script, *args, env: Mapping[str, str | None] | None = None, required: bool = True
+) -> dict | None:
     """Run ``python script *args`` in a new process that imports the same library as this one
     (its folder first on ``PYTHONPATH``) and return the figures it printed with
-    ``child_result``; the child's wall, its imports included, as ``"process_s"``."""
+    ``child_result``, and the child's wall, its imports included, as ``"process_s"``.
+
+    ``env`` adds to this process's environment (a value of None removes the name). A child
+    that fails raises, or with ``required=False`` is reported on stderr and gives None (the
+    other arms' figures are kept).
+    """
     import time
 
     import multistart
 
     library = str(Path(multistart.__file__).resolve().parent.parent)
     path = os.pathsep.join([library, *(p for p in sys.path if p)])
-    environ = {**os.environ, "PYTHONPATH": path, **(env or {})}
+    environ = {**os.environ, "PYTHONPATH": path}
+    for name, value in (env or {}).items():
+        if value is None:
+            environ.pop(name, None)
+        else:
+            environ[name] = value
     t0 = time.perf_counter()
     proc = subprocess.run(
         [sys.executable, str(script), *map(str, args)], capture_output=True, text=True, env=environ
     )
     process_s = time.perf_counter() - t0
-    for line in reversed(proc.stdout.splitlines()):
+    for line in reversed(proc.stdout.splitlines() if proc.returncode == 0 else []):
         if line.startswith(RESULT):
             return {**json.loads(line[len(RESULT) :]), "process_s": process_s}
-    raise RuntimeError(
+    failure = (
         f"{Path(script).name} {' '.join(map(str, args))} printed no result "
         f"(exit {proc.returncode}):\n{proc.stderr[-3000:]}"
     )
+    if required:
+        raise RuntimeError(failure)
+    print(failure, file=sys.stderr, flush=True)
+    return None
 
 
 # -- the record -----------------------------------------------------------------------------------

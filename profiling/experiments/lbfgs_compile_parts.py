@@ -23,7 +23,7 @@ table gives the median process CPU seconds of ``compile()`` and the ratio to Ada
 
     python profiling/experiments/lbfgs_compile_parts.py --model curve --rounds 5
     python profiling/experiments/lbfgs_compile_parts.py --model image --rounds 3
-    python profiling/experiments/lbfgs_compile_parts.py --opt-level 0   # XLA's LLVM optimisation level
+    python profiling/experiments/lbfgs_compile_parts.py --opt-level 0   # LLVM's level
 
 With ``--opt-level``, what the level costs at run time too: the model's jitted value-and-grad
 (at the truth for ``image``, at the prior centres otherwise) compiled at XLA's default level and
