@@ -14,7 +14,7 @@ with its own truth drawn at random, every fit from one ``p0 = (1, 0, 1, 0)`` ins
 Arms, side by side in one run:
 
   scipy           ``scipy.optimize.curve_fit`` looped over the datasets (trf with the bounds,
-                  one BLAS thread: ``peers.one_blas_thread``)
+                  one BLAS thread: ``harness.one_blas_thread``)
   1 start cold    ``ms.curve_fit(batched=True, n_starts=1)``, the first call of a fresh
                   process with an empty ``MULTISTART_CACHE_DIR`` (no compiled program, no width
                   on record); the call itself, and the process with its imports in brackets

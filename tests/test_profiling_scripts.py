@@ -77,6 +77,8 @@ def test_the_gpu_command_runs_every_comparison_at_tiny_sizes_on_a_cpu(tmp_path):
     assert run.returncode == 0, run.stderr[-3000:]
     figures = json.loads(record.read_text())
     assert figures["platform"] == "cpu" and figures["sizes"]["starts"] == 4
+    assert figures["benchmark"] == "gpu" and figures["quick"] is True  # the harness's record
+    assert figures["ratios"] and all(np.isfinite(r["value"]) for r in figures["ratios"].values())
     sections = figures["sections"]
     assert len(sections) == 4 and all(name in run.stdout for name in sections)
     for rows in sections.values():
