@@ -41,6 +41,7 @@ __all__ = [
     "add_arguments",
     "blas_threads",
     "child_result",
+    "commit",
     "fresh_process",
     "interleave",
     "machine",
