@@ -9,7 +9,10 @@ run on two commits, or on two machines::
 
 The ratios (an arm against its peer in the same run) are the figures to read across machines
 and days; the raw figures (seconds) are shown too, for a run on the same machine. A name in
-one record only is listed apart.
+one record only is listed apart. Given one record, it prints that record's ratios, as a
+markdown table with ``--markdown`` (for docs/profiling.md)::
+
+    python -m profiling.compare after.json --markdown
 """
 
 from __future__ import annotations
@@ -74,12 +77,29 @@ def report(a: dict, b: dict, paths: tuple[str, str]) -> str:
     return "\n".join(lines)
 
 
+def one(record: dict, path: str, markdown: bool) -> str:
+    """One record's ratios: each arm against its peer, measured in the same run."""
+    lines = [describe(record, path), ""]
+    ratios = [(name, r["value"], r.get("peer", "")) for name, r in record["ratios"].items()]
+    if markdown:
+        lines += ["| ratio | value | peer |", "| --- | --- | --- |"]
+        lines += [f"| {n} | {v:.3g} | {p} |" for n, v, p in ratios]
+    else:
+        width = max((len(n) for n, _, _ in ratios), default=4) + 2
+        lines += [f"  {n:<{width}}{v:>10.4g}  {p}" for n, v, p in ratios]
+    return "\n".join(lines)
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("a", help="the first record (A)")
-    parser.add_argument("b", help="the second record (B)")
+    parser.add_argument("b", nargs="?", help="the second record (B); without it, A's ratios")
+    parser.add_argument("--markdown", action="store_true", help="one record's ratios as a table")
     args = parser.parse_args(argv)
-    print(report(load(args.a), load(args.b), (args.a, args.b)))
+    if args.b is None:
+        print(one(load(args.a), args.a, args.markdown))
+    else:
+        print(report(load(args.a), load(args.b), (args.a, args.b)))
 
 
 if __name__ == "__main__":

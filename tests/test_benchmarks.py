@@ -113,6 +113,10 @@ def test_compare_sets_two_records_side_by_side(records, tmp_path):
     assert both.returncode == 0, both.stderr
     line = next(ln for ln in both.stdout.splitlines() if ln.strip().startswith(ratio))
     assert line.split()[-1] == "2.000"
+    table = _python("-m", "profiling.compare", path, "--markdown")
+    assert table.returncode == 0, table.stderr
+    rows = [ln for ln in table.stdout.splitlines() if ln.startswith("| ") and "---" not in ln]
+    assert len(rows) == 1 + len(record["ratios"]) and f"| {ratio} | " in table.stdout
     (tmp_path / "bad.json").write_text("{}")
     bad = _python("-m", "profiling.compare", path, tmp_path / "bad.json")
     assert bad.returncode == 1 and "is not a benchmark record" in bad.stderr
