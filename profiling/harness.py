@@ -16,6 +16,12 @@ figure over its peer's, both measured in the same run: the number to read, as ab
 on a shared machine are noise). ``python -m profiling.compare A.json B.json`` sets two records
 side by side.
 
+An arm that must start cold (imports, compiles, caches) runs in a fresh process: the script
+runs itself with a child option, ``harness.fresh_process(__file__, "--arm", name)``, and the
+child hands its figures back with ``harness.child_result(figures)``. ``interleave`` takes turns
+between arms (the order reversed every other round), so that drift in a shared machine's speed
+favours none, and ``median`` reduces the repeats.
+
 The scipy peer arms run with one BLAS thread (``one_blas_thread``): OpenBLAS's worker threads
 spin after each call on the cores XLA's next evaluation needs (``peers.py`` measures it).
 """
