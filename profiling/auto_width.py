@@ -22,14 +22,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import harness  # noqa: E402
+
 MODELS = {
     # name: (n_starts, fixed widths, steps, quick steps)
     "bench": (32, [1, 2, 4, 8, 16, 32], 40, 15),
@@ -90,13 +92,13 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="1 repeat, fewer steps")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--models", default=",".join(MODELS))
-    parser.add_argument("--json", help="also write every arm's rows here")
+    parser.add_argument("--json", help="write the record, with every arm's rows, here")
     parser.add_argument("--arm", help=argparse.SUPPRESS)  # child mode
     parser.add_argument("--steps", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--tuning-dir", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.arm:
-        print(json.dumps(run_arm(args.arm, args.steps, args.tuning_dir)))
+        harness.child_result(run_arm(args.arm, args.steps, args.tuning_dir))
         return
 
     repeats = 1 if args.quick else args.repeats
@@ -114,24 +116,26 @@ def main() -> None:
                 order = fixed if rep % 2 == 0 else fixed[::-1]
                 for arm in [order[0], arms[-2], arms[-1], *order[1:]]:
                     with tempfile.TemporaryDirectory(prefix="ms-empty-") as empty:
-                        cmd = [sys.executable, __file__, "--arm", arm, "--steps", str(steps)]
-                        cmd += ["--tuning-dir", empty if arm.startswith("fixed") else folder]
-                        out = subprocess.run(cmd, capture_output=True, text=True)
-                    if out.returncode:
-                        print(f"{arm}: failed\n{out.stderr[-2000:]}", file=sys.stderr)
+                        argv = ["--arm", arm, "--steps", steps, "--tuning-dir"]
+                        argv.append(empty if arm.startswith("fixed") else folder)
+                        row = harness.fresh_process(__file__, *argv, required=False)
+                    if row is None:
                         continue
-                    runs.setdefault(arm, []).append(json.loads(out.stdout.strip().splitlines()[-1]))
+                    runs.setdefault(arm, []).append(row)
                     print(f"  {arm}: {runs[arm][-1]}", file=sys.stderr, flush=True)
-    if args.json:
-        Path(args.json).write_text(json.dumps({"args": vars(args), "runs": runs}, indent=1))
+    report(args, models, runs, repeats, time.perf_counter() - t0)
 
+
+def report(args, models, runs, repeats, seconds) -> None:
     def med(arm, key):
         values = [r[key] for r in runs.get(arm, [])]
-        return statistics.median(values) if values else float("nan")
+        return harness.median(values) if values else float("nan")
+
+    record = harness.Record("auto_width", args)
 
     print(
         f"batch_size='auto' against fixed widths: median of {repeats} fresh process(es) per "
-        f"arm, {time.perf_counter() - t0:.0f} s in all"
+        f"arm, {seconds:.0f} s in all"
     )
     for model in models:
         n_starts, widths, steps, quick_steps = MODELS[model]
@@ -140,6 +144,12 @@ def main() -> None:
             continue
         best = min(fixed, key=lambda a: med(a, "step_s"))
         ref = med(best, "step_s")
+        for arm in [*fixed, f"cold:{model}", f"warm:{model}"]:
+            record.figure(f"{arm} step_s", med(arm, "step_s"))
+        record.figure(f"{model} best fixed step_s", ref)
+        for arm in [*fixed, f"cold:{model}", f"warm:{model}"]:
+            if runs.get(arm):
+                record.ratio(f"{arm} / best fixed", f"{arm} step_s", f"{model} best fixed step_s")
         print(f"\n{model} ({n_starts} starts): step time / best fixed width ({best.split(':')[2]})")
         print("  " + ", ".join(f"{a.split(':')[2]}: {med(a, 'step_s') / ref:.3f}" for a in fixed))
         for kind in ("cold", "warm"):
@@ -154,6 +164,8 @@ def main() -> None:
                 f"({med(arm, 'compile_s'):.1f} s), {med(arm, 'n_tune_compiles'):.0f} extra "
                 f"compile(s)"
             )
+    if args.json:
+        Path(args.json).write_text(json.dumps({**record.as_dict(), "runs": runs}, indent=1))
 
 
 if __name__ == "__main__":

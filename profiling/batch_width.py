@@ -25,14 +25,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import harness  # noqa: E402
+
 WIDTHS = [1, 2, 4, 8, 16, 32]
 BACKENDS = ["loop", "scan"]
 
@@ -174,10 +176,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--arms", help="comma-separated arms (default: all)")
     parser.add_argument("--arm", help=argparse.SUPPRESS)  # child mode
-    parser.add_argument("--json", help="also write every arm's rows here")
+    parser.add_argument("--json", help="write the record, with every arm's rows, here")
     args = parser.parse_args()
     if args.arm:
-        print(json.dumps(run_arm(args.arm, args.n_starts, args.steps)))
+        harness.child_result(run_arm(args.arm, args.n_starts, args.steps))
         return
 
     widths = [w for w in WIDTHS if w <= args.n_starts]
@@ -189,22 +191,20 @@ def main() -> None:
         arms = args.arms.split(",")
     runs: dict[str, list[dict]] = {a: [] for a in arms}
     t0 = time.perf_counter()
+    sizes = ["--n-starts", args.n_starts, "--steps", args.steps]
     for rep in range(args.repeats):
         for arm in arms if rep % 2 == 0 else arms[::-1]:
-            cmd = [sys.executable, __file__, "--arm", arm]
-            cmd += ["--n-starts", str(args.n_starts), "--steps", str(args.steps)]
-            out = subprocess.run(cmd, capture_output=True, text=True)
-            if out.returncode:
-                print(f"{arm}: failed\n{out.stderr[-2000:]}", file=sys.stderr)
-                continue
-            runs[arm].append(json.loads(out.stdout.strip().splitlines()[-1]))
+            row = harness.fresh_process(__file__, "--arm", arm, *sizes, required=False)
+            if row is not None:
+                runs[arm].append(row)
 
+    record = harness.Record("batch_width", args)
     if args.json:  # the raw rows first: a summary bug must not lose a long run
-        Path(args.json).write_text(json.dumps({"args": vars(args), "runs": runs}, indent=1))
+        Path(args.json).write_text(json.dumps({**record.as_dict(), "runs": runs}, indent=1))
 
     def med(arm, key):
         values = [r[key] for r in runs.get(arm, []) if isinstance(r.get(key), (int, float))]
-        return statistics.median(values) if values else float("nan")
+        return harness.median(values) if values else float("nan")
 
     def widths_of(arm):
         return sorted({r["width"] for r in runs.get(arm, [])})
@@ -221,6 +221,11 @@ def main() -> None:
             continue
         best[b] = max(fixed, key=lambda a: med(a, "rate"))
         ref = med(best[b], "rate")
+        record.figure(f"{b} best fixed rate", ref)
+        for arm in [*fixed, f"tune:{b}", f"auto:{b}"]:
+            if runs.get(arm):
+                record.figure(f"{arm} rate", med(arm, "rate"))
+                record.ratio(f"{arm} rate / best fixed", f"{arm} rate", f"{b} best fixed rate")
         print(f"\n{b} backend: starts x steps / s relative to its best fixed width ({best[b]})")
         print(f"  {'width':>6} {'rate / best':>12} {'compile s':>10}")
         for arm in fixed:
@@ -262,6 +267,8 @@ def main() -> None:
             f"  peak RSS growth / (budget + fixed cost) = "
             f"{gib['rss_growth'] / (gib['budget'] + fixed):.3f}"
         )
+    if args.json:  # with the figures and ratios of the summary
+        Path(args.json).write_text(json.dumps({**record.as_dict(), "runs": runs}, indent=1))
 
 
 if __name__ == "__main__":

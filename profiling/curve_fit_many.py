@@ -14,7 +14,7 @@ with its own truth drawn at random, every fit from one ``p0 = (1, 0, 1, 0)`` ins
 Arms, side by side in one run:
 
   scipy           ``scipy.optimize.curve_fit`` looped over the datasets (trf with the bounds,
-                  one BLAS thread: ``peers.one_blas_thread``)
+                  one BLAS thread: ``harness.one_blas_thread``)
   1 start cold    ``ms.curve_fit(batched=True, n_starts=1)``, the first call of a fresh
                   process with an empty ``MULTISTART_CACHE_DIR`` (no compiled program, no width
                   on record); the call itself, and the process with its imports in brackets
@@ -29,14 +29,13 @@ compiles JAX was asked for during the call (``multistart.common.monitor.CompileC
 
     python profiling/curve_fit_many.py                  # 2,000 and 20,000 fits, both draws
     python profiling/curve_fit_many.py --fits 2000 --truths anywhere --skip-8
+    python profiling/curve_fit_many.py --quick --json many.json   # 200 fits; the record
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -45,6 +44,10 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import harness  # noqa: E402
+
 X = np.linspace(-3.0, 3.0, 60)
 NOISE = 0.1
 P0 = (1.0, 0.0, 1.0, 0.0)  # (a, mu, w, b)
@@ -81,10 +84,9 @@ def good(popt: np.ndarray, truths: np.ndarray) -> int:
 def scipy_loop(y: np.ndarray) -> tuple[float, np.ndarray]:
     """``(seconds, popt)`` of scipy's curve_fit over every dataset (nan where it fails)."""
     import scipy.optimize
-    from peers import one_blas_thread
 
     popt = np.full((len(y), 4), np.nan)
-    with one_blas_thread():
+    with harness.one_blas_thread():
         t0 = time.perf_counter()
         for i, yi in enumerate(y):
             try:
@@ -114,21 +116,16 @@ def cold(n: int, seed: int, draw: str, n_starts: int) -> dict:
     """An arm in a fresh process with an empty cache folder (what its call and the whole
     process took, and what it found)."""
     with tempfile.TemporaryDirectory() as folder:
-        env = {**os.environ, "MULTISTART_CACHE_DIR": folder, "MULTISTART_LOG_LEVEL": "WARNING"}
-        argv = [sys.executable, str(Path(__file__)), "--child", str(n), "--seed", str(seed)]
-        argv += ["--truths", draw, "--child-starts", str(n_starts)]
-        t0 = time.perf_counter()
-        out = subprocess.run(argv, env=env, capture_output=True, text=True, check=True)
-        process_s = time.perf_counter() - t0
-    record = json.loads(out.stdout.strip().splitlines()[-1])
-    return {**record, "process_s": process_s}
+        env = {"MULTISTART_CACHE_DIR": folder, "MULTISTART_LOG_LEVEL": "WARNING"}
+        argv = ["--child", n, "--seed", seed, "--truths", draw, "--child-starts", n_starts]
+        return harness.fresh_process(__file__, *argv, env=env)
 
 
 def child(n: int, seed: int, draw: str, n_starts: int) -> None:
-    """A cold arm's process: one call, its figures as a JSON line."""
+    """A cold arm's process: one call, its figures handed back to the parent."""
     truths, y = datasets(n, seed, draw)
     seconds, popt, compiles = ours(y, n_starts)
-    print(json.dumps({"seconds": seconds, "good": good(popt, truths), "compiles": compiles}))
+    harness.child_result({"seconds": seconds, "good": good(popt, truths), "compiles": compiles})
 
 
 def row(name: str, seconds: float, n: int, scipy_s: float, n_good: int, compiles, note=""):
@@ -139,13 +136,16 @@ def row(name: str, seconds: float, n: int, scipy_s: float, n_good: int, compiles
     )
 
 
-def figure(n: int, seed: int, draw: str, eight: bool) -> None:
+def figure(record: harness.Record, n: int, seed: int, draw: str, eight: bool) -> None:
     truths, y = datasets(n, seed, draw)
     _, y2 = datasets(n, seed + 1, draw)  # new data of the same shapes, for the warm calls
     scipy_s, popt = scipy_loop(y)
     print(f"\n{n} fits, truths {draw} (scipy's loop {scipy_s:.2f} s; every arm fits the same)")
     print(f"{'arm':<16}{'wall s':>9}{'':<9}{'fits/s':>11}{'speed':>10}{'good':>8}{'compiles':>10}")
     row("scipy", scipy_s, n, scipy_s, good(popt, truths), "-")
+    key = f"{n} {draw}"
+    record.figure(f"{key} scipy s", scipy_s)
+    record.figure(f"{key} scipy good", good(popt, truths))
     for k in (1, 8) if eight else (1,):
         first = cold(n, seed, draw, k)
         process = f" ({first['process_s']:.1f})"
@@ -154,6 +154,17 @@ def figure(n: int, seed: int, draw: str, eight: bool) -> None:
         ours(y2, k)  # this process's first call of these shapes (its compiles)
         seconds, popt, compiles = ours(y, k)
         row(f"{name} warm", seconds, n, scipy_s, good(popt, truths), compiles)
+        arms = {
+            "cold": (first["seconds"], first["good"], first["compiles"]),
+            "warm": (seconds, good(popt, truths), compiles),
+        }
+        for when, (wall, n_good, n_compiles) in arms.items():
+            arm = f"{key} {name} {when}"
+            record.figure(f"{arm} s", wall)
+            record.figure(f"{arm} good", n_good)
+            record.figure(f"{arm} compiles", n_compiles)
+            record.ratio(f"{arm} / scipy", f"{arm} s", f"{key} scipy s")
+        record.figure(f"{key} {name} cold process s", first["process_s"])
 
 
 def parse_args(argv=None):
@@ -164,7 +175,10 @@ def parse_args(argv=None):
     parser.add_argument("--skip-8", action="store_true", help="no 8-start arms")
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)  # a cold arm's process
     parser.add_argument("--child-starts", type=int, default=1, help=argparse.SUPPRESS)
+    harness.add_arguments(parser, quick="200 fits, truths anywhere, no 8-start arms")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.fits, args.truths, args.skip_8 = [200], "anywhere", True
     if any(n < 1 for n in args.fits):
         parser.error("--fits takes positive numbers of fits")
     args.truths = args.truths.split(",")
@@ -176,18 +190,18 @@ def parse_args(argv=None):
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    sys.path.insert(0, str(HERE))
     if args.child is not None:
         child(args.child, args.seed, args.truths[0], args.child_starts)
         return
     import jax
-    from peers import blas_threads
 
     print(f"jax {jax.__version__} on {jax.devices()[0].platform}; cores {os.cpu_count()}")
-    print(f"BLAS (scipy's arm runs with one thread): {blas_threads()}")
+    print(f"BLAS (scipy's arm runs with one thread): {harness.blas_threads()}")
+    record = harness.Record("curve_fit_many", args)
     for draw in args.truths:
         for n in args.fits:
-            figure(n, args.seed, draw, not args.skip_8)
+            figure(record, n, args.seed, draw, not args.skip_8)
+    record.write(args.json)
 
 
 if __name__ == "__main__":

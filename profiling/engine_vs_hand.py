@@ -12,24 +12,26 @@ persistent compilation cache off, interleaved and repeated; medians reported):
 
 Figures: time to first step (from the call to the end of the first step: tracing, compiling,
 initialising and one step) and steady seconds per step afterwards, both as ratios to the hand
-loop measured in the same run.
+loop measured in the same run. ``--json PATH`` writes the run's record (``harness.py``).
 
     python profiling/engine_vs_hand.py                  # defaults: 16 starts, width 4
-    python profiling/engine_vs_hand.py --repeats 5 --steps 80
+    python profiling/engine_vs_hand.py --repeats 5 --steps 80 --json engine_vs_hand.json
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import functools
 import os
-import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import harness  # noqa: E402
+
 ARMS = ["engine", "hand_loop", "per_start", "lax_map", "full_vmap"]
 
 
@@ -158,57 +160,35 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--arms", default=",".join(ARMS))
     parser.add_argument("--arm", help=argparse.SUPPRESS)  # child mode
-    parser.add_argument("--json", help="also write the rows here")
+    harness.add_arguments(parser)
     args = parser.parse_args()
     if args.arm:
-        print(json.dumps(run_arm(args.arm, args.n_starts, args.width, args.steps)))
+        harness.child_result(run_arm(args.arm, args.n_starts, args.width, args.steps))
         return
 
     arms = args.arms.split(",")
-    runs: dict[str, list[dict]] = {a: [] for a in arms}
-    for rep in range(args.repeats):
-        order = arms if rep % 2 == 0 else arms[::-1]
-        for arm in order:
-            cmd = [
-                sys.executable,
-                __file__,
-                "--arm",
-                arm,
-                "--n-starts",
-                str(args.n_starts),
-                "--width",
-                str(args.width),
-                "--steps",
-                str(args.steps),
-            ]
-            out = subprocess.run(cmd, capture_output=True, text=True, check=True)
-            runs[arm].append(json.loads(out.stdout.strip().splitlines()[-1]))
-
-    def med(arm, key):
-        return statistics.median(r[key] for r in runs[arm])
-
-    ref_first, ref_steady = med("hand_loop", "first_step_s"), med("hand_loop", "steady_step_s")
+    sizes = ["--n-starts", args.n_starts, "--width", args.width, "--steps", args.steps]
+    child = functools.partial(harness.fresh_process, __file__)
+    runs = harness.interleave(
+        {a: functools.partial(child, "--arm", a, *sizes) for a in arms}, args.repeats
+    )
+    record = harness.Record("engine_vs_hand", args)
+    for arm in arms:
+        for key in ("first_step_s", "steady_step_s"):
+            record.figure(f"{arm} {key}", harness.median(r[key] for r in runs[arm]))
     print(
         f"multi-dataset objective: 31 parameters, 4 datasets of different shapes; "
         f"{args.n_starts} starts, width {args.width}, {args.steps} steps, "
         f"median of {args.repeats} fresh processes per arm"
     )
     print(f"{'arm':<11} {'first step / hand':>18} {'steady step / hand':>19}")
-    rows = []
     for arm in arms:
-        f, s = med(arm, "first_step_s") / ref_first, med(arm, "steady_step_s") / ref_steady
-        rows.append(
-            {
-                "arm": arm,
-                "first_step_ratio": f,
-                "steady_step_ratio": s,
-                "first_step_s": med(arm, "first_step_s"),
-                "steady_step_s": med(arm, "steady_step_s"),
-            }
+        f, s = (
+            record.ratio(f"{arm} {key} / hand_loop", f"{arm} {key}", f"hand_loop {key}")
+            for key in ("first_step_s", "steady_step_s")
         )
         print(f"{arm:<11} {f:>18.3f} {s:>19.3f}")
-    if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=1))
+    record.write(args.json)
 
 
 if __name__ == "__main__":

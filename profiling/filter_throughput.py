@@ -21,12 +21,15 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
+import sys
 import time
+from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("MULTISTART_LOG_LEVEL", "WARNING")
 os.environ.setdefault("MULTISTART_CACHE_DIR", "")  # measure compiles, not cache loads
 
+import harness  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
@@ -85,15 +88,16 @@ def main() -> None:
     for name, fn in arms.items():
         np.testing.assert_allclose(fn(u), ref, rtol=1e-5, atol=1e-4, err_msg=name)
 
-    times = {name: [] for name in arms}
-    names = list(arms)
-    for rep in range(args.repeats):
-        for name in names if rep % 2 == 0 else names[::-1]:
-            t0 = time.perf_counter()
-            arms[name](u)
-            times[name].append(time.perf_counter() - t0)
+    def timed(fn):
+        t0 = time.perf_counter()
+        fn(u)
+        return time.perf_counter() - t0
 
-    base = statistics.median(times["one_by_one"])
+    names = list(arms)
+    times = harness.interleave(
+        {name: lambda fn=arms[name]: timed(fn) for name in names}, args.repeats
+    )
+    base = harness.median(times["one_by_one"])
     base_c = compile_s["one_by_one"]
     print(
         f"{args.candidates} candidates of a {args.dims}-D Rastrigin (float32, "
@@ -102,7 +106,7 @@ def main() -> None:
     )
     print(f"{'arm':<14} {'candidates/s vs one_by_one':>27} {'compile vs one_by_one':>22}")
     for name in names:
-        speed = base / statistics.median(times[name])
+        speed = base / harness.median(times[name])
         print(f"{name:<14} {speed:>27.1f} {compile_s[name] / base_c:>22.2f}")
 
 

@@ -40,14 +40,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import harness  # noqa: E402
+
 MODELS = {  # name: the fixed widths timed against "auto" (the search is in problem())
     "curve": [1, 2, 4, 8],
     "readme": [1, 4, 16, 64],
@@ -76,7 +78,7 @@ def problem(model: str):
         space = {"a": ms.Uniform(0, 10), "k": ms.LogUniform(0.01, 5), "c": ms.Uniform(-2, 2)}
         return ms.MultiStartLBFGS, dict(n_starts=8, seed=0), curve, space
     if model == "readme":
-        sys.path.insert(0, str(HERE))
+        sys.path.insert(0, str(HERE.parent / "tests"))  # the README's model lives with the tests
         import readme_model
 
         chi2, space = readme_model.make_problem()
@@ -131,21 +133,17 @@ def run_arm(model: str, width: str) -> dict:
 
 
 def child(model: str, width: str, folder: str) -> dict | None:
-    env = {**os.environ, "MULTISTART_CACHE_DIR": folder, "MULTISTART_AUTO_WIDTH": "measure"}
-    env.pop("JAX_COMPILATION_CACHE_DIR", None)
-    cmd = [sys.executable, __file__, "--arm", f"{model}:{width}"]
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    if out.returncode:
-        print(f"{model}:{width} failed\n{out.stderr[-3000:]}", file=sys.stderr)
-        return None
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    """One fit in a fresh process with the tuning folder ``folder`` (None if it failed)."""
+    env = {"MULTISTART_CACHE_DIR": folder, "MULTISTART_AUTO_WIDTH": "measure"}
+    env |= {"JAX_COMPILATION_CACHE_DIR": None}
+    return harness.fresh_process(__file__, "--arm", f"{model}:{width}", env=env, required=False)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=DEFAULT_MODELS, help=f"any of {','.join(MODELS)}")
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--json", help="also write every run here")
+    parser.add_argument("--json", help="write the record, with every run, here")
     parser.add_argument(
         "--fixed",
         action="append",
@@ -157,7 +155,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.arm:
         model, width = args.arm.split(":")
-        print(json.dumps(run_arm(model, width)))
+        harness.child_result(run_arm(model, width))
         return
     models = args.models.split(",")
     for spec in args.fixed:
@@ -178,16 +176,17 @@ def main() -> None:
                             row["round"] = r
                             runs.setdefault((model, width, phase), []).append(row)
                             print(f"  {model} {width} {phase}: {row}", file=sys.stderr, flush=True)
+    record = harness.Record("first_fit", args)
+    report(record, models, runs, args.rounds, time.perf_counter() - t0)
     if args.json:
         flat = {":".join(k): v for k, v in runs.items()}
-        Path(args.json).write_text(json.dumps({"args": vars(args), "runs": flat}, indent=1))
-    report(models, runs, args.rounds, time.perf_counter() - t0)
+        Path(args.json).write_text(json.dumps({**record.as_dict(), "runs": flat}, indent=1))
 
 
-def report(models, runs, rounds, seconds) -> None:
+def report(record, models, runs, rounds, seconds) -> None:
     def med(model, width, phase, key="wall_s"):
         rows = runs.get((model, width, phase), [])
-        return statistics.median(r[key] for r in rows) if rows else float("nan")
+        return harness.median(r[key] for r in rows) if rows else float("nan")
 
     import jax
 
@@ -205,11 +204,19 @@ def report(models, runs, rounds, seconds) -> None:
                 continue
             best = min(fixed, key=lambda w: med(model, w, phase))
             ref = med(model, best, phase)
+            for width in ["auto", *fixed]:
+                record.figure(f"{model} {phase} {width} wall_s", med(model, width, phase))
+            record.figure(f"{model} {phase} best fixed wall_s", ref)
+            record.ratio(
+                f"{model} {phase} auto / best fixed",
+                f"{model} {phase} auto wall_s",
+                f"{model} {phase} best fixed wall_s",
+            )
             auto = runs[(model, "auto", phase)]
             widths = sorted({r["width"] for r in auto})
             deciding = med(model, "auto", phase, "decide_s")
             of_round = {b["round"]: b["wall_s"] for b in runs[(model, best, phase)]}
-            paired = statistics.median(
+            paired = harness.median(
                 [a["wall_s"] / of_round[a["round"]] for a in auto if a["round"] in of_round]
                 or [float("nan")]
             )

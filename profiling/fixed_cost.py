@@ -6,8 +6,8 @@ the box built from NIST's starting values:
 - ``ours``: ``MultiStartLeastSquares(n_starts=32, seed=0)``, its first fit (compiles
   included) and a second fit of the same function and space;
 - ``scipy``: ``scipy.optimize.least_squares`` (trf, the box's bounds, jitted residuals and
-  Jacobian) from the same kind of 32 box starts in a loop, one BLAS thread (threadpoolctl, as
-  ``profiling/peers.py``);
+  Jacobian) from the same kind of 32 box starts in a loop, one BLAS thread
+  (``harness.one_blas_thread``);
 - ``vmap``: the hand-written ``jax.jit(jax.vmap(lambda y0: optx.least_squares(fn,
   optx.LevenbergMarquardt(rtol=1e-10, atol=1e-12), y0, max_steps=2000, throw=False).value))``
   over the same 32 starts, its first call (compile included) and a second.
@@ -20,8 +20,12 @@ function (a Python counter inside it) and the compile requests (JAX's monitoring
 ``ms.curve_fit`` (3 parameters, 50 points) in a fresh subprocess: its wall, traces and
 compiles, against one compile-and-call of the hand-written vmap of the same model.
 
+The second passes of the three arms take turns (``--repeats`` rounds, medians); ``--json PATH``
+writes the run's record (``profiling/harness.py``), for ``python -m profiling.compare``.
+
     python profiling/fixed_cost.py            # DanWood, Misra1a, Chwirut2, MGH09; 3 repeats
     python profiling/fixed_cost.py --quick    # DanWood, Misra1a; 1 repeat
+    python profiling/fixed_cost.py --quick --json fixed_cost.json
     python profiling/fixed_cost.py --problems DanWood --profile   # cProfile of a second fit
 """
 
@@ -30,11 +34,8 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
-import json
 import os
 import pstats
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -47,6 +48,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))
 os.environ.setdefault("MULTISTART_LOG_LEVEL", "WARNING")
 
+import harness  # noqa: E402
 import nist  # noqa: E402  (NumPy only)
 from nist_strd import box_starts, space_of  # noqa: E402  (the same box as nist_strd.py)
 
@@ -70,23 +72,27 @@ class Counted:
         self.named = named
 
 
-def ours(problem, repeats: int, profile: bool) -> dict:
-    """First and second fits of one search object, with traces and compiles counted."""
+def ours(problem, profile: bool):
+    """Our first fit, measured, and a second fit of the same search object to repeat: each
+    returns its wall, the traces of the residual function and the compiles requested."""
     import multistart as ms
     from multistart.common.monitor import CompileCounter
 
     counted, space = Counted(problem), space_of(problem)
     search = ms.MultiStartLeastSquares(n_starts=N_STARTS, seed=0)
-    out: dict = {}
-    for label in ("first", *[f"second{i}" for i in range(repeats)]):
+    last: dict = {}
+
+    def fit() -> dict:
         counted.n = 0
         with CompileCounter() as compiles:
             t0 = time.perf_counter()
-            result = search.fit(counted.named, space)
+            last["result"] = search.fit(counted.named, space)
             wall = time.perf_counter() - t0
-        out[label] = dict(wall=wall, traces=counted.n, compiles=compiles.total)
-    out["best"] = float(result.best_fom)
-    out["n_evals"] = int(result.stats.get("n_evals", 0) or 0)
+        return dict(wall=wall, traces=counted.n, compiles=compiles.total)
+
+    first = fit()
+    first["best"] = float(last["result"].best_fom)
+    first["n_evals"] = int(last["result"].stats.get("n_evals", 0) or 0)
     if profile:
         prof = cProfile.Profile()
         prof.enable()
@@ -94,13 +100,14 @@ def ours(problem, repeats: int, profile: bool) -> dict:
         prof.disable()
         s = io.StringIO()
         pstats.Stats(prof, stream=s).sort_stats("cumulative").print_stats(45)
-        out["profile"] = s.getvalue()
-    return out
+        first["profile"] = s.getvalue()
+    return first, fit
 
 
-def scipy_loop(problem) -> dict:
+def scipy_loop(problem):
+    """scipy's 32-start loop, its first pass (it pays the jit of fun and jac) and a pass to
+    repeat; each returns its wall and the best sum of squares."""
     import jax
-    from peers import one_blas_thread
     from scipy.optimize import least_squares
 
     vector = Counted(problem).vector
@@ -108,9 +115,10 @@ def scipy_loop(problem) -> dict:
     bounds = tuple(np.array([b[i] for b in nist.box(problem)]) for i in (1, 2))
     x0s = box_starts(problem, N_STARTS, 0)
     kw = dict(method="trf", bounds=bounds, jac=lambda v: np.asarray(jac(v)))
-    walls, best = [], np.inf
-    with one_blas_thread():
-        for _ in range(2):  # the first pays the jit of fun and jac
+
+    def loop() -> dict:
+        best = np.inf
+        with harness.one_blas_thread():
             t0 = time.perf_counter()
             for x0 in x0s:
                 try:
@@ -118,11 +126,14 @@ def scipy_loop(problem) -> dict:
                     best = min(best, 2.0 * r.cost)
                 except (ValueError, np.linalg.LinAlgError):
                     pass
-            walls.append(time.perf_counter() - t0)
-    return dict(first=walls[0], second=walls[1], best=best)
+            return dict(wall=time.perf_counter() - t0, best=best)
+
+    return loop(), loop
 
 
-def hand_vmap(problem) -> dict:
+def hand_vmap(problem):
+    """The hand-written optimistix vmap: its first call (compile included) and a call to
+    repeat; each returns its wall and the best sum of squares."""
     import jax
     import jax.numpy as jnp
     import optimistix as optx
@@ -137,62 +148,104 @@ def hand_vmap(problem) -> dict:
         jax.vmap(lambda y0: optx.least_squares(fn, solver, y0, max_steps=2000, throw=False).value)
     )
     x0s = jnp.asarray(box_starts(problem, N_STARTS, 0))
-    walls = []
-    for _ in range(2):
+
+    def call() -> dict:
         t0 = time.perf_counter()
         values = jax.block_until_ready(fit(x0s))
-        walls.append(time.perf_counter() - t0)
-    ssr = jax.vmap(lambda b: jnp.sum(vector(b) ** 2))(values)
-    return dict(first=walls[0], second=walls[1], best=float(jnp.nanmin(ssr)))
+        wall = time.perf_counter() - t0
+        ssr = jax.vmap(lambda b: jnp.sum(vector(b) ** 2))(values)
+        return dict(wall=wall, best=float(jnp.nanmin(ssr)))
+
+    return call(), call
 
 
-CURVE_FIT_CHILD = r"""
-import json, os, sys, time
-os.environ.setdefault("MULTISTART_LOG_LEVEL", "WARNING")
-import numpy as np
-t0 = time.perf_counter()
-import jax, jax.numpy as jnp
-import multistart as ms
-from multistart.common.monitor import CompileCounter
-t_import = time.perf_counter() - t0
-x = np.linspace(0.0, 5.0, 50)
-y = 3.0 * np.exp(-x / 1.5) + 0.2 + np.random.default_rng(0).normal(0.0, 0.05, x.size)
-n = 0
-def f(x, a, tau, c):
-    global n
-    n += 1
-    return a * jnp.exp(-x / tau) + c
-out = {"import_s": t_import}
-with CompileCounter() as compiles:
+def curve_fit_child() -> None:
+    """The fresh process of the curve_fit arm: one small ``ms.curve_fit``, then one compile
+    and call of the hand-written vmap of the same model."""
     t0 = time.perf_counter()
-    popt, pcov = ms.curve_fit(f, x, y, p0=[1.0, 1.0, 0.0])
-    out["ours_s"] = time.perf_counter() - t0
-out.update(traces=n, compiles=compiles.total, names=dict(compiles.counts))
-import optimistix as optx
-def fn(p, args):
-    return f(x, *p) - y
-solver = optx.LevenbergMarquardt(rtol=1e-10, atol=1e-12)
-t0 = time.perf_counter()
-v = jax.jit(jax.vmap(lambda y0: optx.least_squares(fn, solver, y0, max_steps=2000,
-                                                   throw=False).value))
-jax.block_until_ready(v(jnp.asarray([[1.0, 1.0, 0.0]])))
-out["vmap_s"] = time.perf_counter() - t0
-print("RESULT " + json.dumps(out))
-"""
+    import jax
+    import jax.numpy as jnp
+    import optimistix as optx
 
+    import multistart as ms
+    from multistart.common.monitor import CompileCounter
 
-def curve_fit_child() -> dict:
-    import multistart
+    out: dict = {"import_s": time.perf_counter() - t0}
+    x = np.linspace(0.0, 5.0, 50)
+    y = 3.0 * np.exp(-x / 1.5) + 0.2 + np.random.default_rng(0).normal(0.0, 0.05, x.size)
+    traces = [0]
 
-    root = Path(multistart.__file__).resolve().parent.parent  # the child fits the same library
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), *sys.path]))
-    proc = subprocess.run(
-        [sys.executable, "-c", CURVE_FIT_CHILD], capture_output=True, text=True, env=env
+    def f(x, a, tau, c):
+        traces[0] += 1
+        return a * jnp.exp(-x / tau) + c
+
+    with CompileCounter() as compiles:
+        t0 = time.perf_counter()
+        ms.curve_fit(f, x, y, p0=[1.0, 1.0, 0.0])
+        out["ours_s"] = time.perf_counter() - t0
+    out.update(traces=traces[0], compiles=compiles.total, names=dict(compiles.counts))
+
+    def fn(p, args):
+        return f(x, *p) - y
+
+    solver = optx.LevenbergMarquardt(rtol=1e-10, atol=1e-12)
+    t0 = time.perf_counter()
+    v = jax.jit(
+        jax.vmap(lambda y0: optx.least_squares(fn, solver, y0, max_steps=2000, throw=False).value)
     )
-    for line in proc.stdout.splitlines():
-        if line.startswith("RESULT "):
-            return json.loads(line[7:])
-    raise RuntimeError(f"the curve_fit child failed:\n{proc.stderr[-3000:]}")
+    jax.block_until_ready(v(jnp.asarray([[1.0, 1.0, 0.0]])))
+    out["vmap_s"] = time.perf_counter() - t0
+    harness.child_result(out)
+
+
+HEADER = (
+    f"{'problem':<9} {'ours 1st':>8} {'ours 2nd':>8} {'scipy':>7} {'vmap 1st':>8} "
+    f"{'vmap 2nd':>8} | {'1st/vmap1':>9} {'2nd/scipy':>9} {'2nd/vmap2':>9} | "
+    f"{'traces 1st/2nd':>14} {'compiles 1st/2nd':>16}"
+)
+
+
+def one_problem(record: harness.Record, name: str, repeats: int, profile: bool) -> None:
+    """Every arm's first pass, then ``repeats`` interleaved second passes (medians)."""
+    problem = nist.load(name)
+    (o, ours_again), (s, scipy_again), (v, vmap_again) = (
+        ours(problem, profile),
+        scipy_loop(problem),
+        hand_vmap(problem),
+    )
+    again = harness.interleave(
+        {"ours": ours_again, "scipy": scipy_again, "vmap": vmap_again}, repeats
+    )
+    second = {arm: harness.median(r["wall"] for r in runs) for arm, runs in again.items()}
+    o2 = again["ours"][0]
+    figures = {
+        "ours 1st s": o["wall"],
+        "ours 2nd s": second["ours"],
+        "scipy 1st s": s["wall"],
+        "scipy s": second["scipy"],
+        "vmap 1st s": v["wall"],
+        "vmap 2nd s": second["vmap"],
+        "ours traces 1st": o["traces"],
+        "ours traces 2nd": o2["traces"],
+        "ours compiles 1st": o["compiles"],
+        "ours compiles 2nd": o2["compiles"],
+        "ours best SSR": o["best"],
+        "scipy best SSR": s["best"],
+        "vmap best SSR": v["best"],
+    }
+    for key, value in figures.items():
+        record.figure(f"{name} {key}", value)
+    r1 = record.ratio(f"{name} ours 1st / vmap 1st", f"{name} ours 1st s", f"{name} vmap 1st s")
+    r2 = record.ratio(f"{name} ours 2nd / scipy", f"{name} ours 2nd s", f"{name} scipy s")
+    r3 = record.ratio(f"{name} ours 2nd / vmap 2nd", f"{name} ours 2nd s", f"{name} vmap 2nd s")
+    print(
+        f"{name:<9} {o['wall']:8.3f} {second['ours']:8.3f} {second['scipy']:7.3f} "
+        f"{v['wall']:8.3f} {second['vmap']:8.4f} | {r1:9.2f} {r2:9.3f} {r3:9.1f} | "
+        f"{o['traces']:>7}/{o2['traces']:<6} {o['compiles']:>8}/{o2['compiles']:<7}"
+    )
+    print(f"{'':9} best SSR: ours {o['best']:.6g}, scipy {s['best']:.6g}, vmap {v['best']:.6g}")
+    if profile:
+        print(o["profile"])
 
 
 def main(argv=None) -> None:
@@ -201,42 +254,39 @@ def main(argv=None) -> None:
     p.add_argument("--problems", default=None, help="comma-separated NIST names")
     p.add_argument("--repeats", type=int, default=None, help="second fits timed (median)")
     p.add_argument("--profile", action="store_true", help="cProfile one more second fit")
+    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)  # curve_fit's process
+    harness.add_arguments(p)
     args = p.parse_args(argv)
+    if args.child:
+        return curve_fit_child()
+    names = (
+        args.problems or ("DanWood,Misra1a" if args.quick else "DanWood,Misra1a,Chwirut2,MGH09")
+    ).split(",")
+    unknown = [n for n in names if n not in nist.MODELS]
+    if unknown:
+        p.error(f"unknown problem(s) {', '.join(unknown)}; choose from {', '.join(nist.NAMES)}")
+    repeats = args.repeats or (1 if args.quick else 3)
     # cold means cold: a fresh cache folder (JAX's persistent compilation cache, tuning records)
     os.environ["MULTISTART_CACHE_DIR"] = tempfile.mkdtemp(prefix="fixed_cost_")
     import jax
 
     jax.config.update("jax_enable_x64", True)
-    names = args.problems or ("DanWood,Misra1a" if args.quick else "DanWood,Misra1a,Chwirut2,MGH09")
-    repeats = args.repeats or (1 if args.quick else 3)
+    record = harness.Record("fixed_cost", args)
     print(f"{N_STARTS} starts, float64, {jax.devices()[0].platform}; walls in seconds")
-    header = (
-        f"{'problem':<9} {'ours 1st':>8} {'ours 2nd':>8} {'scipy':>7} {'vmap 1st':>8} "
-        f"{'vmap 2nd':>8} | {'1st/vmap1':>9} {'2nd/scipy':>9} {'2nd/vmap2':>9} | "
-        f"{'traces 1st/2nd':>14} {'compiles 1st/2nd':>16}"
-    )
-    print(header)
-    for name in names.split(","):
-        problem = nist.load(name)
-        o, s, v = ours(problem, repeats, args.profile), scipy_loop(problem), hand_vmap(problem)
-        second = statistics.median(o[k]["wall"] for k in o if k.startswith("second"))
-        s2 = o["second0"]
-        print(
-            f"{name:<9} {o['first']['wall']:8.3f} {second:8.3f} {s['second']:7.3f} "
-            f"{v['first']:8.3f} {v['second']:8.4f} | {o['first']['wall'] / v['first']:9.2f} "
-            f"{second / s['second']:9.3f} {second / v['second']:9.1f} | "
-            f"{o['first']['traces']:>7}/{s2['traces']:<6} "
-            f"{o['first']['compiles']:>8}/{s2['compiles']:<7}"
-        )
-        print(f"{'':9} best SSR: ours {o['best']:.6g}, scipy {s['best']:.6g}, vmap {v['best']:.6g}")
-        if args.profile:
-            print(o["profile"])
-    c = curve_fit_child()
+    print(HEADER)
+    for name in names:
+        one_problem(record, name, repeats, args.profile)
+    c = harness.fresh_process(__file__, "--child")
+    ratio = c["ours_s"] / c["vmap_s"]
     print(
         f"ms.curve_fit (3 parameters, 50 points) in a fresh process: {c['ours_s']:.3f} s, "
         f"{c['traces']} traces, {c['compiles']} compiles {c['names']}; one compile and call "
-        f"of the hand-written vmap: {c['vmap_s']:.3f} s (ratio {c['ours_s'] / c['vmap_s']:.2f})"
+        f"of the hand-written vmap: {c['vmap_s']:.3f} s (ratio {ratio:.2f})"
     )
+    for key in ("ours_s", "vmap_s", "traces", "compiles", "process_s"):
+        record.figure(f"curve_fit child {key}", c[key])
+    record.ratio("curve_fit child ours / vmap", "curve_fit child ours_s", "curve_fit child vmap_s")
+    record.write(args.json)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ traces under JAX; functions that then fail to trace, have ``N > --max-dim``, or 
 is zero at a random point (``floor``-built ones) are skipped and listed.
 
 Every arm is given the JAX function and its gradient and runs in one process, with one BLAS
-thread (``peers.py``). Solved means the suite's own test, ``|f - fglob| < 1e-5``
+thread (``harness.one_blas_thread``). Solved means the suite's own test, ``|f - fglob| < 1e-5``
 (``Benchmark.success``) at the arm's best point. Arms (``ARMS``; ``--arms`` picks some):
 
   ours          ``MultiStartLBFGS(n_starts=32)`` with the defaults
@@ -52,7 +52,7 @@ import numpy as np  # noqa: E402
 import scipy.optimize as so  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import peers  # noqa: E402
+import harness  # noqa: E402
 
 import multistart as ms  # noqa: E402
 
@@ -234,7 +234,7 @@ def run(problems, arms, seeds) -> dict:
             for seed in seeds:
                 t0 = time.perf_counter()
                 try:
-                    with peers.one_blas_thread():
+                    with harness.one_blas_thread():
                         x, evals = ARMS[arm](problem, seed)
                     ok = solved(problem, x)
                 except Exception as e:  # noqa: BLE001 - one function's failure is one miss
@@ -266,6 +266,25 @@ def table(out, n_problems, seeds) -> str:
     return "\n".join(rows)
 
 
+def write_record(path: str, args, out: dict, skipped: dict) -> None:
+    """The per-run records (``"runs"``, ``"skipped"``) in the harness's record: each arm's solved
+    runs, median evaluations and wall, and their ratios against scipy's 32-start loop
+    (``lbfgsb32``; the first arm when it is not run)."""
+    record = harness.Record("go_suite", args)
+    for arm, per in out.items():
+        runs = [r for rs in per.values() for r in rs]
+        record.figure(f"{arm} solved", sum(r[0] for r in runs))
+        record.figure(f"{arm} runs", len(runs))
+        record.figure(f"{arm} median evaluations", np.median([r[1] for r in runs]) if runs else 0)
+        record.figure(f"{arm} wall s", sum(r[2] for r in runs))
+    peer = "lbfgsb32" if "lbfgsb32" in out else next(iter(out))
+    for arm in out:
+        for key in ("solved", "median evaluations", "wall s"):
+            record.ratio(f"{arm} {key} / {peer}", f"{arm} {key}", f"{peer} {key}")
+    data = {**record.as_dict(), "skipped": skipped, "runs": out}
+    Path(path).write_text(json.dumps(data, indent=1, default=str))
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--go-dir", default=os.environ.get("MULTISTART_GO_DIR"))
@@ -275,7 +294,7 @@ def main(argv=None) -> None:
     parser.add_argument("--only", default="", help="comma-separated function names")
     parser.add_argument("--half", action="store_true", help="every second function")
     parser.add_argument("--quick", action="store_true", help="every eighth function")
-    parser.add_argument("--json", default="", help="write the per-run records here")
+    parser.add_argument("--json", default="", help="write the record and per-run records here")
     args = parser.parse_args(argv)
     if not args.go_dir or not Path(args.go_dir).is_dir():
         parser.error("--go-dir (or MULTISTART_GO_DIR) must name scipy's go_benchmark_functions")
@@ -300,7 +319,7 @@ def main(argv=None) -> None:
     out = run(problems, arms, seeds)
     print(table(out, len(problems), seeds))
     if args.json:
-        Path(args.json).write_text(json.dumps({"skipped": skipped, "runs": out}, indent=1))
+        write_record(args.json, args, out, skipped)
 
 
 if __name__ == "__main__":

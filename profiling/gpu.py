@@ -1,7 +1,8 @@
 """Every GPU claim the docs make, measured in one run on one device (sized for 8 minutes).
 
 Four comparisons, each against a peer arm measured in the same run, printed as one table and
-written as JSON (``--json``, default ``gpu.json`` in the working folder):
+written as JSON (``--json``, default ``gpu.json`` in the working folder: the harness's record,
+``harness.py``, with every section's rows):
 
 1. ``backend="scan"`` against ``backend="loop"``: ``MultiStartLBFGS`` on the image fit
    (``image_model.py``, 48 parameters, float64), ``--starts`` starts in chunks of
@@ -10,7 +11,7 @@ written as JSON (``--json``, default ``gpu.json`` in the working folder):
 2. ``batch_size="auto"`` against the best fixed width in hindsight: the same fit, a fresh
    tuning folder, cold (the first fit, compiles and deciding included) and warm (the second).
 3. ``--starts`` starts of the image fit on the default device against scipy's L-BFGS-B
-   looped over the same starts on this machine's CPU (``time_to_solution.scipy_problem``, a
+   looped over the same starts on this machine's CPU (``peers.scipy_problem``, a
    jitted value-and-grad on the CPU device): scipy's loop runs ``--scipy-starts`` of them and
    its seconds are scaled to ``--starts`` (per start, as a loop's cost is).
 4. ``ms.curve_fit(batched=True)`` on ``--fits`` small fits (``curve_fit_many.py``'s peak, one
@@ -41,6 +42,7 @@ os.environ.setdefault("MULTISTART_CACHE_DIR", tempfile.mkdtemp(prefix="gpu-tunin
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import curve_fit_many  # noqa: E402
+import harness  # noqa: E402
 import image_model  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -120,7 +122,7 @@ def auto_against_fixed(size: dict, objective, space) -> list[dict]:
 
 def scipy_cpu_loop(size: dict, cpu: bool, starts: dict) -> tuple[float, float]:
     """``(seconds scaled to size["starts"], best)`` of scipy's L-BFGS-B on the CPU device."""
-    from time_to_solution import scipy_problem  # it turns float64 on when imported
+    from peers import scipy_problem
 
     device = jax.devices("cpu")[0]
     k = size["scipy_starts"]
@@ -221,9 +223,17 @@ def main(argv=None) -> None:
     print(table(sections))
     wall = time.perf_counter() - t0
     print(f"total {wall:.1f} s")
-    record = dict(device=device.device_kind, platform=device.platform, jax=jax.__version__)
-    record |= dict(sizes=size, wall_s=wall, sections=sections)
-    Path(args.json).write_text(json.dumps(record, indent=1, default=str))
+    record = harness.Record("gpu", args)
+    record.quick = args.cpu  # the smoke run's figures mean nothing
+    for name, rows in sections.items():
+        for r in rows:
+            for key in ("cold_s", "warm_s"):
+                if key in r:
+                    record.figure(f"{name}: {r['arm']} {key}", r[key])
+            record.ratios[f"{name}: {r['arm']}"] = {"value": r["ratio"], "peer": r["peer"]}
+    data = dict(device=device.device_kind, platform=device.platform, jax=jax.__version__)
+    data |= dict(sizes=size, wall_s=wall, sections=sections)
+    Path(args.json).write_text(json.dumps({**record.as_dict(), **data}, indent=1, default=str))
 
 
 if __name__ == "__main__":

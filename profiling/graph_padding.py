@@ -17,9 +17,10 @@ measures three things:
   own share, independent of the engine's step;
 - ``run``: seconds per step after the compile (padding costs extra pixels at run time).
 
-Rounds interleave the arms (rotating their order) and the table reports medians and ratios to
-``one_band`` and to ``hetero``, all from this one run. Absolute seconds are noise on a shared
-machine; the ratios are the figure.
+Rounds interleave the arms (``harness.interleave``: the order reversed every other round) and
+the table reports medians and ratios to ``one_band`` and to ``hetero``, all from this one run.
+Absolute seconds are noise on a shared machine; the ratios are the figure. ``--json PATH``
+writes the run's record.
 
 Run: ``python profiling/graph_padding.py`` (``--rounds 3 --batch-size 4 --steps 30``).
 """
@@ -27,12 +28,14 @@ Run: ``python profiling/graph_padding.py`` (``--rounds 3 --batch-size 4 --steps 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import statistics
-import subprocess
+import functools
 import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import harness  # noqa: E402
 
 ARMS = {
     "one_band": dict(bands=["i"], pad_to_common_shape=False, vmap_factors=False),
@@ -79,16 +82,15 @@ def measure(arm: str, batch_size: int, steps: int) -> dict:
 
 
 def run_arm(arm: str, batch_size: int, steps: int) -> dict:
-    env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
-    env["MULTISTART_LOG_LEVEL"] = "WARNING"
-    here = os.path.dirname(os.path.abspath(__file__))
-    env["PYTHONPATH"] = os.pathsep.join(
-        [os.path.dirname(here), *filter(None, [env.get("PYTHONPATH")])]
+    """One arm in a fresh process (the persistent compilation cache off there)."""
+    env = {"JAX_COMPILATION_CACHE_DIR": None, "MULTISTART_LOG_LEVEL": "WARNING"}
+    argv = ["--arm", arm, "--batch-size", batch_size, "--steps", steps]
+    m = harness.fresh_process(__file__, *argv, env=env)
+    print(
+        f"{arm:<12} step {m['step']:.2f} s  vg {m['vg']:.2f} s  run {m['run'] * 1e3:.2f} ms/step",
+        flush=True,
     )
-    cmd = [sys.executable, __file__, "--arm", arm, "--batch-size", str(batch_size)]
-    cmd += ["--steps", str(steps)]
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return m
 
 
 def table(medians: dict[str, dict], rounds: int) -> str:
@@ -113,27 +115,27 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--steps", type=int, default=30)
+    harness.add_arguments(parser)
     args = parser.parse_args()
     if args.arm:
-        print(json.dumps(measure(args.arm, args.batch_size, args.steps)))
+        harness.child_result(measure(args.arm, args.batch_size, args.steps))
         return
-    arms = list(ARMS)
-    samples: dict[str, list[dict]] = {a: [] for a in arms}
-    for r in range(args.rounds):
-        order = arms[r % len(arms) :] + arms[: r % len(arms)]
-        for arm in order:
-            samples[arm].append(run_arm(arm, args.batch_size, args.steps))
-            m = samples[arm][-1]
-            print(
-                f"round {r + 1}: {arm:<12} step {m['step']:.2f} s  vg {m['vg']:.2f} s  "
-                f"run {m['run'] * 1e3:.2f} ms/step",
-                flush=True,
-            )
+    arms = {a: functools.partial(run_arm, a, args.batch_size, args.steps) for a in ARMS}
+    samples = harness.interleave(arms, args.rounds)
     medians = {
-        a: {k: statistics.median(s[k] for s in samples[a]) for k in ("step", "vg", "run")}
-        for a in arms
+        a: {k: harness.median(s[k] for s in samples[a]) for k in ("step", "vg", "run")}
+        for a in ARMS
     }
     print(table(medians, args.rounds))
+    record = harness.Record("graph_padding", args)
+    for arm, m in medians.items():
+        for key, value in m.items():
+            record.figure(f"{arm} {key} s", value)
+    for arm in ARMS:
+        for key in ("step", "vg", "run"):
+            for peer in ("one_band", "hetero"):
+                record.ratio(f"{arm} {key} / {peer}", f"{arm} {key} s", f"{peer} {key} s")
+    record.write(args.json)
 
 
 if __name__ == "__main__":

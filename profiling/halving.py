@@ -48,8 +48,8 @@ import jax  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 
+import harness  # noqa: E402
 import numpy as np  # noqa: E402
-import peers  # noqa: E402
 import scipy.optimize  # noqa: E402
 
 import multistart as ms  # noqa: E402
@@ -57,7 +57,7 @@ import multistart as ms  # noqa: E402
 
 def scipy_arm(objective, space, starts, cap: int) -> dict:
     """scipy's L-BFGS-B looped over ``starts``, at most ``cap`` evaluations each."""
-    from time_to_solution import scipy_problem
+    from peers import scipy_problem
 
     vg, x0s, bounds = scipy_problem(objective, space, starts)
     seen = {"n": 0, "best": np.inf, "to_best": 0}
@@ -112,7 +112,7 @@ def halving_from(args) -> ms.Halving:
 
 def image(args) -> None:
     import image_model
-    from time_to_solution import draw_starts
+    from central_starts import draw_starts
 
     objective, space, _ = image_model.make_problem()
     halving, n, cap = halving_from(args), args.starts, args.cap
@@ -124,7 +124,7 @@ def image(args) -> None:
     print(
         f"image fit, {n} starts, at most {cap} evaluations each; {halving}; jax {jax.__version__}"
     )
-    print(f"BLAS: {peers.blas_threads()}; every arm runs with one BLAS thread")
+    print(f"BLAS: {harness.blas_threads()}; every arm runs with one BLAS thread")
     rows = []
     for seed in args.seeds:
         starts = draw_starts(space, n, seed)
@@ -141,7 +141,7 @@ def image(args) -> None:
         names = list(arms) if seed % 2 == 0 else list(arms)[::-1]  # a slow spell hits all
         out = {}
         for name in names:
-            with peers.one_blas_thread():
+            with harness.one_blas_thread():
                 out[name] = arms[name]()
             shown = {k: v for k, v in out[name].items() if k != "result"}
             print(f"  seed {seed} {name}: {shown}", flush=True)
@@ -171,7 +171,7 @@ def print_image(rows) -> None:
             )
     print("\nmedians over the seeds; best within 0.1 % of scipy's (or better): seeds")
     for name, rs in ratios.items():
-        wall, cpu, evals, rel = (np.median([r[k] for r in rs]) for k in range(4))
+        wall, cpu, evals, rel = (harness.median(r[k] for r in rs) for k in range(4))
         ok = sum(r[3] <= 1e-3 for r in rs)
         print(f"     {name:8s}{wall:>11.3f}{cpu:>10.3f}{evals:>12.3f}{rel:>18.2e}   {ok}/{len(rs)}")
 
@@ -196,7 +196,7 @@ def sines(args) -> None:
         }
         names = list(arms) if seed % 2 == 0 else list(arms)[::-1]
         for name in names:
-            with peers.one_blas_thread():
+            with harness.one_blas_thread():
                 r = engine_arm(arms[name](), multimodal.chi2, multimodal.SPACE)
             hits = int(np.sum(np.asarray(r["result"].foms) <= goal))
             t = totals[name]

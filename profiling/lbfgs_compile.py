@@ -21,10 +21,9 @@ the table gives medians and each arm's ratio to Adam's.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
-import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -33,6 +32,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+
+import harness  # noqa: E402
 
 
 def objective(name: str):
@@ -120,43 +122,53 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--before", help="a git revision: add its L-BFGS as an arm")
     parser.add_argument("--arm", help=argparse.SUPPRESS)
+    harness.add_arguments(parser)
     args = parser.parse_args()
     if args.arm:
         arm, model = args.arm.rsplit(":", 1)
-        print(json.dumps(run_arm(arm, model)))
+        harness.child_result(run_arm(arm, model))
         return
     arms = ["adam", "lbfgs"] + ([f"lbfgs@{args.before}"] if args.before else [])
     models = args.models.split(",")
     rows: dict[tuple[str, str], list[dict]] = {}
-    for r in range(args.rounds):
-        for model in models:
-            for arm in arms if r % 2 == 0 else arms[::-1]:
-                cmd = [sys.executable, __file__, "--arm", f"{arm}:{model}"]
-                out = subprocess.run(cmd, capture_output=True, text=True)
-                if out.returncode:
-                    print(f"{arm}:{model} failed\n{out.stderr[-2000:]}", file=sys.stderr)
-                    continue
-                rows.setdefault((arm, model), []).append(json.loads(out.stdout.splitlines()[-1]))
-                print(f"  {arm} {model}: {rows[(arm, model)][-1]}", file=sys.stderr, flush=True)
+    for model in models:
 
-    def med(arm, model, key):
-        return statistics.median(row[key] for row in rows[(arm, model)])
+        def child(arm, model=model):
+            row = harness.fresh_process(__file__, "--arm", f"{arm}:{model}", required=False)
+            print(f"  {arm} {model}: {row}", file=sys.stderr, flush=True)
+            return row
 
+        runs = harness.interleave({arm: functools.partial(child, arm) for arm in arms}, args.rounds)
+        for arm, got in runs.items():
+            if any(got):
+                rows[(arm, model)] = [row for row in got if row is not None]
+    report(args, arms, models, rows)
+
+
+def report(args, arms, models, rows) -> None:
     import jax
 
+    record = harness.Record("lbfgs_compile", args)
+    for (arm, model), got in rows.items():
+        for key in ("wall", "cpu", "kernels"):
+            record.figure(f"{model} {arm} {key}", harness.median(row[key] for row in got))
     print(f"chunk-step compile, width 8; median of {args.rounds} rounds; jax {jax.__version__}")
     print(f"{'objective':10s} {'arm':18s} {'wall s':>7s} {'/ adam':>7s} {'cpu s':>7s} "
           f"{'/ adam':>7s} {'kernels':>8s}")  # fmt: skip
     for model in models:
         for arm in arms:
-            if (arm, model) not in rows:
+            if (arm, model) not in rows or ("adam", model) not in rows:
                 continue
-            wall, cpu = med(arm, model, "wall"), med(arm, model, "cpu")
-            print(
-                f"{model:10s} {arm:18s} {wall:7.2f} {wall / med('adam', model, 'wall'):7.2f} "
-                f"{cpu:7.2f} {cpu / med('adam', model, 'cpu'):7.2f} "
-                f"{med(arm, model, 'kernels'):8.0f}"
+            wall, cpu = (
+                record.ratio(f"{model} {arm} {k} / adam", f"{model} {arm} {k}", f"{model} adam {k}")
+                for k in ("wall", "cpu")
             )
+            f = record.figures
+            print(
+                f"{model:10s} {arm:18s} {f[f'{model} {arm} wall']:7.2f} {wall:7.2f} "
+                f"{f[f'{model} {arm} cpu']:7.2f} {cpu:7.2f} {f[f'{model} {arm} kernels']:8.0f}"
+            )
+    record.write(args.json)
 
 
 if __name__ == "__main__":

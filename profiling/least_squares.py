@@ -46,9 +46,7 @@ curve fit.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -57,6 +55,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 os.environ.setdefault("MULTISTART_LOG_LEVEL", "WARNING")
+
+import harness  # noqa: E402
 
 # -- the curve fit (figure 1) -------------------------------------------------------------------
 
@@ -105,7 +105,6 @@ def scipy_least_squares(residuals, space, starts, method: str) -> dict:
     """``scipy.optimize.least_squares`` looped over ``starts`` (jitted residuals, Jacobian)."""
     import jax
     import numpy as np
-    import peers
     from jax.flatten_util import ravel_pytree
     from scipy.optimize import least_squares
 
@@ -120,7 +119,7 @@ def scipy_least_squares(residuals, space, starts, method: str) -> dict:
         upper = ravel_pytree({k: np.broadcast_to(p.upper, p.shape) for k, p in space.items()})[0]
         kw["bounds"] = (np.asarray(lower), np.asarray(upper))
     foms, evals, x = [], [], []
-    with peers.one_blas_thread():
+    with harness.one_blas_thread():
         for i in range(n_starts):
             x0 = np.asarray(ravel_pytree(jax.tree_util.tree_map(lambda a, i=i: a[i], starts))[0])
             r = least_squares(
@@ -180,12 +179,8 @@ def curve_arm(arm: str, n_starts: int, width, seed: int) -> dict:
 
 
 def _run_child(args: list[str], cache: str) -> dict:
-    env = dict(os.environ, MULTISTART_CACHE_DIR=cache, OPENBLAS_NUM_THREADS="1")
-    cmd = [sys.executable, str(Path(__file__).resolve()), "_arm", *args]
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    if out.returncode != 0:
-        raise RuntimeError(f"arm {args} failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    env = {"MULTISTART_CACHE_DIR": cache, "OPENBLAS_NUM_THREADS": "1"}
+    return harness.fresh_process(Path(__file__).resolve(), "_arm", *args, env=env)
 
 
 CURVE_ARMS = ("scipy lm", "scipy trf", "lm cold", "lm warm", "lbfgs cold")
@@ -213,7 +208,7 @@ def curve_fit_figure(args) -> None:
 
 def _curve_table(n: int, rows: dict, np) -> None:
     def med(arm, key):
-        return float(np.median([r[key] for r in rows[arm]]))
+        return harness.median(r[key] for r in rows[arm])
 
     ref = min(med("scipy lm", "wall_s"), med("scipy trf", "wall_s"))
     again = min(med("scipy lm", "again_s"), med("scipy trf", "again_s"))
@@ -244,7 +239,6 @@ def multimodal_figure(args) -> None:
     import jax.numpy as jnp
     import multimodal as mm
     import numpy as np
-    import peers
 
     import multistart as ms
 
@@ -283,7 +277,7 @@ def multimodal_figure(args) -> None:
         names = list(arms) if seed % 2 == 0 else list(arms)[::-1]
         for name in names:
             t0 = time.perf_counter()
-            with peers.one_blas_thread():
+            with harness.one_blas_thread():
                 foms = np.asarray(arms[name](seed))
             wall = time.perf_counter() - t0
             hits = int(np.sum(foms <= mm.TRUTH_FOM + 1.0))
@@ -512,15 +506,15 @@ def solvers_figure(args) -> None:
             one = jax.eval_shape(search.solver.init, np.zeros(len(space)))
             state = sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(one))
             rows[name].append((wall, per_call, r, state))
-    ref = np.median([w for w, *_ in rows["lm"]])
-    ref_call = np.median([c for _, c, *_ in rows["lm"]])
+    ref = harness.median(w for w, *_ in rows["lm"])
+    ref_call = harness.median(c for _, c, *_ in rows["lm"])
     print(
         f"\n{'rule':17s} {'wall/lm':>7s} {'call/lm':>7s} {'steps p50':>9s} {'p90':>5s} "
         f"{'max':>5s} {'best chi2':>11s} {'state':>6s}  statuses"
     )
     for name, runs in rows.items():
-        wall = np.median([w for w, *_ in runs]) / ref
-        call = np.median([c for _, c, *_ in runs]) / ref_call
+        wall = harness.median(w for w, *_ in runs) / ref
+        call = harness.median(c for _, c, *_ in runs) / ref_call
         r, state = runs[0][2], runs[0][3]
         print(
             f"{name:17s} {wall:7.2f} {call:7.2f} {np.median(r.n_steps):9.1f} "
@@ -537,7 +531,7 @@ def main(argv=None) -> None:
     if argv and argv[0] == "_arm":
         arm, n, width = argv[1], int(argv[2]), argv[3]
         width = None if width == "None" else int(width)
-        print(json.dumps(curve_arm(arm, n, width, seed=0)))
+        harness.child_result(curve_arm(arm, n, width, seed=0))
         return
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="figure", required=True)

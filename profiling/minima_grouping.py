@@ -1,12 +1,11 @@
 """Grouping starts into distinct minima: the windowed rule against the all-pairs loop.
 
 ``multistart.result.minima.cluster_minima`` (a bisected window of candidate minima by figure of
-merit)
-against the all-pairs rule it replaced (``cluster_minima_all_pairs`` below: every start against
-every minimum so far, the same labels), on the same points, side by side in one run; also a
-whole ``distinct_minima`` call on a Result-sized input. Cases: many starts at a few minima (a
-converged search), and starts at all-distinct points (a search without convergence, every start
-its own "minimum").
+merit) against the all-pairs rule it replaced (``cluster_minima_all_pairs``, the tests'
+specification in ``tests/reference_minima.py``: every start against every minimum so far, the same
+labels), on the same points, side by side in one run. Cases: many starts at a few minima (a
+converged search), and starts at all-distinct points (a search without convergence, every start its
+own "minimum").
 
     python profiling/minima_grouping.py            # 2,000 and 20,000 starts
     python profiling/minima_grouping.py --quick    # 2,000 starts
@@ -15,32 +14,17 @@ its own "minimum").
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
-from multistart.result.minima import cluster_minima
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
+from reference_minima import cluster_minima_all_pairs  # noqa: E402
 
-def cluster_minima_all_pairs(x, f, *, xtol: float, ftol: float) -> np.ndarray:
-    """The grouping rule of ``cluster_minima`` in its plain form, every start against every
-    minimum so far: quadratic in the starts. The peer arm here, and the specification the
-    windowed ``cluster_minima`` is tested against (``tests/test_minima.py``)."""
-    f = np.asarray(f, dtype=np.float64)
-    x = np.asarray(x, dtype=np.float64).reshape(len(f), -1)
-    labels = np.full(len(f), -1)
-    heads: list[int] = []
-    finite = np.isfinite(f) & np.all(np.isfinite(x), axis=1)
-    for i in np.flatnonzero(finite)[np.argsort(f[finite], kind="stable")]:
-        for label, h in enumerate(heads):
-            same_f = abs(f[i] - f[h]) <= ftol * max(1.0, abs(f[h]))
-            if same_f and np.all(np.abs(x[i] - x[h]) <= xtol * np.maximum(1.0, np.abs(x[h]))):
-                labels[i] = label
-                break
-        else:
-            labels[i] = len(heads)
-            heads.append(i)
-    return labels
+from multistart.result.minima import cluster_minima  # noqa: E402
 
 
 def cases(n: int, rng):

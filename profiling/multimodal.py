@@ -54,9 +54,9 @@ import jax  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 
+import harness  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-import peers  # noqa: E402
 from scipy.optimize import minimize  # noqa: E402
 
 import multistart as ms  # noqa: E402
@@ -219,7 +219,7 @@ def main() -> None:
         arms = ARMS if seed % 2 == 0 else ARMS[::-1]
         for arm in arms:
             t0 = time.perf_counter()
-            with peers.one_blas_thread():  # scipy's best setting (peers.py); the same for all
+            with harness.one_blas_thread():  # scipy's best setting (peers.py); the same for all
                 foms = arm.run(args.starts, args.steps, seed)
             wall = time.perf_counter() - t0
             hits = int(np.sum(foms <= TRUTH_FOM + 1.0))

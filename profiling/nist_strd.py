@@ -20,7 +20,7 @@ Scores: the worst parameter LRE up to relabelling (solved: >= 4), the worst stan
 LRE against NIST's in the certified labelling (ours: ``result.errors``; scipy: ``sqrt(diag((JᵀJ)⁻¹)
 SSR/dof)`` at its answer; lmfit: ``stderr``), the LRE of the sum of squares at the answer, the
 wall, and our status counts. A wall covers building the closures (and the jits they compile)
-and the fit, not the errors. scipy and lmfit run with one BLAS thread (``peers.py``). The peer
+and the fit, not the errors. scipy and lmfit run with one BLAS thread (``harness.py``). The peer
 arms of one problem jit the same residual program: the first of them compiles it, the others
 load it from the cache (tens of milliseconds either way).
 
@@ -33,6 +33,10 @@ are cold: the walls in the summary are the first seed's.
     python profiling/nist_strd.py                      # all 27, seed 0, cold
     python profiling/nist_strd.py --warm --markdown
     python profiling/nist_strd.py --problems MGH09,ENSO --seeds 0,1,2
+    python profiling/nist_strd.py --quick --json nist.json    # DanWood, Misra1a; the record
+
+``--json PATH`` writes the run's record (``profiling/harness.py``): every score and wall, each
+arm's solved count, and its summed wall against ``trf box32``'s.
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))
 os.environ.setdefault("MULTISTART_LOG_LEVEL", "WARNING")
 
+import harness  # noqa: E402
 import nist  # noqa: E402  (NumPy only: importing it configures nothing)
 
 N_STARTS = 32
@@ -60,6 +65,7 @@ SEEDED = (*OURS, "trf box32")
 PEERS = ("trf s1", "trf s2", "trf box32", "lmfit s1", "lmfit s2")
 REFERENCE = "trf box32"  # the walls' denominator: scipy's 32-start loop
 STRATEGY = "auto"  # our arms' start_strategy (--strategy)
+QUICK = ("DanWood", "Misra1a")  # --quick: two small problems
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -71,7 +77,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--markdown", action="store_true", help="print the tables as markdown")
     strategies = ("auto", "band", "sobol", "lhs", "tiktak")  # multistart.START_STRATEGIES, auto
     p.add_argument("--strategy", default="auto", choices=strategies, help="our arms' starts")
+    harness.add_arguments(p, quick=f"{', '.join(QUICK)} only (unless --problems)")
     args = p.parse_args(argv)
+    if args.quick and args.problems == ",".join(nist.NAMES):
+        args.problems = ",".join(QUICK)
     args.problems = [s for s in args.problems.split(",") if s]
     unknown = [s for s in args.problems if s not in nist.MODELS]
     if unknown or not args.problems:
@@ -333,6 +342,22 @@ def summary(args, arms, rows) -> None:
     print_table(headers, table, args.markdown)
 
 
+def write_record(args, arms, rows) -> None:
+    record = harness.Record("nist_strd", args)
+    for (name, arm, seed), row in rows.items():
+        for key in ("worst", "sd", "ssr", "wall", *(("cold",) if args.warm else ())):
+            record.figure(f"{name} {arm} seed {seed} {key}", row[key])
+    first = args.seeds[0]
+    for arm in arms:
+        use = args.seeds if arm in SEEDED else args.seeds[:1]
+        solved = sum(rows[n, arm, s]["worst"] >= SOLVED for n in args.problems for s in use)
+        record.figure(f"{arm} solved", solved)
+        record.figure(f"{arm} wall s", sum(rows[n, arm, first]["wall"] for n in args.problems))
+    for arm in arms:
+        record.ratio(f"{arm} wall / {REFERENCE}", f"{arm} wall s", f"{REFERENCE} wall s")
+    record.write(args.json)
+
+
 def main(argv=None) -> None:
     global STRATEGY
     args = parse_args(argv)
@@ -341,7 +366,6 @@ def main(argv=None) -> None:
     import jax
 
     jax.config.update("jax_enable_x64", True)
-    import peers
     import scipy.optimize  # noqa: F401  (loads scipy's BLAS before one_blas_thread)
 
     import multistart as ms
@@ -357,12 +381,13 @@ def main(argv=None) -> None:
     jax.block_until_ready(jax.jit(lambda a: a + 1.0)(1.0))  # the backend starts before any arm
     print(
         f"cache {os.environ['MULTISTART_CACHE_DIR']}; jax {jax.__version__}; "
-        f"BLAS: {peers.blas_threads()} (1 inside the run)",
+        f"BLAS: {harness.blas_threads()} (1 inside the run)",
         file=sys.stderr,
     )
-    with peers.one_blas_thread():
+    with harness.one_blas_thread():
         rows = run(args, arms)
     report(args, arms, rows, note)
+    write_record(args, arms, rows)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The scipy peer arm at its best setting: one BLAS thread.
+"""The scipy peer arm: the problem as scipy's loop sees it, at its best setting (one BLAS thread).
 
 scipy's ``minimize(method="L-BFGS-B")`` does its own small vector work between evaluations
 through BLAS (OpenBLAS, in the wheels). After each BLAS call OpenBLAS's worker threads spin a
@@ -10,6 +10,10 @@ with one BLAS thread (``main`` below); scipy's whole loop ran about 2x faster wi
 would set ``OPENBLAS_NUM_THREADS=1`` (or use threadpoolctl, as here), so the benchmarks run
 their scipy arms that way; ``time_to_solution.py`` also shows scipy with the default threads.
 
+``scipy_problem`` hands a search's objective and starts to scipy (``time_to_solution.py``,
+``halving.py``, ``gpu.py``); ``one_blas_thread`` and ``blas_threads`` are the harness's
+(``harness.py``), named here too for the scripts that import them from this module.
+
 Install: ``pip install -e ".[profiling]"`` (threadpoolctl). Run it to see the effect:
 
     python profiling/peers.py   # an evaluation alone, and inside scipy's loop, both ways
@@ -17,35 +21,46 @@ Install: ``pip install -e ".[profiling]"`` (threadpoolctl). Run it to see the ef
 
 from __future__ import annotations
 
-from threadpoolctl import threadpool_info, threadpool_limits
+import sys
+from pathlib import Path
 
-__all__ = ["blas_threads", "one_blas_thread"]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import harness  # noqa: E402
+from harness import blas_threads, one_blas_thread  # noqa: E402
+
+__all__ = ["blas_threads", "one_blas_thread", "scipy_problem"]
 
 
-def one_blas_thread():
-    """A context in which BLAS libraries loaded so far (numpy's, scipy's) use one thread."""
-    return threadpool_limits(limits=1, user_api="blas")
+def scipy_problem(objective, space, starts):
+    """``(vg, x0s, bounds)`` for scipy: a jitted value-and-grad over the flat parameter vector
+    (compiled at its first call), each start flattened, and the priors' bounds."""
+    import jax
+    import numpy as np
+    from jax.flatten_util import ravel_pytree
 
-
-def blas_threads() -> str:
-    """The BLAS libraries loaded and their thread counts, for a benchmark's header line."""
-    rows = [i for i in threadpool_info() if i.get("user_api") == "blas"]
-    return ", ".join(f"{i['internal_api']} {i['num_threads']} threads" for i in rows) or "none"
+    _, unravel = ravel_pytree(jax.tree_util.tree_map(lambda a: a[0], starts))
+    vg = jax.jit(jax.value_and_grad(lambda v: objective(unravel(v))))
+    n = len(jax.tree_util.tree_leaves(starts)[0])
+    x0s = [
+        np.asarray(ravel_pytree(jax.tree_util.tree_map(lambda a, i=i: a[i], starts))[0])
+        for i in range(n)
+    ]
+    lower = ravel_pytree({k: np.broadcast_to(p.lower, p.shape) for k, p in space.items()})[0]
+    upper = ravel_pytree({k: np.broadcast_to(p.upper, p.shape) for k, p in space.items()})[0]
+    return vg, x0s, list(zip(np.asarray(lower), np.asarray(upper), strict=True))
 
 
 def main() -> None:
     """Seconds per evaluation of the image fit's jitted value-and-grad: alone, and inside
     scipy's L-BFGS-B loop with the default BLAS threads and with one; arms take turns."""
-    import sys
     import time
-    from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     import image_model
     import jax
     import numpy as np
     import scipy.optimize
-    from time_to_solution import draw_starts, scipy_problem
+    from central_starts import draw_starts
 
     objective, space, _ = image_model.make_problem()
     vg, x0s, bounds = scipy_problem(objective, space, draw_starts(space, 4, 0))
@@ -83,14 +98,10 @@ def main() -> None:
         "in scipy's loop, default BLAS": in_loop,
         "in scipy's loop, 1 BLAS thread": one_thread_loop,
     }
-    times: dict[str, list[float]] = {name: [] for name in arms}
-    for _ in range(3):
-        for name, arm in arms.items():
-            times[name].append(arm())
-    print(f"image fit's value-and-grad; BLAS: {blas_threads()}; median of 3 rounds")
-    base = float(np.median(times["alone (peer)"]))
-    for name, t in times.items():
-        print(f"{name:32s} {float(np.median(t)) / base:6.2f}")
+    times = harness.interleave(arms, 3)
+    print(f"BLAS: {blas_threads()}; median of 3 interleaved rounds")
+    figures = {name: harness.median(t) for name, t in times.items()}
+    harness.print_ratios("image fit's value-and-grad, s an evaluation", figures, "alone (peer)")
 
 
 if __name__ == "__main__":

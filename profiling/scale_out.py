@@ -9,13 +9,15 @@ every start steps every step; a fixed width):
                on 127.0.0.1
 
 Each arm runs once cold (the engine's workers import JAX and compile; this process compiles)
-and then ``--repeats`` times warm, alternating; the figure is the ratio of the medians,
+and then ``--repeats`` times warm, taking turns (``harness.interleave``); the figure is the ratio
+of the medians,
 engine / one process (above 1: the engine is slower). On one machine expect about 1: parts
 are for fault tolerance and many machines, not for speed on one. The engine's start-up is
 printed apart.
 
     python -m profiling.scale_out --quick
     python -m profiling.scale_out --engine ray --starts 512 --steps 400
+    python -m profiling.scale_out --quick --json scale_out.json   # and write the record
 """
 
 from __future__ import annotations
@@ -24,12 +26,17 @@ import argparse
 import contextlib
 import functools
 import os
-import statistics
+import sys
 import time
+from pathlib import Path
 
 import jax.numpy as jnp
 
-import multistart as ms
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import harness  # noqa: E402
+
+import multistart as ms  # noqa: E402
 
 
 def objective(p):  # cheap and multimodal: each start's cost is the step's
@@ -78,7 +85,7 @@ def main(argv=None) -> None:
     ap.add_argument("--starts", type=int, default=512)
     ap.add_argument("--steps", type=int, default=400)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--quick", action="store_true", help="64 starts, 100 steps, 1 repeat")
+    harness.add_arguments(ap, quick="64 starts, 100 steps, 1 repeat")
     args = ap.parse_args(argv)
     if args.quick:
         args.starts, args.steps, args.repeats = 64, 100, 1
@@ -98,21 +105,29 @@ def main(argv=None) -> None:
         startup = time.perf_counter() - t0
         parts = functools.partial(ms.fit_parts, search, objective, SPACE, 4, submit=submit)
         cold = {"one-process": timed(one), args.engine: timed(parts)}
-        warm: dict[str, list[float]] = {"one-process": [], args.engine: []}
-        for _ in range(args.repeats):
-            warm["one-process"].append(timed(one))
-            warm[args.engine].append(timed(parts))
+        arms = {"one-process": lambda: timed(one), args.engine: lambda: timed(parts)}
+        warm = {arm: harness.median(t) for arm, t in harness.interleave(arms, args.repeats).items()}
         same = (parts().foms == one().foms).all()
     print(f"{args.starts} starts x {args.steps} steps; {args.engine}: 4 parts on 2 workers")
     print(f"{args.engine} start-up: {startup:.1f} s (not in the figures below)")
+    record = harness.Record("scale_out", args)
+    record.figure(f"{args.engine} start-up s", startup)
     for arm in cold:
-        print(
-            f"{arm:>12}: cold {cold[arm]:.2f} s, warm median {statistics.median(warm[arm]):.2f} s"
+        print(f"{arm:>12}: cold {cold[arm]:.2f} s, warm median {warm[arm]:.2f} s")
+        record.figure(f"{arm} cold s", cold[arm])
+        record.figure(f"{arm} warm s", warm[arm])
+    ratio = {
+        when: record.ratio(
+            f"{args.engine} / one-process, {when}",
+            f"{args.engine} {when} s",
+            f"one-process {when} s",
         )
-    ratio_cold = cold[args.engine] / cold["one-process"]
-    ratio_warm = statistics.median(warm[args.engine]) / statistics.median(warm["one-process"])
-    print(f"ratio {args.engine} / one-process: cold {ratio_cold:.2f}, warm {ratio_warm:.2f}")
+        for when in ("cold", "warm")
+    }
+    print(f"ratio {args.engine} / one-process: cold {ratio['cold']:.2f}, warm {ratio['warm']:.2f}")
     print(f"merged foms equal to one process's: {bool(same)}")
+    record.notes["merged foms equal to one process's"] = bool(same)
+    record.write(args.json)
 
 
 if __name__ == "__main__":

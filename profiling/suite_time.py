@@ -24,7 +24,6 @@ import argparse
 import os
 import resource
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -32,6 +31,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "profiling"))
+
+import harness  # noqa: E402
 
 ARMS = [
     ("every test, fresh cache", ["-m", ""], "fresh"),
@@ -76,13 +78,13 @@ def main() -> None:
                 print(f"round {r + 1} {name:24s} {wall:7.1f} s wall {cpu:7.1f} s CPU  {last}")
         finally:
             shutil.rmtree(kept, ignore_errors=True)
-    ref_wall = statistics.median(w for w, _ in rows[ARMS[0][0]])
-    ref_cpu = statistics.median(c for _, c in rows[ARMS[0][0]])
+    ref_wall = harness.median(w for w, _ in rows[ARMS[0][0]])
+    ref_cpu = harness.median(c for _, c in rows[ARMS[0][0]])
     print()
     print(f"{'arm':26s} {'wall / ref':>10s} {'CPU / ref':>10s}   (medians of {opts.rounds})")
     for name, _, _ in ARMS:
-        wall = statistics.median(w for w, _ in rows[name])
-        cpu = statistics.median(c for _, c in rows[name])
+        wall = harness.median(w for w, _ in rows[name])
+        cpu = harness.median(c for _, c in rows[name])
         print(f"{name:26s} {wall / ref_wall:10.3f} {cpu / ref_cpu:10.3f}")
 
 

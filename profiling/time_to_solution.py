@@ -33,6 +33,7 @@ between the first step and the end of the loop; for scipy recorded at each evalu
     python profiling/time_to_solution.py --quick    # 8 starts, fewer steps
     python profiling/time_to_solution.py --max-evals 300 --devices 2 --no-adam
     python profiling/time_to_solution.py --max-evals 300 --no-adam --with-scan  # scan too
+    python profiling/time_to_solution.py --quick --json tts.json   # and write the record
 """
 
 from __future__ import annotations
@@ -58,30 +59,15 @@ import jax  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 
+import harness  # noqa: E402
 import image_model  # noqa: E402
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
-import peers  # noqa: E402
 import scipy.optimize  # noqa: E402
-from central_starts import draw_starts  # noqa: E402  (halving.py, peers.py ... import it from here)
-from jax.flatten_util import ravel_pytree  # noqa: E402
+from central_starts import draw_starts  # noqa: E402
+from peers import scipy_problem  # noqa: E402
 
 import multistart as ms  # noqa: E402
-
-
-def scipy_problem(objective, space, starts):
-    """``(vg, x0s, bounds)`` for scipy: a jitted value-and-grad over the flat parameter vector
-    (compiled at its first call), each start flattened, and the priors' bounds."""
-    _, unravel = ravel_pytree(jax.tree_util.tree_map(lambda a: a[0], starts))
-    vg = jax.jit(jax.value_and_grad(lambda v: objective(unravel(v))))
-    n = len(jax.tree_util.tree_leaves(starts)[0])
-    x0s = [
-        np.asarray(ravel_pytree(jax.tree_util.tree_map(lambda a, i=i: a[i], starts))[0])
-        for i in range(n)
-    ]
-    lower = ravel_pytree({k: np.broadcast_to(p.lower, p.shape) for k, p in space.items()})[0]
-    upper = ravel_pytree({k: np.broadcast_to(p.upper, p.shape) for k, p in space.items()})[0]
-    return vg, x0s, list(zip(np.asarray(lower), np.asarray(upper), strict=True))
 
 
 def scipy_arm(objective, space, starts, n, target, max_evals=None):
@@ -141,6 +127,18 @@ def engine_arm(search, objective, space, starts, target):
     }
 
 
+def write_record(args, rows: dict, peer: str) -> None:
+    """Every arm's wall, CPU seconds, evaluations and best, and its ratios against ``peer``."""
+    record = harness.Record("time_to_solution", args)
+    for name, r in rows.items():
+        for key in ("wall_s", "cpu_s", "evals", "best"):
+            record.figure(f"{name}: {key}", r[key])
+    for name in rows:
+        for key in ("wall_s", "cpu_s", "evals"):
+            record.ratio(f"{name}: {key} / {peer}", f"{name}: {key}", f"{peer}: {key}")
+    record.write(args.json)
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--starts", type=int, default=32)
@@ -163,6 +161,7 @@ def main(argv=None) -> None:
         action="store_true",
         help="add MultiStartLBFGS arms with backend='scan' (cold, then warm)",
     )
+    harness.add_arguments(ap)
     args = ap.parse_args(argv)
     if args.quick:
         args.starts, args.max_evals = 8, 150
@@ -175,7 +174,7 @@ def main(argv=None) -> None:
     n = args.starts
     ms.set_log_level("WARNING")
     print(f"image fit: 48 parameters, {n} starts, truth's chi2 {target:.6g}; jax {jax.__version__}")
-    print(f"BLAS: {peers.blas_threads()}; every arm but the default-BLAS one runs with 1 thread")
+    print(f"BLAS: {harness.blas_threads()}; every arm but the default-BLAS one runs with 1 thread")
 
     arms = {
         "scipy L-BFGS-B loop": lambda: scipy_arm(
@@ -226,7 +225,7 @@ def main(argv=None) -> None:
         if name == "scipy, default BLAS":
             rows[name] = run()
         else:
-            with peers.one_blas_thread():
+            with harness.one_blas_thread():
                 rows[name] = run()
         print(f"  ran {name}: {rows[name]}", flush=True)
 
@@ -256,6 +255,7 @@ def main(argv=None) -> None:
                 f"and choosing the width {r['select_s'] / ref['wall_s']:.3f} of scipy's wall; "
                 f"{r['statuses']}"
             )
+    write_record(args, rows, "scipy L-BFGS-B loop")
     lb, ad = rows["MultiStartLBFGS"], rows.get("MultiStartAdam")
     if ad is None:
         return

@@ -12,7 +12,7 @@ from pathlib import Path
 # own, shared by its tests (xdist workers and the subprocesses they start) and kept between runs
 # in this checkout (.pytest_cache/multistart-jax, git-ignored), so a program compiled by a test,
 # or by an earlier run of the suite, is loaded instead of compiled again: a run after the first
-# takes about half the time of a cold one on 2 cores (profiling/README.md). A cache hit
+# takes about half the time of a cold one on 2 cores (profiling/HISTORY.md). A cache hit
 # gives the same executable a compile would (JAX keys an entry by the program, the compiler's
 # options and versions, and the device) and still counts as a compile (monitor.py), so results
 # and compile counts do not depend on what is in the cache. MULTISTART_SUITE_JAX_CACHE names

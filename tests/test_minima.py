@@ -2,11 +2,11 @@ import jax
 import numpy as np
 import pytest
 from conftest import MULTIMODAL_SPACE, multimodal
+from readme_model import make_problem
+from reference_minima import cluster_minima_all_pairs
 
 import multistart as ms
 from multistart.result.minima import LOCATED, cluster_minima, default_tolerances
-from profiling.minima_grouping import cluster_minima_all_pairs
-from profiling.readme_model import make_problem
 
 
 def test_cluster_minima_on_literal_points():

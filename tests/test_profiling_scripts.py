@@ -3,11 +3,16 @@
 They are not run by the suite (they take minutes), so a renamed module once broke three of them
 silently (`from multistart import sweep` after the sweep family was renamed). Every import of
 `multistart` in them, at any depth (most import inside the function that needs it), must
-resolve. And a script's command line refuses nonsense before it fits anything.
+resolve. And a script's command line refuses nonsense before it fits anything: run as a user
+runs it (no test imports a benchmark; tests/test_benchmarks.py runs the --quick modes).
 """
 
 import ast
 import importlib
+import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -36,18 +41,20 @@ def test_every_library_import_of_a_profiling_script_resolves(script):
         importlib.import_module(f"{module}.{name}")  # a submodule not yet imported
 
 
-def _script(name, monkeypatch):
-    """A profiling script loaded as a module (its ``sys.path`` entries undone after the test)."""
-    import importlib.util
-    import sys
+def _run(*argv, timeout=600):
+    """A profiling command run as a user runs it, from the repository root."""
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    return subprocess.run(
+        [sys.executable, *map(str, argv)],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": path, "MULTISTART_LOG_LEVEL": "WARNING"},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
-    monkeypatch.setattr(sys, "path", list(sys.path))
-    spec = importlib.util.spec_from_file_location(name, ROOT / "profiling" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
-
+@pytest.mark.subprocess
 @pytest.mark.parametrize(
     "argv, message",
     [
@@ -57,42 +64,21 @@ def _script(name, monkeypatch):
         (["--strategy", "random"], "--strategy: invalid choice: 'random'"),
     ],
 )
-def test_nist_strd_refuses_nonsense_as_a_usage_error(argv, message, monkeypatch, capsys):
-    nist_strd = _script("nist_strd", monkeypatch)
-    with pytest.raises(SystemExit) as stop:
-        nist_strd.parse_args(argv)
-    assert stop.value.code == 2
-    assert message in capsys.readouterr().err
-
-
-def test_nist_strd_reads_its_problems_and_seeds(monkeypatch):
-    args = _script("nist_strd", monkeypatch).parse_args(
-        ["--problems", "MGH09,ENSO", "--seeds", "0,2"]
-    )
-    assert (args.problems, args.seeds, args.warm) == (["MGH09", "ENSO"], [0, 2], False)
+def test_nist_strd_refuses_nonsense_as_a_usage_error(argv, message):
+    run = _run("profiling/nist_strd.py", *argv)
+    assert run.returncode == 2 and message in run.stderr, run.stderr[-2000:]
 
 
 def test_the_gpu_command_runs_every_comparison_at_tiny_sizes_on_a_cpu(tmp_path):
     """``python -m profiling.gpu --cpu``: the command kept for the day a GPU is lent runs, in
     its own process (it turns on float64), and prints and records every comparison."""
-    import json
-    import os
-    import subprocess
-    import sys
-
     record = tmp_path / "gpu.json"
-    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
-    run = subprocess.run(
-        [sys.executable, "-m", "profiling.gpu", "--cpu", "--json", str(record)],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": path, "MULTISTART_LOG_LEVEL": "WARNING"},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    run = _run("-m", "profiling.gpu", "--cpu", "--json", record)
     assert run.returncode == 0, run.stderr[-3000:]
     figures = json.loads(record.read_text())
     assert figures["platform"] == "cpu" and figures["sizes"]["starts"] == 4
+    assert figures["benchmark"] == "gpu" and figures["quick"] is True  # the harness's record
+    assert figures["ratios"] and all(np.isfinite(r["value"]) for r in figures["ratios"].values())
     sections = figures["sections"]
     assert len(sections) == 4 and all(name in run.stdout for name in sections)
     for rows in sections.values():
@@ -108,8 +94,7 @@ def test_the_gpu_command_runs_every_comparison_at_tiny_sizes_on_a_cpu(tmp_path):
     assert fits[1]["compiles"] == 0  # warm: new data of the same shapes compiles nothing
 
 
-def test_the_gpu_command_refuses_a_size_that_is_not_positive(monkeypatch, capsys):
-    gpu = _script("gpu", monkeypatch)
-    with pytest.raises(SystemExit):
-        gpu.parse_args(["--cpu", "--starts", "0"])
-    assert "--starts must be a positive int" in capsys.readouterr().err
+@pytest.mark.subprocess
+def test_the_gpu_command_refuses_a_size_that_is_not_positive():
+    run = _run("-m", "profiling.gpu", "--cpu", "--starts", "0")
+    assert run.returncode == 2 and "--starts must be a positive int" in run.stderr, run.stderr

@@ -2,8 +2,8 @@
 
 :func:`multistart.host.schedule.prune` is called the way the host loop calls it, once per sync, on
 each slot's status, best-so-far and evaluation count; :func:`race` does that over whole
-trajectories (``(steps, n)`` best-so-far curves), as ``profiling/halving_replay.py`` does on
-recorded runs.
+trajectories (``(steps, n)`` best-so-far curves), as
+``profiling/experiments/halving_replay.py`` does on recorded runs.
 """
 
 from __future__ import annotations

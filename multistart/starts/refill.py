@@ -2,7 +2,7 @@
 
 When a start ends (it died in a non-finite region, with ``resurrect=k``; its local search
 ended, with TikTak; or the halving schedule pruned it), :func:`multistart.host.decide.decide` may
-give its slot a new start from the search's queue 
+give its slot a new start from the search's queue
 (:class:`multistart.starts.queues.StartQueue`). The
 :class:`Refiller` writes them into the population (the new start's whole state reset by one
 jitted function, compiled once for ``batch_size`` rows: no recompile). Each replaced start's

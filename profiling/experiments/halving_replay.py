@@ -10,16 +10,17 @@ that run's outcome exactly: a pruned start stops where it was pruned, its evalua
 steps until then, and the best is the best over the starts when they stopped. ``verify`` checks
 that claim against a real halving run (same best, same evaluations, same evaluations to best).
 
-Subcommands (each problem in its own process: some run in float64, some in float32):
+Subcommands (each problem in its own process: some run in float64, some in float32), from
+``profiling/experiments/``:
 
-    python profiling/halving_replay.py record image --seeds 0 1 2 3 4     # "all" runs, cached
-    python profiling/halving_replay.py record image --starts 128 --seeds 0
-    python profiling/halving_replay.py verify peak --seed 0 --r0 10 --eta 3 --grace 1 --keep 1
-    python profiling/halving_replay.py table                    # replay the grid on the cache
-    python profiling/halving_replay.py table --csv grid.csv     # ... and every row to a file
-    python profiling/halving_replay.py table --show 10,3,0.1,2  # one setting, per run
-    python profiling/halving_replay.py ranks image --seed 0     # where the best start stood
-    python profiling/halving_replay.py anytime --plot anytime.png  # best so far vs evaluations
+    python halving_replay.py record image --seeds 0 1 2 3 4     # "all" runs, cached
+    python halving_replay.py record image --starts 128 --seeds 0
+    python halving_replay.py verify peak --seed 0 --r0 10 --eta 3 --grace 1 --keep 1
+    python halving_replay.py table                    # replay the grid on the cache
+    python halving_replay.py table --csv grid.csv     # ... and every row to a file
+    python halving_replay.py table --show 10,3,0.1,2  # one setting, per run
+    python halving_replay.py ranks image --seed 0     # where the best start stood
+    python halving_replay.py anytime --plot anytime.png  # best so far vs evaluations
 
 Problems (``PROBLEMS``): ``image`` (``image_model.py``, 48 parameters, float64, uniform starts
 in the central band as scipy's loop gets them in ``time_to_solution.py``), ``bench``
@@ -45,8 +46,9 @@ from pathlib import Path
 
 import numpy as np
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parent.parent  # profiling/: the benchmark models
 sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "tests"))  # readme_model
 CACHE = Path(os.environ.get("HALVING_CACHE", "/work/halving-cache"))
 GRID = {
     "r0": (5, 10, 20, 40, 80),
@@ -77,7 +79,7 @@ class Problem:
 
 def _image(seed, n):
     import image_model
-    from time_to_solution import draw_starts
+    from central_starts import draw_starts
 
     objective, space, _ = image_model.make_problem()
     return objective, space, draw_starts(space, n, seed)

@@ -9,7 +9,7 @@ calling the compiled chunk step (``jax.stages.Compiled.__call__``) per chunk cal
 seconds the host waits for results (``jax.Array._value``): whether the loop backend's extra
 cost is Python dispatch or the device's execution of many small programs.
 
-    python profiling/backend_dispatch.py --steps 150 --rounds 2
+    python profiling/experiments/backend_dispatch.py --steps 150 --rounds 2
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pathlib import Path
 
 os.environ.setdefault("MULTISTART_LOG_LEVEL", "WARNING")
 os.environ.setdefault("MULTISTART_CACHE_DIR", tempfile.mkdtemp(prefix="backend-dispatch-"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # profiling/: the models
 
 import image_model  # noqa: E402
 import jax  # noqa: E402

@@ -29,8 +29,8 @@ benchmark (``benchmark_model.py``, 31 parameters, 16 starts, widths 1 and 8) and
 2-parameter parabola (8192 starts, widths 512 and 4096, float32). Stepping seconds (steps 2 to
 the last), the median of 5 rounds.
 
-    python profiling/transform_fusion.py
-    python profiling/transform_fusion.py --others
+    python profiling/experiments/transform_fusion.py
+    python profiling/experiments/transform_fusion.py --others
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ import sys
 import time
 
 os.environ.setdefault("MULTISTART_LOG_LEVEL", "WARNING")
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # profiling/
 
 import image_model  # noqa: E402
 import jax  # noqa: E402

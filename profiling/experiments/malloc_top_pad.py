@@ -11,8 +11,8 @@ inside a running process does not (XLA's worker threads already have their own a
 Each arm is a fresh process: ``MultiStartAdam`` on the benchmark model (32 starts), steady time
 per step at one width, with and without ``MALLOC_TOP_PAD_=512 MiB``; rounds interleave the arms.
 
-    python profiling/malloc_top_pad.py                 # widths 8, 16, 32; 3 rounds
-    python profiling/malloc_top_pad.py --widths 32 --rounds 5
+    python profiling/experiments/malloc_top_pad.py                 # widths 8, 16, 32; 3 rounds
+    python profiling/experiments/malloc_top_pad.py --widths 32 --rounds 5
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parent.parent  # profiling/: the benchmark models
 PAD = str(512 * 2**20)
 
 

@@ -10,8 +10,8 @@ width 1 on 8 starts for 40 steps with no convergence. Per arm: the chunk step's 
 seconds, the seconds per step after the first, and the best figure of merit (whether the two
 code generators round alike). Arms alternate within each round; medians over ``--rounds``.
 
-    python profiling/cpu_emitters.py             # 5 rounds
-    python profiling/cpu_emitters.py --rounds 2  # quick
+    python profiling/experiments/cpu_emitters.py             # 5 rounds
+    python profiling/experiments/cpu_emitters.py --rounds 2  # quick
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parent.parent  # profiling/: the benchmark models
 FLAG = "--xla_cpu_use_fusion_emitters=false"
 ARMS = {"fusion emitters (default)": "", "older emitters": FLAG}
 

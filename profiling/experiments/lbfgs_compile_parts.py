@@ -21,9 +21,9 @@ Each arm's chunk step (width 8, 8 starts) is lowered once; the rounds then re-lo
 each in turn in this process, JAX's caches cleared before each, the persistent cache off. The
 table gives the median process CPU seconds of ``compile()`` and the ratio to Adam's.
 
-    python profiling/lbfgs_compile_parts.py --model curve --rounds 5
-    python profiling/lbfgs_compile_parts.py --model image --rounds 3
-    python profiling/lbfgs_compile_parts.py --opt-level 0   # XLA's LLVM optimisation level
+    python profiling/experiments/lbfgs_compile_parts.py --model curve --rounds 5
+    python profiling/experiments/lbfgs_compile_parts.py --model image --rounds 3
+    python profiling/experiments/lbfgs_compile_parts.py --opt-level 0   # LLVM's level
 
 With ``--opt-level``, what the level costs at run time too: the model's jitted value-and-grad
 (at the truth for ``image``, at the prior centres otherwise) compiled at XLA's default level and
@@ -39,7 +39,7 @@ import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parent.parent  # profiling/: lbfgs_compile.py, the models
 os.environ["MULTISTART_CACHE_DIR"] = ""
 os.environ.setdefault("MULTISTART_LOG_LEVEL", "WARNING")
 sys.path.insert(0, str(HERE))

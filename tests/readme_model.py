@@ -2,9 +2,10 @@
 
 The same data and figure of merit as the README's first example (the χ² of its residuals; the
 README fits them by least squares and names the peak's width ``width``), so a benchmark of
-"the README's fit" measures what a newcomer runs::
+"the README's fit" measures what a newcomer runs. It lives with the tests, which fit it too
+(``tests/test_minima.py``); a benchmark imports it from there::
 
-    sys.path.insert(0, "profiling")
+    sys.path.insert(0, "tests")
     import readme_model
 
     chi2, space = readme_model.make_problem()

@@ -9,8 +9,8 @@ sweep, the chunk step's compile, the population's set-up and one step), and the 
 warm / cold of each pair is the figure (median over repeats). The ratio over the whole
 process (interpreter start to the end of the first step, JAX import included) is printed too.
 
-    python profiling/cache_first_step.py                   # 3 pairs, 16 starts, width 4
-    python profiling/cache_first_step.py --repeats 5 --n-starts 32 --width 8
+    python profiling/experiments/cache_first_step.py                   # 3 pairs, 16 starts, width 4
+    python profiling/experiments/cache_first_step.py --repeats 5 --n-starts 32 --width 8
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parent.parent  # profiling/: the benchmark models
 
 
 def child(n_starts: int, width: int) -> dict:

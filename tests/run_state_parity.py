@@ -6,13 +6,16 @@ differently (L-BFGS, Adam, least squares, halving, TikTak, resurrection, a part 
 checkpointed run resumed mid-way with pruning and refills pending, two logical devices in a
 subprocess) and writes, per fit, a SHA-256 of every Result field (figures of merit, parameters,
 statuses, evaluation counts, history, incarnations, rungs, and the statistics that are not times)
-to a JSON file. Run it on two checkouts and compare the files::
+to a JSON file. Run it from the repository root on two checkouts and compare the files::
 
-    python profiling/run_state_parity.py --out after.json
-    PYTHONPATH=/path/to/other/checkout python profiling/run_state_parity.py --out before.json
-    python profiling/run_state_parity.py --compare before.json after.json
+    python tests/run_state_parity.py --out after.json
+    PYTHONPATH=/path/to/other/checkout python tests/run_state_parity.py --out before.json
+    python tests/run_state_parity.py --compare before.json after.json
 
-Only the public API is used, so any version of the library runs it. The compile counts (which
+(exit status 1 when a result differs). Only the public API is used, so any version of the
+library runs it: the library imported is the one ``PYTHONPATH`` finds first (printed on stderr).
+It is a correctness check, not a benchmark (no time in it), so it lives with the tests; it was
+``profiling/run_state_parity.py`` until the benchmarks became a suite. The compile counts (which
 may change without changing a result) are kept apart, under ``"compiles"``, and compared apart.
 """
 

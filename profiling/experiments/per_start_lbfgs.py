@@ -7,7 +7,7 @@ priors' bounds in physical coordinates, the same in the engine's unconstrained (
 coordinates without bounds, and ``MultiStartLBFGS`` (window rule off, ``--steps`` steps).
 Prints each start's final χ² and evaluations per arm.
 
-    python profiling/per_start_lbfgs.py --starts 3 --steps 1500
+    python profiling/experiments/per_start_lbfgs.py --starts 3 --steps 1500
 """
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ import sys
 from pathlib import Path
 
 os.environ.setdefault("MULTISTART_LOG_LEVEL", "WARNING")
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # profiling/: the models
 
 import image_model  # noqa: E402
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 import scipy.optimize as so  # noqa: E402
-from time_to_solution import draw_starts  # noqa: E402
+from central_starts import draw_starts  # noqa: E402
 
 import multistart as ms  # noqa: E402
 from multistart.model.priors import Space  # noqa: E402

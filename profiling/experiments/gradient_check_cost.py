@@ -6,7 +6,7 @@ time as a ratio to one compile of ``jit(value_and_grad(fom))``, which every fit 
 once (its chunk step compiles more than that), for the README's objective and the demo's
 three-band graph, measured side by side in one process.
 
-Run: ``python profiling/gradient_check_cost.py``.
+Run: ``python profiling/experiments/gradient_check_cost.py``.
 """
 
 import sys
@@ -19,8 +19,8 @@ import jax.numpy as jnp
 from multistart import demo
 from multistart.model.problem import as_problem, flat_leaves_without_gradient
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import readme_model  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
+import readme_model  # noqa: E402  (the README's model, with the tests that fit it)
 
 
 def readme_problem():
