@@ -26,6 +26,7 @@ from .log import set_level as set_log_level
 from .memory import usable_cpu_count as usable_cpu_count
 from .parts import PartsFailed as PartsFailed
 from .parts import fit_parts as fit_parts
+from .priors import Fixed as Fixed
 from .priors import HalfBounded as HalfBounded
 from .priors import LogUniform as LogUniform
 from .priors import Normal as Normal
@@ -60,6 +61,7 @@ __all__ = [
     "Factor",
     "FactorGraphModel",
     "FactorView",
+    "Fixed",
     "HalfBounded",
     "Halving",
     "Laplace",

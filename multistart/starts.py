@@ -170,7 +170,14 @@ def _match_paths(space: Space, tree, where: str) -> dict[str, Any]:
         raise TypeError(f"{where} must be a params dict like the space; got {type(tree).__name__}")
     paths, leaves = _flat_paths(tree)
     missing = [p for p in space.paths if p not in paths]
-    extra = [p for p in paths if p not in space.paths]
+    extra = [p for p in paths if p not in space.paths and p not in space.fixed]
+    for path, leaf in zip(paths, leaves, strict=True):  # a fixed one may be given, at its value
+        fixed = space.fixed.get(path)
+        if fixed is not None and not np.all(_as_float(leaf, f"{where}[{path!r}]") == fixed.value):
+            raise ValueError(
+                f"{where}[{path!r}] is {leaf!r}, but the space holds {path!r} at "
+                f"{fixed!r}: leave it out of the starts, or give its value"
+            )
     if missing or extra:
         parts = []
         if missing:
@@ -178,7 +185,7 @@ def _match_paths(space: Space, tree, where: str) -> dict[str, Any]:
         if extra:
             parts.append(f"has {', '.join(map(repr, extra))}, not in the space")
         raise ValueError(f"{where} {' and '.join(parts)}")
-    return dict(zip(paths, leaves, strict=True))
+    return {p: v for p, v in zip(paths, leaves, strict=True) if p not in space.fixed}
 
 
 def _as_float(value, where: str) -> np.ndarray:

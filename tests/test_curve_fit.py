@@ -204,9 +204,11 @@ def _exact_inverse(a):
     return [r[n:] for r in rows]
 
 
-def test_names_come_from_f_and_the_result_uses_them():
+def test_names_come_from_f_and_the_result_uses_them_in_popts_order():
     result = ms.curve_fit(decay, X, Y, p0=[1.0, 1.0, 0.0], full_output=True, **FAST)[2]["result"]
-    assert sorted(result.paths) == ["a", "c", "tau"]
+    assert result.paths == ["a", "tau", "c"]  # f's arguments: popt's order, not sorted
+    assert result.laplace.names == ("a", "tau", "c")
+    assert list(result.to_dataframe().columns[-6:-3]) == ["a", "tau", "c"]
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert set(result.errors) == {"a", "tau", "c"}
@@ -313,7 +315,7 @@ def test_tied_parameters_follow_their_tie_by_name_or_function():
         _lines, X, y, tied={"a2": lambda p: 0.35 * p["a1"]}, full_output=True, **kw
     )
     assert popt[2] == pytest.approx(0.35 * popt[0], rel=1e-12)
-    assert sorted(info["result"].paths) == ["a1", "w1", "w2"]  # the Result: the free ones
+    assert info["result"].paths == ["a1", "w1", "w2"]  # the Result: the free ones, f's order
     # a batch holds them the same way, and says which are held
     ys = np.stack([y, 1.1 * y])
     bopt, bcov, info, _, _ = ms.curve_fit(
