@@ -157,9 +157,9 @@ def _fit(
         result = search.fit(_CurveModel(g, names, space, data), starts=starts, resume=resume)
         popt = np.array([float(result.best_params[k]) for k in names])
         pcov, fvec = _covariances(g, names, data, popt[None], absolute_sigma, stacked=False)
-        popt = held.full(popt[None])
+        pcov, popt = held.full_cov(pcov, popt[None]), held.full(popt[None])
         _warn_if_tied_outside(held, popt, all_lower, all_upper)
-        return popt[0], held.full_cov(pcov)[0], result, fvec[0]
+        return popt[0], pcov[0], result, fvec[0]
 
 
 def _check_choices(method, jac, absolute_sigma, full_output, batched=False, resume=False) -> None:
@@ -430,15 +430,45 @@ class _Held:
             axis=1,
         )
 
-    def full_cov(self, pcov: np.ndarray) -> np.ndarray:
-        """``(k, n, n)``: the free parameters' block, 0 for a held one (``inf`` everywhere
-        where the covariance could not be estimated, as scipy's)."""
+    def full_cov(self, pcov: np.ndarray, free: np.ndarray) -> np.ndarray:
+        """``(k, n, n)``: ``G C Gᵀ`` with ``G`` the Jacobian of every parameter in the free
+        ones at ``free`` ``(k, n_free)``: the free parameters' block as it is, a fixed one's
+        rows and columns 0, a tied one's propagated through its tie (as lmfit's errors of an
+        ``expr`` parameter); ``inf`` everywhere where the covariance could not be estimated,
+        as scipy's."""
         if self.model is self.f:
             return pcov
-        out = np.zeros((len(pcov), len(self.names), len(self.names)))
-        out[np.ix_(np.arange(len(pcov)), self.keep, self.keep)] = pcov
+        if not self.tied:
+            out = np.zeros((len(pcov), len(self.names), len(self.names)))
+            out[np.ix_(np.arange(len(pcov)), self.keep, self.keep)] = pcov
+        else:
+            g = self.jacobian(free)
+            with np.errstate(invalid="ignore", over="ignore"):
+                out = g @ pcov @ np.swapaxes(g, 1, 2)
         out[~np.all(np.isfinite(pcov), axis=(1, 2))] = np.inf
         return out
+
+    def jacobian(self, free: np.ndarray) -> np.ndarray:
+        """``(k, n, n_free)``: how every parameter moves with the free ones at ``free``: a
+        unit row for a free one and for a tie by name, 0 for a fixed one, and a tie
+        function's derivatives (JAX)."""
+        k, col = len(free), {name: j for j, name in enumerate(self.free)}
+        g = np.zeros((k, len(self.names), len(self.free)))
+        for i, name in enumerate(self.names):
+            j = col.get(name, col.get(self.tied.get(name)))  # type: ignore[arg-type]
+            if j is not None:
+                g[:, i, j] = 1.0
+        calls = [name for name, tie in self.tied.items() if callable(tie)]
+        if calls:
+
+            def ties(v):
+                p = self.values([v[j] for j in range(len(self.free))])
+                return jnp.stack([jnp.asarray(p[name], v.dtype) for name in calls])
+
+            jac = np.asarray(jax.vmap(jax.jacfwd(ties))(jnp.asarray(free, jnp.float64)))
+            for r, name in enumerate(calls):
+                g[:, self.names.index(name)] = jac[:, r]
+        return g
 
     def words(self) -> dict[str, str]:
         """What holds each held parameter, in words (``"fixed"``, ``"= a1"``, ``"tied"``)."""
@@ -672,7 +702,7 @@ def _fit_batch(
             result = search.fit(model, starts=starts, resume=resume)
         popt, rows = _per_fit(result, names, n_fits, n_starts)
         pcov, fvec = _covariances(g, names, data, popt, absolute_sigma, stacked=True)
-        popt, pcov = held.full(popt), held.full_cov(pcov)
+        popt, pcov = held.full(popt), held.full_cov(pcov, popt)
         _warn_if_tied_outside(held, popt, all_lower, all_upper)
         m = int(np.asarray(data[1]).size // n_fits)
         bounds = (all_lower, all_upper)
