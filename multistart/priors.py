@@ -49,6 +49,46 @@ def _broadcast(cls: str, shape, **params) -> tuple[tuple[int, ...], dict[str, np
     return target, {k: np.broadcast_to(v, target) for k, v in params.items()}
 
 
+# The built-in priors' one map from unconstrained to physical coordinates, elementwise with
+# per-element constants ``a, b``: a logistic onto [a, b] (in log x for _LOG_LOGIT), or a + b u.
+_LOGIT, _LOG_LOGIT, _AFFINE = 0, 1, 2
+
+
+def flat_map(kind: np.ndarray, a: np.ndarray, b: np.ndarray, u):
+    """JAX: physical values at unconstrained ``u``, elementwise with the constants ``kind``,
+    ``a``, ``b`` (NumPy arrays broadcast against ``u``'s trailing axes)."""
+    dtype = jnp.result_type(u)
+    is_log, is_normal = kind == _LOG_LOGIT, kind == _AFFINE
+    if is_normal.all():
+        return jnp.asarray(a, dtype) + jnp.asarray(b, dtype) * u
+    lo = np.where(is_normal, 0.0, a)
+    hi = np.where(is_normal, 1.0, b)
+    zl = jnp.asarray(np.where(is_log, np.log(np.where(is_log, lo, 1.0)), lo), dtype)
+    zh = jnp.asarray(np.where(is_log, np.log(np.where(is_log, hi, 1.0)), hi), dtype)
+    z = zl + (zh - zl) * jax.nn.sigmoid(u)
+    # exp only where the prior is log-uniform: exp of a large linear bound would be inf,
+    # and inf in the branch where() discards still turns the gradient into nan.
+    if is_log.any():
+        z = jnp.where(is_log, jnp.exp(jnp.where(is_log, z, 0.0)), z)
+    # Rounding can land a hair outside [lower, upper]; the objective must never see that.
+    bounded = jnp.clip(z, jnp.asarray(lo, dtype), jnp.asarray(hi, dtype))
+    if not is_normal.any():
+        return bounded
+    normal = jnp.asarray(a, dtype) + jnp.asarray(b, dtype) * u
+    return jnp.where(is_normal, normal, bounded)
+
+
+def _table(prior, a: np.ndarray, b: np.ndarray):
+    return np.full(prior.size, prior._KIND), a.ravel(), b.ravel()
+
+
+def _forward_leaf(prior, u):
+    """:func:`flat_map` of one prior's leaf (any leading batch axes), its constants shaped
+    as the prior."""
+    kind, a, b = (t.reshape(prior.shape) for t in prior.table())
+    return flat_map(kind, a, b, u)
+
+
 class Prior:
     """A prior over one (scalar or array-shaped) parameter.
 
@@ -83,6 +123,11 @@ class Prior:
     def forward(self, u):
         """Unconstrained to physical (JAX, differentiable)."""
         raise NotImplementedError
+
+    def table(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """``(kind, a, b)`` per element (raveled) where the prior's map is :func:`flat_map`'s,
+        else ``None`` (its :meth:`forward` is its own)."""
+        return None
 
     def inverse(self, x: np.ndarray) -> np.ndarray:
         """Physical to unconstrained (NumPy, float64)."""
@@ -153,13 +198,13 @@ class Uniform(Prior):
         zl, zh = self._z(self.lower), self._z(self.upper)
         return (self._z(np.asarray(x, dtype=np.float64)) - zl) / (zh - zl)
 
+    _KIND = _LOGIT
+
+    def table(self):
+        return _table(self, self.lower, self.upper)
+
     def forward(self, u):
-        dtype = jnp.result_type(u)
-        lo, hi = jnp.asarray(self.lower, dtype), jnp.asarray(self.upper, dtype)
-        zl, zh = self._z(lo, jnp), self._z(hi, jnp)
-        x = self._z_inv(zl + (zh - zl) * jax.nn.sigmoid(u), jnp)
-        # Rounding can land a hair outside [lower, upper]; the objective must never see that.
-        return jnp.clip(x, lo, hi)
+        return _forward_leaf(self, u)
 
     def inverse(self, x):
         q = np.clip(self.to_unit(x), _UNIT_EPS, 1.0 - _UNIT_EPS)
@@ -174,6 +219,8 @@ class Uniform(Prior):
 @dataclass(frozen=True, eq=False, init=False, repr=False)
 class LogUniform(Uniform):
     """Log-uniform on ``[lower, upper]`` with ``0 < lower < upper`` (uniform in ``log x``)."""
+
+    _KIND = _LOG_LOGIT
 
     def _check_extra(self, p):
         if np.any(p["lower"] <= 0):
@@ -228,9 +275,13 @@ class Normal(Prior):
     def to_unit(self, x):
         return special.ndtr((np.asarray(x, dtype=np.float64) - self.mean) / self.sigma)
 
+    _KIND = _AFFINE
+
+    def table(self):
+        return _table(self, self.mean, self.sigma)
+
     def forward(self, u):
-        dtype = jnp.result_type(u)
-        return jnp.asarray(self.mean, dtype) + jnp.asarray(self.sigma, dtype) * u
+        return _forward_leaf(self, u)
 
     def inverse(self, x):
         return (np.asarray(x, dtype=np.float64) - self.mean) / self.sigma
@@ -587,47 +638,22 @@ class Space:
 
     def _tables(self):
         if not hasattr(self, "_tables_cache"):
-            kinds = {Uniform: 0, LogUniform: 1, Normal: 2}
-            if any(type(p) not in kinds for p in self.priors):
-                self._tables_cache = None
-            else:
-                kind, a, b = [], [], []
-                for p in self.priors:
-                    k = kinds[type(p)]
-                    kind.append(np.full(p.size, k))
-                    if isinstance(p, Normal):
-                        a.append(p.mean.ravel())
-                        b.append(p.sigma.ravel())
-                    else:
-                        assert isinstance(p, Uniform)  # LogUniform is one
-                        a.append(p.lower.ravel())
-                        b.append(p.upper.ravel())
-                self._tables_cache = tuple(np.concatenate(t) for t in (kind, a, b))
+            tables = [p.table() for p in self.priors]
+            self._tables_cache = (
+                None
+                if any(t is None for t in tables)
+                else tuple(np.concatenate(t) for t in zip(*tables, strict=True))
+            )
         return self._tables_cache
 
     def forward_flat(self, u):
         """JAX: one start's unconstrained vector to its physical vector (same layout)."""
         tables = self._tables()
-        if tables is None:  # a user-defined prior: map leaf by leaf
+        if tables is None:  # a prior with a map of its own: map leaf by leaf
             leaves = jax.tree_util.tree_leaves(self.to_physical(self.unravel(u)))
             return jnp.concatenate([jnp.ravel(v) for v in leaves])
         kind, a, b = tables
-        dtype = jnp.result_type(u)
-        is_log, is_normal = kind == 1, kind == 2
-        lo = np.where(is_normal, 0.0, a)
-        hi = np.where(is_normal, 1.0, b)
-        zl = jnp.asarray(np.where(is_log, np.log(np.where(is_log, lo, 1.0)), lo), dtype)
-        zh = jnp.asarray(np.where(is_log, np.log(np.where(is_log, hi, 1.0)), hi), dtype)
-        z = zl + (zh - zl) * jax.nn.sigmoid(u)
-        # exp only where the prior is log-uniform: exp of a large linear bound would be inf,
-        # and inf in the branch where() discards still turns the gradient into nan.
-        if is_log.any():
-            z = jnp.where(is_log, jnp.exp(jnp.where(is_log, z, 0.0)), z)
-        bounded = jnp.clip(z, jnp.asarray(lo, dtype), jnp.asarray(hi, dtype))
-        if not is_normal.any():
-            return bounded
-        normal = jnp.asarray(a, dtype) + jnp.asarray(b, dtype) * u
-        return jnp.where(is_normal, normal, bounded)
+        return flat_map(kind, a, b, u)
 
     def to_model(self, u):
         """One start's unconstrained parameters to the physical pytree the model is evaluated
