@@ -25,6 +25,7 @@ from .host.schedule import Halving as Halving
 from .model.graph import Factor as Factor
 from .model.graph import FactorGraphModel as FactorGraphModel
 from .model.graph import FactorView as FactorView
+from .model.priors import Fixed as Fixed
 from .model.priors import HalfBounded as HalfBounded
 from .model.priors import LogUniform as LogUniform
 from .model.priors import Normal as Normal
@@ -66,6 +67,7 @@ __all__ = [
     "Factor",
     "FactorGraphModel",
     "FactorView",
+    "Fixed",
     "HalfBounded",
     "Halving",
     "Laplace",

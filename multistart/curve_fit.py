@@ -28,7 +28,7 @@ from .model.problem import add_note, tracer_hint
 from .result import Result
 from .result.batch import BatchFits, bound_summary
 from .search.least_squares import MultiStartLeastSquares
-from .starts.strategies import BOUND_MARGIN, check_band
+from .starts.strategies import BOUND_MARGIN, StartStream
 
 __all__ = ["curve_fit", "BatchFits"]
 
@@ -139,7 +139,7 @@ def _fit(
 ):
     """``(popt, pcov, result, fvec)`` of one dataset."""
     with jax.enable_x64(True):
-        data, all_names = _data(f, xdata, ydata, sigma, p0, check_finite, nan_policy)
+        data, all_names, _ = _data(f, xdata, ydata, sigma, p0, check_finite, nan_policy)
         _check_output(f, data[0], all_names, data[1].shape)
         all_lower, all_upper = _bounds(bounds, all_names)
         held = _hold(f, all_names, hold, all_lower, all_upper)
@@ -158,9 +158,9 @@ def _fit(
         result = search.fit(_CurveModel(g, names, space, data), starts=starts, resume=resume)
         popt = np.array([float(result.best_params[k]) for k in names])
         pcov, fvec = _covariances(g, names, data, popt[None], absolute_sigma, stacked=False)
-        popt = held.full(popt[None])
+        pcov, popt = held.full_cov(pcov, popt[None]), held.full(popt[None])
         _warn_if_tied_outside(held, popt, all_lower, all_upper)
-        return popt[0], held.full_cov(pcov)[0], result, fvec[0]
+        return popt[0], pcov[0], result, fvec[0]
 
 
 def _check_choices(method, jac, absolute_sigma, full_output, batched=False, resume=False) -> None:
@@ -259,35 +259,80 @@ def _finite(name: str, a: np.ndarray) -> None:
         )
 
 
-def _data(f, xdata, ydata, sigma, p0, check_finite, nan_policy):
-    """``((x, y, weight), names)``: the data as float64 arrays, checked."""
-    if nan_policy not in (None, "raise", "omit"):
-        raise ValueError(f"nan_policy must be None, 'raise' or 'omit'; got {nan_policy!r}")
+def _data(f, xdata, ydata, sigma, p0, check_finite, nan_policy, *, batched: bool = False):
+    """``((x, y, weight), names, n_fits)``: the data as float64 arrays, checked, for one fit
+    or (``batched``) a stack of them, every leaf with a leading axis of fits (a shared
+    ``xdata`` or ``sigma`` repeated). Both are read here, a single fit as a batch of one."""
+    _check_nan_policy(nan_policy, batched)
     y = np.asarray(ydata, dtype=np.float64)
-    if y.size == 0:
-        raise ValueError("ydata is empty")
+    ys = _fits_y(y, batched)
+    n_fits, shape = ys.shape[0], ys.shape[1:]
+    names = _names(f, None if p0 is None else _n_given(p0, batched))
+    _enough_points(ys[0], names)
     x = jax.tree_util.tree_map(lambda a: np.asarray(a, dtype=np.float64), _array_if_list(xdata))
     s = None if sigma is None else np.asarray(sigma, dtype=np.float64)
     if s is not None and s.ndim == 0:  # scipy: "None or scalar or M-length sequence"
         s = np.full(y.shape, float(s))
-    if s is not None and s.shape not in (y.shape, (y.size,), (y.size, y.size)):
+    if not batched and nan_policy == "omit":
+        x, y, s = _omit(x, y, None if s is None else _fits_sigma(s, 1, shape, False)[0])
+        return (x, y, _weights(None if s is None else s[None], 1, y.shape, False)), names, 1
+    per_fit = False
+    if batched:
+        x, per_fit = _stack_x(f, x, n_fits, shape, names)
+    if s is not None:
+        s = _fits_sigma(s, n_fits, shape, batched)
+    if check_finite is not False or nan_policy == "raise":
+        _check_finite(x, ys, sigma, s, batched, per_fit)
+    return (x, ys if batched else y, _weights(s, n_fits, shape, batched)), names, n_fits
+
+
+def _check_nan_policy(nan_policy, batched: bool) -> None:
+    if nan_policy not in (None, "raise", "omit"):
+        raise ValueError(f"nan_policy must be None, 'raise' or 'omit'; got {nan_policy!r}")
+    if batched and nan_policy == "omit":
         raise ValueError(
-            f"sigma must have ydata's shape {y.shape} (standard deviations) or be a "
-            f"({y.size}, {y.size}) covariance matrix; got shape {s.shape}"
+            "nan_policy='omit' would give each fit of a batch its own number of points: fit "
+            "the datasets with missing points one by one, or give those points a huge sigma"
         )
-    x_leaves = jax.tree_util.tree_leaves(x)
-    if nan_policy == "omit":
-        x, y, s = _omit(x, y, s)
-    elif check_finite is not False or nan_policy == "raise":
-        for leaf in x_leaves:
+
+
+def _fits_y(y: np.ndarray, batched: bool) -> np.ndarray:
+    """``ydata`` with a leading axis of fits (one, for a single fit), checked."""
+    if not batched:
+        if y.size == 0:
+            raise ValueError("ydata is empty")
+        return y[None]
+    if y.ndim < 2 or y.shape[0] == 0 or y[0].size == 0:
+        raise ValueError(
+            f"batched=True: ydata must have a leading axis of fits, shape (n_fits, m); got "
+            f"shape {y.shape}"
+        )
+    return y
+
+
+def _n_given(p0, batched: bool) -> int:
+    """How many parameters ``p0`` gives (one fit's, or each fit's of a batch)."""
+    if not batched:
+        return int(np.size(p0))
+    return int(np.shape(p0)[-1] if np.ndim(p0) else 1)
+
+
+def _check_finite(x, ys, sigma, s, batched: bool, per_fit: bool) -> None:
+    """Refuse non-finite data: a single fit's by array, a batch's naming the first fit."""
+    if not batched:
+        for leaf in jax.tree_util.tree_leaves(x):
             _finite("xdata", leaf)
-        _finite("ydata", y)
+        _finite("ydata", ys[0])
         if s is not None:
             _finite("sigma", s)
-    n = None if p0 is None else int(np.size(p0))
-    names = _names(f, n)
-    _enough_points(y, names)
-    return (x, y, _weight(s, y.size)), names
+        return
+    for leaf in jax.tree_util.tree_leaves(x):
+        _finite_by_fit("xdata", leaf) if per_fit else _finite("xdata", leaf[0])
+    _finite_by_fit("ydata", ys)
+    if sigma is not None:
+        given = np.asarray(sigma, dtype=np.float64)
+        shared = given.ndim <= ys.ndim - 1 or given.shape[0] != len(ys)
+        _finite("sigma", given) if shared else _finite_by_fit("sigma", given)
 
 
 def _omit(x, y, s):
@@ -311,22 +356,6 @@ def _omit(x, y, s):
     if not keep.any():
         raise ValueError("nan_policy='omit' left no finite data point")
     return jax.tree_util.tree_map(lambda a: a[keep], x), y[keep], s
-
-
-def _weight(s: np.ndarray | None, m: int):
-    """What multiplies the raw residuals: ``1/sigma``, or a whitening by the covariance."""
-    if s is None:
-        return np.ones(m)
-    if s.ndim == 2 and s.shape == (m, m):
-        try:
-            chol = np.linalg.cholesky(s)
-        except np.linalg.LinAlgError as e:
-            raise ValueError("sigma, a covariance matrix, is not positive definite") from e
-        return _Whiten(chol)
-    s = s.reshape(-1)
-    if np.any(s <= 0):
-        raise ValueError("sigma must be positive")
-    return 1.0 / s
 
 
 class _Whiten:
@@ -431,15 +460,45 @@ class _Held:
             axis=1,
         )
 
-    def full_cov(self, pcov: np.ndarray) -> np.ndarray:
-        """``(k, n, n)``: the free parameters' block, 0 for a held one (``inf`` everywhere
-        where the covariance could not be estimated, as scipy's)."""
+    def full_cov(self, pcov: np.ndarray, free: np.ndarray) -> np.ndarray:
+        """``(k, n, n)``: ``G C Gᵀ`` with ``G`` the Jacobian of every parameter in the free
+        ones at ``free`` ``(k, n_free)``: the free parameters' block as it is, a fixed one's
+        rows and columns 0, a tied one's propagated through its tie (as lmfit's errors of an
+        ``expr`` parameter); ``inf`` everywhere where the covariance could not be estimated,
+        as scipy's."""
         if self.model is self.f:
             return pcov
-        out = np.zeros((len(pcov), len(self.names), len(self.names)))
-        out[np.ix_(np.arange(len(pcov)), self.keep, self.keep)] = pcov
+        if not self.tied:
+            out = np.zeros((len(pcov), len(self.names), len(self.names)))
+            out[np.ix_(np.arange(len(pcov)), self.keep, self.keep)] = pcov
+        else:
+            g = self.jacobian(free)
+            with np.errstate(invalid="ignore", over="ignore"):
+                out = g @ pcov @ np.swapaxes(g, 1, 2)
         out[~np.all(np.isfinite(pcov), axis=(1, 2))] = np.inf
         return out
+
+    def jacobian(self, free: np.ndarray) -> np.ndarray:
+        """``(k, n, n_free)``: how every parameter moves with the free ones at ``free``: a
+        unit row for a free one and for a tie by name, 0 for a fixed one, and a tie
+        function's derivatives (JAX)."""
+        k, col = len(free), {name: j for j, name in enumerate(self.free)}
+        g = np.zeros((k, len(self.names), len(self.free)))
+        for i, name in enumerate(self.names):
+            j = col.get(name, col.get(self.tied.get(name)))  # type: ignore[arg-type]
+            if j is not None:
+                g[:, i, j] = 1.0
+        calls = [name for name, tie in self.tied.items() if callable(tie)]
+        if calls:
+
+            def ties(v):
+                p = self.values([v[j] for j in range(len(self.free))])
+                return jnp.stack([jnp.asarray(p[name], v.dtype) for name in calls])
+
+            jac = np.asarray(jax.vmap(jax.jacfwd(ties))(jnp.asarray(free, jnp.float64)))
+            for r, name in enumerate(calls):
+                g[:, self.names.index(name)] = jac[:, r]
+        return g
 
     def words(self) -> dict[str, str]:
         """What holds each held parameter, in words (``"fixed"``, ``"= a1"``, ``"tied"``)."""
@@ -648,7 +707,8 @@ def _fit_batch(
     n_starts = int(n_starts)
     options = _batch_options(kw)
     with jax.enable_x64(True):
-        data, all_names, n_fits = _stack_data(f, xdata, ydata, sigma, p0, check_finite, nan_policy)
+        read = (f, xdata, ydata, sigma, p0, check_finite, nan_policy)
+        data, all_names, n_fits = _data(*read, batched=True)
         all_lower, all_upper = _bounds(bounds, all_names)
         held = _hold(f, all_names, hold, all_lower, all_upper)
         g, names, keep = held.model, list(held.free), held.keep
@@ -664,16 +724,17 @@ def _fit_batch(
             absolute_sigma=absolute_sigma, n_starts=n_fits * n_starts, **options
         )
         spread = _spreads(g, names, data, first, lower, upper, stacked=True)
-        starts = _stack_starts(names, first, lower, upper, n_starts, search.options, spread)
         # One space for every fit, as the programs may not depend on p0.
         reference = np.where(np.isfinite(lower), lower, np.where(np.isfinite(upper), upper, 0.0))
         space = _space(names, reference, lower, upper)
+        box = (lower, upper)
+        starts = _stack_starts(names, first, box, Space(space), n_starts, search.options, spread)
         model = _CurveModel(g, names, space, data, rows_per_datum=n_starts)
         with progress.fits_of(n_starts):
             result = search.fit(model, starts=starts, resume=resume)
         popt, rows = _per_fit(result, names, n_fits, n_starts)
         pcov, fvec = _covariances(g, names, data, popt, absolute_sigma, stacked=True)
-        popt, pcov = held.full(popt), held.full_cov(pcov)
+        popt, pcov = held.full(popt), held.full_cov(pcov, popt)
         _warn_if_tied_outside(held, popt, all_lower, all_upper)
         m = int(np.asarray(data[1]).size // n_fits)
         bounds = (all_lower, all_upper)
@@ -706,40 +767,6 @@ def _batch_options(options: dict) -> dict:
     return {**_BATCH_DEFAULTS, **options, "start_strategy": "band", "n_candidates": 0}
 
 
-def _stack_data(f, xdata, ydata, sigma, p0, check_finite, nan_policy):
-    """``((x, y, weight), names, n_fits)``: every leaf with a leading axis of fits (a shared
-    ``xdata`` or ``sigma`` repeated), checked."""
-    if nan_policy not in (None, "raise", "omit"):
-        raise ValueError(f"nan_policy must be None, 'raise' or 'omit'; got {nan_policy!r}")
-    if nan_policy == "omit":
-        raise ValueError(
-            "nan_policy='omit' would give each fit of a batch its own number of points: fit "
-            "the datasets with missing points one by one, or give those points a huge sigma"
-        )
-    y = np.asarray(ydata, dtype=np.float64)
-    if y.ndim < 2 or y.shape[0] == 0 or y[0].size == 0:
-        raise ValueError(
-            f"batched=True: ydata must have a leading axis of fits, shape (n_fits, m); got "
-            f"shape {y.shape}"
-        )
-    n_fits, shape = y.shape[0], y.shape[1:]
-    n = None if p0 is None else int(np.shape(p0)[-1] if np.ndim(p0) else 1)
-    names = _names(f, n)
-    _enough_points(y[0], names)
-    x = jax.tree_util.tree_map(lambda a: np.asarray(a, dtype=np.float64), _array_if_list(xdata))
-    x, per_fit = _stack_x(f, x, n_fits, shape, names)
-    weight = _stack_weights(sigma, n_fits, shape)
-    if check_finite is not False or nan_policy == "raise":
-        for leaf in jax.tree_util.tree_leaves(x):
-            _finite_by_fit("xdata", leaf) if per_fit else _finite("xdata", leaf[0])
-        _finite_by_fit("ydata", y)
-        if sigma is not None:
-            s = np.asarray(sigma, dtype=np.float64)
-            shared = s.ndim <= len(shape) or s.shape[0] != n_fits
-            _finite("sigma", s) if shared else _finite_by_fit("sigma", s)
-    return (x, y, weight), names, n_fits
-
-
 def _stack_x(f, x, n_fits: int, shape, names):
     """``(x, per_fit)``: ``xdata`` with a leading axis of fits: one per fit when every leaf
     has ``n_fits`` rows and ``f`` of one returns one fit's shape, else shared and repeated."""
@@ -757,41 +784,59 @@ def _stack_x(f, x, n_fits: int, shape, names):
     return jax.tree_util.tree_map(lambda a: np.broadcast_to(a, (n_fits, *a.shape)), x), False
 
 
-def _stack_weights(sigma, n_fits: int, shape):
-    """:func:`_weight` with a leading axis of fits."""
+def _fits_sigma(s: np.ndarray, n_fits: int, shape, batched: bool) -> np.ndarray:
+    """``sigma`` (not a scalar) as each fit's standard deviations ``(n_fits, m)`` or
+    covariance ``(n_fits, m, m)``: one fit's, or (``batched``) one per fit or shared."""
     m = int(np.prod(shape))
-    if sigma is None:
-        return np.ones((n_fits, m))
-    s = np.asarray(sigma, dtype=np.float64)
-    if s.ndim == 0:  # scipy's scalar sigma: every point of every fit
-        s = np.full(m, float(s))
+    if not batched:
+        if s.shape not in (shape, (m,), (m, m)):
+            raise ValueError(
+                f"sigma must have ydata's shape {tuple(shape)} (standard deviations) or be a "
+                f"({m}, {m}) covariance matrix; got shape {s.shape}"
+            )
+        return s.reshape(1, *(s.shape if s.shape == (m, m) else (m,)))
     if s.shape in (shape, (m,)):  # one fit's: shared by every fit
-        s = np.broadcast_to(s.reshape(m), (n_fits, m))
-    elif s.shape in ((n_fits, *shape), (n_fits, m)):
+        return np.broadcast_to(s.reshape(m), (n_fits, m))
+    if s.shape in ((n_fits, *shape), (n_fits, m)):
         if s.shape == (m, m) and np.allclose(s, s.T) and np.ptp(s) > 0:
             raise ValueError(
                 f"batched=True: sigma of shape {s.shape} with {n_fits} fits of {m} points reads "
                 "as each fit's standard deviations, but it is symmetric, as a covariance is: "
                 f"pass a covariance shared by every fit as np.broadcast_to(sigma, {(n_fits, m, m)})"
             )
-        s = s.reshape(n_fits, m)
-    elif s.shape == (n_fits, m, m):
+        return s.reshape(n_fits, m)
+    if s.shape == (n_fits, m, m):
+        return s
+    raise ValueError(
+        f"batched=True: sigma must have ydata's shape {(n_fits, *shape)} (standard "
+        f"deviations per fit), one fit's shape {shape} (shared), or be {(n_fits, m, m)} "
+        f"covariance matrices; got shape {s.shape}"
+    )
+
+
+def _weights(s: np.ndarray | None, n_fits: int, shape, batched: bool):
+    """What multiplies each fit's raw residuals: ``1/sigma`` ``(n_fits, m)``, or a whitening
+    by each covariance (scipy's 2-D ``sigma``); a single fit's without the leading axis."""
+    m = int(np.prod(shape))
+    if s is None:
+        w: Any = np.ones((n_fits, m))
+    elif s.ndim == 3:
         try:
-            return _Whiten(np.linalg.cholesky(s))
+            chol = np.linalg.cholesky(s)
         except np.linalg.LinAlgError:
+            if not batched:
+                raise ValueError("sigma, a covariance matrix, is not positive definite") from None
             bad = next(i for i in range(n_fits) if not _is_positive_definite(s[i]))
             raise ValueError(
                 f"sigma of fit {bad}, a covariance matrix, is not positive definite"
             ) from None
+        return _Whiten(chol if batched else chol[0])
     else:
-        raise ValueError(
-            f"batched=True: sigma must have ydata's shape {(n_fits, *shape)} (standard "
-            f"deviations per fit), one fit's shape {shape} (shared), or be {(n_fits, m, m)} "
-            f"covariance matrices; got shape {s.shape}"
-        )
-    if np.any(s <= 0):
-        raise ValueError(f"sigma must be positive (fit {int(np.argmax(np.any(s <= 0, 1)))})")
-    return 1.0 / s
+        if np.any(s <= 0):
+            fit = f" (fit {int(np.argmax(np.any(s <= 0, 1)))})" if batched else ""
+            raise ValueError(f"sigma must be positive{fit}")
+        w = 1.0 / s
+    return w if batched else w[0]
 
 
 def _is_positive_definite(a: np.ndarray) -> bool:
@@ -837,17 +882,17 @@ def _stack_p0(p0, n_fits: int, names, lower, upper, keep) -> np.ndarray:
     return first
 
 
-def _stack_starts(names, first, lower, upper, k: int, options, spread) -> dict[str, np.ndarray]:
+def _stack_starts(names, first, bounds, space: Space, k: int, options, spread) -> dict:
     """Every fit's ``k`` starts (rows ``i * k ..``): its ``p0``, then the draws a single fit
-    with ``start_strategy="band", n_candidates=0`` and the same seed makes."""
+    with ``start_strategy="band", n_candidates=0`` and the same seed makes in the search's
+    ``space`` (:class:`multistart.starts.strategies.StartStream`), each fit's mapped by its own
+    priors."""
     n_fits, n = first.shape
-    rng = np.random.default_rng(options.seed)
-    lo, hi = check_band(options.start_band)
-    priors = _space(names, first, lower, upper, spread)
+    priors = _space(names, first, bounds[0], bounds[1], spread)
+    stream = StartStream(space, "band", options.start_band, np.random.default_rng(options.seed))
     out = np.empty((n_fits, k, n))
-    out[:, 0] = _inside(first, lower, upper)
-    for name in sorted(names):  # the space's order (jax sorts a dict's keys), as a fit draws
-        q = rng.uniform(lo, hi, size=(k - 1,))
+    out[:, 0] = _inside(first, *bounds)
+    for name, q in zip(space.paths, stream.unit_leaves(k - 1), strict=True):
         out[:, 1:, names.index(name)] = np.broadcast_to(
             priors[name].from_unit(q[:, None]), (k - 1, n_fits)
         ).T

@@ -29,7 +29,7 @@ from .common.status import Status
 from .model.graph import Factor, FactorGraphModel
 from .model.priors import LogUniform, Uniform
 from .result import Result
-from .result.laplace import flat_names, flat_values
+from .result.laplace import flat_names, flat_values, leaf_paths
 from .search.gradient import MultiStartProdigy
 
 __all__ = [
@@ -378,7 +378,9 @@ def distance_to_minimum(graph: FactorGraphModel, result: Result) -> float:
     lap = result.laplace
     grad = jax.grad(lambda p: graph._fom(p, graph._data))(result.best_params)
     shapes = [np.shape(v) for v in jax.tree_util.tree_leaves(result.best_params)]
-    by_name = dict(zip(flat_names(sorted(result.paths), shapes), flat_values(grad), strict=True))
+    by_name = dict(
+        zip(flat_names(leaf_paths(result.best_params), shapes), flat_values(grad), strict=True)
+    )
     g = np.array([by_name[n] for n in lap.names], dtype=np.float64)
     try:
         step = -np.linalg.solve(np.asarray(lap.hessian, dtype=np.float64), g)

@@ -189,7 +189,7 @@ def assemble(
     result = Result.of(
         **rec,
         stats=stats(setup, start_plan, engine, state, rec, compiles, loop_s),
-        paths=list(setup.problem.space.paths),
+        paths=list(setup.problem.space.all_paths),
         config=setup.config,
     )
     if setup.problem.rows_per_datum is not None:  # a stack of independent fits

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from scipy import special
 
-__all__ = ["Prior", "Uniform", "LogUniform", "Normal", "HalfBounded", "Space"]
+__all__ = ["Prior", "Uniform", "LogUniform", "Normal", "HalfBounded", "Fixed", "Space"]
 
 # Unit-cube values are kept this far from 0 and 1 before a logit, so a start on a bound maps to
 # a large but finite unconstrained value.
@@ -47,6 +47,46 @@ def _broadcast(cls: str, shape, **params) -> tuple[tuple[int, ...], dict[str, np
             f"{cls}: parameter shapes {shapes} do not broadcast to shape={shape}"
         ) from None
     return target, {k: np.broadcast_to(v, target) for k, v in params.items()}
+
+
+# The built-in priors' one map from unconstrained to physical coordinates, elementwise with
+# per-element constants ``a, b``: a logistic onto [a, b] (in log x for _LOG_LOGIT), or a + b u.
+_LOGIT, _LOG_LOGIT, _AFFINE = 0, 1, 2
+
+
+def flat_map(kind: np.ndarray, a: np.ndarray, b: np.ndarray, u):
+    """JAX: physical values at unconstrained ``u``, elementwise with the constants ``kind``,
+    ``a``, ``b`` (NumPy arrays broadcast against ``u``'s trailing axes)."""
+    dtype = jnp.result_type(u)
+    is_log, is_normal = kind == _LOG_LOGIT, kind == _AFFINE
+    if is_normal.all():
+        return jnp.asarray(a, dtype) + jnp.asarray(b, dtype) * u
+    lo = np.where(is_normal, 0.0, a)
+    hi = np.where(is_normal, 1.0, b)
+    zl = jnp.asarray(np.where(is_log, np.log(np.where(is_log, lo, 1.0)), lo), dtype)
+    zh = jnp.asarray(np.where(is_log, np.log(np.where(is_log, hi, 1.0)), hi), dtype)
+    z = zl + (zh - zl) * jax.nn.sigmoid(u)
+    # exp only where the prior is log-uniform: exp of a large linear bound would be inf,
+    # and inf in the branch where() discards still turns the gradient into nan.
+    if is_log.any():
+        z = jnp.where(is_log, jnp.exp(jnp.where(is_log, z, 0.0)), z)
+    # Rounding can land a hair outside [lower, upper]; the objective must never see that.
+    bounded = jnp.clip(z, jnp.asarray(lo, dtype), jnp.asarray(hi, dtype))
+    if not is_normal.any():
+        return bounded
+    normal = jnp.asarray(a, dtype) + jnp.asarray(b, dtype) * u
+    return jnp.where(is_normal, normal, bounded)
+
+
+def _table(prior, a: np.ndarray, b: np.ndarray):
+    return np.full(prior.size, prior._KIND), a.ravel(), b.ravel()
+
+
+def _forward_leaf(prior, u):
+    """:func:`flat_map` of one prior's leaf (any leading batch axes), its constants shaped
+    as the prior."""
+    kind, a, b = (t.reshape(prior.shape) for t in prior.table())
+    return flat_map(kind, a, b, u)
 
 
 class Prior:
@@ -83,6 +123,11 @@ class Prior:
     def forward(self, u):
         """Unconstrained to physical (JAX, differentiable)."""
         raise NotImplementedError
+
+    def table(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """``(kind, a, b)`` per element (raveled) where the prior's map is :func:`flat_map`'s,
+        else ``None`` (its :meth:`forward` is its own)."""
+        return None
 
     def inverse(self, x: np.ndarray) -> np.ndarray:
         """Physical to unconstrained (NumPy, float64)."""
@@ -153,13 +198,13 @@ class Uniform(Prior):
         zl, zh = self._z(self.lower), self._z(self.upper)
         return (self._z(np.asarray(x, dtype=np.float64)) - zl) / (zh - zl)
 
+    _KIND = _LOGIT
+
+    def table(self):
+        return _table(self, self.lower, self.upper)
+
     def forward(self, u):
-        dtype = jnp.result_type(u)
-        lo, hi = jnp.asarray(self.lower, dtype), jnp.asarray(self.upper, dtype)
-        zl, zh = self._z(lo, jnp), self._z(hi, jnp)
-        x = self._z_inv(zl + (zh - zl) * jax.nn.sigmoid(u), jnp)
-        # Rounding can land a hair outside [lower, upper]; the objective must never see that.
-        return jnp.clip(x, lo, hi)
+        return _forward_leaf(self, u)
 
     def inverse(self, x):
         q = np.clip(self.to_unit(x), _UNIT_EPS, 1.0 - _UNIT_EPS)
@@ -174,6 +219,8 @@ class Uniform(Prior):
 @dataclass(frozen=True, eq=False, init=False, repr=False)
 class LogUniform(Uniform):
     """Log-uniform on ``[lower, upper]`` with ``0 < lower < upper`` (uniform in ``log x``)."""
+
+    _KIND = _LOG_LOGIT
 
     def _check_extra(self, p):
         if np.any(p["lower"] <= 0):
@@ -228,9 +275,13 @@ class Normal(Prior):
     def to_unit(self, x):
         return special.ndtr((np.asarray(x, dtype=np.float64) - self.mean) / self.sigma)
 
+    _KIND = _AFFINE
+
+    def table(self):
+        return _table(self, self.mean, self.sigma)
+
     def forward(self, u):
-        dtype = jnp.result_type(u)
-        return jnp.asarray(self.mean, dtype) + jnp.asarray(self.sigma, dtype) * u
+        return _forward_leaf(self, u)
 
     def inverse(self, x):
         return (np.asarray(x, dtype=np.float64) - self.mean) / self.sigma
@@ -319,6 +370,67 @@ class HalfBounded(Prior):
         return jnp.sum(-0.5 * u**2 - jnp.log(d) - 0.5 * np.log(2 * np.pi))
 
 
+@dataclass(frozen=True, eq=False, init=False, repr=False)
+class Fixed(Prior):
+    """A parameter held at ``value`` (lmfit's ``vary=False``): never stepped, reported with the
+    others (``best_params``, ``params``, the table), with no error of its own.
+
+    A :class:`Space` steps only its other parameters; the model still receives this one, at
+    ``value``. Errors and the covariance are over the free parameters only, as lmfit reports
+    them (``result.errors`` gives a fixed parameter 0).
+
+    >>> Fixed(1.2).shape, Fixed([1.0, 2.0]).shape
+    ((), (2,))
+    """
+
+    value: np.ndarray
+    shape: tuple[int, ...]
+
+    def __init__(self, value, shape=None):
+        if value is None or isinstance(value, bool) or np.asarray(value).dtype == bool:
+            raise TypeError(f"Fixed: value must be a real number or array; got {value!r}")
+        v = _as_param(value, "value", "Fixed")
+        target, p = _broadcast("Fixed", shape, value=v)
+        object.__setattr__(self, "value", p["value"])
+        object.__setattr__(self, "shape", target)
+
+    def __repr__(self):
+        shape = (
+            ""
+            if self.shape == () or not np.all(self.value == self.value.flat[0])
+            else (f", shape={self.shape}")
+        )
+        return f"Fixed({_fmt(self.value)}{shape})"
+
+    @property
+    def lower_bound(self):
+        return self.value
+
+    @property
+    def upper_bound(self):
+        return self.value
+
+    def from_unit(self, q):
+        q = np.asarray(q, dtype=np.float64)
+        return np.broadcast_to(self.value, q.shape).copy()
+
+    def to_unit(self, x):
+        return np.full(np.shape(x), 0.5)
+
+    def forward(self, u):
+        dtype = jnp.result_type(u)
+        return jnp.broadcast_to(jnp.asarray(self.value, dtype), jnp.shape(u))
+
+    def inverse(self, x):
+        return np.zeros(np.shape(x))
+
+    def log_prob(self, x):
+        return jnp.zeros((), jnp.result_type(x))
+
+    def contains(self, x):
+        return np.asarray(x, dtype=np.float64) == self.value
+
+
 def _fmt(a: np.ndarray) -> str:
     """A constant array as one number, otherwise a nested list: plain Python literals."""
     if a.size and np.all(a == a.flat[0]):
@@ -370,7 +482,10 @@ class Space:
     """A (nested) dict of priors, flattened once; maps whole parameter pytrees.
 
     Parameters are the same pytree as the space with arrays in place of priors. ``paths`` name
-    the leaves as dotted strings (``"band_g.sigma"``), which is how errors and tables name them.
+    the leaves that are stepped as dotted strings (``"band_g.sigma"``), which is how errors and
+    tables name them; ``priors`` are theirs. A :class:`Fixed` leaf is not among them: ``fixed``
+    holds it, :meth:`leaves` leaves it out and :meth:`unflatten` puts its value back, so the
+    engine steps only the free parameters and the model and the Result see every one.
     """
 
     def __init__(self, space: Any, *, argname: str = "space"):
@@ -386,40 +501,66 @@ class Space:
         )
         if not flat:
             raise ValueError(f"{argname} is empty: give at least one parameter with a prior")
-        paths, priors = [], []
-        for path, leaf in flat:
+        self.tree: dict = space
+        self.treedef: Any = treedef
+        self.paths: list[str] = []
+        self.priors: list[Prior] = []
+        self.fixed: dict[str, Fixed] = {}
+        self._free: list[int] = []  # where the free leaves are among all the tree's leaves
+        self._all: list[tuple[str, Prior]] = []
+        for i, (path, leaf) in enumerate(flat):
             name = ".".join(str(getattr(k, "key", k)) for k in path)
             if not isinstance(leaf, Prior):
                 raise TypeError(
-                    f"{argname}[{name!r}] must be a prior (Uniform, LogUniform, Normal); "
-                    f"got {type(leaf).__name__} {leaf!r}"
+                    f"{argname}[{name!r}] must be a prior (Uniform, LogUniform, Normal, "
+                    f"HalfBounded, Fixed); got {type(leaf).__name__} {leaf!r}"
                 )
-            paths.append(name)
-            priors.append(leaf)
-        self.tree: dict = space
-        self.treedef: Any = treedef
-        self.paths: list[str] = paths
-        self.priors: list[Prior] = priors
-
-        def written(tree, prefix=()):
-            for key, sub in tree.items():
-                if isinstance(sub, dict):
-                    yield from written(sub, (*prefix, key))
-                else:
-                    yield ".".join(str(k) for k in (*prefix, key))
-
+            self._all.append((name, leaf))
+            if isinstance(leaf, Fixed):
+                self.fixed[name] = leaf
+            else:
+                self.paths.append(name)
+                self.priors.append(leaf)
+                self._free.append(i)
+        if not self.paths:
+            raise ValueError(
+                f"{argname}: every parameter is multistart.Fixed; leave at least one free"
+            )
         # jax.tree_util sorts dict keys; covariances are reported in the order the user wrote
         # the space in (as curve_fit's pcov keeps p0's): ``paths[i]`` for i in this order.
-        where = {path: i for i, path in enumerate(paths)}
-        self.written_order: list[int] = [where[path] for path in written(space)]
+        written = list(_written(space))
+        where = {path: i for i, path in enumerate(self.paths)}
+        self.written_order: list[int] = [where[path] for path in written if path in where]
+        #: every parameter, the fixed ones too, in the order the space was written in
+        self.all_paths: list[str] = written
+
+    def leaf_positions(self) -> list[int]:
+        """Where each of ``paths`` is among the params pytree's leaves (fixed ones included)."""
+        return list(self._free)
 
     @property
     def n_dims(self) -> int:
-        """Total number of scalar parameters."""
+        """Total number of scalar parameters stepped (the free ones)."""
         return sum(p.size for p in self.priors)
 
-    def unflatten(self, leaves):
-        return jax.tree_util.tree_unflatten(self.treedef, list(leaves))
+    def unflatten(self, leaves, fixed_as=None):
+        """The params pytree from the free parameters' leaves (any leading batch axes, NumPy or
+        JAX), each fixed one filled in at its value (or at ``fixed_as``), shaped and typed as
+        the first free leaf's batch."""
+        leaves = list(leaves)
+        if not self.fixed:
+            return jax.tree_util.tree_unflatten(self.treedef, leaves)
+        like, ndim = leaves[0], len(self.priors[0].shape)
+        shape = tuple(getattr(like, "shape", np.shape(like)))
+        batch = shape[: len(shape) - ndim]
+        out: list[Any] = [None] * len(self._all)
+        for i, leaf in zip(self._free, leaves, strict=True):
+            out[i] = leaf
+        for i, (_, prior) in enumerate(self._all):
+            if isinstance(prior, Fixed):
+                value = prior.value if fixed_as is None else np.full(prior.shape, fixed_as)
+                out[i] = _filled(value, batch, like)
+        return jax.tree_util.tree_unflatten(self.treedef, out)
 
     def near_bound(self, params, rtol: float = 1e-4) -> tuple[np.ndarray, list[list[str]]]:
         """Which starts sit within ``rtol`` of a bound (NumPy; ``params`` has a leading axis).
@@ -453,11 +594,14 @@ class Space:
             raise ValueError(
                 f"params structure {treedef} does not match the space's {self.treedef}"
             )
-        return leaves
+        return [leaves[i] for i in self._free] if self.fixed else leaves
 
     def example(self, dtype, batch: tuple[int, ...] = ()):
-        """``jax.ShapeDtypeStruct`` params, optionally with leading batch axes."""
-        return self.unflatten(jax.ShapeDtypeStruct(batch + p.shape, dtype) for p in self.priors)
+        """``jax.ShapeDtypeStruct`` params (every parameter, the fixed ones too), optionally
+        with leading batch axes."""
+        return jax.tree_util.tree_unflatten(
+            self.treedef, [jax.ShapeDtypeStruct(batch + p.shape, dtype) for _, p in self._all]
+        )
 
     def to_physical(self, u):
         """Unconstrained pytree to physical pytree (JAX, differentiable, one start)."""
@@ -494,47 +638,22 @@ class Space:
 
     def _tables(self):
         if not hasattr(self, "_tables_cache"):
-            kinds = {Uniform: 0, LogUniform: 1, Normal: 2}
-            if any(type(p) not in kinds for p in self.priors):
-                self._tables_cache = None
-            else:
-                kind, a, b = [], [], []
-                for p in self.priors:
-                    k = kinds[type(p)]
-                    kind.append(np.full(p.size, k))
-                    if isinstance(p, Normal):
-                        a.append(p.mean.ravel())
-                        b.append(p.sigma.ravel())
-                    else:
-                        assert isinstance(p, Uniform)  # LogUniform is one
-                        a.append(p.lower.ravel())
-                        b.append(p.upper.ravel())
-                self._tables_cache = tuple(np.concatenate(t) for t in (kind, a, b))
+            tables = [p.table() for p in self.priors]
+            self._tables_cache = (
+                None
+                if any(t is None for t in tables)
+                else tuple(np.concatenate(t) for t in zip(*tables, strict=True))
+            )
         return self._tables_cache
 
     def forward_flat(self, u):
         """JAX: one start's unconstrained vector to its physical vector (same layout)."""
         tables = self._tables()
-        if tables is None:  # a user-defined prior: map leaf by leaf
+        if tables is None:  # a prior with a map of its own: map leaf by leaf
             leaves = jax.tree_util.tree_leaves(self.to_physical(self.unravel(u)))
             return jnp.concatenate([jnp.ravel(v) for v in leaves])
         kind, a, b = tables
-        dtype = jnp.result_type(u)
-        is_log, is_normal = kind == 1, kind == 2
-        lo = np.where(is_normal, 0.0, a)
-        hi = np.where(is_normal, 1.0, b)
-        zl = jnp.asarray(np.where(is_log, np.log(np.where(is_log, lo, 1.0)), lo), dtype)
-        zh = jnp.asarray(np.where(is_log, np.log(np.where(is_log, hi, 1.0)), hi), dtype)
-        z = zl + (zh - zl) * jax.nn.sigmoid(u)
-        # exp only where the prior is log-uniform: exp of a large linear bound would be inf,
-        # and inf in the branch where() discards still turns the gradient into nan.
-        if is_log.any():
-            z = jnp.where(is_log, jnp.exp(jnp.where(is_log, z, 0.0)), z)
-        bounded = jnp.clip(z, jnp.asarray(lo, dtype), jnp.asarray(hi, dtype))
-        if not is_normal.any():
-            return bounded
-        normal = jnp.asarray(a, dtype) + jnp.asarray(b, dtype) * u
-        return jnp.where(is_normal, normal, bounded)
+        return flat_map(kind, a, b, u)
 
     def to_model(self, u):
         """One start's unconstrained parameters to the physical pytree the model is evaluated
@@ -557,5 +676,27 @@ class Space:
         return sum(p.log_prob(v) for p, v in zip(self.priors, self.leaves(x), strict=True))
 
     def __repr__(self):
-        inner = ", ".join(f"{n}: {p!r}" for n, p in zip(self.paths, self.priors, strict=True))
+        inner = ", ".join(f"{n}: {p!r}" for n, p in self._all)
         return f"Space({inner})"
+
+
+def _written(tree, prefix=()):
+    """The leaves' dotted paths in the order the (nested) dict was written in."""
+    for key, sub in tree.items():
+        if isinstance(sub, dict):
+            yield from _written(sub, (*prefix, key))
+        else:
+            yield ".".join(str(k) for k in (*prefix, key))
+
+
+def _filled(value: np.ndarray, batch: tuple[int, ...], like):
+    """A fixed parameter's ``value`` with leading ``batch`` axes, of ``like``'s kind: a
+    ``jax.ShapeDtypeStruct``, a JAX array (traced or not), a NumPy array, or a Python float."""
+    shape = batch + value.shape
+    if isinstance(like, jax.ShapeDtypeStruct):
+        return jax.ShapeDtypeStruct(shape, like.dtype)
+    if isinstance(like, jax.Array):  # a tracer is one too
+        return jnp.broadcast_to(jnp.asarray(value, like.dtype), shape)
+    if isinstance(like, float) and shape == ():
+        return float(value)
+    return np.broadcast_to(np.asarray(value, dtype=np.result_type(like)), shape).copy()

@@ -260,9 +260,10 @@ def flat_leaves_without_gradient(problem: Problem, dtype) -> list[str]:
         closed = jax.make_jaxpr(tangent)(example, example, datum(problem))
     except Exception:  # noqa: BLE001 - cannot be traced forward: nothing to say
         return []
-    n = len(space.paths)
-    invars = closed.jaxpr.invars
-    masks = {v: 1 << i for i, v in enumerate(invars[n : 2 * n])}
+    free = space.leaf_positions()  # a fixed parameter's tangent is not asked about
+    n = len(jax.tree_util.tree_leaves(example))
+    tangents = closed.jaxpr.invars[n : 2 * n]
+    masks = {tangents[j]: 1 << i for i, j in enumerate(free)}
     (out,) = _reach(closed.jaxpr, masks)
     return [path for i, path in enumerate(space.paths) if not out >> i & 1]
 

@@ -31,10 +31,10 @@ class BatchFits:
     Attributes:
       names: the parameters, in ``f``'s argument order (``popt``'s columns).
       popt: ``(n_fits, n)`` each fit's parameters (``nan`` for a fit with no finite start).
-      pcov: ``(n_fits, n, n)`` each fit's ``pcov``; the rows and columns of a fixed or tied
-        parameter are 0 (it has no error of its own).
-      errors: ``(n_fits, n)`` ``sqrt(diag(pcov))``: 0 for a fixed or tied parameter, ``inf``
-        where the covariance could not be estimated.
+      pcov: ``(n_fits, n, n)`` each fit's ``pcov``; the rows and columns of a fixed
+        parameter are 0, a tied one's propagated from the parameters it is tied to.
+      errors: ``(n_fits, n)`` ``sqrt(diag(pcov))``: 0 for a fixed parameter, a tied one's
+        through its tie, ``inf`` where the covariance could not be estimated.
       best_fom: ``(n_fits,)`` the figure of merit (``‖r‖²``, the χ² with ``sigma``) at each
         fit's best start (``inf`` when none was finite).
       dof: ``(n_fits,)`` degrees of freedom, points minus free parameters.
@@ -201,15 +201,16 @@ def _variable_lines(fits: BatchFits, i: int) -> list[str]:
     for j, name in enumerate(fits.names):
         value = float(fits.popt[i, j])
         flag = "  (on a bound)" if fits.at_bound[i, j] else ""
-        if not fits.free[j]:
-            rows.append(f"    {name + ':':{width + 1}s} {value: .7g} ({fits.held[name]}){flag}")
+        held = "" if fits.free[j] else f" ({fits.held[name]})"
+        if held and fits.held[name] == "fixed":
+            rows.append(f"    {name + ':':{width + 1}s} {value: .7g}{held}{flag}")
             continue
-        error = float(errors[j])
+        error = float(errors[j])  # a tied one's: propagated through its tie, as lmfit's
         if not np.isfinite(error):
             rows.append(f"    {name + ':':{width + 1}s} {value: .7g} +/- (not estimated){flag}")
             continue
         rel = f" ({100 * abs(error / value):.2f}%)" if value != 0 else ""
-        rows.append(f"    {name + ':':{width + 1}s} {value: .7g} +/- {error:.5g}{rel}{flag}")
+        rows.append(f"    {name + ':':{width + 1}s} {value: .7g} +/- {error:.5g}{rel}{held}{flag}")
     return rows
 
 
@@ -221,7 +222,7 @@ def _correlations(fits: BatchFits, i: int, threshold: float) -> list[str]:
     pairs = []
     for a in range(len(fits.names)):
         for b in range(a + 1, len(fits.names)):
-            if d[a] > 0 and d[b] > 0:
+            if fits.free[a] and fits.free[b] and d[a] > 0 and d[b] > 0:  # as lmfit's
                 r = cov[a, b] / (d[a] * d[b])
                 if abs(r) > threshold:
                     pairs.append((abs(r), f"    C({fits.names[a]}, {fits.names[b]}) = {r:+.4f}"))

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..common.status import Status
 from . import file, plot, report
-from .laplace import Laplace
+from .laplace import Laplace, leaf_paths
 from .merge import best_fit, merge
 from .minima import cluster_minima, default_tolerances
 from .uncertainty import Uncertainty
@@ -117,8 +117,9 @@ class Result:
       history: ``(n_rows, n_starts)`` best-so-far figure of merit per recorded step and start.
       history_steps: ``(n_rows,)`` the step (1-based count of steps taken) of each history row.
       stats: run statistics (``n_compiles``, ``compile_s``, ``wall_s``, ``n_evals``, ...).
-      paths: dotted parameter names, in the order of the space's leaves (``jax.tree_util``'s:
-        dict keys sorted); the covariance keeps the order the space was written in.
+      paths: dotted parameter names (a :class:`multistart.Fixed` one too), in the order the
+        space was written in (``curve_fit``'s: ``f``'s arguments, ``popt``'s columns), as the
+        covariance's rows; the params pytrees' leaves are sorted (``jax.tree_util``'s order).
       config: the search's configuration, for the record.
       resurrections: ``(n_starts,)`` how many times each slot's start was replaced
         (``resurrect``, TikTak, a pruned slot's next start); all zeros without a refill.
@@ -379,7 +380,7 @@ class Result:
         }
         if self.rung is not None:
             columns["rung"] = np.asarray(self.rung)
-        params = _expand_columns(self.paths, jax.tree_util.tree_leaves(self.params))
+        params = _expand_columns(self.paths, self.params)
         for name in params:
             if name in columns:
                 raise ValueError(
@@ -387,7 +388,7 @@ class Result:
                     "rename the parameter to tabulate this result"
                 )
         columns.update(params)
-        starts = _expand_columns(self.paths, jax.tree_util.tree_leaves(self.start_params))
+        starts = _expand_columns(self.paths, self.start_params)
         columns.update({_START_PREFIX + k: v for k, v in starts.items()})
         return pd.DataFrame(columns)
 
@@ -464,10 +465,13 @@ def _short(params) -> str:
     return leaf(params)
 
 
-def _expand_columns(paths: list[str], leaves: list) -> dict[str, np.ndarray]:
-    """``{column: (n_starts,) values}``; an array parameter gives one column per element."""
+def _expand_columns(paths: list[str], params) -> dict[str, np.ndarray]:
+    """``{column: (n_starts,) values}`` in the order of ``paths``; an array parameter gives one
+    column per element."""
+    leaves = dict(zip(leaf_paths(params), jax.tree_util.tree_leaves(params), strict=True))
     out: dict[str, np.ndarray] = {}
-    for name, leaf in zip(paths, leaves, strict=True):
+    for name in [p for p in paths if p in leaves] + [p for p in leaves if p not in paths]:
+        leaf = leaves[name]
         a = np.asarray(leaf)
         if a.ndim == 1:
             out[name] = a

@@ -22,7 +22,7 @@ import jax
 import numpy as np
 
 from ..common.status import Status
-from .laplace import Laplace, unflatten_like
+from .laplace import Laplace, errors_by_name
 from .uncertainty import Uncertainty
 
 __all__ = ["FORMAT", "VERSION", "ResultFileError", "save", "load"]
@@ -184,7 +184,7 @@ def _build(cls, name: str, z: dict[str, np.ndarray]) -> Any:
             names=tuple(meta["laplace"]["names"]),
             hessian=z["laplace/hessian"],
             scale=float(meta["laplace"]["scale"]),
-            errors=unflatten_like(best_params, np.sqrt(np.diag(cov))),
+            errors=errors_by_name(best_params, meta["laplace"]["names"], np.sqrt(np.diag(cov))),
             kind=meta["laplace"].get("kind", "hessian"),  # files before Laplace.kind
             absolute_sigma=bool(meta["laplace"].get("absolute_sigma", True)),
             dof=meta["laplace"].get("dof"),

@@ -28,6 +28,8 @@ __all__ = [
     "residual_laplace",
     "laplace_problem",
     "flat_names",
+    "leaf_paths",
+    "errors_by_name",
     "hessian_function",
     "unflatten_like",
 ]
@@ -97,9 +99,8 @@ class Laplace:
             return self.covariance / np.outer(s, s)
 
     def __repr__(self) -> str:
-        flat, _ = jax.tree_util.tree_flatten_with_path(self.params)
-        paths = [".".join(str(getattr(k, "key", k)) for k in path) for path, _ in flat]
-        names = flat_names(paths, [np.shape(v) for _, v in flat])
+        shapes = [np.shape(v) for v in jax.tree_util.tree_leaves(self.params)]
+        names = flat_names(leaf_paths(self.params), shapes)
         value = dict(zip(names, flat_values(self.params), strict=True))
         rows = [
             f"  {n} = {_num(value[n])} +/- {_num(e)}"
@@ -240,8 +241,8 @@ def _from_hessian(
             stacklevel=3,
         )
     cov = scale * inverse if np.isfinite(scale) else np.full_like(inverse, np.inf)
-    point = unflatten_like(space.unflatten(space.leaves(params)), vec)
-    errors = unflatten_like(point, np.sqrt(np.diag(cov)))
+    point = _on_space(space, vec)
+    errors = _on_space(space, np.sqrt(np.diag(cov)), fixed_as=0.0)  # a fixed one has none
     ends = np.cumsum([0] + [p.size for p in space.priors])
     order = np.concatenate([np.arange(ends[i], ends[i + 1]) for i in space.written_order])
     rows = np.ix_(order, order)  # from the engine's (sorted) order to the space's as written
@@ -352,6 +353,19 @@ def _ravel_point(space, params) -> np.ndarray:
     return np.concatenate(out)
 
 
+def _on_space(space, vec: np.ndarray, fixed_as=None):
+    """The free parameters' raveled ``vec`` as the space's params pytree (0-d leaves as
+    floats), each fixed parameter at its value or at ``fixed_as``."""
+    parts = np.split(
+        np.asarray(vec, dtype=np.float64), np.cumsum([p.size for p in space.priors])[:-1]
+    )
+    leaves = [
+        float(v[0]) if p.shape == () else v.reshape(p.shape)
+        for v, p in zip(parts, space.priors, strict=True)
+    ]
+    return space.unflatten(leaves, fixed_as=fixed_as)
+
+
 def unflatten_like(params, vec: np.ndarray):
     """A vector in raveled order back to the pytree of ``params`` (0-d leaves as floats).
 
@@ -365,6 +379,26 @@ def unflatten_like(params, vec: np.ndarray):
     )
     out = [float(p[0]) if s == () else p.reshape(s) for p, s in zip(parts, shapes, strict=True)]
     return jax.tree_util.tree_unflatten(treedef, out)
+
+
+def leaf_paths(params) -> list[str]:
+    """A params pytree's dotted paths in the order of its leaves (``jax.tree_util``'s).
+
+    >>> leaf_paths({"b": 1.0, "a": {"y": 2.0, "x": 3.0}})
+    ['a.x', 'a.y', 'b']
+    """
+    flat, _ = jax.tree_util.tree_flatten_with_path(params)
+    return [".".join(str(getattr(k, "key", k)) for k in path) for path, _ in flat]
+
+
+def errors_by_name(params, names, std) -> Any:
+    """The errors ``std`` of the flat ``names`` as the pytree of ``params``; a parameter not
+    among ``names`` (a fixed one) has 0."""
+    leaves = jax.tree_util.tree_leaves(params)
+    shapes = [np.shape(v) for v in leaves]
+    error = dict(zip(names, np.asarray(std, dtype=np.float64), strict=True))
+    flat = [error.get(n, 0.0) for n in flat_names(leaf_paths(params), shapes)]
+    return unflatten_like(params, np.array(flat))
 
 
 def flat_names(paths, shapes) -> list[str]:

@@ -15,7 +15,7 @@ import jax
 import numpy as np
 
 from ..model.priors import HalfBounded, LogUniform, Normal, Uniform
-from .laplace import flat_names, flat_values
+from .laplace import flat_names, flat_values, leaf_paths
 
 __all__ = ["report"]
 
@@ -100,7 +100,8 @@ def _parameter_lines(result: Any) -> list[str]:
     names = list(laplace.names)
     values = dict(zip(_sorted_names(result), flat_values(laplace.params), strict=True))
     priors, on_bound = _priors(result)
-    width = max(len(n) for n in names)
+    held = [n for n in _written_names(result) if n in values and n not in names]  # fixed
+    width = max(len(n) for n in names + held)
     rows = [f"    {'name':{width}s}  {'value':>13s}  {'error':>11s}  {'relative':>9s}  prior"]
     for name, error in zip(names, laplace.std, strict=True):
         value = values[name]
@@ -110,6 +111,8 @@ def _parameter_lines(result: Any) -> list[str]:
             f"    {name:{width}s}  {value:13.7g}  {error:11.5g}  {_percent(rel):>9s}  "
             f"{priors.get(name, '')}{flag}"
         )
+    for name in held:  # as lmfit's report: the value, "(fixed)" for its error
+        rows.append(f"    {name:{width}s}  {values[name]:13.7g}  {'(fixed)':>11s}")
     return rows
 
 
@@ -118,10 +121,22 @@ def _values_only(result: Any) -> list[str]:
     return [f"    {n} = {v:.7g}" for n, v in zip(_sorted_names(result), values, strict=True)]
 
 
+def _written_names(result: Any) -> list[str]:
+    """Flat names in the order of ``result.paths`` (the space's as written)."""
+    shape = dict(zip(leaf_paths(result.best_params), map(np.shape, _leaves(result)), strict=True))
+    return flat_names(
+        [p for p in result.paths if p in shape], [shape[p] for p in result.paths if p in shape]
+    )
+
+
+def _leaves(result: Any) -> list:
+    return jax.tree_util.tree_leaves(result.best_params)
+
+
 def _sorted_names(result: Any) -> list[str]:
     """Flat names in ``jax.tree_util`` order (the order of ``flat_values``)."""
     leaves = [np.shape(v) for v in jax.tree_util.tree_leaves(result.best_params)]
-    return flat_names(sorted(result.paths), leaves)
+    return flat_names(leaf_paths(result.best_params), leaves)
 
 
 def _priors(result: Any) -> tuple[dict[str, str], set[str]]:

@@ -38,9 +38,10 @@ class Uncertainty:
     def of(cls, paths, objective, space=None) -> Uncertainty:
         """For a Result of parameters ``paths`` (see :meth:`multistart.Result.attach_problem`)."""
         problem = objective if isinstance(objective, Problem) else as_problem(objective, space)
-        if paths and list(problem.space.paths) != list(paths):
+        # any order: a Result saved before paths kept the space's written order has them sorted
+        if paths and sorted(problem.space.all_paths) != sorted(paths):
             raise ValueError(
-                f"the problem's parameters {problem.space.paths} are not this Result's "
+                f"the problem's parameters {problem.space.all_paths} are not this Result's "
                 f"{list(paths)}"
             )
         return cls(problem)

@@ -83,9 +83,12 @@ def uniform_band_starts(space: Space, n: int, rng: np.random.Generator, band=(0.
     Keeping starts off the tails of each prior avoids beginning where a bounded prior's logit
     is steep and a normal prior's tail is implausible.
     """
+    return space.from_unit(_band_unit(space, n, rng, band))
+
+
+def _band_unit(space: Space, n: int, rng: np.random.Generator, band) -> list[np.ndarray]:
     lo, hi = check_band(band)
-    qs = [rng.uniform(lo, hi, size=(n, *p.shape)) for p in space.priors]
-    return space.from_unit(qs)
+    return [rng.uniform(lo, hi, size=(n, *p.shape)) for p in space.priors]
 
 
 def check_strategy_space(strategy: str, space: Space) -> None:
@@ -144,15 +147,20 @@ class StartStream:
 
     def draw(self, m: int):
         """The next ``m`` starts: physical params with a leading ``m`` axis (float64)."""
+        return self.space.from_unit(self.unit_leaves(m))
+
+    def unit_leaves(self, m: int) -> list[np.ndarray]:
+        """The next ``m`` starts in each prior's unit interval (inside the band), one array
+        ``(m, *prior.shape)`` per prior: what :meth:`draw` maps to physical values."""
         if self.sampler == "band":
-            return uniform_band_starts(self.space, m, self.rng, self.band)
+            return _band_unit(self.space, m, self.rng, self.band)
         lo, hi = self.band
         q = lo + (hi - lo) * self.unit(m)
         leaves, i = [], 0
         for p in self.space.priors:
             leaves.append(q[:, i : i + p.size].reshape(m, *p.shape))
             i += p.size
-        return self.space.from_unit(leaves)
+        return leaves
 
 
 # -- user starts ---------------------------------------------------------------------------------
@@ -170,7 +178,14 @@ def _match_paths(space: Space, tree, where: str) -> dict[str, Any]:
         raise TypeError(f"{where} must be a params dict like the space; got {type(tree).__name__}")
     paths, leaves = _flat_paths(tree)
     missing = [p for p in space.paths if p not in paths]
-    extra = [p for p in paths if p not in space.paths]
+    extra = [p for p in paths if p not in space.paths and p not in space.fixed]
+    for path, leaf in zip(paths, leaves, strict=True):  # a fixed one may be given, at its value
+        fixed = space.fixed.get(path)
+        if fixed is not None and not np.all(_as_float(leaf, f"{where}[{path!r}]") == fixed.value):
+            raise ValueError(
+                f"{where}[{path!r}] is {leaf!r}, but the space holds {path!r} at "
+                f"{fixed!r}: leave it out of the starts, or give its value"
+            )
     if missing or extra:
         parts = []
         if missing:
@@ -178,7 +193,7 @@ def _match_paths(space: Space, tree, where: str) -> dict[str, Any]:
         if extra:
             parts.append(f"has {', '.join(map(repr, extra))}, not in the space")
         raise ValueError(f"{where} {' and '.join(parts)}")
-    return dict(zip(paths, leaves, strict=True))
+    return {p: v for p, v in zip(paths, leaves, strict=True) if p not in space.fixed}
 
 
 def _as_float(value, where: str) -> np.ndarray:
