@@ -599,3 +599,16 @@ def test_flat_and_tree_modes_agree(width_run, x64):
     tree = tree.fit(bowl_and_multimodal, BOWL_AND_MULTIMODAL_SPACE)
     assert tree.config["flat"] is False
     assert_same_result(flat, tree, exact=False, rtol=1e-10)
+
+
+def test_the_search_classes_read_as_they_did():
+    """Every search class's signature and docstrings, and those of its public methods, are the
+    snapshot taken before the options were declared in groups (``tests/api_snapshot.py``)."""
+    import json
+
+    from api_snapshot import PATH, snapshot
+
+    expected, now = json.loads(PATH.read_text()), snapshot()
+    assert list(now) == list(expected)
+    for name, entry in expected.items():
+        assert now[name] == entry, name
