@@ -63,8 +63,8 @@ def prepare(search, objective, space, starts, resume, part, *, every_process) ->
     log.configure()
     memory.check_env()
     problem = as_problem(objective, space)
-    # how its covariance is scaled: the search's option (a least-squares problem has its own)
-    absolute = o.absolute_sigma is not False  # resolved when the search was made
+    absolute = o.absolute_sigma  # how its covariance is scaled: resolved by the search's rule
+    assert absolute is not None  # (config.resolve_absolute_sigma)
     dtype = jax.dtypes.canonicalize_dtype(jnp.float64)  # float32 unless x64 is on
     forget_other_float_types(dtype)  # before the trace: see there
     problem = traced(problem, dtype, repr(search))  # the one trace every program replays

@@ -230,7 +230,7 @@ class MultiStartLeastSquares(MultiStartGradient):
         return residual_problem(
             residuals,
             space,
-            absolute_sigma=self.options.absolute_sigma is True,
+            absolute_sigma=bool(self.options.absolute_sigma),  # resolved by the rule
             covariance=self.covariance,
         )
 

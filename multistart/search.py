@@ -10,7 +10,13 @@ from typing import Any
 import optax
 
 from . import checks, driver
-from .config import SearchConfig, options_doc, unknown_options
+from .config import (
+    SearchConfig,
+    options_doc,
+    ordered_fields,
+    resolve_absolute_sigma,
+    unknown_options,
+)
 from .convergence import Convergence
 from .result import Result
 from .solvers import LBFGS, LeastSquaresRule, OptaxSolver, Solver, as_solver
@@ -253,25 +259,11 @@ def _resolve_auto(solver: Solver, options: dict) -> None:
         tiktak = isinstance(solver, LeastSquaresRule) and options.get("n_candidates") != 0
         tiktak = tiktak and not options.get("resurrect")
         options["start_strategy"] = "tiktak" if tiktak else "band"
-    _resolve_sigma(solver, options)
-
-
-def _resolve_sigma(solver: Solver, options: dict) -> None:
-    """``absolute_sigma``'s default by rule, and what it needs: ``n_data`` to scale a scalar
-    figure of merit by its reduced χ²; none for least squares, whose residuals count."""
-    least_squares = isinstance(solver, LeastSquaresRule)
-    if options.get("absolute_sigma") is None:
-        options["absolute_sigma"] = not least_squares
-    if least_squares and options.get("n_data") is not None:
-        raise ValueError(
-            "n_data applies to a scalar figure of merit: a least-squares fit counts its "
-            "residuals; drop n_data"
-        )
-    if options["absolute_sigma"] is False and not least_squares and options.get("n_data") is None:
-        raise ValueError(
-            "absolute_sigma=False scales the covariance by the reduced chi-squared "
-            "f / (n_data - n): give n_data, the number of data points behind the objective"
-        )
+    options["absolute_sigma"] = resolve_absolute_sigma(
+        options.get("absolute_sigma"),
+        least_squares=isinstance(solver, LeastSquaresRule),
+        n_data=options.get("n_data"),
+    )
 
 
 def _with_options(cls) -> None:
@@ -280,7 +272,7 @@ def _with_options(cls) -> None:
     init = cls.__dict__["__init__"]
     sig = inspect.signature(init)
     own = [p for p in sig.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
-    kw, fields = inspect.Parameter.KEYWORD_ONLY, dataclasses.fields(SearchConfig)
+    kw, fields = inspect.Parameter.KEYWORD_ONLY, ordered_fields()
     options = [inspect.Parameter(f.name, kw, default=f.default, annotation=f.type) for f in fields]
     init.__signature__ = sig.replace(parameters=own + options)
     cls.__signature__ = sig.replace(parameters=own[1:] + options)  # as the class is called

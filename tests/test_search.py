@@ -612,3 +612,100 @@ def test_the_search_classes_read_as_they_did():
     assert list(now) == list(expected)
     for name, entry in expected.items():
         assert now[name] == entry, name
+
+
+GROUPS = [ms.config.Starts, ms.config.TikTak, ms.config.Stopping, ms.config.Execution]
+GROUPS += [ms.config.Uncertainty, ms.config.Output]
+
+
+def test_the_configuration_is_its_typed_groups_each_of_few_fields():
+    """Every option is declared in exactly one small group, with its doc, resume rule and
+    program flag; the configuration is the groups, and lists its options in the public order."""
+    names = [f.name for f in dataclasses.fields(ms.SearchConfig)]
+    own = [list(g.__dataclass_fields__) for g in GROUPS]
+    assert sorted(sum(own, [])) == sorted(names) and len(set(names)) == len(names)
+    assert all(1 <= len(fields) <= 8 for fields in own), [len(f) for f in own]
+    assert all(issubclass(ms.SearchConfig, g) for g in GROUPS)
+    assert list(ms.config.ORDER) == list(inspect.signature(ms.MultiStartGradient).parameters)[1:]
+    assert list(ms.SearchConfig().record()) == [
+        f.name for f in ms.config.ordered_fields() if f.metadata["rec"]
+    ]
+    for f in dataclasses.fields(ms.SearchConfig):
+        assert f.metadata["doc"] and isinstance(f.metadata["on_resume"], ms.config.OnResume)
+        assert isinstance(f.metadata["program"], bool)
+    # a group is a type of its own, checked on its own
+    with pytest.raises(ValueError, match="n_candidates must be None"):
+        ms.config.Starts(n_starts=8, n_candidates=3)
+    assert ms.config.Stopping(schedule="halving").halving is not None
+
+
+def test_absolute_sigma_is_resolved_in_one_place_by_the_rule():
+    resolve = ms.config.resolve_absolute_sigma
+    assert resolve(None, least_squares=True, n_data=None) is False
+    assert resolve(None, least_squares=False, n_data=None) is True
+    assert resolve(None, least_squares=None, n_data=None) is None  # no rule: left as given
+    with pytest.raises(TypeError, match="absolute_sigma must be True, False or None"):
+        resolve(1, least_squares=False, n_data=None)
+    with pytest.raises(ValueError, match="give n_data"):
+        resolve(False, least_squares=False, n_data=None)
+    with pytest.raises(ValueError, match="drop n_data"):
+        resolve(None, least_squares=True, n_data=10)
+    assert ms.MultiStartLeastSquares().options.absolute_sigma is False
+    assert ms.MultiStartLBFGS().options.absolute_sigma is True
+    assert ms.MultiStartLBFGS(absolute_sigma=False, n_data=9).options.absolute_sigma is False
+
+
+def test_the_program_key_is_made_of_the_configuration_s_own_fields():
+    """An option added to the configuration is part of the program cache's key unless it
+    says it shapes no program, so a forgotten one can never serve a stale program."""
+    from multistart.config import option
+
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class Extended(ms.SearchConfig):
+        new_option: int = option(0, "an option added later.")
+        display_only: int = option(0, "an option that shapes no program.", program=False)
+
+    base = Extended()
+    assert base.program_key() != Extended(new_option=1).program_key()
+    assert base.program_key() == Extended(display_only=1).program_key()
+    assert ms.SearchConfig().program_key() != ms.SearchConfig(n_steps=7).program_key()
+    assert ms.SearchConfig().program_key() == ms.SearchConfig(seed=7).program_key()
+    # the model's key holds it: a search differing in a program option gets other programs
+    from multistart.problem import as_problem, programs_key
+
+    problem = dataclasses.replace(as_problem(parabola, PARABOLA_SPACE), program_key="parabola")
+    rule = ms.MultiStartLBFGS().solver
+    keys = {
+        programs_key(problem, rule, o, np.float32)
+        for o in (Extended(), Extended(new_option=1), Extended(display_only=1))
+    }
+    assert len(keys) == 2
+
+
+def test_parts_and_stacks_refuse_the_one_list_of_couplings():
+    """``SearchConfig.couplings`` is the one list: a part refuses every coupling, a stack of
+    fits every one that ranks or replaces starts (it may share a budget)."""
+    from multistart.problem import Problem, check_stack
+    from multistart.split import check_part
+
+    couplings = dict(
+        resurrect=2,
+        start_strategy="tiktak",
+        target_fom=0.5,
+        max_evals=100,
+        schedule="halving",
+    )
+    for name, value in couplings.items():
+        o = ms.SearchConfig(n_starts=4, **{name: value})
+        (c,) = o.couplings()
+        assert c.option.startswith(name)
+        with pytest.raises(ValueError, match=f"cannot be used with {c.option}"):
+            check_part((0, 2), o)
+        stack = Problem(lambda p, d: p, Space(PARABOLA_SPACE), rows_per_datum=2)
+        if c.stack_may_keep:
+            assert name == "max_evals"
+            check_stack(stack, ms.SearchConfig(n_starts=4, n_candidates=0, max_evals=100), None)
+        else:
+            with pytest.raises(ValueError, match=f"{c.option} would rank or replace"):
+                check_stack(stack, o, None)
+    assert ms.SearchConfig().couplings() == []
