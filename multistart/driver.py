@@ -219,7 +219,7 @@ def run(search, objective, space=None, *, starts=None, resume: bool = False, par
         if mode == "split":
             result = merge_over_processes(result, setup.problem)
         elif mesh:
-            result.stats["n_processes"] = jax.process_count()
+            result = result.with_stats(n_processes=jax.process_count())
         log_end(result)
     _raise_if_stopped_early(state, result)
     return result

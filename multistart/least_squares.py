@@ -7,6 +7,7 @@ every rule shares; its errors are curve_fit's (:func:`multistart.laplace.residua
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -251,10 +252,13 @@ class MultiStartLeastSquares(MultiStartGradient):
             squares), a non-float or empty output; raised after one trace, before any compile.
         """
         problem = self.problem(residuals, space)
+        search = self
         bind = getattr(self.solver, "bind", None)  # optimistix's states hold the residuals
-        if bind is not None:
-            self.solver = bind(residual_size(problem))
-        return super().fit(problem, None, starts=starts, resume=resume, part=part)
+        if bind is not None:  # a copy of the search with the rule bound: fit changes no search
+            search = copy.copy(self)
+            object.__setattr__(search, "solver", bind(residual_size(problem)))
+        fit = MultiStartGradient.fit
+        return fit(search, problem, None, starts=starts, resume=resume, part=part)
 
 
 def residual_size(problem: ResidualProblem) -> int:

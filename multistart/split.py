@@ -152,8 +152,7 @@ def merge_over_processes(result: Result, problem: Problem) -> Result:
             with open(paths[-1], "wb") as f:
                 f.write(blob)
         merged = Result.merge(paths)
-    merged.stats["n_processes"] = k
-    return merged.attach_problem(problem)
+    return merged.with_stats(n_processes=k).attach_problem(problem)
 
 
 @contextmanager

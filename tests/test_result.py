@@ -318,7 +318,8 @@ def test_plot_labels_one_minimum_with_one_tick():
 
     result = float32_result()
     result.foms[:] = result.foms[0]
-    result.params = jax.tree_util.tree_map(lambda a: np.broadcast_to(a[:1], a.shape), result.params)
+    same = jax.tree_util.tree_map(lambda a: np.broadcast_to(a[:1], a.shape), result.params)
+    result = dataclasses.replace(result, params=same)
     assert len(result.distinct_minima()) == 1
     fig = result.plot()
     right = fig.axes[1]
