@@ -720,29 +720,15 @@ if sorted(ORDER) != sorted(f.name for f in dataclasses.fields(SearchConfig)):
 
 
 def unknown_options(given, owner: type) -> None:
-    """Raise a ``TypeError`` naming any of ``given`` that is not an option of a search of class
-    ``owner``, and the nearest of the options and of the class's own keyword arguments (a rule's
-    hyperparameters, a least-squares search's ``absolute_sigma``)."""
-    names = [f.name for f in dataclasses.fields(SearchConfig)]
+    """Raise a ``TypeError`` naming any of ``given`` that is not a keyword argument of the
+    search class ``owner`` (an option, a rule's hyperparameter), and the nearest that is."""
+    params = inspect.signature(owner).parameters.values()
+    known = [p.name for p in params if p.kind is p.KEYWORD_ONLY]
     for key in given:
-        if key not in names:
-            known = names + _own_keywords(owner)  # read only when a key is unknown
+        if key not in known:
             near = difflib.get_close_matches(key, known, n=1)
             hint = f" (did you mean {near[0]!r}?)" if near else ""
             raise TypeError(f"{owner.__name__} got an unknown option {key!r}{hint}")
-
-
-def _own_keywords(cls: type) -> list[str]:
-    """The keyword-only arguments of the constructors along ``cls``'s MRO."""
-    names: list[str] = []
-    for klass in cls.__mro__:
-        init = klass.__dict__.get("__init__")
-        if init is None or klass is object:
-            continue
-        for p in inspect.signature(init).parameters.values():
-            if p.kind is p.KEYWORD_ONLY and p.name not in names:
-                names.append(p.name)
-    return names
 
 
 def options_doc(indent: str = "      ") -> str:

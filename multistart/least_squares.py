@@ -8,7 +8,8 @@ every rule shares; its errors are curve_fit's (:func:`multistart.laplace.residua
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -16,9 +17,11 @@ import jax
 import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
+from .convergence import Convergence
 from .priors import Space
 from .problem import ModelTrace, Problem, add_note, datum, refuse_space, tracer_hint
 from .result import Result
+from .schedule import Schedule
 from .search import MultiStartGradient
 from .solvers import Solver
 from .solvers.least_squares import METHODS, LeastSquaresSolver
@@ -211,13 +214,43 @@ class MultiStartLeastSquares(MultiStartGradient):
         gtol: float | None = None,
         jacobian: str | None = None,
         covariance: str = "gauss-newton",
-        **kwargs,
+        n_starts: int = 32,
+        batch_size: int | str | None = "auto",
+        backend: str = "loop",
+        n_steps: int = 1000,
+        seed: int = 0,
+        convergence: Convergence | None | str = "auto",
+        max_nonfinite: int = 8,
+        schedule: str | Schedule = "all",
+        start_band: tuple[float, float] = (0.15, 0.85),
+        start_strategy: str = "auto",
+        n_candidates: int | None = None,
+        max_candidates: int | None = None,
+        filter_batch_size: int | None = None,
+        resurrect: int = 0,
+        n_local: int | None = None,
+        local_steps: int | None = None,
+        max_discoveries: int | None = None,
+        target_fom: float | None = None,
+        max_evals: int | None = None,
+        max_time_s: float | None = None,
+        sync_every: int = 1,
+        flat: bool = True,
+        absolute_sigma: bool | None = None,
+        n_data: int | None = None,
+        max_history: int = 10_000,
+        log_every: int | None = None,
+        progress: bool | None = None,
+        checkpoint_dir: str | os.PathLike | None = None,
+        checkpoint_every: int = 100,
+        devices: int | Sequence[Any] | None = None,
     ):
+        given = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
         rule = least_squares_rule(method, ftol=ftol, xtol=xtol, gtol=gtol, jacobian=jacobian)
         if covariance not in COVARIANCES:
             options = ", ".join(map(repr, COVARIANCES))
             raise ValueError(f"covariance must be one of {options}; got {covariance!r}")
-        super().__init__(rule, **kwargs)
+        self._hold(rule, given)
         self.covariance = covariance
 
     def config(self) -> dict[str, Any]:

@@ -481,15 +481,19 @@ def test_every_option_is_keyword_only(rule):
 
 
 def test_an_unknown_option_is_named_with_the_nearest():
-    with pytest.raises(TypeError, match="unknown option 'n_start' .did you mean 'n_starts'"):
+    # the constructors declare every option: Python names an unknown one (3.13 adds the nearest)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'n_start'"):
         ms.MultiStartLBFGS(n_start=4)
-    with pytest.raises(TypeError, match="unknown option 'colour'"):
+    with pytest.raises(TypeError, match="unexpected keyword argument 'colour'"):
         ms.MultiStartAdam(colour="blue")
-    # a rule's own hyperparameters and a least-squares search's options are suggested too
+    # replace() names the nearest option, a rule's own hyperparameters and a least-squares
+    # search's options included
+    with pytest.raises(TypeError, match="unknown option 'n_start' .did you mean 'n_starts'"):
+        ms.MultiStartLBFGS().replace(n_start=4)
     with pytest.raises(TypeError, match="'learning_rat' .did you mean 'learning_rate'"):
-        ms.MultiStartAdam(learning_rat=0.1)
-    with pytest.raises(TypeError, match="'absolut_sigma' .did you mean 'absolute_sigma'"):
-        ms.MultiStartLeastSquares(absolut_sigma=True)
+        ms.MultiStartAdam().replace(learning_rat=0.1)
+    with pytest.raises(TypeError, match="'covarianc' .did you mean 'covariance'"):
+        ms.MultiStartLeastSquares().replace(covarianc="hessian")
 
 
 def test_options_are_one_frozen_configuration():
@@ -508,12 +512,22 @@ def test_options_are_one_frozen_configuration():
     assert set(search.options.record()) <= set(search.config())
 
 
-@pytest.mark.parametrize("rule", [ms.MultiStartGradient, *RULES])
+SEARCHES = [ms.MultiStartGradient, *RULES, ms.MultiStartLBFGS, ms.MultiStartLeastSquares]
+
+
+@pytest.mark.parametrize("rule", SEARCHES)
 def test_every_option_is_in_the_signature_and_the_docs(rule):
+    """Each search class declares every option plainly, after its own arguments, as the
+    configuration's field: its name, order, type and default."""
     names = [f.name for f in dataclasses.fields(ms.SearchConfig)]
     params = inspect.signature(rule).parameters
     assert all(params[n].kind is inspect.Parameter.KEYWORD_ONLY for n in names)
     assert params["n_starts"].default == 32
+    declared = [(p.name, p.annotation, p.default) for p in params.values()][-len(names) :]
+    fields = [(f.name, f.type, f.default) for f in ms.config.ordered_fields()]
+    assert declared == fields
+    assert "__signature__" not in vars(rule) and "__new__" not in vars(rule)
+    assert "__getattr__" not in vars(rule)
     doc = ms.MultiStartGradient.__doc__
     missing = [n for n in names if f"      {n}: " not in doc]
     assert not missing, missing
