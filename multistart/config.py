@@ -574,7 +574,14 @@ class Coupling:
 
 @dataclass(frozen=True, kw_only=True)
 class SearchConfig(Output, Uncertainty, Execution, Stopping, TikTak, Starts):
-    """The options of a search (every one keyword-only; see :class:`MultiStartGradient`)."""
+    """The options of a search (every one keyword-only; see :class:`MultiStartGradient`).
+
+    It is its groups, each a type of its own with its fields' checks: :class:`Starts`,
+    :class:`TikTak`, :class:`Stopping`, :class:`Execution`, :class:`Uncertainty` and
+    :class:`Output`; it checks what couples them (``resurrect`` against ``max_nonfinite``,
+    TikTak against the filter), lists the options that couple slots (:meth:`couplings`) and
+    keys the compiled programs (:meth:`program_key`).
+    """
 
     def __post_init__(self):
         self._check_starts()
