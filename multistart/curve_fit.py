@@ -693,8 +693,6 @@ def _check_output(f, x, names, y_shape, what: str = "ydata's shape") -> None:
 #: Options a batch sets itself: each fit draws its own starts, with no filter, and one row of
 #: history (every step of every row would be ``n_steps x n_fits x n_starts`` floats).
 _BATCH_DEFAULTS = {"start_strategy": "band", "n_candidates": 0, "max_history": 1, "devices": 1}
-#: Options that rank or replace starts across the whole search, so across fits.
-_COUPLING = ("resurrect", "schedule", "target_fom", "n_local", "local_steps", "max_discoveries")
 
 
 def _fit_batch(
@@ -743,7 +741,8 @@ def _fit_batch(
 
 
 def _batch_options(options: dict) -> dict:
-    """The user's options with the batch's defaults; one coupling the fits is refused."""
+    """The user's options with the batch's defaults; a start strategy or filter that would
+    couple the fits is refused (the other couplings by the search: problem.check_stack)."""
     strategy = options.get("start_strategy", "band")
     if strategy not in ("band", "auto"):
         raise ValueError(
@@ -756,13 +755,6 @@ def _batch_options(options: dict) -> dict:
         raise ValueError(
             "batched=True runs no broad-start filter (its candidates would be ranked across "
             f"all fits); got n_candidates={options['n_candidates']!r}: drop it"
-        )
-    given = [k for k in _COUPLING if options.get(k) not in (None, 0, "all")]
-    if given:
-        raise ValueError(
-            "batched=True fits every dataset apart from the others; "
-            f"{', '.join(f'{k}={options[k]!r}' for k in given)} would rank or replace starts "
-            "across the whole search, so across fits: drop it, or fit those datasets one by one"
         )
     return {**_BATCH_DEFAULTS, **options, "start_strategy": "band", "n_candidates": 0}
 

@@ -19,6 +19,7 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -239,7 +240,7 @@ def run(
         )
     stream = sys.stdout if stream is None else stream
     t0 = time.perf_counter()
-    settings = dict(QUICK if quick else FULL)
+    settings: dict[str, Any] = dict(QUICK if quick else FULL)
     for key, value in (("n_starts", n_starts), ("batch_size", batch_size), ("n_steps", n_steps)):
         if value is not None:
             settings[key] = value

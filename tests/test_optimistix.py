@@ -128,3 +128,13 @@ def test_a_minimiser_as_a_least_squares_method_is_refused_before_any_compile(min
         with pytest.raises(ValueError, match=named):
             ms.MultiStartLeastSquares(n_starts=4).replace(method=solver)
     assert counter.total == 0, dict(counter.counts)
+
+
+def test_fit_leaves_the_search_as_it_was(x64):
+    """The adapter is bound to the residuals' number in a copy: the search fitted is unchanged."""
+    solver = optx.LevenbergMarquardt(rtol=1e-8, atol=1e-8)
+    search = _search(ms.MultiStartLeastSquares, None, method=solver, n_steps=3)
+    before = search.solver
+    result = search.fit(decay, SPACE)
+    assert search.solver is before and before.residual_size is None
+    assert result.config == search.config()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 from pathlib import Path
 
 import jax
@@ -119,10 +119,8 @@ def test_parts_of_a_search_that_couples_its_slots_are_refused(kw, word):
 
 
 def _edited(result: ms.Result, **stats) -> ms.Result:
-    out = copy.copy(result)
-    out.stats = {**result.stats, **stats}
-    out.config = dict(result.config)
-    return out
+    edited = result.with_stats(**stats)  # a copy, its problem still attached
+    return dataclasses.replace(edited, config=dict(result.config), uncertainty=edited._uncertainty)
 
 
 def test_merging_parts_of_different_searches_is_refused(runs):

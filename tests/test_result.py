@@ -110,6 +110,16 @@ def test_save_load_round_trips_a_real_search(tmp_path, real_search):
     assert repr(loaded) == repr(result)
 
 
+def test_a_search_s_result_is_frozen_and_with_stats_copies_it(real_search):
+    result = real_search
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        result.foms = result.foms * 2  # type: ignore[misc]
+    more = result.with_stats(note="added")
+    assert more.stats["note"] == "added" and "note" not in result.stats
+    assert more._uncertainty is result._uncertainty  # the same problem attached
+    assert result.stats["n_distinct_minima"] >= 1  # assemble's last statistic, made in
+
+
 def test_save_writes_exactly_the_path_given(tmp_path):
     handmade_result().save(tmp_path / "fit.result")
     assert [p.name for p in tmp_path.iterdir()] == ["fit.result"]
@@ -318,7 +328,8 @@ def test_plot_labels_one_minimum_with_one_tick():
 
     result = float32_result()
     result.foms[:] = result.foms[0]
-    result.params = jax.tree_util.tree_map(lambda a: np.broadcast_to(a[:1], a.shape), result.params)
+    same = jax.tree_util.tree_map(lambda a: np.broadcast_to(a[:1], a.shape), result.params)
+    result = dataclasses.replace(result, params=same)
     assert len(result.distinct_minima()) == 1
     fig = result.plot()
     right = fig.axes[1]

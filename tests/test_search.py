@@ -481,15 +481,19 @@ def test_every_option_is_keyword_only(rule):
 
 
 def test_an_unknown_option_is_named_with_the_nearest():
-    with pytest.raises(TypeError, match="unknown option 'n_start' .did you mean 'n_starts'"):
+    # the constructors declare every option: Python names an unknown one (3.13 adds the nearest)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'n_start'"):
         ms.MultiStartLBFGS(n_start=4)
-    with pytest.raises(TypeError, match="unknown option 'colour'"):
+    with pytest.raises(TypeError, match="unexpected keyword argument 'colour'"):
         ms.MultiStartAdam(colour="blue")
-    # a rule's own hyperparameters and a least-squares search's options are suggested too
+    # replace() names the nearest option, a rule's own hyperparameters and a least-squares
+    # search's options included
+    with pytest.raises(TypeError, match="unknown option 'n_start' .did you mean 'n_starts'"):
+        ms.MultiStartLBFGS().replace(n_start=4)
     with pytest.raises(TypeError, match="'learning_rat' .did you mean 'learning_rate'"):
-        ms.MultiStartAdam(learning_rat=0.1)
-    with pytest.raises(TypeError, match="'absolut_sigma' .did you mean 'absolute_sigma'"):
-        ms.MultiStartLeastSquares(absolut_sigma=True)
+        ms.MultiStartAdam().replace(learning_rat=0.1)
+    with pytest.raises(TypeError, match="'covarianc' .did you mean 'covariance'"):
+        ms.MultiStartLeastSquares().replace(covarianc="hessian")
 
 
 def test_options_are_one_frozen_configuration():
@@ -508,12 +512,22 @@ def test_options_are_one_frozen_configuration():
     assert set(search.options.record()) <= set(search.config())
 
 
-@pytest.mark.parametrize("rule", [ms.MultiStartGradient, *RULES])
+SEARCHES = [ms.MultiStartGradient, *RULES, ms.MultiStartLBFGS, ms.MultiStartLeastSquares]
+
+
+@pytest.mark.parametrize("rule", SEARCHES)
 def test_every_option_is_in_the_signature_and_the_docs(rule):
+    """Each search class declares every option plainly, after its own arguments, as the
+    configuration's field: its name, order, type and default."""
     names = [f.name for f in dataclasses.fields(ms.SearchConfig)]
     params = inspect.signature(rule).parameters
     assert all(params[n].kind is inspect.Parameter.KEYWORD_ONLY for n in names)
     assert params["n_starts"].default == 32
+    declared = [(p.name, p.annotation, p.default) for p in params.values()][-len(names) :]
+    fields = [(f.name, f.type, f.default) for f in ms.host.config.ordered_fields()]
+    assert declared == fields
+    assert "__signature__" not in vars(rule) and "__new__" not in vars(rule)
+    assert "__getattr__" not in vars(rule)
     doc = ms.MultiStartGradient.__doc__
     missing = [n for n in names if f"      {n}: " not in doc]
     assert not missing, missing
@@ -599,3 +613,120 @@ def test_flat_and_tree_modes_agree(width_run, x64):
     tree = tree.fit(bowl_and_multimodal, BOWL_AND_MULTIMODAL_SPACE)
     assert tree.config["flat"] is False
     assert_same_result(flat, tree, exact=False, rtol=1e-10)
+
+
+def test_the_search_classes_read_as_they_did():
+    """Every search class's signature and docstrings, and those of its public methods, are the
+    snapshot taken before the options were declared in groups (``tests/api_snapshot.py``)."""
+    import json
+
+    from api_snapshot import PATH, snapshot
+
+    expected, now = json.loads(PATH.read_text()), snapshot()
+    assert list(now) == list(expected)
+    for name, entry in expected.items():
+        assert now[name] == entry, name
+
+
+GROUPS = [
+    ms.host.config.Starts,
+    ms.host.config.TikTak,
+    ms.host.config.Stopping,
+    ms.host.config.Execution,
+]
+GROUPS += [ms.host.config.Uncertainty, ms.host.config.Output]
+
+
+def test_the_configuration_is_its_typed_groups_each_of_few_fields():
+    """Every option is declared in exactly one small group, with its doc, resume rule and
+    program flag; the configuration is the groups, and lists its options in the public order."""
+    names = [f.name for f in dataclasses.fields(ms.SearchConfig)]
+    own = [list(g.__dataclass_fields__) for g in GROUPS]
+    assert sorted(sum(own, [])) == sorted(names) and len(set(names)) == len(names)
+    assert all(1 <= len(fields) <= 8 for fields in own), [len(f) for f in own]
+    assert all(issubclass(ms.SearchConfig, g) for g in GROUPS)
+    assert (
+        list(ms.host.config.ORDER) == list(inspect.signature(ms.MultiStartGradient).parameters)[1:]
+    )
+    assert list(ms.SearchConfig().record()) == [
+        f.name for f in ms.host.config.ordered_fields() if f.metadata["rec"]
+    ]
+    for f in dataclasses.fields(ms.SearchConfig):
+        assert f.metadata["doc"] and isinstance(f.metadata["on_resume"], ms.host.config.OnResume)
+        assert isinstance(f.metadata["program"], bool)
+    # a group is a type of its own, checked on its own
+    with pytest.raises(ValueError, match="n_candidates must be None"):
+        ms.host.config.Starts(n_starts=8, n_candidates=3)
+    assert ms.host.config.Stopping(schedule="halving").halving is not None
+
+
+def test_absolute_sigma_is_resolved_in_one_place_by_the_rule():
+    resolve = ms.host.config.resolve_absolute_sigma
+    assert resolve(None, least_squares=True, n_data=None) is False
+    assert resolve(None, least_squares=False, n_data=None) is True
+    assert resolve(None, least_squares=None, n_data=None) is None  # no rule: left as given
+    with pytest.raises(TypeError, match="absolute_sigma must be True, False or None"):
+        resolve(1, least_squares=False, n_data=None)
+    with pytest.raises(ValueError, match="give n_data"):
+        resolve(False, least_squares=False, n_data=None)
+    with pytest.raises(ValueError, match="drop n_data"):
+        resolve(None, least_squares=True, n_data=10)
+    assert ms.MultiStartLeastSquares().options.absolute_sigma is False
+    assert ms.MultiStartLBFGS().options.absolute_sigma is True
+    assert ms.MultiStartLBFGS(absolute_sigma=False, n_data=9).options.absolute_sigma is False
+
+
+def test_the_program_key_is_made_of_the_configuration_s_own_fields():
+    """An option added to the configuration is part of the program cache's key unless it
+    says it shapes no program, so a forgotten one can never serve a stale program."""
+    from multistart.host.config import option
+
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class Extended(ms.SearchConfig):
+        new_option: int = option(0, "an option added later.")
+        display_only: int = option(0, "an option that shapes no program.", program=False)
+
+    base = Extended()
+    assert base.program_key() != Extended(new_option=1).program_key()
+    assert base.program_key() == Extended(display_only=1).program_key()
+    assert ms.SearchConfig().program_key() != ms.SearchConfig(n_steps=7).program_key()
+    assert ms.SearchConfig().program_key() == ms.SearchConfig(seed=7).program_key()
+    # the model's key holds it: a search differing in a program option gets other programs
+    from multistart.model.problem import as_problem, programs_key
+
+    problem = dataclasses.replace(as_problem(parabola, PARABOLA_SPACE), program_key="parabola")
+    rule = ms.MultiStartLBFGS().solver
+    keys = {
+        programs_key(problem, rule, o, np.float32)
+        for o in (Extended(), Extended(new_option=1), Extended(display_only=1))
+    }
+    assert len(keys) == 2
+
+
+def test_parts_and_stacks_refuse_the_one_list_of_couplings():
+    """``SearchConfig.couplings`` is the one list: a part refuses every coupling, a stack of
+    fits every one that ranks or replaces starts (it may share a budget)."""
+    from multistart.host.split import check_part
+    from multistart.model.problem import Problem, check_stack
+
+    couplings = dict(
+        resurrect=2,
+        start_strategy="tiktak",
+        target_fom=0.5,
+        max_evals=100,
+        schedule="halving",
+    )
+    for name, value in couplings.items():
+        o = ms.SearchConfig(n_starts=4, **{name: value})
+        (c,) = o.couplings()
+        assert c.option.startswith(name)
+        with pytest.raises(ValueError, match=f"cannot be used with {c.option}"):
+            check_part((0, 2), o)
+        stack = Problem(lambda p, d: p, Space(PARABOLA_SPACE), rows_per_datum=2)
+        if c.stack_may_keep:
+            assert name == "max_evals"
+            check_stack(stack, ms.SearchConfig(n_starts=4, n_candidates=0, max_evals=100), None)
+        else:
+            with pytest.raises(ValueError, match=f"{c.option} would rank or replace"):
+                check_stack(stack, o, None)
+    assert ms.SearchConfig().couplings() == []

@@ -182,7 +182,8 @@ def _refill_stats(setup, start_plan, engine: Engine, state: RunState, compiles) 
 def assemble(
     setup: Setup, start_plan: StartPlan, engine: Engine, state: RunState, compiles
 ) -> Result:
-    """The fit's Result (its problem attached, for the lazy covariance)."""
+    """The fit's Result (its problem attached, for the lazy covariance), made whole: nothing
+    changes it afterwards."""
     loop_s = time.perf_counter() - setup.t_start
     rec, bound_names = records(setup, engine, state)
     _warn_if_none_finite(rec["foms"], setup.problem.name)
@@ -194,9 +195,8 @@ def assemble(
     )
     if setup.problem.rows_per_datum is not None:  # a stack of independent fits
         # minima across datasets mean nothing, nor one covariance of them all
-        result.stats["rows_per_datum"] = setup.problem.rows_per_datum
-        return result
-    result.stats["n_distinct_minima"] = len(result.distinct_minima())
+        return result.with_stats(rows_per_datum=setup.problem.rows_per_datum)
+    result = result.with_stats(n_distinct_minima=len(result.distinct_minima()))
     best = result.best_index
     if best >= 0 and np.asarray(result.at_bound)[best]:
         log.logger.warning(

@@ -2,7 +2,11 @@
 
 :class:`SearchConfig` is the one object everything reads a search's settings from. It is built
 (and checked) by the search's constructor, with the defaults that depend on other options
-resolved, so it always says what the search will do.
+resolved, so it always says what the search will do. Its options are declared in small typed
+groups (:class:`Starts`, :class:`TikTak`, :class:`Stopping`, :class:`Execution`,
+:class:`Uncertainty`, :class:`Output`), each with the checks of its own fields; the
+configuration is all of them, and checks what couples them. A function that needs one group
+takes that group's type.
 """
 
 from __future__ import annotations
@@ -25,7 +29,15 @@ from ..starts.strategies import check_band, check_max_candidates, check_strategy
 from .schedule import Halving, Schedule, check_schedule
 
 __all__ = ["SearchConfig", "OnResume", "option", "options_doc", "unknown_options"]
-__all__ += ["check_batch_size", "require_orbax", "BATCH_SIZE_HELP"]
+__all__ += ["Starts", "TikTak", "Stopping", "Execution", "Uncertainty", "Output", "Coupling"]
+__all__ += [
+    "ORDER",
+    "ordered_fields",
+    "resolve_absolute_sigma",
+    "check_batch_size",
+    "require_orbax",
+]
+__all__ += ["BATCH_SIZE_HELP"]
 
 CANDIDATES_PER_START = 10
 DEFAULT_FILTER_BATCH_SIZE = 64
@@ -77,7 +89,14 @@ def require_orbax():
     return ocp
 
 
-def option(default, doc: str, *, on_resume: OnResume = OnResume.FIXED, recorded: bool = True):
+def option(
+    default,
+    doc: str,
+    *,
+    on_resume: OnResume = OnResume.FIXED,
+    recorded: bool = True,
+    program: bool = True,
+):
     """A field of :class:`SearchConfig`.
 
     Args:
@@ -86,8 +105,12 @@ def option(default, doc: str, *, on_resume: OnResume = OnResume.FIXED, recorded:
       on_resume: see :class:`OnResume`.
       recorded: is it part of :meth:`SearchConfig.record` (the Result's ``config`` and the
         checkpoint identity)? Where a search runs and where it writes are not.
+      program: may the compiled programs depend on it? Then it is part of the program cache's
+        key (:meth:`SearchConfig.program_key`). A field is unless it says otherwise, so one
+        added and forgotten costs a compile, never a stale program.
     """
-    return field(default=default, metadata={"doc": doc, "on_resume": on_resume, "rec": recorded})
+    meta = {"doc": doc, "on_resume": on_resume, "rec": recorded, "program": program}
+    return field(default=default, metadata=meta)
 
 
 def _check_real(value, name: str, *, finite=False, positive=False) -> float | None:
@@ -107,52 +130,96 @@ def _optional_int(value, name: str, minimum: int) -> int | None:
     return None if value is None else checks.integer(value, name, minimum)
 
 
+#: The options in the order the searches' signatures and docstrings list them (checked below
+#: to be exactly :class:`SearchConfig`'s fields).
+ORDER = (
+    "n_starts",
+    "batch_size",
+    "backend",
+    "n_steps",
+    "seed",
+    "convergence",
+    "max_nonfinite",
+    "schedule",
+    "start_band",
+    "start_strategy",
+    "n_candidates",
+    "max_candidates",
+    "filter_batch_size",
+    "resurrect",
+    "n_local",
+    "local_steps",
+    "max_discoveries",
+    "target_fom",
+    "max_evals",
+    "max_time_s",
+    "sync_every",
+    "flat",
+    "absolute_sigma",
+    "n_data",
+    "max_history",
+    "log_every",
+    "progress",
+    "checkpoint_dir",
+    "checkpoint_every",
+    "devices",
+)
+
+
+def resolve_absolute_sigma(given, *, least_squares: bool | None, n_data) -> bool | None:
+    """``absolute_sigma`` resolved: the one place its default and its checks live.
+
+    ``given`` is the option (``True``, ``False`` or ``None``); ``least_squares`` says whether
+    the rule fits residuals (``None``: not known, a configuration made without its rule, where
+    ``None`` stays ``None``). ``None`` is ``False`` for the least-squares rules (curve_fit's
+    default) and ``True`` for the others. ``n_data`` is what a scalar figure of merit needs for
+    its reduced χ²; a least-squares fit counts its residuals and takes none.
+
+    Raises:
+      TypeError: ``given`` is not ``True``, ``False`` or ``None``.
+      ValueError: ``n_data`` with a least-squares rule, or ``absolute_sigma=False`` for a
+        scalar figure of merit without ``n_data``.
+    """
+    if given is not None and not isinstance(given, bool):
+        raise TypeError(f"absolute_sigma must be True, False or None; got {given!r}")
+    if least_squares is None:
+        return given
+    if least_squares and n_data is not None:
+        raise ValueError(
+            "n_data applies to a scalar figure of merit: a least-squares fit counts its "
+            "residuals; drop n_data"
+        )
+    absolute = (not least_squares) if given is None else given
+    if not absolute and not least_squares and n_data is None:
+        raise ValueError(
+            "absolute_sigma=False scales the covariance by the reduced chi-squared "
+            "f / (n_data - n): give n_data, the number of data points behind the objective"
+        )
+    return absolute
+
+
 @dataclass(frozen=True, kw_only=True)
-class SearchConfig:
-    """The options of a search (every one keyword-only; see :class:`MultiStartGradient`)."""
+class _Group:
+    def _set(self, name: str, value) -> None:
+        object.__setattr__(self, name, value)  # normalising a frozen instance's own field
+
+    def _integers(self, **minimum: int) -> None:
+        for name, least in minimum.items():
+            self._set(name, checks.integer(getattr(self, name), name, least))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Starts(_Group):
+    """Where the local searches start: how many, drawn how, filtered, and replaced."""
 
     n_starts: int = option(32, "number of local searches.")
-    batch_size: int | str | None = option(
-        "auto",
-        'starts per compiled call. ``"auto"`` (the default): the widest width whose chunk '
-        "step fits half the device's free memory; on a CPU, a few widths within that bound are "
-        "timed where it pays and the fastest kept, remembered for the next run. "
-        '``"tune"``: time more widths. ``None``: all starts in one call. An int: that width. '
-        "``MULTISTART_MAX_BATCH`` caps every choice. A chunk call that runs out of memory halves "
-        "the width and redoes the last few steps. See ``docs/batch-width.md``.",
-        on_resume=OnResume.FREE,
-    )
-    backend: str = option(
-        "loop",
-        '``"loop"`` (default): a Python loop calls the compiled chunk step per chunk. '
-        '``"scan"``: all chunks of a step run in one compiled program, which saves host '
-        'dispatch on a GPU (on a CPU prefer ``"loop"``: it compiles faster). Same results.',
-    )
-    n_steps: int = option(1000, "maximum steps per start.", on_resume=OnResume.GROWS)
-    seed: int = option(0, "seeds start generation; the same seed gives a bit-identical result.")
-    convergence: Convergence | None | str = option(
-        "auto",
-        "the window guard: a :class:`multistart.Convergence`, or ``None`` for none (a start "
-        'then ends by its rule\'s own tests, or at ``n_steps``). ``"auto"`` (default): none '
-        "for rules with optimality tests of their own (L-BFGS, least squares, optimistix), "
-        "``Convergence()`` for the others (the optax rules), whose starts then end "
-        "``stalled``.",
-    )
-    max_nonfinite: int = option(
-        8,
-        "a start ends as ``nonfinite`` after this many consecutive non-finite evaluations "
-        "(each one rolls it back to its last finite point with half the step).",
-    )
-    schedule: str | Schedule = option(
-        "all",
-        'which local searches run to their end. ``"all"`` (the default): every start runs '
-        'until it converges, dies or reaches ``n_steps``. ``"halving"`` (or a '
-        ":class:`multistart.Halving`): asynchronous successive halving; at each rung a start "
-        "ranked below the best and not improving fast enough ends as ``pruned``. "
-        "See ``docs/schedule.md``.",
+    seed: int = option(
+        0, "seeds start generation; the same seed gives a bit-identical result.", program=False
     )
     start_band: tuple[float, float] = option(
-        (0.15, 0.85), "starts are drawn in this band of each prior's quantiles."
+        (0.15, 0.85),
+        "starts are drawn in this band of each prior's quantiles.",
+        program=False,
     )
     start_strategy: str = option(
         "auto",
@@ -163,6 +230,7 @@ class SearchConfig:
         ":mod:`multistart.starts.tiktak`). "
         '``"auto"`` (default): ``"tiktak"`` for the least-squares rules, ``"band"`` for the '
         "others and wherever TikTak cannot run (``n_candidates=0``, ``resurrect``).",
+        program=False,
     )
     n_candidates: int | None = option(
         None,
@@ -172,6 +240,7 @@ class SearchConfig:
         "(:func:`multistart.starts.strategies.diverse_candidates`). ``None`` (default) is "
         "``10 * n_starts``; ``0`` turns the filter off (the first ``n_starts`` draws are the "
         "starts).",
+        program=False,
     )
     max_candidates: int | None = option(
         None,
@@ -179,12 +248,14 @@ class SearchConfig:
         "blocks of ``n_candidates`` (same compiled program) until enough are finite or this "
         "many were drawn in all. ``None`` (default) is ``max(100 * n_starts, n_candidates)``; "
         "``n_candidates`` turns the top-up off.",
+        program=False,
     )
     filter_batch_size: int | None = option(
         None,
         "candidates per compiled filter call (default 64, at most ``n_candidates``). Fixed "
         "rather than tied to ``batch_size``, so the chosen starts, and the result, do not "
         "depend on ``batch_size``.",
+        program=False,
     )
     resurrect: int = option(
         0,
@@ -194,174 +265,16 @@ class SearchConfig:
         "a fresh draw. ``result.resurrections`` counts them per slot and "
         "``result.incarnations`` keeps every replaced start's record.",
     )
-    n_local: int | None = option(
-        None,
-        "TikTak only: local searches in all, the first wave of ``n_starts`` included (default "
-        "``4 * n_starts``, at most ``n_candidates``).",
-    )
-    local_steps: int | None = option(
-        None,
-        "TikTak only: a local search ends after this many steps (default: only by convergence "
-        "or as non-finite), so its slot is reused.",
-    )
-    max_discoveries: int | None = option(
-        None,
-        "TikTak only: stop once the best minimum has been found this many times (optimagic's "
-        "rule; default: off).",
-        on_resume=OnResume.FREE,
-    )
-    target_fom: float | None = option(
-        None,
-        "stop the search once any start's figure of merit is at or below this (the running "
-        'starts are marked ``stopped``; ``result.stats["stop_reason"]`` says why).',
-        on_resume=OnResume.FREE,
-    )
-    max_evals: int | None = option(
-        None,
-        "stop once this many evaluations of the objective were made in all (every start's, "
-        "line-search trials and replaced starts included).",
-        on_resume=OnResume.FREE,
-    )
-    max_time_s: float | None = option(
-        None,
-        "stop once this many seconds have passed since ``fit`` was called (compiles "
-        "included). The three budgets are checked at host syncs (every ``sync_every`` steps).",
-        on_resume=OnResume.FREE,
-    )
-    sync_every: int = option(
-        1,
-        "the host reads which starts ended every this many steps, to drop them from the sweep. "
-        "Results do not depend on it (ended starts are frozen on the device), except where "
-        "the host decides something at a sync: resurrection and TikTak replace ended starts, "
-        "and the halving schedule prunes, on this schedule.",
-    )
-    flat: bool = option(
-        True,
-        "step each start's parameters as one flat vector (the default: faster steps and "
-        "compiles); ``flat=False`` for a rule keyed to the parameter tree's structure "
-        "(``optax.multi_transform``, ``optax.masked``).",
-    )
-    absolute_sigma: bool | None = option(
-        None,
-        "how the covariance (``result.errors``) is scaled. ``True``: as it is (a χ² with the "
-        "data's own errors). ``False``: by the reduced χ² ``f / (n_data - n)``, as "
-        "``scipy.optimize.curve_fit``'s default. ``None`` (default): ``False`` for the "
-        "least-squares rules, ``True`` for the others.",
-        on_resume=OnResume.FREE,
-    )
-    n_data: int | None = option(
-        None,
-        "the number of data points behind a scalar figure of merit: its reduced χ² is "
-        "``f / (n_data - n)`` (needed by ``absolute_sigma=False``, shown by "
-        "``result.report()``). A least-squares fit counts its residuals itself.",
-        on_resume=OnResume.FREE,
-    )
-    max_history: int = option(
-        10_000,
-        "at most this many rows of best-so-far history are kept (evenly strided).",
-        recorded=False,
-    )
-    log_every: int | None = option(
-        None,
-        "a progress line in the log every this many steps (0: none). ``None`` (the default): "
-        "one every 30 s, so a short fit logs only what runs and what came out.",
-        on_resume=OnResume.FREE,
-        recorded=False,
-    )
-    progress: bool | None = option(
-        None,
-        "a progress bar (``tqdm.auto``). ``None`` (the default): shown when the output is "
-        "interactive (a terminal or a notebook); ``True``/``False`` force it.",
-        on_resume=OnResume.FREE,
-        recorded=False,
-    )
-    checkpoint_dir: str | os.PathLike | None = option(
-        None,
-        "write checkpoints of the whole search here (needs the ``checkpoint`` extra, "
-        "orbax-checkpoint): every ``checkpoint_every`` steps and on Ctrl-C or SIGTERM. "
-        "``fit(..., resume=True)`` continues from the newest one, giving the result an "
-        "uninterrupted run would have given.",
-        on_resume=OnResume.FREE,
-        recorded=False,
-    )
-    checkpoint_every: int = option(
-        100, "steps between checkpoints.", on_resume=OnResume.FREE, recorded=False
-    )
-    devices: int | Sequence[Any] | None = option(
-        None,
-        "where the starts run. ``None`` (the default): every local device of JAX's default "
-        "backend (one on a CPU unless ``XLA_FLAGS`` makes more). An int: the first that many; "
-        "or a list of ``jax.Device``. On several, each device sweeps its own chunks of "
-        "``batch_size`` starts, and the result is the one-device result. See "
-        "``docs/scale-out.md``.",
-        on_resume=OnResume.FREE,
-        recorded=False,
-    )
 
     def __post_init__(self):
-        checks.integer(self.n_starts, "n_starts", 1)
-        for name, minimum in (
-            ("n_steps", 1),
-            ("seed", 0),
-            ("max_nonfinite", 1),
-            ("resurrect", 0),
-            ("sync_every", 1),
-            ("max_history", 1),
-            ("checkpoint_every", 1),
-        ):
-            self._set(name, checks.integer(getattr(self, name), name, minimum))
-        self._check_simple()
-        self._resolve_filter()
-        if self.resurrect > self.max_nonfinite:
-            raise ValueError(
-                f"resurrect must be <= max_nonfinite ({self.max_nonfinite}): a start ends, and "
-                f"is replaced, after that many non-finite evaluations; got {self.resurrect}"
-            )
-        self._resolve_tiktak()
+        self._check_starts()
 
-    def _set(self, name: str, value) -> None:
-        object.__setattr__(self, name, value)  # normalising a frozen instance's own field
-
-    def _check_simple(self) -> None:
-        """The options checked on their own."""
-        conv = self.convergence
-        if conv == "auto":  # a configuration made without its rule: the guard
-            self._set("convergence", DEFAULT_CONVERGENCE)
-        elif conv is not None and not isinstance(conv, Convergence):
-            raise TypeError(
-                f"convergence must be a multistart.Convergence, None or 'auto'; got {conv!r}"
-            )
-        self._set("n_starts", int(self.n_starts))
-        self._set("batch_size", check_batch_size(self.batch_size))
+    def _check_starts(self) -> None:
+        self._integers(n_starts=1, seed=0, resurrect=0)
         self._set("start_band", check_band(self.start_band))
+        if self.start_strategy == "auto":  # a configuration made without its rule: the band
+            self._set("start_strategy", "band")
         self._set("start_strategy", check_strategy(self.start_strategy))
-        self._set("schedule", check_schedule(self.schedule))
-        if self.backend not in BACKEND_NAMES:
-            options = ", ".join(repr(b) for b in BACKEND_NAMES)
-            raise ValueError(f"backend must be one of {options}; got {self.backend!r}")
-        self._set("log_every", _optional_int(self.log_every, "log_every", 0))
-        if self.progress is not None and not isinstance(self.progress, bool):
-            raise ValueError(
-                f"progress must be None (automatic), True or False; got {self.progress!r}"
-            )
-        if not isinstance(self.flat, bool):
-            raise ValueError(f"flat must be True or False; got {self.flat!r}")
-        path = self.checkpoint_dir
-        if path is not None:
-            if not isinstance(path, (str, os.PathLike)) or not str(path):
-                raise ValueError(f"checkpoint_dir must be a path or None; got {path!r}")
-            require_orbax()
-        self._set("target_fom", _check_real(self.target_fom, "target_fom", finite=True))
-        self._set("max_evals", _optional_int(self.max_evals, "max_evals", 1))
-        self._set("max_time_s", _check_real(self.max_time_s, "max_time_s", positive=True))
-        self._set("devices", check_devices(self.devices))
-        if self.absolute_sigma is not None and not isinstance(self.absolute_sigma, bool):
-            raise TypeError(
-                f"absolute_sigma must be True, False or None; got {self.absolute_sigma!r}"
-            )
-        self._set("n_data", _optional_int(self.n_data, "n_data", 1))
-
-    def _resolve_filter(self) -> None:
         n, given = self.n_starts, self.n_candidates
         if given is None:
             given = CANDIDATES_PER_START * n
@@ -383,6 +296,306 @@ class SearchConfig:
         width = self.filter_batch_size
         width = DEFAULT_FILTER_BATCH_SIZE if width is None else width
         self._set("filter_batch_size", checks.integer(width, "filter_batch_size", 1))
+
+    @property
+    def tiktak(self) -> bool:
+        return self.start_strategy == "tiktak"
+
+
+@dataclass(frozen=True, kw_only=True)
+class TikTak(_Group):
+    """TikTak's own options (``start_strategy="tiktak"``; checked with the starts by
+    :class:`SearchConfig`)."""
+
+    n_local: int | None = option(
+        None,
+        "TikTak only: local searches in all, the first wave of ``n_starts`` included (default "
+        "``4 * n_starts``, at most ``n_candidates``).",
+        program=False,
+    )
+    local_steps: int | None = option(
+        None,
+        "TikTak only: a local search ends after this many steps (default: only by convergence "
+        "or as non-finite), so its slot is reused.",
+    )
+    max_discoveries: int | None = option(
+        None,
+        "TikTak only: stop once the best minimum has been found this many times (optimagic's "
+        "rule; default: off).",
+        on_resume=OnResume.FREE,
+        program=False,
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Stopping(_Group):
+    """When a start, and the search, ends."""
+
+    n_steps: int = option(1000, "maximum steps per start.", on_resume=OnResume.GROWS)
+    convergence: Convergence | None | str = option(
+        "auto",
+        "the window guard: a :class:`multistart.Convergence`, or ``None`` for none (a start "
+        'then ends by its rule\'s own tests, or at ``n_steps``). ``"auto"`` (default): none '
+        "for rules with optimality tests of their own (L-BFGS, least squares, optimistix), "
+        "``Convergence()`` for the others (the optax rules), whose starts then end "
+        "``stalled``.",
+    )
+    max_nonfinite: int = option(
+        8,
+        "a start ends as ``nonfinite`` after this many consecutive non-finite evaluations "
+        "(each one rolls it back to its last finite point with half the step).",
+    )
+    schedule: str | Schedule = option(
+        "all",
+        'which local searches run to their end. ``"all"`` (the default): every start runs '
+        'until it converges, dies or reaches ``n_steps``. ``"halving"`` (or a '
+        ":class:`multistart.Halving`): asynchronous successive halving; at each rung a start "
+        "ranked below the best and not improving fast enough ends as ``pruned``. "
+        "See ``docs/schedule.md``.",
+        program=False,
+    )
+    target_fom: float | None = option(
+        None,
+        "stop the search once any start's figure of merit is at or below this (the running "
+        'starts are marked ``stopped``; ``result.stats["stop_reason"]`` says why).',
+        on_resume=OnResume.FREE,
+        program=False,
+    )
+    max_evals: int | None = option(
+        None,
+        "stop once this many evaluations of the objective were made in all (every start's, "
+        "line-search trials and replaced starts included).",
+        on_resume=OnResume.FREE,
+        program=False,
+    )
+    max_time_s: float | None = option(
+        None,
+        "stop once this many seconds have passed since ``fit`` was called (compiles "
+        "included). The three budgets are checked at host syncs (every ``sync_every`` steps).",
+        on_resume=OnResume.FREE,
+        program=False,
+    )
+
+    def __post_init__(self):
+        self._check_stopping()
+
+    def _check_stopping(self) -> None:
+        self._integers(n_steps=1, max_nonfinite=1)
+        conv = self.convergence
+        if conv == "auto":  # a configuration made without its rule: the guard
+            self._set("convergence", DEFAULT_CONVERGENCE)
+        elif conv is not None and not isinstance(conv, Convergence):
+            raise TypeError(
+                f"convergence must be a multistart.Convergence, None or 'auto'; got {conv!r}"
+            )
+        self._set("schedule", check_schedule(self.schedule))
+        self._set("target_fom", _check_real(self.target_fom, "target_fom", finite=True))
+        self._set("max_evals", _optional_int(self.max_evals, "max_evals", 1))
+        self._set("max_time_s", _check_real(self.max_time_s, "max_time_s", positive=True))
+
+    @property
+    def halving(self) -> Halving | None:
+        """The halving schedule, or ``None`` (``schedule="all"``)."""
+        return self.schedule if isinstance(self.schedule, Halving) else None
+
+    @property
+    def guard(self) -> Convergence | None:
+        """The window guard the steps run (``"auto"`` was resolved when the search was made)."""
+        conv = self.convergence
+        return conv if isinstance(conv, Convergence) else None
+
+    @property
+    def window(self) -> int:
+        """The convergence window's length (the per-start ring buffer's size)."""
+        guard = self.guard
+        return 1 if guard is None else guard.window
+
+
+@dataclass(frozen=True, kw_only=True)
+class Execution(_Group):
+    """How the starts are stepped: the width, the backend, the devices."""
+
+    batch_size: int | str | None = option(
+        "auto",
+        'starts per compiled call. ``"auto"`` (the default): the widest width whose chunk '
+        "step fits half the device's free memory; on a CPU, a few widths within that bound are "
+        "timed where it pays and the fastest kept, remembered for the next run. "
+        '``"tune"``: time more widths. ``None``: all starts in one call. An int: that width. '
+        "``MULTISTART_MAX_BATCH`` caps every choice. A chunk call that runs out of memory halves "
+        "the width and redoes the last few steps. See ``docs/batch-width.md``.",
+        on_resume=OnResume.FREE,
+        program=False,
+    )
+    backend: str = option(
+        "loop",
+        '``"loop"`` (default): a Python loop calls the compiled chunk step per chunk. '
+        '``"scan"``: all chunks of a step run in one compiled program, which saves host '
+        'dispatch on a GPU (on a CPU prefer ``"loop"``: it compiles faster). Same results.',
+    )
+    sync_every: int = option(
+        1,
+        "the host reads which starts ended every this many steps, to drop them from the sweep. "
+        "Results do not depend on it (ended starts are frozen on the device), except where "
+        "the host decides something at a sync: resurrection and TikTak replace ended starts, "
+        "and the halving schedule prunes, on this schedule.",
+        program=False,
+    )
+    flat: bool = option(
+        True,
+        "step each start's parameters as one flat vector (the default: faster steps and "
+        "compiles); ``flat=False`` for a rule keyed to the parameter tree's structure "
+        "(``optax.multi_transform``, ``optax.masked``).",
+    )
+    devices: int | Sequence[Any] | None = option(
+        None,
+        "where the starts run. ``None`` (the default): every local device of JAX's default "
+        "backend (one on a CPU unless ``XLA_FLAGS`` makes more). An int: the first that many; "
+        "or a list of ``jax.Device``. On several, each device sweeps its own chunks of "
+        "``batch_size`` starts, and the result is the one-device result. See "
+        "``docs/scale-out.md``.",
+        on_resume=OnResume.FREE,
+        recorded=False,
+    )
+
+    def __post_init__(self):
+        self._check_execution()
+
+    def _check_execution(self) -> None:
+        self._integers(sync_every=1)
+        self._set("batch_size", check_batch_size(self.batch_size))
+        if self.backend not in BACKEND_NAMES:
+            options = ", ".join(repr(b) for b in BACKEND_NAMES)
+            raise ValueError(f"backend must be one of {options}; got {self.backend!r}")
+        if not isinstance(self.flat, bool):
+            raise ValueError(f"flat must be True or False; got {self.flat!r}")
+        self._set("devices", check_devices(self.devices))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Uncertainty(_Group):
+    """How the errors of the best fit are scaled."""
+
+    absolute_sigma: bool | None = option(
+        None,
+        "how the covariance (``result.errors``) is scaled. ``True``: as it is (a χ² with the "
+        "data's own errors). ``False``: by the reduced χ² ``f / (n_data - n)``, as "
+        "``scipy.optimize.curve_fit``'s default. ``None`` (default): ``False`` for the "
+        "least-squares rules, ``True`` for the others.",
+        on_resume=OnResume.FREE,
+        program=False,
+    )
+    n_data: int | None = option(
+        None,
+        "the number of data points behind a scalar figure of merit: its reduced χ² is "
+        "``f / (n_data - n)`` (needed by ``absolute_sigma=False``, shown by "
+        "``result.report()``). A least-squares fit counts its residuals itself.",
+        on_resume=OnResume.FREE,
+        program=False,
+    )
+
+    def __post_init__(self):
+        self._check_uncertainty()
+
+    def _check_uncertainty(self) -> None:
+        resolve_absolute_sigma(self.absolute_sigma, least_squares=None, n_data=self.n_data)
+        self._set("n_data", _optional_int(self.n_data, "n_data", 1))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Output(_Group):
+    """What the search keeps, shows and writes as it runs."""
+
+    max_history: int = option(
+        10_000,
+        "at most this many rows of best-so-far history are kept (evenly strided).",
+        recorded=False,
+    )
+    log_every: int | None = option(
+        None,
+        "a progress line in the log every this many steps (0: none). ``None`` (the default): "
+        "one every 30 s, so a short fit logs only what runs and what came out.",
+        on_resume=OnResume.FREE,
+        recorded=False,
+        program=False,
+    )
+    progress: bool | None = option(
+        None,
+        "a progress bar (``tqdm.auto``). ``None`` (the default): shown when the output is "
+        "interactive (a terminal or a notebook); ``True``/``False`` force it.",
+        on_resume=OnResume.FREE,
+        recorded=False,
+        program=False,
+    )
+    checkpoint_dir: str | os.PathLike | None = option(
+        None,
+        "write checkpoints of the whole search here (needs the ``checkpoint`` extra, "
+        "orbax-checkpoint): every ``checkpoint_every`` steps and on Ctrl-C or SIGTERM. "
+        "``fit(..., resume=True)`` continues from the newest one, giving the result an "
+        "uninterrupted run would have given.",
+        on_resume=OnResume.FREE,
+        recorded=False,
+        program=False,
+    )
+    checkpoint_every: int = option(
+        100,
+        "steps between checkpoints.",
+        on_resume=OnResume.FREE,
+        recorded=False,
+        program=False,
+    )
+
+    def __post_init__(self):
+        self._check_output()
+
+    def _check_output(self) -> None:
+        self._integers(max_history=1, checkpoint_every=1)
+        self._set("log_every", _optional_int(self.log_every, "log_every", 0))
+        if self.progress is not None and not isinstance(self.progress, bool):
+            raise ValueError(
+                f"progress must be None (automatic), True or False; got {self.progress!r}"
+            )
+        path = self.checkpoint_dir
+        if path is not None:
+            if not isinstance(path, (str, os.PathLike)) or not str(path):
+                raise ValueError(f"checkpoint_dir must be a path or None; got {path!r}")
+            require_orbax()
+
+
+@dataclass(frozen=True)
+class Coupling:
+    """An option, as given, that couples a search's slots, and why."""
+
+    #: The option as a user writes it (``"resurrect=2"``, ``"schedule='halving'"``).
+    option: str
+    why: str
+    #: A stack of independent fits (one search of several datasets) may keep it: it only
+    #: shares one budget (``max_evals``), without ranking or replacing any start.
+    stack_may_keep: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchConfig(Output, Uncertainty, Execution, Stopping, TikTak, Starts):
+    """The options of a search (every one keyword-only; see :class:`MultiStartGradient`).
+
+    It is its groups, each a type of its own with its fields' checks: :class:`Starts`,
+    :class:`TikTak`, :class:`Stopping`, :class:`Execution`, :class:`Uncertainty` and
+    :class:`Output`; it checks what couples them (``resurrect`` against ``max_nonfinite``,
+    TikTak against the filter), lists the options that couple slots (:meth:`couplings`) and
+    keys the compiled programs (:meth:`program_key`).
+    """
+
+    def __post_init__(self):
+        self._check_starts()
+        self._check_stopping()
+        self._check_execution()
+        self._check_uncertainty()
+        self._check_output()
+        if self.resurrect > self.max_nonfinite:
+            raise ValueError(
+                f"resurrect must be <= max_nonfinite ({self.max_nonfinite}): a start ends, and "
+                f"is replaced, after that many non-finite evaluations; got {self.resurrect}"
+            )
+        self._resolve_tiktak()
 
     def _resolve_tiktak(self) -> None:
         given = {
@@ -425,27 +638,6 @@ class SearchConfig:
     # -- derived facts ------------------------------------------------------------------------
 
     @property
-    def tiktak(self) -> bool:
-        return self.start_strategy == "tiktak"
-
-    @property
-    def halving(self) -> Halving | None:
-        """The halving schedule, or ``None`` (``schedule="all"``)."""
-        return self.schedule if isinstance(self.schedule, Halving) else None
-
-    @property
-    def guard(self) -> Convergence | None:
-        """The window guard the steps run (``"auto"`` was resolved when the search was made)."""
-        conv = self.convergence
-        return conv if isinstance(conv, Convergence) else None
-
-    @property
-    def window(self) -> int:
-        """The convergence window's length (the per-start ring buffer's size)."""
-        guard = self.guard
-        return 1 if guard is None else guard.window
-
-    @property
     def give_up(self) -> int:
         """Non-finite evaluations after which a start ends (``resurrect``'s, when on)."""
         return self.resurrect or self.max_nonfinite
@@ -455,10 +647,55 @@ class SearchConfig:
         """History rows are every this many steps."""
         return -(-self.n_steps // self.max_history)
 
+    def couplings(self) -> list[Coupling]:
+        """The options given that couple the search's slots: the one list that parts
+        (:func:`multistart.host.split.coupling`) and a stack of fits
+        (:func:`multistart.model.problem.check_stack`) refuse."""
+        halving = "schedule='halving'"
+        coupled = [
+            self.resurrect
+            and Coupling(
+                f"resurrect={self.resurrect}",
+                "resurrection draws every slot's replacements from one shared reserve",
+            ),
+            self.tiktak
+            and Coupling(
+                "start_strategy='tiktak'",
+                "TikTak hands every slot candidates from one queue, blended towards the best "
+                "point of all slots (the least-squares rules' default: start_strategy='band' "
+                "splits)",
+            ),
+            self.target_fom is not None
+            and Coupling(
+                f"target_fom={self.target_fom!r}",
+                "it stops every start once any start reaches it",
+            ),
+            self.max_evals is not None
+            and Coupling(
+                f"max_evals={self.max_evals!r}",
+                "it stops every start once all of them made that many evaluations",
+                stack_may_keep=True,
+            ),
+            self.halving is not None
+            and Coupling(
+                halving,
+                "a start continues at a rung only if it ranks among the starts of every slot",
+            ),
+        ]
+        return [c for c in coupled if c]
+
+    def program_key(self) -> tuple:
+        """The options the compiled programs may depend on, as one hashable value: every field
+        but those declared ``program=False``, so the program cache
+        (:func:`multistart.model.problem.programs_key`) can never miss one."""
+        fields = dataclasses.fields(self)
+        return tuple((f.name, getattr(self, f.name)) for f in fields if f.metadata["program"])
+
     def record(self) -> dict[str, Any]:
-        """The recorded options as plain values (the Result's ``config``, the identity)."""
+        """The recorded options as plain values (the Result's ``config``, the identity), in
+        :data:`ORDER`."""
         out: dict[str, Any] = {}
-        for f in dataclasses.fields(self):
+        for f in ordered_fields():
             if not f.metadata["rec"]:
                 continue
             value = getattr(self, f.name)
@@ -480,30 +717,26 @@ class SearchConfig:
         return f is not None and f.metadata["on_resume"] is not OnResume.FIXED
 
 
+def ordered_fields() -> list[dataclasses.Field]:
+    """:class:`SearchConfig`'s fields in :data:`ORDER`."""
+    by_name = {f.name: f for f in dataclasses.fields(SearchConfig)}
+    return [by_name[name] for name in ORDER]
+
+
+if sorted(ORDER) != sorted(f.name for f in dataclasses.fields(SearchConfig)):
+    raise TypeError("config.ORDER must name every field of SearchConfig once")  # pragma: no cover
+
+
 def unknown_options(given, owner: type) -> None:
-    """Raise a ``TypeError`` naming any of ``given`` that is not an option of a search of class
-    ``owner``, and the nearest of the options and of the class's own keyword arguments (a rule's
-    hyperparameters, a least-squares search's ``absolute_sigma``)."""
-    names = [f.name for f in dataclasses.fields(SearchConfig)]
+    """Raise a ``TypeError`` naming any of ``given`` that is not a keyword argument of the
+    search class ``owner`` (an option, a rule's hyperparameter), and the nearest that is."""
+    params = inspect.signature(owner).parameters.values()
+    known = [p.name for p in params if p.kind is p.KEYWORD_ONLY]
     for key in given:
-        if key not in names:
-            known = names + _own_keywords(owner)  # read only when a key is unknown
+        if key not in known:
             near = difflib.get_close_matches(key, known, n=1)
             hint = f" (did you mean {near[0]!r}?)" if near else ""
             raise TypeError(f"{owner.__name__} got an unknown option {key!r}{hint}")
-
-
-def _own_keywords(cls: type) -> list[str]:
-    """The keyword-only arguments of the constructors along ``cls``'s MRO."""
-    names: list[str] = []
-    for klass in cls.__mro__:
-        init = klass.__dict__.get("__init__")
-        if init is None or klass is object:
-            continue
-        for p in inspect.signature(init).parameters.values():
-            if p.kind is p.KEYWORD_ONLY and p.name not in names:
-                names.append(p.name)
-    return names
 
 
 def options_doc(indent: str = "      ") -> str:
@@ -511,7 +744,7 @@ def options_doc(indent: str = "      ") -> str:
     import textwrap
 
     lines = []
-    for f in dataclasses.fields(SearchConfig):
+    for f in ordered_fields():
         text = f"{f.name}: {f.metadata['doc']}"
         lines.append(
             textwrap.fill(text, width=96, initial_indent=indent, subsequent_indent=indent + "  ")

@@ -72,8 +72,8 @@ def prepare(search, objective, space, starts, resume, part, *, every_process) ->
     log.configure()
     check_env()
     problem = as_problem(objective, space)
-    # how its covariance is scaled: the search's option (a least-squares problem has its own)
-    absolute = o.absolute_sigma is not False  # resolved when the search was made
+    absolute = o.absolute_sigma  # how its covariance is scaled: resolved by the search's rule
+    assert absolute is not None  # (config.resolve_absolute_sigma)
     dtype = jax.dtypes.canonicalize_dtype(jnp.float64)  # float32 unless x64 is on
     forget_other_float_types(dtype)  # before the trace: see there
     problem = traced(problem, dtype, repr(search))  # the one trace every program replays
@@ -231,7 +231,7 @@ def run(search, objective, space=None, *, starts=None, resume: bool = False, par
         if mode == "split":
             result = merge_over_processes(result, setup.problem)
         elif mesh:
-            result.stats["n_processes"] = jax.process_count()
+            result = result.with_stats(n_processes=jax.process_count())
         log_end(result)
     _raise_if_stopped_early(state, result)
     return result

@@ -83,23 +83,10 @@ def check_part(part, options) -> Part | None:
 
 
 def coupling(options) -> str | None:
-    """What couples a search's slots (so it cannot run in parts), in words, or ``None``."""
-    o = options
-    coupled = {
-        "resurrect": o.resurrect
-        and "resurrection draws every slot's replacements from one shared reserve",
-        "start_strategy='tiktak'": o.tiktak
-        and "TikTak hands every slot candidates from one queue, blended towards the best "
-        "point of all slots (the least-squares rules' default: start_strategy='band' splits)",
-        "target_fom": o.target_fom is not None and "it stops every start once any start reaches it",
-        "max_evals": o.max_evals is not None
-        and "it stops every start once all of them made that many evaluations",
-        "schedule='halving'": o.halving is not None
-        and "a start continues at a rung only if it ranks among the starts of every slot",
-    }
-    for name, why in coupled.items():
-        if why:
-            return f"{name}: {why}"
+    """What couples a search's slots (so it cannot run in parts), in words, or ``None``: the
+    first of the configuration's couplings (:meth:`multistart.SearchConfig.couplings`)."""
+    for c in options.couplings():
+        return f"{c.option}: {c.why}"
     return None
 
 
@@ -165,8 +152,7 @@ def merge_over_processes(result: Result, problem: Problem) -> Result:
             with open(paths[-1], "wb") as f:
                 f.write(blob)
         merged = Result.merge(paths)
-    merged.stats["n_processes"] = k
-    return merged.attach_problem(problem)
+    return merged.with_stats(n_processes=k).attach_problem(problem)
 
 
 @contextmanager

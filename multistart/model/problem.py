@@ -453,30 +453,27 @@ def check_scalar(out, subject: str) -> None:
 
 def check_stack(problem, o, part, n_devices: int = 1) -> None:
     """A stack of datasets (``problem.rows_per_datum``) runs only where every row is its own
-    start of its own dataset, on one device: no option that couples rows, moves them or ranks
-    them together. ``o`` is the search's ``SearchConfig``."""
+    start of its own dataset, on one device: not in parts, without the broad-start filter (it
+    ranks candidates across rows) and with none of the options that couple slots
+    (:meth:`multistart.SearchConfig.couplings`) but a shared budget. ``o`` is the search's
+    ``SearchConfig``."""
     if problem.rows_per_datum is None:
         return
-    coupled = {
-        "part": part is not None,
-        "start_strategy='tiktak'": o.tiktak,
-        "n_candidates (the broad-start filter)": bool(o.n_candidates),
-        "resurrect": bool(o.resurrect),
-        "schedule='halving'": o.halving is not None,
-        "target_fom": o.target_fom is not None,
-    }
     if n_devices > 1:
         raise ValueError(
             f"a stack of datasets (curve_fit(..., batched=True)) runs on one device; got "
             f"{n_devices} devices: pass devices=1 (or split the stack and fit each part on "
             "its own device)"
         )
-    given = [name for name, on in coupled.items() if on]
+    given = ["part"] if part is not None else []
+    given += ["n_candidates (the broad-start filter)"] if o.n_candidates else []
+    given += [c.option for c in o.couplings() if not c.stack_may_keep]
     if given:
         raise ValueError(
-            f"a stack of datasets (curve_fit(..., batched=True)) fits each dataset with its "
-            f"own starts, apart from the others; {', '.join(given)} would couple them: drop "
-            "them (a batch draws its starts without a filter and runs every start to its end)"
+            f"a stack of datasets (curve_fit(..., batched=True)) fits every dataset apart from "
+            f"the others; {', '.join(given)} would rank or replace starts across the whole "
+            "search, so across datasets: drop it, or fit those datasets one by one (a batch "
+            "draws its starts without a filter and runs every start to its end)"
         )
 
 
@@ -491,8 +488,6 @@ def programs_key(problem, solver, o, dtype):
     shapes = tuple(
         (np.shape(a), jnp.result_type(a).name) for a in jax.tree_util.tree_leaves(problem.data)
     )
-    steps = (o.n_starts, o.n_steps, o.max_history, o.guard, o.give_up, o.local_steps, o.flat)
-    where = (o.backend, o.devices, jax.process_count())
     return (
         problem.program_key,
         repr(problem.space),
@@ -502,8 +497,8 @@ def programs_key(problem, solver, o, dtype):
         jax.tree_util.tree_structure(problem.data),
         shapes,
         problem.rows_per_datum,
-        steps,
-        where,
+        o.program_key(),  # every option the programs may depend on (SearchConfig's fields)
+        jax.process_count(),
     )
 
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 import logging
 import warnings
 from collections import Counter
-from dataclasses import InitVar, dataclass, field
-from typing import Any
+from dataclasses import InitVar, dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 import jax
 import numpy as np
@@ -92,12 +92,13 @@ class Minimum:
 _START_PREFIX = "start:"
 
 
-@dataclass
+@dataclass(frozen=True)
 class Result:
     """What a search returns. Figures of merit are always minimised.
 
     A search, :meth:`merge` and :meth:`load` make a Result with :meth:`of`, which chooses the
-    best fit from the records.
+    best fit from the records. It is frozen once made: ``dataclasses.replace`` (or
+    :meth:`with_stats`) gives a changed copy.
 
     Attributes:
       best_params: physical parameters of the best start (the same pytree as the space).
@@ -155,19 +156,24 @@ class Result:
     at_bound: np.ndarray | None = None
     rung: np.ndarray | None = None
     uncertainty: InitVar[Uncertainty | None] = None
+    if TYPE_CHECKING:  # set once by __post_init__ (not a field: a source, not a record)
+        _uncertainty: Uncertainty = field(init=False, repr=False, compare=False)
 
     def __post_init__(self, uncertainty: Uncertainty | None):
+        def normalise(name: str, value) -> None:  # a frozen instance's own fields, as made
+            object.__setattr__(self, name, value)
+
         # what the lazy covariance needs (a problem is code: never saved), and the one computed
-        self._uncertainty = Uncertainty() if uncertainty is None else uncertainty
+        normalise("_uncertainty", Uncertainty() if uncertainty is None else uncertainty)
         if self.n_evals is None:
-            self.n_evals = np.asarray(self.n_steps).copy()
+            normalise("n_evals", np.asarray(self.n_steps).copy())
         if self.at_bound is None:
-            self.at_bound = np.zeros(np.shape(self.foms)[0], dtype=bool)
+            normalise("at_bound", np.zeros(np.shape(self.foms)[0], dtype=bool))
         if self.resurrections is None:
-            self.resurrections = np.zeros(np.shape(self.foms)[0], dtype=np.int64)
-        self.best_fom = Fom(self.best_fom, self.fit_dtype)
+            normalise("resurrections", np.zeros(np.shape(self.foms)[0], dtype=np.int64))
+        normalise("best_fom", Fom(self.best_fom, self.fit_dtype))
         # Members, whatever came in: NumPy turns a list of these str-enums into a str array.
-        self.status = np.array([Status(s) for s in self.status], dtype=object)
+        normalise("status", np.array([Status(s) for s in self.status], dtype=object))
 
     @classmethod
     def of(cls, *, foms: np.ndarray, params, **records) -> Result:
@@ -175,6 +181,10 @@ class Result:
         figure of merit, the first on ties (``-1``, ``inf`` and nan when none is finite)."""
         best_index, best_fom, best_params = best_fit(foms, params)
         return cls(best_params, best_fom, best_index, foms, params, **records)
+
+    def with_stats(self, **more) -> Result:
+        """A copy with ``more`` statistics, the same problem attached (or covariance computed)."""
+        return replace(self, stats={**self.stats, **more}, uncertainty=self._uncertainty)
 
     @property
     def fit_dtype(self) -> np.dtype:
@@ -195,7 +205,8 @@ class Result:
         Raises:
           ValueError: the space's parameters are not the Result's ``paths``.
         """
-        self._uncertainty = Uncertainty.of(self.paths, objective, space)
+        # not a record of the fit: the source of its lazy covariance
+        object.__setattr__(self, "_uncertainty", Uncertainty.of(self.paths, objective, space))
         return self
 
     @property

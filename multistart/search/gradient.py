@@ -3,15 +3,16 @@
 
 from __future__ import annotations
 
-import dataclasses
-import inspect
+import os
+from collections.abc import Sequence
 from typing import Any
 
 import optax
 
 from ..common import checks
 from ..host import driver
-from ..host.config import SearchConfig, options_doc, unknown_options
+from ..host.config import ORDER, SearchConfig, options_doc, resolve_absolute_sigma, unknown_options
+from ..host.schedule import Schedule
 from ..result import Result
 from ..solvers import LBFGS, LeastSquaresRule, OptaxSolver, Solver, as_solver
 from ..solvers.convergence import Convergence
@@ -25,7 +26,7 @@ __all__ = [
     "MultiStartLBFGS",
 ]
 
-_OPTION_NAMES = frozenset(f.name for f in dataclasses.fields(SearchConfig))
+_OPTION_NAMES = frozenset(ORDER)
 
 
 class MultiStartGradient:
@@ -54,30 +55,63 @@ class MultiStartGradient:
           Array([1., 1.], dtype=float32)
     """
 
-    def __init__(self, optimizer: optax.GradientTransformation | Solver, /, **options):
-        unknown_options(options, type(self))
-        solver = as_solver(optimizer)
-        _resolve_auto(solver, options)
-        config = SearchConfig(**options)
-        object.__setattr__(self, "solver", solver)
-        object.__setattr__(self, "options", config)
-
-    def __new__(cls, *args, **kwargs):
-        self = super().__new__(cls)
-        object.__setattr__(self, "_made_with", (args, dict(kwargs)))  # for replace()
-        return self
+    def __init__(
+        self,
+        optimizer: optax.GradientTransformation | Solver,
+        /,
+        *,
+        n_starts: int = 32,
+        batch_size: int | str | None = "auto",
+        backend: str = "loop",
+        n_steps: int = 1000,
+        seed: int = 0,
+        convergence: Convergence | None | str = "auto",
+        max_nonfinite: int = 8,
+        schedule: str | Schedule = "all",
+        start_band: tuple[float, float] = (0.15, 0.85),
+        start_strategy: str = "auto",
+        n_candidates: int | None = None,
+        max_candidates: int | None = None,
+        filter_batch_size: int | None = None,
+        resurrect: int = 0,
+        n_local: int | None = None,
+        local_steps: int | None = None,
+        max_discoveries: int | None = None,
+        target_fom: float | None = None,
+        max_evals: int | None = None,
+        max_time_s: float | None = None,
+        sync_every: int = 1,
+        flat: bool = True,
+        absolute_sigma: bool | None = None,
+        n_data: int | None = None,
+        max_history: int = 10_000,
+        log_every: int | None = None,
+        progress: bool | None = None,
+        checkpoint_dir: str | os.PathLike | None = None,
+        checkpoint_every: int = 100,
+        devices: int | Sequence[Any] | None = None,
+    ):
+        given = _arguments(locals())
+        self._hold(as_solver(optimizer), given, optimizer)
 
     #: The rule every start steps with.
     solver: Solver
     #: The checked options (frozen).
     options: SearchConfig
+    _made_with: tuple[tuple, dict[str, Any]]  # what replace() calls the class with
 
-    def __getattr__(self, name: str):
-        # Only called when normal lookup fails: the options read as the search's attributes.
-        options = self.__dict__.get("options")
-        if options is not None and name in _OPTION_NAMES:
-            return getattr(options, name)
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+    def _hold(self, solver: Solver, given: dict[str, Any], *args) -> None:
+        """Hold ``solver`` and the checked configuration of the options among ``given`` (a
+        constructor's keyword arguments; with ``args``, what :meth:`replace` calls it with).
+        Each option reads as the search's attribute too (``search.n_starts``)."""
+        options = {name: given[name] for name in ORDER}
+        _resolve_auto(solver, options)
+        config = SearchConfig(**options)
+        object.__setattr__(self, "solver", solver)
+        object.__setattr__(self, "options", config)
+        object.__setattr__(self, "_made_with", (args, given))
+        for name in ORDER:
+            object.__setattr__(self, name, getattr(config, name))
 
     def __setattr__(self, name: str, value) -> None:
         if name in _OPTION_NAMES:
@@ -98,6 +132,7 @@ class MultiStartGradient:
         160
         """
         args, kwargs = self._made_with
+        unknown_options(changes, type(self))
         return type(self)(*args, **{**kwargs, **changes})
 
     def __repr__(self) -> str:
@@ -156,21 +191,94 @@ class MultiStartAdam(MultiStartGradient):
     """Multi-start Adam (``optax.adam``). Unconstrained coordinates are order one, so a
     learning rate of a few hundredths suits most problems."""
 
-    def __init__(self, *, learning_rate: float = 0.05, b1=0.9, b2=0.999, eps=1e-8, **kwargs):
+    def __init__(
+        self,
+        *,
+        learning_rate: float = 0.05,
+        b1=0.9,
+        b2=0.999,
+        eps=1e-8,
+        n_starts: int = 32,
+        batch_size: int | str | None = "auto",
+        backend: str = "loop",
+        n_steps: int = 1000,
+        seed: int = 0,
+        convergence: Convergence | None | str = "auto",
+        max_nonfinite: int = 8,
+        schedule: str | Schedule = "all",
+        start_band: tuple[float, float] = (0.15, 0.85),
+        start_strategy: str = "auto",
+        n_candidates: int | None = None,
+        max_candidates: int | None = None,
+        filter_batch_size: int | None = None,
+        resurrect: int = 0,
+        n_local: int | None = None,
+        local_steps: int | None = None,
+        max_discoveries: int | None = None,
+        target_fom: float | None = None,
+        max_evals: int | None = None,
+        max_time_s: float | None = None,
+        sync_every: int = 1,
+        flat: bool = True,
+        absolute_sigma: bool | None = None,
+        n_data: int | None = None,
+        max_history: int = 10_000,
+        log_every: int | None = None,
+        progress: bool | None = None,
+        checkpoint_dir: str | os.PathLike | None = None,
+        checkpoint_every: int = 100,
+        devices: int | Sequence[Any] | None = None,
+    ):
+        given = _arguments(locals())
         checks.positive(learning_rate, "learning_rate", schedule=True)
         checks.in_unit_interval(b1, "b1")
         checks.in_unit_interval(b2, "b2")
         checks.non_negative(eps, "eps")
         hyper = {"learning_rate": learning_rate, "b1": b1, "b2": b2, "eps": eps}
-        rule = OptaxSolver(optax.adam(**hyper), name="adam", hyperparameters=hyper)
-        super().__init__(rule, **kwargs)
+        self._hold(OptaxSolver(optax.adam(**hyper), name="adam", hyperparameters=hyper), given)
 
 
 class MultiStartProdigy(MultiStartGradient):
     """Multi-start Prodigy (``optax.contrib.prodigy``): learning-rate free Adam. Each start
     estimates its own step size ``d`` (per-start optimiser state)."""
 
-    def __init__(self, *, learning_rate: float = 1.0, betas=(0.9, 0.999), **kwargs):
+    def __init__(
+        self,
+        *,
+        learning_rate: float = 1.0,
+        betas=(0.9, 0.999),
+        n_starts: int = 32,
+        batch_size: int | str | None = "auto",
+        backend: str = "loop",
+        n_steps: int = 1000,
+        seed: int = 0,
+        convergence: Convergence | None | str = "auto",
+        max_nonfinite: int = 8,
+        schedule: str | Schedule = "all",
+        start_band: tuple[float, float] = (0.15, 0.85),
+        start_strategy: str = "auto",
+        n_candidates: int | None = None,
+        max_candidates: int | None = None,
+        filter_batch_size: int | None = None,
+        resurrect: int = 0,
+        n_local: int | None = None,
+        local_steps: int | None = None,
+        max_discoveries: int | None = None,
+        target_fom: float | None = None,
+        max_evals: int | None = None,
+        max_time_s: float | None = None,
+        sync_every: int = 1,
+        flat: bool = True,
+        absolute_sigma: bool | None = None,
+        n_data: int | None = None,
+        max_history: int = 10_000,
+        log_every: int | None = None,
+        progress: bool | None = None,
+        checkpoint_dir: str | os.PathLike | None = None,
+        checkpoint_every: int = 100,
+        devices: int | Sequence[Any] | None = None,
+    ):
+        given = _arguments(locals())
         checks.positive(learning_rate, "learning_rate", schedule=True)
         checks.each(checks.in_unit_interval, betas, "betas", length=2)
         rule = OptaxSolver(
@@ -178,32 +286,105 @@ class MultiStartProdigy(MultiStartGradient):
             name="prodigy",
             hyperparameters={"learning_rate": learning_rate, "betas": list(betas)},
         )
-        super().__init__(rule, **kwargs)
+        self._hold(rule, given)
 
 
 class MultiStartADABelief(MultiStartGradient):
     """Multi-start AdaBelief (``optax.adabelief``)."""
 
-    def __init__(self, *, learning_rate: float = 0.05, b1=0.9, b2=0.999, **kwargs):
+    def __init__(
+        self,
+        *,
+        learning_rate: float = 0.05,
+        b1=0.9,
+        b2=0.999,
+        n_starts: int = 32,
+        batch_size: int | str | None = "auto",
+        backend: str = "loop",
+        n_steps: int = 1000,
+        seed: int = 0,
+        convergence: Convergence | None | str = "auto",
+        max_nonfinite: int = 8,
+        schedule: str | Schedule = "all",
+        start_band: tuple[float, float] = (0.15, 0.85),
+        start_strategy: str = "auto",
+        n_candidates: int | None = None,
+        max_candidates: int | None = None,
+        filter_batch_size: int | None = None,
+        resurrect: int = 0,
+        n_local: int | None = None,
+        local_steps: int | None = None,
+        max_discoveries: int | None = None,
+        target_fom: float | None = None,
+        max_evals: int | None = None,
+        max_time_s: float | None = None,
+        sync_every: int = 1,
+        flat: bool = True,
+        absolute_sigma: bool | None = None,
+        n_data: int | None = None,
+        max_history: int = 10_000,
+        log_every: int | None = None,
+        progress: bool | None = None,
+        checkpoint_dir: str | os.PathLike | None = None,
+        checkpoint_every: int = 100,
+        devices: int | Sequence[Any] | None = None,
+    ):
+        given = _arguments(locals())
         checks.positive(learning_rate, "learning_rate", schedule=True)
         checks.in_unit_interval(b1, "b1")
         checks.in_unit_interval(b2, "b2")
         hyper = {"learning_rate": learning_rate, "b1": b1, "b2": b2}
         rule = OptaxSolver(optax.adabelief(**hyper), name="adabelief", hyperparameters=hyper)
-        super().__init__(rule, **kwargs)
+        self._hold(rule, given)
 
 
 class MultiStartLion(MultiStartGradient):
     """Multi-start Lion (``optax.lion``): sign updates, so each step moves every unconstrained
     coordinate by about ``learning_rate``."""
 
-    def __init__(self, *, learning_rate: float = 0.01, b1=0.9, b2=0.99, **kwargs):
+    def __init__(
+        self,
+        *,
+        learning_rate: float = 0.01,
+        b1=0.9,
+        b2=0.99,
+        n_starts: int = 32,
+        batch_size: int | str | None = "auto",
+        backend: str = "loop",
+        n_steps: int = 1000,
+        seed: int = 0,
+        convergence: Convergence | None | str = "auto",
+        max_nonfinite: int = 8,
+        schedule: str | Schedule = "all",
+        start_band: tuple[float, float] = (0.15, 0.85),
+        start_strategy: str = "auto",
+        n_candidates: int | None = None,
+        max_candidates: int | None = None,
+        filter_batch_size: int | None = None,
+        resurrect: int = 0,
+        n_local: int | None = None,
+        local_steps: int | None = None,
+        max_discoveries: int | None = None,
+        target_fom: float | None = None,
+        max_evals: int | None = None,
+        max_time_s: float | None = None,
+        sync_every: int = 1,
+        flat: bool = True,
+        absolute_sigma: bool | None = None,
+        n_data: int | None = None,
+        max_history: int = 10_000,
+        log_every: int | None = None,
+        progress: bool | None = None,
+        checkpoint_dir: str | os.PathLike | None = None,
+        checkpoint_every: int = 100,
+        devices: int | Sequence[Any] | None = None,
+    ):
+        given = _arguments(locals())
         checks.positive(learning_rate, "learning_rate", schedule=True)
         checks.in_unit_interval(b1, "b1")
         checks.in_unit_interval(b2, "b2")
         hyper = {"learning_rate": learning_rate, "b1": b1, "b2": b2}
-        rule = OptaxSolver(optax.lion(**hyper), name="lion", hyperparameters=hyper)
-        super().__init__(rule, **kwargs)
+        self._hold(OptaxSolver(optax.lion(**hyper), name="lion", hyperparameters=hyper), given)
 
 
 class MultiStartLBFGS(MultiStartGradient):
@@ -231,9 +412,39 @@ class MultiStartLBFGS(MultiStartGradient):
         rtol: float | None = None,
         xtol: float | None = None,
         ftol: float = 0.0,
-        **kwargs,
+        n_starts: int = 32,
+        batch_size: int | str | None = "auto",
+        backend: str = "loop",
+        n_steps: int = 1000,
+        seed: int = 0,
+        convergence: Convergence | None | str = "auto",
+        max_nonfinite: int = 8,
+        schedule: str | Schedule = "all",
+        start_band: tuple[float, float] = (0.15, 0.85),
+        start_strategy: str = "auto",
+        n_candidates: int | None = None,
+        max_candidates: int | None = None,
+        filter_batch_size: int | None = None,
+        resurrect: int = 0,
+        n_local: int | None = None,
+        local_steps: int | None = None,
+        max_discoveries: int | None = None,
+        target_fom: float | None = None,
+        max_evals: int | None = None,
+        max_time_s: float | None = None,
+        sync_every: int = 1,
+        flat: bool = True,
+        absolute_sigma: bool | None = None,
+        n_data: int | None = None,
+        max_history: int = 10_000,
+        log_every: int | None = None,
+        progress: bool | None = None,
+        checkpoint_dir: str | os.PathLike | None = None,
+        checkpoint_every: int = 100,
+        devices: int | Sequence[Any] | None = None,
     ):
-        super().__init__(LBFGS(memory, rtol=rtol, xtol=xtol, ftol=ftol), **kwargs)
+        given = _arguments(locals())
+        self._hold(LBFGS(memory, rtol=rtol, xtol=xtol, ftol=ftol), given)
 
 
 def _is_auto(value) -> bool:
@@ -254,39 +465,16 @@ def _resolve_auto(solver: Solver, options: dict) -> None:
         tiktak = isinstance(solver, LeastSquaresRule) and options.get("n_candidates") != 0
         tiktak = tiktak and not options.get("resurrect")
         options["start_strategy"] = "tiktak" if tiktak else "band"
-    _resolve_sigma(solver, options)
+    options["absolute_sigma"] = resolve_absolute_sigma(
+        options.get("absolute_sigma"),
+        least_squares=isinstance(solver, LeastSquaresRule),
+        n_data=options.get("n_data"),
+    )
 
 
-def _resolve_sigma(solver: Solver, options: dict) -> None:
-    """``absolute_sigma``'s default by rule, and what it needs: ``n_data`` to scale a scalar
-    figure of merit by its reduced χ²; none for least squares, whose residuals count."""
-    least_squares = isinstance(solver, LeastSquaresRule)
-    if options.get("absolute_sigma") is None:
-        options["absolute_sigma"] = not least_squares
-    if least_squares and options.get("n_data") is not None:
-        raise ValueError(
-            "n_data applies to a scalar figure of merit: a least-squares fit counts its "
-            "residuals; drop n_data"
-        )
-    if options["absolute_sigma"] is False and not least_squares and options.get("n_data") is None:
-        raise ValueError(
-            "absolute_sigma=False scales the covariance by the reduced chi-squared "
-            "f / (n_data - n): give n_data, the number of data points behind the objective"
-        )
-
-
-def _with_options(cls) -> None:
-    """Show every option in ``cls.__init__``'s signature (``help()``, IDEs, ``inspect``), after
-    the rule's own arguments, so each option is written once, in :class:`SearchConfig`."""
-    init = cls.__dict__["__init__"]
-    sig = inspect.signature(init)
-    own = [p for p in sig.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
-    kw, fields = inspect.Parameter.KEYWORD_ONLY, dataclasses.fields(SearchConfig)
-    options = [inspect.Parameter(f.name, kw, default=f.default, annotation=f.type) for f in fields]
-    init.__signature__ = sig.replace(parameters=own + options)
-    cls.__signature__ = sig.replace(parameters=own[1:] + options)  # as the class is called
+def _arguments(given: dict[str, Any]) -> dict[str, Any]:
+    """A constructor's keyword arguments, from its ``locals()`` taken first thing."""
+    return {k: v for k, v in given.items() if k not in ("self", "__class__", "optimizer")}
 
 
 MultiStartGradient.__doc__ = (MultiStartGradient.__doc__ or "").replace("{options}", options_doc())
-for _name in __all__:
-    _with_options(globals()[_name])

@@ -7,7 +7,9 @@ every rule shares; its errors are curve_fit's (:func:`multistart.result.laplace.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import copy
+import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -15,10 +17,12 @@ import jax
 import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
+from ..host.schedule import Schedule
 from ..model.priors import Space
 from ..model.problem import ModelTrace, Problem, add_note, datum, refuse_space, tracer_hint
 from ..result import Result
 from ..solvers import Solver
+from ..solvers.convergence import Convergence
 from ..solvers.least_squares import METHODS, LeastSquaresSolver
 from .gradient import MultiStartGradient
 
@@ -210,13 +214,43 @@ class MultiStartLeastSquares(MultiStartGradient):
         gtol: float | None = None,
         jacobian: str | None = None,
         covariance: str = "gauss-newton",
-        **kwargs,
+        n_starts: int = 32,
+        batch_size: int | str | None = "auto",
+        backend: str = "loop",
+        n_steps: int = 1000,
+        seed: int = 0,
+        convergence: Convergence | None | str = "auto",
+        max_nonfinite: int = 8,
+        schedule: str | Schedule = "all",
+        start_band: tuple[float, float] = (0.15, 0.85),
+        start_strategy: str = "auto",
+        n_candidates: int | None = None,
+        max_candidates: int | None = None,
+        filter_batch_size: int | None = None,
+        resurrect: int = 0,
+        n_local: int | None = None,
+        local_steps: int | None = None,
+        max_discoveries: int | None = None,
+        target_fom: float | None = None,
+        max_evals: int | None = None,
+        max_time_s: float | None = None,
+        sync_every: int = 1,
+        flat: bool = True,
+        absolute_sigma: bool | None = None,
+        n_data: int | None = None,
+        max_history: int = 10_000,
+        log_every: int | None = None,
+        progress: bool | None = None,
+        checkpoint_dir: str | os.PathLike | None = None,
+        checkpoint_every: int = 100,
+        devices: int | Sequence[Any] | None = None,
     ):
+        given = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
         rule = least_squares_rule(method, ftol=ftol, xtol=xtol, gtol=gtol, jacobian=jacobian)
         if covariance not in COVARIANCES:
             options = ", ".join(map(repr, COVARIANCES))
             raise ValueError(f"covariance must be one of {options}; got {covariance!r}")
-        super().__init__(rule, **kwargs)
+        self._hold(rule, given)
         self.covariance = covariance
 
     def config(self) -> dict[str, Any]:
@@ -230,7 +264,7 @@ class MultiStartLeastSquares(MultiStartGradient):
         return residual_problem(
             residuals,
             space,
-            absolute_sigma=self.options.absolute_sigma is True,
+            absolute_sigma=bool(self.options.absolute_sigma),  # resolved by the rule
             covariance=self.covariance,
         )
 
@@ -251,10 +285,13 @@ class MultiStartLeastSquares(MultiStartGradient):
             squares), a non-float or empty output; raised after one trace, before any compile.
         """
         problem = self.problem(residuals, space)
+        search = self
         bind = getattr(self.solver, "bind", None)  # optimistix's states hold the residuals
-        if bind is not None:
-            self.solver = bind(residual_size(problem))
-        return super().fit(problem, None, starts=starts, resume=resume, part=part)
+        if bind is not None:  # a copy of the search with the rule bound: fit changes no search
+            search = copy.copy(self)
+            object.__setattr__(search, "solver", bind(residual_size(problem)))
+        fit = MultiStartGradient.fit
+        return fit(search, problem, None, starts=starts, resume=resume, part=part)
 
 
 def residual_size(problem: ResidualProblem) -> int:
