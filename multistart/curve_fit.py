@@ -23,6 +23,7 @@ from .common import log
 from .common.status import Status
 from .device.programs import programs_for
 from .host import progress
+from .host.config import unknown_options
 from .model.priors import HalfBounded, Normal, Space, Uniform
 from .model.problem import add_note, tracer_hint
 from .result import Result
@@ -418,6 +419,8 @@ def _check_scipy_options(options: dict) -> None:
                 " (max_evals caps the evaluations of every start together, of every fit of a "
                 "batch: not scipy's meaning)"
             )
+    # a misspelt option named, with the nearest, before anything is traced
+    unknown_options(options, MultiStartLeastSquares)
 
 
 class _Held:
