@@ -13,6 +13,7 @@ thread (``harness.one_blas_thread``). Solved means the suite's own test, ``|f - 
 (``Benchmark.success``) at the arm's best point. Arms (``ARMS``; ``--arms`` picks some):
 
   ours          ``MultiStartLBFGS(n_starts=32)`` with the defaults
+  ours_sobol    the same with ``start_strategy="sobol"``
   ours_tiktak   the same with ``start_strategy="tiktak"``
   ours_box      the defaults with ``start_band=(0, 1)``: candidates over the whole box
   ours_box_tiktak  both
@@ -21,12 +22,20 @@ thread (``harness.one_blas_thread``). Solved means the suite's own test, ``|f - 
   da            ``scipy.optimize.dual_annealing``
 
 Per arm: solved functions (summed over seeds), the fraction of runs, the median evaluations per
-run (gradients counted as evaluations: one value-and-grad is one), wall seconds summed, and the
-functions it missed on any seed.
+run (gradients counted as evaluations: one value-and-grad is one; our arms' count includes the
+filter's candidates, value-only as DE's are), wall seconds summed, and the functions it missed
+on any seed.
+
+``--budget N`` compares the arms at equal evaluation budgets: each is stopped at ``N``
+evaluations of a function and sized to spend them (ours: ``N // 4`` filter candidates and
+``max_evals`` the rest, checked at host syncs, so a run can overshoot by a step of each running
+start; a one-wave strategy gets ``N // 40`` starts, TikTak 32 slots refilled until the budget is
+spent; scipy's arms run until it is, their best point kept).
 
     python profiling/go_suite.py --go-dir PATH --quick          # 24 functions, 1 seed
     python profiling/go_suite.py --go-dir PATH --half --seeds 0,1,2
     python profiling/go_suite.py --go-dir PATH --only EggHolder,UrsemWaves --arms ours,ours_box
+    python profiling/go_suite.py --go-dir PATH --quick --budget 2000 --arms ours,ours_tiktak
 """
 
 from __future__ import annotations
@@ -153,67 +162,103 @@ def _check(name, cls, max_dim):
     return Problem(name, bench, lower, upper, float(bench.fglob), value)
 
 
+# --budget N: every arm is stopped at N evaluations of a function (its filter's candidates
+# included) and sized to use them. A one-wave strategy gets one start per PER_START
+# evaluations (a tenth of them the filter's candidates, the default ratio); TikTak keeps 32
+# slots and refills them until the budget is spent; scipy's arms run until it is.
+PER_START = 40
+
+
+class _Spent(Exception):
+    """A scipy arm's budget is spent (raised from its objective, caught by the arm)."""
+
+
 def _ours(**options) -> Callable:
-    def run(problem: Problem, seed: int):
+    def run(problem: Problem, seed: int, budget: int | None = None):
         space = {"x": ms.Uniform(problem.lower, problem.upper)}
-        search = ms.MultiStartLBFGS(n_starts=32, seed=seed, progress=False, **options)
+        sized = dict(n_starts=32)
+        if budget is not None:
+            n_candidates = budget // 4
+            sized = dict(n_candidates=n_candidates, max_evals=budget - n_candidates)
+            if options.get("start_strategy") == "tiktak":
+                sized.update(n_starts=32, n_local=n_candidates)
+            else:
+                sized.update(n_starts=max(8, budget // PER_START))
+        search = ms.MultiStartLBFGS(seed=seed, progress=False, **sized, **options)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             result = search.fit(lambda p: problem.value(p["x"]), space)
-        return np.asarray(result.best_params["x"], dtype=np.float64), int(result.stats["n_evals"])
+        # the filter's candidates are evaluations too (of the value alone, as DE's are)
+        evals = int(result.stats["n_evals"]) + int(result.stats.get("n_candidates", 0))
+        return np.asarray(result.best_params["x"], dtype=np.float64), evals
 
     return run
 
 
-def _scipy_vg(problem: Problem):
-    vg = jax.jit(jax.value_and_grad(problem.value))
-    count = {"n": 0}
+class _Counted:
+    """A scipy arm's objective: counts evaluations, keeps the best point, and raises
+    :class:`_Spent` once ``budget`` were made."""
 
-    def fun(x):
-        count["n"] += 1
-        f, g = vg(jnp.asarray(x))
-        return float(f), np.asarray(g, dtype=np.float64)
+    def __init__(self, problem: Problem, budget: int | None):
+        self.vg = jax.jit(jax.value_and_grad(problem.value))
+        self.budget, self.n = budget, 0
+        self.best_x, self.best_f = None, np.inf
 
-    def f_only(x):
-        return fun(x)[0]
+    def __call__(self, x):
+        if self.budget is not None and self.n >= self.budget:
+            raise _Spent
+        self.n += 1
+        f, g = self.vg(jnp.asarray(x))
+        f = float(f)
+        if f < self.best_f:
+            self.best_x, self.best_f = np.array(x, dtype=np.float64), f
+        return f, np.asarray(g, dtype=np.float64)
 
-    return fun, f_only, count
-
-
-def _de(problem: Problem, seed: int):
-    fun, f_only, count = _scipy_vg(problem)
-    bounds = list(zip(problem.lower, problem.upper, strict=True))
-    r = so.differential_evolution(f_only, bounds, seed=seed, polish=True)
-    return np.asarray(r.x), count["n"]
-
-
-def _da(problem: Problem, seed: int):
-    fun, f_only, count = _scipy_vg(problem)
-    bounds = list(zip(problem.lower, problem.upper, strict=True))
-    r = so.dual_annealing(f_only, bounds, seed=seed)
-    return np.asarray(r.x), count["n"]
+    def f_only(self, x):
+        return self(x)[0]
 
 
-def _lbfgsb32(problem: Problem, seed: int):
-    fun, _, count = _scipy_vg(problem)
-    bounds = list(zip(problem.lower, problem.upper, strict=True))
+def _scipy(method: Callable) -> Callable:
+    def run(problem: Problem, seed: int, budget: int | None = None):
+        fun = _Counted(problem, budget)
+        bounds = list(zip(problem.lower, problem.upper, strict=True))
+        try:
+            method(fun, bounds, problem, seed, budget)
+        except _Spent:
+            pass
+        return fun.best_x, fun.n
+
+    return run
+
+
+def _de(fun, bounds, problem, seed, budget):
+    so.differential_evolution(
+        fun.f_only, bounds, seed=seed, polish=True, maxiter=10**6 if budget else 1000
+    )
+
+
+def _da(fun, bounds, problem, seed, budget):
+    so.dual_annealing(fun.f_only, bounds, seed=seed, maxfun=budget or 10**7)
+
+
+def _lbfgsb32(fun, bounds, problem, seed, budget):
+    """L-BFGS-B from uniform starts over the box: 32, or as many as the budget allows."""
     rng = np.random.default_rng(seed)
-    best_x, best_f = None, np.inf
-    for x0 in rng.uniform(problem.lower, problem.upper, size=(32, problem.lower.size)):
-        r = so.minimize(fun, x0, jac=True, method="L-BFGS-B", bounds=bounds)
-        if r.fun < best_f:
-            best_x, best_f = r.x, r.fun
-    return np.asarray(best_x), count["n"]
+    n_starts = 32 if budget is None else 10**6
+    for _ in range(n_starts):
+        x0 = rng.uniform(problem.lower, problem.upper)
+        so.minimize(fun, x0, jac=True, method="L-BFGS-B", bounds=bounds)
 
 
 ARMS: dict[str, Callable] = {
     "ours": _ours(),
+    "ours_sobol": _ours(start_strategy="sobol"),
     "ours_tiktak": _ours(start_strategy="tiktak"),
     "ours_box": _ours(start_band=(0.0, 1.0)),
     "ours_box_tiktak": _ours(start_band=(0.0, 1.0), start_strategy="tiktak"),
-    "de": _de,
-    "lbfgsb32": _lbfgsb32,
-    "da": _da,
+    "de": _scipy(_de),
+    "lbfgsb32": _scipy(_lbfgsb32),
+    "da": _scipy(_da),
 }
 
 
@@ -226,7 +271,7 @@ def solved(problem: Problem, x: np.ndarray) -> bool:
         return bool(abs(f - problem.fglob) < 1e-5)
 
 
-def run(problems, arms, seeds) -> dict:
+def run(problems, arms, seeds, budget=None) -> dict:
     """Every arm on every problem and seed: ``{arm: {name: [(solved, evals, wall), ...]}}``."""
     out: dict = {a: {} for a in arms}
     for problem in problems:
@@ -235,7 +280,7 @@ def run(problems, arms, seeds) -> dict:
                 t0 = time.perf_counter()
                 try:
                     with harness.one_blas_thread():
-                        x, evals = ARMS[arm](problem, seed)
+                        x, evals = ARMS[arm](problem, seed, budget)
                     ok = solved(problem, x)
                 except Exception as e:  # noqa: BLE001 - one function's failure is one miss
                     print(f"  {arm} {problem.name} seed {seed}: {type(e).__name__}: {e}")
@@ -293,11 +338,20 @@ def main(argv=None) -> None:
     parser.add_argument("--max-dim", type=int, default=10)
     parser.add_argument("--only", default="", help="comma-separated function names")
     parser.add_argument("--half", action="store_true", help="every second function")
+    parser.add_argument("--quarter", action="store_true", help="every fourth function")
     parser.add_argument("--quick", action="store_true", help="every eighth function")
     parser.add_argument("--json", default="", help="write the record and per-run records here")
+    parser.add_argument(
+        "--budget",
+        type=int,
+        default=None,
+        help="evaluations per function, every arm stopped there and sized to use them",
+    )
     args = parser.parse_args(argv)
     if not args.go_dir or not Path(args.go_dir).is_dir():
         parser.error("--go-dir (or MULTISTART_GO_DIR) must name scipy's go_benchmark_functions")
+    if args.budget is not None and args.budget < 4 * PER_START:
+        parser.error(f"--budget must be at least {4 * PER_START} evaluations")
     arms = args.arms.split(",")
     for arm in arms:
         if arm not in ARMS:
@@ -314,9 +368,11 @@ def main(argv=None) -> None:
         problems = [p for p in problems if p.name in wanted]
     elif args.quick:
         problems = problems[::8]
+    elif args.quarter:
+        problems = problems[::4]
     elif args.half:
         problems = problems[::2]
-    out = run(problems, arms, seeds)
+    out = run(problems, arms, seeds, args.budget)
     print(table(out, len(problems), seeds))
     if args.json:
         write_record(args.json, args, out, skipped)

@@ -10,9 +10,14 @@ import os
 import subprocess
 import sys
 import textwrap
+import warnings
 
+import jax.numpy as jnp
+import numpy as np
 import pytest
 from markdown_blocks import ROOT
+
+import multistart as ms
 
 BENCHMARK = """
 import numpy as np
@@ -158,3 +163,58 @@ def test_the_runner_refuses_nonsense_as_a_usage_error(argv, message, suite):
     out = _run(*[a.format(suite=suite) for a in argv], timeout=120)
     assert out.returncode == 2
     assert message in out.stderr
+
+
+# A few of the suite's functions, written here from their formulas (Jamil & Yang 2013), two
+# with the minimum inside the box and two with it on a bound: (function, lower, upper, fglob,
+# runs of seeds 0, 1, 2 the defaults must solve).
+SUITE_FUNCTIONS = {
+    "Rastrigin": (  # inside, at the origin, among 120 local minima: seed 2 misses it
+        lambda x: 10.0 * x.size + jnp.sum(x**2 - 10.0 * jnp.cos(2.0 * jnp.pi * x)),
+        [-5.12, -5.12],
+        [5.12, 5.12],
+        0.0,
+        2,
+    ),
+    "Ackley01": (  # inside, at the origin
+        lambda x: (
+            -20.0 * jnp.exp(-0.2 * jnp.sqrt(jnp.mean(x**2)))
+            - jnp.exp(jnp.mean(jnp.cos(2.0 * jnp.pi * x)))
+            + 20.0
+            + jnp.e
+        ),
+        [-35.0, -35.0],
+        [35.0, 35.0],
+        0.0,
+        3,
+    ),
+    "Adjiman": (  # on the bound x0 = 2, x1 inside
+        lambda x: jnp.cos(x[0]) * jnp.sin(x[1]) - x[0] / (x[1] ** 2 + 1.0),
+        [-1.0, -1.0],
+        [2.0, 1.0],
+        -2.02180678,
+        3,
+    ),
+    "Brent": (  # on the corner (-10, -10)
+        lambda x: (x[0] + 10.0) ** 2 + (x[1] + 10.0) ** 2 + jnp.exp(-(x[0] ** 2) - x[1] ** 2),
+        [-10.0, -10.0],
+        [10.0, 10.0],
+        0.0,
+        3,
+    ),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(SUITE_FUNCTIONS))
+def test_the_defaults_solve_suite_functions_inside_and_on_a_bound(name, x64):
+    fun, lower, upper, fglob, n_solved = SUITE_FUNCTIONS[name]
+    space = {"x": ms.Uniform(np.array(lower), np.array(upper))}
+    solved = []
+    for seed in (0, 1, 2):
+        search = ms.MultiStartLBFGS(n_starts=32, seed=seed, progress=False)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the bound ones warn that the best is on a bound
+            result = search.fit(lambda p: fun(p["x"]), space)
+        solved.append(abs(float(result.best_fom) - fglob) < 1e-5)  # the suite's success()
+    assert sum(solved) >= n_solved, solved

@@ -311,3 +311,42 @@ def test_the_memory_keeps_the_newest_pairs_oldest_first_and_the_direction_is_the
         np.testing.assert_array_equal(
             np.asarray(getattr(again, name)), np.asarray(getattr(st, name))
         )
+
+
+def _on_a_corner(p):  # minimum at a = (1, 1), b = 0.1: on bounds of a Uniform and a LogUniform
+    return -p["a"][0] - 2.0 * p["a"][1] + p["b"] + 0.3 * jnp.sin(p["a"][0])
+
+
+CORNER_SPACE = {"a": ms.Uniform(-1.0, 1.0, shape=(2,)), "b": ms.LogUniform(0.1, 100.0)}
+
+
+def test_a_minimum_on_a_bound_is_reached_to_rounding_in_as_few_evaluations_as_lbfgsb(x64):
+    result = ms.MultiStartLBFGS(n_starts=8, seed=0, progress=False).fit(_on_a_corner, CORNER_SPACE)
+    eps = np.finfo(np.float64).eps
+    assert np.all(result.status == "converged")
+    # every start on the bound to rounding of the prior's range
+    np.testing.assert_allclose(result.params["a"], 1.0, rtol=0, atol=32 * eps * 2.0)
+    np.testing.assert_allclose(result.params["b"], 0.1, rtol=32 * eps * np.log(1000.0))
+    # scipy's L-BFGS-B from the same starts, its box the priors' (b in log coordinates)
+    starts = np.column_stack([result.start_params["a"], np.log(result.start_params["b"])])
+
+    def fun(x):
+        value = -x[0] - 2.0 * x[1] + np.exp(x[2]) + 0.3 * np.sin(x[0])
+        return value, np.array([-1.0 + 0.3 * np.cos(x[0]), -2.0, np.exp(x[2])])
+
+    box = [(-1.0, 1.0), (-1.0, 1.0), (np.log(0.1), np.log(100.0))]
+    scipy_evals = sum(
+        scipy.optimize.minimize(fun, x0, jac=True, method="L-BFGS-B", bounds=box).nfev
+        for x0 in starts
+    )
+    # the logistic coordinate alone takes some 45 evaluations a start to get there (issue 41)
+    assert result.stats["n_evals"] <= 2 * scipy_evals, (result.stats["n_evals"], scipy_evals)
+
+
+def test_a_minimum_just_inside_a_bound_is_not_pulled_onto_it(x64):
+    centre = 1.0 - 2e-4  # a ten-thousandth of the range inside: within the projection's reach
+    result = ms.MultiStartLBFGS(n_starts=8, seed=0, progress=False).fit(
+        lambda p: jnp.sum((p["a"] - centre) ** 2), {"a": ms.Uniform(-1.0, 1.0, shape=(2,))}
+    )
+    assert np.all(result.status == "converged")
+    np.testing.assert_allclose(result.params["a"], centre, rtol=0, atol=1e-10)

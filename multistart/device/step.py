@@ -94,6 +94,7 @@ def make_start_step(
     max_nonfinite: int,
     max_start_steps: int | None = None,
     residual_u: Callable[[Any, Any], Any] | None = None,
+    bounded: Any = None,
 ) -> Callable[[StartState, Any], StartState]:
     """Build ``start_step(state, data) -> state`` for one start: the solver behind the guard.
 
@@ -103,7 +104,8 @@ def make_start_step(
     ``residual_u(u, data)`` and their Jacobian there (``solver.linearize``: one evaluation,
     counted in ``n_evals`` at what it costs), the figure of merit being their sum of squares.
     Around the solver, the same for every rule: the guard, the best-so-far, convergence and
-    the per-start step cap (the module doc).
+    the per-start step cap (the module doc). ``bounded`` (a bool per raveled coordinate of
+    ``u``: a bounded prior's logistic one) goes to a rule that ``projects_to_bounds``.
 
     A start that is not running is returned unchanged, so results do not depend on when the
     host drops it.
@@ -120,7 +122,7 @@ def make_start_step(
             return fom_u(u, data)
 
         fom, finite, cost, (u_next, opt_next, extra_evals) = _evaluate_and_step(
-            solver, s, f, residual_u, data
+            solver, s, f, residual_u, data, bounded
         )
         moved = _tree_all_finite(u_next)
         g = _guard(s, fom, finite, moved, solver.handles_nonfinite, max_nonfinite)
@@ -202,7 +204,7 @@ def _ending(s: StartState, g: _Guarded, solver, opt_next, convergence, max_start
     return status, ring
 
 
-def _evaluate_and_step(solver: Solver, s: StartState, f, residual_u, data):
+def _evaluate_and_step(solver: Solver, s: StartState, f, residual_u, data, bounded=None):
     """``(fom, finite, cost, SolverStep)``: the step's one evaluation (``cost`` evaluations, a
     Python int) and the rule's step from it. A least-squares rule's ``‖r‖²`` and ``2 Jᵀr`` feed
     the guard and the best-so-far as a value and gradient would."""
@@ -215,7 +217,10 @@ def _evaluate_and_step(solver: Solver, s: StartState, f, residual_u, data):
         return fom, finite, cost, out
     fom, grad = jax.value_and_grad(f)(s.u)
     finite = _tree_all_finite((fom, grad))
-    out = cast(Minimiser, solver).step(fom, grad, s.u, s.opt_state, scale=s.scale, value_fn=f)
+    extra = {"bounded": bounded} if solver.projects_to_bounds and bounded is not None else {}
+    out = cast(Minimiser, solver).step(
+        fom, grad, s.u, s.opt_state, scale=s.scale, value_fn=f, **extra
+    )
     return fom, finite, 1, out
 
 

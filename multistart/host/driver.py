@@ -135,6 +135,7 @@ def identify(setup: Setup) -> Traced:
             o.give_up,
             max_start_steps=o.local_steps,
             residual_u=residual_u,
+            bounded=space.logistic_mask(),
         )
         chunk_step = make_chunk_step(start_step, problem.rows_per_datum)
         chunk_step.__name__ = chunk_step.__qualname__ = CHUNK_STEP_NAME

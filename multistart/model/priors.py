@@ -628,6 +628,14 @@ class Space:
         batch = leaves[0].shape[:batch_ndim]
         return np.concatenate([v.reshape(*batch, -1) for v in leaves], axis=-1)
 
+    def logistic_mask(self) -> np.ndarray:
+        """NumPy: which coordinates of the flat vector are a bounded prior's logistic ones
+        (``Uniform`` and ``LogUniform``), whose bounds a step reaches only asymptotically:
+        where a rule saturates them (:func:`multistart.solvers.lbfgs.saturation`)."""
+        return np.concatenate(
+            [np.full(p.size, type(p) in (Uniform, LogUniform)) for p in self.priors]
+        )
+
     def unravel(self, vec):
         """JAX: one start's ``(n_dims,)`` vector to the params pytree."""
         out, i = [], 0

@@ -51,11 +51,15 @@ class Solver:
         (gradient, step or decrease tests, relative to the scale of the figure of merit).
         A search with such a rule runs no window guard by default (``convergence="auto"``);
         one without gets :class:`multistart.Convergence`, and its starts end ``stalled``.
+      projects_to_bounds: ``True`` when ``step`` takes ``bounded=``, a bool per raveled
+        coordinate saying which are a bounded prior's logistic coordinates, and projects its
+        trials onto those bounds (the batched L-BFGS).
     """
 
     name = "solver"
     handles_nonfinite = False
     tests_convergence = False
+    projects_to_bounds = False
 
     def __post_init__(self) -> None:
         """Check the hyperparameters (a subclass's own checks call this one)."""

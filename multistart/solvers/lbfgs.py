@@ -21,6 +21,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from ..common import checks
@@ -43,7 +44,8 @@ class LBFGSState(NamedTuple):
 
     rows: jax.Array  # (3 + 2 * memory, n): x, g, d, the memory's s rows, its y rows
     reals: jax.Array  # (memory + 3,): the memory's rho, then f, alpha, gamma
-    ints: jax.Array  # (4,) int32: n_back, started, done (0, CONVERGED or STALLED), n_pairs
+    ints: jax.Array  # (5,) int32: n_back, started, done (0, CONVERGED or STALLED), n_pairs,
+    # unprojected
 
 
 class LBFGSFields(NamedTuple):
@@ -67,11 +69,12 @@ class LBFGSFields(NamedTuple):
     n_back: jax.Array  # failed trials in the current line search
     started: jax.Array  # has x been evaluated (a finite first evaluation)?
     done: jax.Array  # 0 while running; CONVERGED (a test passed) or STALLED (no progress)
+    unprojected: jax.Array  # a projected trial failed: no trial is projected again (_to_bounds)
 
     def pack(self) -> LBFGSState:
         rows = jnp.concatenate([jnp.stack([self.x, self.g, self.d]), self.s, self.y])
         reals = jnp.concatenate([self.rho, jnp.stack([self.f, self.alpha, self.gamma])])
-        flags = (self.n_back, self.started, self.done, self.n_pairs)
+        flags = (self.n_back, self.started, self.done, self.n_pairs, self.unprojected)
         return LBFGSState(rows, reals, jnp.stack([jnp.asarray(a, jnp.int32) for a in flags]))
 
     @classmethod
@@ -92,6 +95,7 @@ class LBFGSFields(NamedTuple):
             n_back=ints[0],
             started=ints[1] != 0,
             done=ints[2],
+            unprojected=ints[4] != 0,
         )
 
 
@@ -141,6 +145,7 @@ class LBFGS(Minimiser):
     name = "lbfgs"
     handles_nonfinite = True
     tests_convergence = True
+    projects_to_bounds = True
 
     memory: int = 10
     _: KW_ONLY
@@ -185,6 +190,7 @@ class LBFGS(Minimiser):
             n_back=jnp.int32(0),
             started=jnp.bool_(False),
             done=jnp.int32(0),
+            unprojected=jnp.bool_(False),
         ).pack()
 
     def converged(self, state: LBFGSState) -> jax.Array:
@@ -195,18 +201,18 @@ class LBFGS(Minimiser):
 
     # -- the step ----------------------------------------------------------------------------
 
-    def step(self, value, grad, u, state: LBFGSState, *, scale, value_fn) -> SolverStep:
+    def step(
+        self, value, grad, u, state: LBFGSState, *, scale, value_fn, bounded=None
+    ) -> SolverStep:
         del value_fn  # one evaluation a step: the engine's
-        u_flat, unravel = ravel_pytree(u)
-        g_flat, _ = ravel_pytree(grad)
+        (u_flat, unravel), g_flat = ravel_pytree(u), ravel_pytree(grad)[0]
         st = LBFGSFields.unpack(state)
-        dtype = u_flat.dtype
-        value = jnp.asarray(value, dtype)
+        value = jnp.asarray(value, dtype := u_flat.dtype)
         s_new, y_new = u_flat - st.x, g_flat - st.g
         dots = _Dots.of(s_new, y_new, g_flat, st)
         finite = jnp.isfinite(value) & jnp.isfinite(dots.g_max)  # nan or inf if g is
         first = ~st.started
-        armijo = finite & (value <= st.f + self.c1 * st.alpha * dots.slope0)
+        armijo, projected = self._armijo(st, value, u_flat, g_flat, dots, finite, bounded)
         accept = jnp.where(first, finite, armijo)
 
         # -- an accepted point: a new pair, a new direction, the stopping tests.
@@ -218,13 +224,13 @@ class LBFGS(Minimiser):
         )
         code_acc = self._tests(st, value, u_flat, dots, mem, descent, dg_acc, first)
 
-        # -- a failed trial: backtrack; clear the memory after too many; stop after twice that.
-        alpha_back = _backtrack(st, value, dots, finite)
+        # -- a failed trial: backtrack (a projected one: retried unprojected, _on_bounds); clear
+        # the memory after too many; stop after twice that.
+        alpha_back = jnp.where(projected, st.alpha, _backtrack(st, value, dots, finite))
         n_back = st.n_back + 1
         exhausted = n_back >= self.max_linesearch
-        had_pair = st.n_pairs > 0
-        reset = exhausted & had_pair  # steepest descent from x with an empty memory
-        stalled = exhausted & ~had_pair
+        reset = exhausted & (st.n_pairs > 0)  # steepest descent from x with an empty memory
+        stalled = exhausted & (st.n_pairs == 0)
 
         # -- put the two cases together.
         fresh = accept | reset  # a new line search begins from x
@@ -248,14 +254,25 @@ class LBFGS(Minimiser):
             n_back=jnp.where(fresh, 0, n_back).astype(jnp.int32),
             started=st.started | accept,
             done=jnp.where(accept, code_acc, jnp.where(stalled, STALLED, 0)),
+            unprojected=st.unprojected | (projected & ~accept),
         )
         # A start whose first evaluation was non-finite stays where it is (the engine ends it;
         # it accepted nothing, so new.x is st.x).
         idle = first & ~finite
-        u_next = jnp.where(idle | (new.done != 0), new.x, new.x + new.alpha * new.d)
+        u_next = jnp.where(idle | (new.done != 0), new.x, _to_bounds(new, fresh, bounded))
         return SolverStep(unravel(u_next.astype(dtype)), _select(idle, state, new.pack()), 0)
 
     # -- pieces ------------------------------------------------------------------------------
+
+    def _armijo(self, st: LBFGSFields, value, x, g, dots: _Dots, finite, bounded):
+        """``(armijo, projected)``: does the point just evaluated pass the sufficient-decrease
+        test (a trial on a bound whose minimum lies inside does not), and was it a projected
+        trial (:func:`_on_bounds`)?"""
+        armijo = finite & (value <= st.f + self.c1 * st.alpha * dots.slope0)
+        if bounded is None:
+            return armijo, jnp.bool_(False)
+        projected, leaves = _on_bounds(st, x, g, jnp.asarray(bounded))
+        return armijo & ~leaves, projected
 
     def _tests(self, st: LBFGSFields, value, x, dots: _Dots, mem: _Memory, descent, dg, first):
         """The stopping tests at an accepted point: ``CONVERGED``, ``STALLED`` or 0."""
@@ -356,6 +373,65 @@ def _direction(hg, g, dots: _Dots):
         descent,
         dg,
     )
+
+
+# A bounded coordinate this close to its bound (in the prior's unit interval) whose direction
+# leads out is taken to the bound by the first trial of a line search (see _to_bounds).
+NEAR_BOUND = 1e-2
+
+
+def saturation(dtype) -> float:
+    """The logistic coordinate ``u`` at which a bounded prior's map
+    (:mod:`multistart.model.priors`) rounds to its bound: at
+    ``u = log(1 / eps)`` the unit value ``sigmoid(u)`` is ``1 - eps`` (``eps`` of ``dtype``),
+    so the physical value is the bound to rounding of the prior's range, and the gradient
+    there, ``eps`` times the physical one, still has its sign. 36.0 in float64, 15.9 in
+    float32."""
+    return float(-np.log(np.finfo(dtype).eps))
+
+
+def _to_bounds(new: LBFGSFields, fresh, bounded):
+    """The trial point with bounded logistic coordinates projected onto their bounds.
+
+    A bounded prior's logistic coordinate reaches its bound only asymptotically: near it the
+    figure of merit is ``f_bound + c exp(-|u|)``, on which quasi-Newton steps grow ``|u|`` by
+    about ``log 2`` a step, some 40 steps to the bound in float64 where L-BFGS-B's projection
+    takes one or two. So, as a projected step would: the first trial of a line search (a
+    fresh one) takes a coordinate within ``NEAR_BOUND`` of a bound whose direction leads out
+    to the saturation point (:func:`saturation`, the bound to rounding). A
+    backtracking trial is never projected, and once a projected trial failed (it is then tried
+    again unprojected, :func:`_on_bounds`) no later trial of the start is, so a minimum just
+    inside a bound is reached as before. No trial goes beyond the saturation point either way.
+    """
+    x, d = new.x, new.d
+    trial = x + new.alpha * d
+    if bounded is None:
+        return trial
+    bounded = jnp.asarray(bounded)
+    fresh = fresh & ~new.unprojected
+    sat = saturation(x.dtype)
+    near = float(np.log((1.0 - NEAR_BOUND) / NEAR_BOUND))
+    up = bounded & fresh & (x > near) & (d > 0)
+    down = bounded & fresh & (x < -near) & (d < 0)
+    out = jnp.where(up, sat, jnp.where(down, -sat, trial))
+    return jnp.where(bounded, jnp.clip(out, -sat, sat), out)
+
+
+def _on_bounds(st: LBFGSFields, x, g, bounded):
+    """``(projected, leaves)``: was the point just evaluated a projected trial (a coordinate
+    put on a bound by :func:`_to_bounds`), and is a coordinate on a bound there with a
+    gradient leading inside?
+
+    On a bound (the saturation point) the logistic coordinate's gradient is ``eps`` times the
+    physical one, too small to bring it back: a trial that leaves one there with its minimum
+    inside fails, and a projected trial that failed is tried again unprojected (a backtracking
+    trial is never projected), so a minimum just inside a bound is reached as before.
+    """
+    sat = saturation(x.dtype)
+    at = bounded & (jnp.abs(x) >= sat)
+    unprojected = st.x + st.alpha * st.d
+    projected = st.started & jnp.any(at & (jnp.abs(unprojected) < sat))
+    return projected, jnp.any(at & (x * g > 0))
 
 
 def _backtrack(st: LBFGSFields, value, dots: _Dots, finite):
