@@ -393,6 +393,7 @@ class MultiStartLBFGS(MultiStartGradient):
     Every start keeps its own memory and line search, evaluating the objective **once per
     start per step** (:class:`multistart.solvers.LBFGS`). A start ends ``converged`` by
     relative tests (``rtol``, ``xtol``), so the fit of ``c * f`` ends where that of ``f`` does.
+    It takes every option of :class:`MultiStartGradient` too, keyword-only.
 
     Args:
       memory: pairs kept per start (scipy's ``maxcor``).
@@ -402,7 +403,6 @@ class MultiStartLBFGS(MultiStartGradient):
         (default ``sqrt(eps)``).
       ftol: end a start ``stalled`` when an accepted step lowered ``f`` by at most this,
         relative (scipy's ``ftol``; default ``0``, off).
-      **kwargs: the search's options (:class:`MultiStartGradient`).
     """
 
     def __init__(

@@ -177,7 +177,8 @@ class MultiStartLeastSquares(MultiStartGradient):
     factors were made with :meth:`multistart.Factor.from_residuals`. Each start runs its own
     Gauss-Newton-type search; ``result.errors`` are ``scipy.optimize.curve_fit``'s. A step's
     Jacobian counts as ``n`` evaluations for ``n`` parameters, so it pays for few parameters
-    and many residuals (``docs/least-squares.md`` has the crossover with L-BFGS).
+    and many residuals (``docs/least-squares.md`` has the crossover with L-BFGS). It takes
+    every option of :class:`MultiStartGradient` too, keyword-only.
 
     Args:
       method: ``"lm"`` (Levenberg-Marquardt, the default), ``"dogleg"``, ``"gauss-newton"``
@@ -191,7 +192,6 @@ class MultiStartLeastSquares(MultiStartGradient):
         ``"forward"`` or ``"reverse"``.
       covariance: ``"gauss-newton"`` (curve_fit's ``(JᵀJ)⁻¹``, the default) or ``"hessian"``
         (the full Hessian of ``‖r‖²``: the Laplace approximation), scaled alike.
-      **kwargs: the search's options (:class:`MultiStartGradient`), passed on untouched.
 
     Example:
       >>> import jax.numpy as jnp, numpy as np, multistart as ms
