@@ -15,7 +15,9 @@ import threading
 import time
 from pathlib import Path
 
-LOOP = os.path.join("multistart", "iterate.py")  # the fit's host loop: it steps the starts
+from multistart.host import iterate
+
+LOOP = iterate.__file__  # the fit's host loop, where it steps the starts (the module, not a path)
 
 
 def faulty(submit, kind: str, index: int, folder: str):
