@@ -242,7 +242,8 @@ def replay(
     of it (a variant being measured). ``trace``: a list that gets ``(evaluations so far, best
     so far)`` after every step (the anytime curve).
 
-    Mirrors the host loop (``multistart/loop.py``, ``decide.py``) at ``sync_every=1``: at each
+    Mirrors the host loop (``multistart/host/iterate.py``, ``multistart/host/decide.py``) at
+    ``sync_every=1``: at each
     step's sync it notes the best so far, then (not at the last step) calls
     :func:`multistart.host.schedule.prune`. At a sync past rung 0's evaluations where no running
     start reaches a rung, ``prune`` only counts the starts that ended since (at their final best and
