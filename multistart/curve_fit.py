@@ -28,7 +28,9 @@ from .model.priors import HalfBounded, Normal, Space, Uniform
 from .model.problem import add_note, tracer_hint
 from .result import Result
 from .result.batch import BatchFits, bound_summary
+from .result.laplace import gram_inverse
 from .search.least_squares import MultiStartLeastSquares
+from .solvers.base import linearize
 from .starts.strategies import BOUND_MARGIN, StartStream
 
 __all__ = ["curve_fit", "BatchFits"]
@@ -158,7 +160,7 @@ def _fit(
         starts = {name: np.array([v]) for name, v in zip(names, inside, strict=True)}
         result = search.fit(_CurveModel(g, names, space, data), starts=starts, resume=resume)
         popt = np.array([float(result.best_params[k]) for k in names])
-        pcov, fvec = _covariances(g, names, data, popt[None], absolute_sigma, stacked=False)
+        pcov, fvec = _result_covariance(result, names, np.asarray(data[1]).size)
         pcov, popt = held.full_cov(pcov, popt[None]), held.full(popt[None])
         _warn_if_tied_outside(held, popt, all_lower, all_upper)
         return popt[0], pcov[0], result, fvec[0]
@@ -734,7 +736,7 @@ def _fit_batch(
         with progress.fits_of(n_starts):
             result = search.fit(model, starts=starts, resume=resume)
         popt, rows = _per_fit(result, names, n_fits, n_starts)
-        pcov, fvec = _covariances(g, names, data, popt, absolute_sigma, stacked=True)
+        pcov, fvec = _batch_covariances(g, names, data, popt, absolute_sigma)
         popt, pcov = held.full(popt), held.full_cov(pcov, popt)
         _warn_if_tied_outside(held, popt, all_lower, all_upper)
         m = int(np.asarray(data[1]).size // n_fits)
@@ -948,34 +950,55 @@ def _at_bound(popt: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> np.ndar
 # -- curve_fit's pcov --------------------------------------------------------------------------
 
 
-def _covariances(f, names, data, popt, absolute_sigma: bool, *, stacked: bool):
-    """``(pcov, fvec)``: curve_fit's ``pcov`` of each fit, ``(n_fits, n, n)``, and its
-    weighted residuals at ``popt`` (scipy's ``fvec``), ``(n_fits, m)``. ``pcov`` is
-    ``s² (JᵀJ)⁻¹`` at ``popt``, ``s²`` 1 (``absolute_sigma``) or the reduced χ²; ``inf``,
-    with one ``OptimizeWarning``, where no degree of freedom is left or ``J`` is singular
-    (:func:`_inverse_gram`). ``stacked``: ``data`` has a leading axis of fits."""
-    a, ssr, fvec = _curvature_at(f, names, data, popt, stacked=stacked)
-    n, m = popt.shape[1], np.asarray(data[1]).size // (len(popt) if stacked else 1)
+def _result_covariance(result: Result, names, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(pcov, fvec)`` of one fit, ``(1, n, n)`` and ``(1, m)``: the Result's own covariance
+    (:func:`multistart.result.laplace.residual_laplace`, one path for both) in ``f``'s order,
+    and the weighted residuals at ``popt`` (scipy's ``fvec``); ``pcov`` ``inf`` everywhere,
+    with one ``OptimizeWarning``, where a parameter is not determined (curve_fit's way)."""
+    if result.best_index < 0:  # no start reached a finite sum of squares
+        pcov, fvec = np.full((1, len(names), len(names)), np.nan), np.full((1, m), np.nan)
+    else:
+        fit = result._uncertainty.at_best(result.best_index, result.best_params, warn=False)
+        order = [fit.names.index(name) for name in names]
+        assert fit.residuals is not None  # a least-squares problem's Laplace
+        pcov, fvec = fit.covariance[np.ix_(order, order)][None], fit.residuals[None]
+    return _inf_if_undetermined(pcov, stacked=False), fvec
+
+
+def _inf_if_undetermined(pcov: np.ndarray, *, stacked: bool) -> np.ndarray:
+    """``pcov`` with every fit's matrix ``inf`` where any of it is not finite, and one
+    ``OptimizeWarning`` that says for how many fits."""
+    bad = ~np.all(np.isfinite(pcov), axis=(1, 2))
+    if bad.any():
+        which = "" if not stacked else f" for {bad.sum()} of {len(pcov)} fits"
+        warnings.warn(
+            f"Covariance of the parameters could not be estimated{which}",
+            OptimizeWarning,
+            stacklevel=5,
+        )
+        pcov = np.where(bad[:, None, None], np.inf, pcov)
+    return pcov
+
+
+def _batch_covariances(f, names, data, popt, absolute_sigma: bool):
+    """``(pcov, fvec)`` of a batch: each fit's covariance as a single fit's Result has it,
+    ``s² (JᵀJ)⁻¹`` (:func:`multistart.result.laplace.gram_inverse`), ``(n_fits, n, n)``, from
+    one program over every fit, and its weighted residuals ``(n_fits, m)``."""
+    a, ssr, fvec = _curvature_at(f, names, data, popt, stacked=True)
+    n, m = popt.shape[1], fvec.shape[1]
     if absolute_sigma:
         s2 = np.ones(len(popt))
     else:
         s2 = ssr / (m - n) if m > n else np.full(len(popt), np.inf)
-    pcov = _inverse_gram(a) * s2[:, None, None]
-    bad = ~np.all(np.isfinite(pcov), axis=(1, 2))
-    if bad.any():
-        which = "" if len(popt) == 1 and not stacked else f" for {bad.sum()} of {len(popt)} fits"
-        warnings.warn(
-            f"Covariance of the parameters could not be estimated{which}",
-            OptimizeWarning,
-            stacklevel=4,
-        )
-        pcov[bad] = np.inf
-    return pcov, fvec
+    with np.errstate(invalid="ignore"):  # inf * 0 off the diagonal: inf anyway
+        pcov = gram_inverse(a)[0] * s2[:, None, None]
+    return _inf_if_undetermined(pcov, stacked=True), fvec
 
 
 def _curvature_at(f, names, data, points, *, stacked: bool):
     """``(J, ‖r‖², r)`` of each fit's weighted residuals at ``points`` ``(k, n)``, by the
-    program kept for ``f`` and the data's shapes (:func:`_curvature`)."""
+    program kept for ``f`` and the data's shapes (:func:`_curvature`). ``stacked``: ``data``
+    has a leading axis of fits."""
     model = _model_key(f, names)
     leaves, treedef = jax.tree_util.tree_flatten(data)
     shapes = tuple((a.shape, a.dtype.name) for a in map(np.asarray, leaves))
@@ -986,7 +1009,8 @@ def _curvature_at(f, names, data, points, *, stacked: bool):
 
 
 def _curvature(f, names, stacked: bool):
-    """``jit(vmap(...))``: ``(J, ‖r‖², r)`` of each fit's weighted residuals at its ``popt``."""
+    """``jit(vmap(...))``: ``(J, ‖r‖², r)`` of each fit's weighted residuals at its point
+    (the same Jacobian as a single fit's Result: :func:`multistart.solvers.base.linearize`)."""
 
     def one(p, data):
         x, y, weight = data
@@ -995,29 +1019,10 @@ def _curvature(f, names, stacked: bool):
             r = jnp.ravel(f(x, *(q[i] for i in range(len(names)))) - y)
             return weight(r) if callable(weight) else r * weight
 
-        r = residuals(p)
-        return jax.jacfwd(residuals)(p), jnp.vdot(r, r), r
+        r, jac, _ = linearize(residuals, p)
+        return jac, jnp.vdot(r, r), r
 
     def multistart_curve_fit_covariance(popt, data):
         return jax.vmap(one, in_axes=(0, 0 if stacked else None))(popt, data)
 
     return jax.jit(multistart_curve_fit_covariance)
-
-
-def _inverse_gram(jac: np.ndarray) -> np.ndarray:
-    """``(JᵀJ)⁻¹`` of each ``(m, n)`` Jacobian, from the SVD of ``J`` with unit columns (as
-    scipy's curve_fit, so its precision is ``J``'s, not ``JᵀJ``'s); ``nan`` where ``J`` is not
-    finite or singular: a singular value below ``max(m, n) * eps`` of the largest (scipy's
-    threshold), a parameter the data do not determine."""
-    m, n = jac.shape[1:]
-    good = np.all(np.isfinite(jac), axis=(1, 2)) & (m >= n)
-    norms = np.linalg.norm(np.where(good[:, None, None], jac, 0.0), axis=1)
-    good &= np.all(norms > 0, axis=1)
-    d = 1.0 / np.where(good[:, None], norms, 1.0)
-    scaled = np.where(good[:, None, None], jac * d[:, None, :], np.eye(m, n))
-    _, sv, vt = np.linalg.svd(scaled, full_matrices=False)
-    good &= np.all(sv > sv[:, :1] * max(m, n) * np.finfo(np.float64).eps, axis=1)
-    sv = np.where(good[:, None], sv, 1.0)
-    inverse = (np.swapaxes(vt, 1, 2) / sv[:, None, :] ** 2) @ vt * d[:, :, None] * d[:, None, :]
-    inverse[~good] = np.nan
-    return inverse

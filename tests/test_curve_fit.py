@@ -91,9 +91,30 @@ def test_an_undetermined_parameter_gives_an_inf_pcov_with_a_warning():
     def flat(x, a, b):  # b never enters: no curvature along it
         return a + 0.0 * b * x
 
-    with pytest.warns(scipy.optimize.OptimizeWarning, match="could not be estimated"):
-        _, pcov = ms.curve_fit(flat, X, Y, p0=[1.0, 1.0], **FAST)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _, pcov, info, _, _ = ms.curve_fit(flat, X, Y, p0=[1.0, 1.0], full_output=True, **FAST)
+    # curve_fit's one warning, not the Result's own RuntimeWarning beside it
+    assert [w.category for w in caught] == [scipy.optimize.OptimizeWarning], caught
+    assert "could not be estimated" in str(caught[0].message)
     assert np.all(np.isinf(pcov))
+    # the Result's covariance, which pcov is made from, says which one is undetermined
+    cov = info["result"].covariance
+    assert np.all(np.isnan(cov[1])) and np.all(np.isnan(cov[:, 1])) and np.isfinite(cov[0, 0])
+
+
+def test_pcov_is_the_results_covariance_in_fs_order():
+    def backwards(x, tau, c, a):  # f's order is not the sorted one
+        return decay(x, a, tau, c)
+
+    popt, pcov, info, _, _ = ms.curve_fit(
+        backwards, X, Y, p0=[1.0, 0.0, 1.0], full_output=True, **FAST
+    )
+    result = info["result"]
+    assert result.laplace.names == ("tau", "c", "a")
+    np.testing.assert_array_equal(pcov, result.covariance)
+    order = [1, 2, 0]  # (a, tau, c) of decay in backwards' order
+    np.testing.assert_allclose(pcov, ms.curve_fit(decay, X, Y, **FAST)[1][np.ix_(order, order)])
 
 
 @pytest.mark.parametrize(

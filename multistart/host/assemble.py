@@ -8,6 +8,7 @@ in), the best fit, and every statistic, gathered here.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import warnings
 from typing import Any
@@ -19,7 +20,8 @@ from ..common import log
 from ..common.monitor import CompileCounter
 from ..common.status import Status
 from ..device.distributed import to_host
-from ..result import Result, warn_if_no_start_improved
+from ..result import Result, Uncertainty, warn_if_no_start_improved
+from ..result.laplace import hessian_function
 from ..starts.refill import REPLACE_NAME
 from ..starts.strategies import StartPlan
 from ..starts.tiktak import TikTakQueue
@@ -205,7 +207,12 @@ def assemble(
             ", ".join(bound_names[best]),
         )
     warn_if_no_start_improved(result)
-    return result.attach_problem(setup.problem)  # for the lazy covariance (computes nothing)
+    # for the lazy covariance (computes nothing): the problem, and its Hessian's function kept
+    # with the fit's programs, so a refit of new data of the same shapes compiles nothing
+    problem = setup.problem
+    kind = ("hessian", getattr(problem, "covariance", None))
+    hessian = setup.programs.get(kind, lambda: hessian_function(problem))
+    return dataclasses.replace(result, uncertainty=Uncertainty(problem, hessian=hessian))
 
 
 def log_end(result: Result) -> None:

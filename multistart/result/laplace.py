@@ -11,7 +11,7 @@ For a least-squares problem the covariance is ``scipy.optimize.curve_fit``'s ins
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import jax
@@ -26,6 +26,7 @@ __all__ = [
     "Laplace",
     "laplace",
     "residual_laplace",
+    "gram_inverse",
     "laplace_problem",
     "flat_names",
     "leaf_paths",
@@ -62,6 +63,8 @@ class Laplace:
         data's own errors); ``False``: scaled by the reduced χ² (curve_fit's default).
       dof: the degrees of freedom ``m - n``, where the number of data ``m`` is known.
       reduced_chi2: the figure of merit over ``dof`` at ``params``, where ``dof`` is known.
+      residuals: for a least-squares problem, its residuals at ``params`` as one vector
+        (curve_fit's ``fvec``); ``None`` otherwise, and in a loaded Result.
     """
 
     params: Any
@@ -74,6 +77,7 @@ class Laplace:
     absolute_sigma: bool = True
     dof: int | None = None
     reduced_chi2: float | None = None
+    residuals: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     @property
     def convention(self) -> str:
@@ -176,10 +180,10 @@ def hessian_function(problem: Problem):
     """
     if _is_residual(problem):
         return _residual_curvature(problem)
-    space = problem.space
+    space, fom = problem.space, problem.fom  # not the problem: kept, it would keep its data
 
     def fom_flat(vec, data):
-        return problem.fom(space.unravel(vec), data)
+        return fom(space.unravel(vec), data)
 
     def curvature(vec, data):
         return jax.hessian(fom_flat)(vec, data), fom_flat(vec, data)
@@ -187,12 +191,16 @@ def hessian_function(problem: Problem):
     return jax.jit(curvature)
 
 
-def laplace_problem(problem: Problem, params, hess_fn, *, scale: float = CHI2_SCALE) -> Laplace:
-    """:func:`laplace` for a :class:`Problem` with a prepared :func:`hessian_function`."""
+def laplace_problem(
+    problem: Problem, params, hess_fn, *, scale: float = CHI2_SCALE, warn: bool = True
+) -> Laplace:
+    """:func:`laplace` for a :class:`Problem` with a prepared :func:`hessian_function`;
+    ``warn=False``: no ``RuntimeWarning`` for singular directions or no degree of freedom (a
+    caller that says it its own way, as ``curve_fit``'s ``OptimizeWarning``)."""
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0:
         raise ValueError(f"scale must be a number > 0; got {scale!r}")
     if _is_residual(problem):
-        return residual_laplace(problem, params, hess_fn)
+        return residual_laplace(problem, params, hess_fn, warn=warn)
     space = problem.space
     dtype = jax.dtypes.canonicalize_dtype(jnp.float64)
     vec = _ravel_point(space, params)
@@ -200,38 +208,39 @@ def laplace_problem(problem: Problem, params, hess_fn, *, scale: float = CHI2_SC
     hess, value = hess_fn(jnp.asarray(vec, dtype), problem.data)
     hess = np.asarray(hess, dtype=np.float64)
     m = getattr(problem, "n_data", None)
-    s2 = _reduced_chi2(problem, float(value), m, vec.size)
+    s2 = _reduced_chi2(problem, float(value), m, vec.size, warn)
     sigma = dict(absolute_sigma=problem.absolute_sigma, dof=None if m is None else m - vec.size)
     sigma["reduced_chi2"] = None if m is None or m <= vec.size else float(value) / (m - vec.size)
     factor = float(scale) * (1.0 if problem.absolute_sigma else s2)
-    return _from_hessian(problem, space, params, vec, names, hess, factor, "hessian", **sigma)
+    hess = 0.5 * (hess + hess.T)  # symmetric to rounding; exactly so for the eigensolver
+    inverse, bad = _safe_inverse(hess, np.finfo(dtype).eps)
+    point = (problem, space, params, vec, names)
+    return _laplace(point, hess, inverse, bad, factor, "hessian", warn, **sigma)
 
 
-def _reduced_chi2(problem, value: float, m: int | None, n: int) -> float:
+def _reduced_chi2(problem, value: float, m: int | None, n: int, warn: bool) -> float:
     """``value / (m - n)`` where ``absolute_sigma=False`` asks for it; ``inf`` with a
     ``RuntimeWarning`` where no degree of freedom is left (as curve_fit)."""
     if problem.absolute_sigma or m is None:
         return 1.0
     if m > n:
         return value / (m - n)
-    warnings.warn(
-        f"{problem.name!r}: {m} data for {n} parameters leave no degrees of freedom for the "
-        "reduced chi-squared: the covariance is inf (pass absolute_sigma=True if the figure of "
-        "merit is a chi-squared with the data's own errors)",
-        RuntimeWarning,
-        stacklevel=4,
-    )
+    if warn:
+        warnings.warn(
+            f"{problem.name!r}: {m} data for {n} parameters leave no degrees of freedom for the "
+            "reduced chi-squared: the covariance is inf (pass absolute_sigma=True if the figure "
+            "of merit is a chi-squared with the data's own errors)",
+            RuntimeWarning,
+            stacklevel=4,
+        )
     return np.inf
 
 
-def _from_hessian(
-    problem, space, params, vec, names, hess, scale: float, kind: str, **sigma
-) -> Laplace:
-    """The :class:`Laplace` with covariance ``scale * hess⁻¹`` (nan in singular directions)."""
-    hess = 0.5 * (hess + hess.T)  # symmetric to rounding; exactly so for the eigensolver
-    dtype = jax.dtypes.canonicalize_dtype(jnp.float64)
-    inverse, bad = _safe_inverse(hess, np.finfo(dtype).eps)
-    if bad.any():
+def _laplace(point, hess, inverse, bad, scale: float, kind: str, warn: bool, **more) -> Laplace:
+    """The :class:`Laplace` with covariance ``scale * inverse`` (``inverse`` = ``hess⁻¹``,
+    ``nan`` in the directions of the ``bad`` parameters), in the space's written order."""
+    problem, space, params, vec, names = point
+    if bad.any() and warn:
         which = ", ".join(n for n, b in zip(names, bad, strict=True) if b)
         warnings.warn(
             f"the Hessian of {problem.name!r} at these params is singular or not positive "
@@ -247,54 +256,57 @@ def _from_hessian(
     order = np.concatenate([np.arange(ends[i], ends[i + 1]) for i in space.written_order])
     rows = np.ix_(order, order)  # from the engine's (sorted) order to the space's as written
     names = tuple(names[i] for i in order)
-    return Laplace(point, cov[rows], names, hess[rows], scale, errors, kind, **sigma)
+    return Laplace(point, cov[rows], names, hess[rows], scale, errors, kind, **more)
 
 
 def _residual_curvature(problem):
-    """``jit((vec, data) -> (hessian, ‖r‖², m))`` for a least-squares problem, the hessian
-    of its ``covariance`` kind: ``2 JᵀJ`` (Gauss-Newton) or the full Hessian of ``‖r‖²``."""
+    """``jit((vec, data) -> (curvature, ‖r‖², r))`` for a least-squares problem: the curvature
+    of its ``covariance`` kind, the Jacobian ``J`` (Gauss-Newton) or the full Hessian of
+    ``‖r‖²``, with the residuals ``r`` at ``vec``."""
     from ..solvers.base import linearize
 
-    space = problem.space
+    space, residuals, kind = problem.space, problem.residuals, problem.covariance
 
     def flat(vec, data):
-        return ravel_pytree(problem.residuals(space.unravel(vec), data))[0]
+        return ravel_pytree(residuals(space.unravel(vec), data))[0]
 
     def curvature(vec, data):
         r, jac, _ = linearize(lambda v: flat(v, data), vec)
         ssr = jnp.vdot(r, r)
-        if problem.covariance == "hessian":
-            return jax.hessian(lambda v: jnp.sum(flat(v, data) ** 2))(vec), ssr, r.size
-        return 2.0 * (jac.T @ jac), ssr, r.size
+        if kind == "hessian":
+            return jax.hessian(lambda v: jnp.sum(flat(v, data) ** 2))(vec), ssr, r
+        return jac, ssr, r
 
     return jax.jit(curvature)
 
 
-def residual_laplace(problem, params, curvature_fn=None) -> Laplace:
+def residual_laplace(problem, params, curvature_fn=None, *, warn: bool = True) -> Laplace:
     """curve_fit's covariance of a least-squares problem at ``params``.
 
-    ``covariance = s² (JᵀJ)⁻¹`` (``kind="gauss-newton"``) or ``2 s² H⁻¹`` with ``H`` the full
-    Hessian of ``‖r‖²`` (``kind="hessian"``), in physical coordinates; ``s² = 1`` with the
-    problem's ``absolute_sigma``, else the reduced χ² ``‖r‖² / (m - n)`` (``inf``, with a
+    ``covariance = s² (JᵀJ)⁻¹`` (``kind="gauss-newton"``, from the SVD of ``J``:
+    :func:`gram_inverse`) or ``2 s² H⁻¹`` with ``H`` the full Hessian of ``‖r‖²``
+    (``kind="hessian"``), in physical coordinates; ``s² = 1`` with the problem's
+    ``absolute_sigma``, else the reduced χ² ``‖r‖² / (m - n)`` (``inf``, with a
     ``RuntimeWarning``, when ``m <= n``), as curve_fit's ``pcov``.
 
     Args:
       problem: a :class:`multistart.search.least_squares.ResidualProblem`.
       params: the point, a params pytree (usually ``result.best_params``).
       curvature_fn: :func:`hessian_function` of the problem, to reuse its compile.
+      warn: as :func:`laplace_problem`'s.
     """
     space = problem.space
     fn = hessian_function(problem) if curvature_fn is None else curvature_fn
     dtype = jax.dtypes.canonicalize_dtype(jnp.float64)
     vec = _ravel_point(space, params)
     names = tuple(flat_names(space.paths, [p.shape for p in space.priors]))
-    hess, ssr, m = fn(jnp.asarray(vec, dtype), problem.data)
-    hess = np.asarray(hess, dtype=np.float64)
-    m, n = int(m), vec.size
+    out = fn(jnp.asarray(vec, dtype), problem.data)
+    curv, r = np.asarray(out[0], dtype=np.float64), np.asarray(out[2], dtype=np.float64)
+    m, n, ssr = r.size, vec.size, float(out[1])
     s2 = 1.0
     if not problem.absolute_sigma:
-        s2 = float(ssr) / (m - n) if m > n else np.inf
-        if m <= n:
+        s2 = ssr / (m - n) if m > n else np.inf
+        if m <= n and warn:
             warnings.warn(
                 f"{problem.name!r}: {m} residuals for {n} parameters leave no degrees of freedom "
                 "for the reduced chi-squared: the covariance is inf (pass absolute_sigma=True "
@@ -302,10 +314,46 @@ def residual_laplace(problem, params, curvature_fn=None) -> Laplace:
                 RuntimeWarning,
                 stacklevel=3,
             )
-    kind = "hessian" if problem.covariance == "hessian" else "gauss-newton"
-    sigma = dict(absolute_sigma=problem.absolute_sigma, dof=m - n)
-    sigma["reduced_chi2"] = float(ssr) / (m - n) if m > n else None
-    return _from_hessian(problem, space, params, vec, names, hess, 2.0 * s2, kind, **sigma)
+    if problem.covariance == "hessian":
+        hess = 0.5 * (curv + curv.T)
+        inverse, bad = _safe_inverse(hess, np.finfo(dtype).eps)
+        kind = "hessian"
+    else:  # (2 JᵀJ)⁻¹ from J itself, so its precision is J's
+        hess = 2.0 * (curv.T @ curv)
+        inverse, bad = (v[0] for v in gram_inverse(curv[None]))
+        inverse, kind = 0.5 * inverse, "gauss-newton"
+    more = dict(absolute_sigma=problem.absolute_sigma, dof=m - n, residuals=r)
+    more["reduced_chi2"] = ssr / (m - n) if m > n else None
+    point = (problem, space, params, vec, names)
+    return _laplace(point, hess, inverse, bad, 2.0 * s2, kind, warn, **more)
+
+
+def gram_inverse(jac: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``((JᵀJ)⁻¹, bad)`` of each ``(m, n)`` Jacobian of a stack ``(k, m, n)``.
+
+    From the SVD of ``J`` with unit columns, as scipy's curve_fit, so the precision is ``J``'s,
+    not ``JᵀJ``'s. ``bad`` ``(k, n)``: a parameter whose column is not finite or zero, or
+    that takes a part above ``sqrt(eps)`` in a direction whose singular value is below
+    ``max(m, n) * eps`` of the largest (scipy's threshold): a parameter the data do not
+    determine. The inverse's rows and columns of a bad parameter are ``nan``, the rest the
+    inverse on the determined directions (as :func:`_safe_inverse` for a Hessian).
+    """
+    k, m, n = jac.shape
+    eps = np.finfo(np.float64).eps
+    finite = np.all(np.isfinite(jac), axis=1)
+    jac = np.where(finite[:, None, :], jac, 0.0)
+    norms = np.linalg.norm(jac, axis=1)
+    bad = ~(finite & (norms > 0))
+    d = 1.0 / np.where(bad, 1.0, norms)
+    scaled = jac * d[:, None, :]
+    if m < n:  # zero rows keep JᵀJ and give the SVD its n - m null directions
+        scaled = np.concatenate([scaled, np.zeros((k, n - m, n))], axis=1)
+    _, sv, vt = np.linalg.svd(scaled, full_matrices=False)
+    ok = sv > sv[:, :1] * max(m, n) * eps
+    bad |= np.any((np.abs(vt) > np.sqrt(eps)) & ~ok[:, :, None], axis=1)
+    weight = np.where(ok, 1.0 / np.where(ok, sv, 1.0) ** 2, 0.0)
+    inverse = (np.swapaxes(vt, 1, 2) * weight[:, None, :]) @ vt * d[:, :, None] * d[:, None, :]
+    return np.where(bad[:, :, None] | bad[:, None, :], np.nan, inverse), bad
 
 
 def _safe_inverse(hess: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray]:

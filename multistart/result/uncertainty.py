@@ -29,10 +29,14 @@ class Uncertainty:
       laplace: the Laplace approximation at the best fit, once computed or loaded.
     """
 
-    def __init__(self, problem: Problem | None = None, laplace: Laplace | None = None):
+    def __init__(
+        self, problem: Problem | None = None, laplace: Laplace | None = None, hessian: Any = None
+    ):
         self.problem = problem
         self.laplace = laplace
-        self._hessian: Any = None  # the problem's Hessian, compiled once for every point
+        # the problem's Hessian (hessian_function), compiled once for every point; a search
+        # hands over the one it keeps with the fit's programs, so a refit compiles nothing
+        self._hessian: Any = hessian
 
     @classmethod
     def of(cls, paths, objective, space=None) -> Uncertainty:
@@ -49,14 +53,17 @@ class Uncertainty:
     def __getstate__(self):  # pickled without the problem (closures) or its compiled Hessian
         return {"problem": None, "laplace": self.laplace, "_hessian": None}
 
-    def at_best(self, best_index: int, best_params) -> Laplace:
+    def at_best(self, best_index: int, best_params, *, warn: bool = True) -> Laplace:
         """The Laplace approximation at the best fit, computed once and cached; a
-        ``RuntimeWarning`` names any parameter of the best fit on a bound of its prior."""
+        ``RuntimeWarning`` names any parameter of the best fit on a bound of its prior, and
+        any it does not determine (``warn=False``: none, for a caller that says it its own
+        way, as ``curve_fit``)."""
         if self.laplace is None:
             if best_index < 0:
                 raise ValueError("no start reached a finite figure of merit: no covariance")
-            self.laplace = self.at(best_params)
-            self._warn_at_bound(best_params)
+            self.laplace = self.at(best_params, warn=warn)
+            if warn:
+                self._warn_at_bound(best_params)
         return self.laplace
 
     def _warn_at_bound(self, params) -> None:
@@ -73,7 +80,7 @@ class Uncertainty:
                 stacklevel=4,
             )
 
-    def at(self, params) -> Laplace:
+    def at(self, params, *, warn: bool = True) -> Laplace:
         """The Laplace approximation at ``params``, with the problem's one compiled Hessian."""
         if self.problem is None:
             raise ValueError(
@@ -83,7 +90,7 @@ class Uncertainty:
             )
         if self._hessian is None:
             self._hessian = hessian_function(self.problem)
-        return laplace_problem(self.problem, params, self._hessian)
+        return laplace_problem(self.problem, params, self._hessian, warn=warn)
 
     def for_saving(self, best_index: int, best_params) -> Laplace | None:
         """The covariance to save: computed now when it can be, else ``None``."""
