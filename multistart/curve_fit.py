@@ -9,6 +9,7 @@ docs/curve-fit.md explains the rest.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import warnings
 from collections.abc import Callable
@@ -26,7 +27,7 @@ from .host import progress
 from .host.config import unknown_options
 from .model.priors import HalfBounded, Normal, Space, Uniform
 from .model.problem import add_note, tracer_hint
-from .result import Result
+from .result import Result, Uncertainty
 from .result.batch import BatchFits, bound_summary
 from .result.laplace import gram_inverse
 from .search.least_squares import MultiStartLeastSquares
@@ -160,6 +161,7 @@ def _fit(
         starts = {name: np.array([v]) for name, v in zip(names, inside, strict=True)}
         result = search.fit(_CurveModel(g, names, space, data), starts=starts, resume=resume)
         popt = np.array([float(result.best_params[k]) for k in names])
+        result = _with_curvature(result, g, names, data)
         pcov, fvec = _result_covariance(result, names, np.asarray(data[1]).size)
         pcov, popt = held.full_cov(pcov, popt[None]), held.full(popt[None])
         _warn_if_tied_outside(held, popt, all_lower, all_upper)
@@ -948,6 +950,27 @@ def _at_bound(popt: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> np.ndar
 
 
 # -- curve_fit's pcov --------------------------------------------------------------------------
+
+
+def _with_curvature(result: Result, f, names, data) -> Result:
+    """``result`` with its covariance's Jacobian computed by this model's program at one point
+    (:func:`_curvature`, the one :func:`_spreads` runs), not one more compile of the same
+    ``J``; its columns in the space's order. Where ``f`` cannot key a kept program, or the
+    covariance is the full Hessian (``covariance="hessian"``), the Result's own."""
+    problem = result._uncertainty.problem
+    if problem is None or _model_key(f, names) is None:
+        return result
+    if getattr(problem, "covariance", None) == "hessian":  # the full Hessian: its own program
+        return result
+    perm = np.array([names.index(path) for path in problem.space.paths])
+
+    def curvature(vec, data):
+        point = np.empty((1, len(names)))
+        point[0, perm] = np.asarray(vec)
+        jac, ssr, r = _curvature_at(f, names, data, point, stacked=False)
+        return jac[0][:, perm], ssr[0], r[0]
+
+    return dataclasses.replace(result, uncertainty=Uncertainty(problem, hessian=curvature))
 
 
 def _result_covariance(result: Result, names, m: int) -> tuple[np.ndarray, np.ndarray]:
