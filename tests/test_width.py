@@ -861,6 +861,20 @@ def test_out_of_memory_halves_the_width_and_loses_nothing(monkeypatch, x64, back
     assert identical(result, reference)
 
 
+def test_a_back_off_replays_the_refills_among_the_steps_it_replays(monkeypatch, x64):
+    """TikTak refills ended slots at syncs; the population is not copied at each refill, the
+    refill's write is replayed in its place: the same result as never failing."""
+    kw = dict(RAGGED_CONVERGING, start_strategy="tiktak")
+    reference = fit(multimodal, MULTIMODAL_SPACE, batch_size=2, **kw)
+    inject_oom(monkeypatch, fits=2, after_calls=70)  # two calls a step: in step 36
+    result = fit(multimodal, MULTIMODAL_SPACE, batch_size=8, **kw)
+    first = result.stats["backoffs"][0]
+    replayed = range(first["step"] - first["replayed"] + 1, first["step"] + 1)
+    refilled = [r["replaced_at"] for r in result.incarnations if r["replaced_at"] is not None]
+    assert any(step in replayed for step in refilled), (first, refilled)  # a write replayed
+    assert identical(result, reference)
+
+
 def test_out_of_memory_at_width_one_is_a_clear_error(monkeypatch):
     inject_oom(monkeypatch, fits=0)
     with pytest.raises(RuntimeError, match="ran out of memory even at batch_size 1") as info:

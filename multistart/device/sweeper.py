@@ -11,6 +11,7 @@ chunks (:meth:`Sweeper.set_rows`). It holds no population of its own: the run st
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
@@ -64,7 +65,8 @@ class Sweeper:
         self.compile_s = 0.0
         self.backoffs: list[dict[str, Any]] = []
         self._saved = None  # the population at a recent host sync
-        self._replay: list[tuple[int, np.ndarray]] = []  # (history row, rows) of steps since
+        # since the copy: (history row, rows) of each step, and the writes between them
+        self._replay: list[tuple[int, np.ndarray] | Callable[[Any], Any]] = []
         self._n_steps = 0
         self._args: Any = None
         self._set_width(width)
@@ -131,10 +133,17 @@ class Sweeper:
             if not is_out_of_memory(exc):
                 raise
             synced = read(self._back_off(exc))
-        if len(self._replay) >= BACKOFF_COPY_STEPS:
+        if sum(not callable(entry) for entry in self._replay) >= BACKOFF_COPY_STEPS:
             self._saved = copy_tree(synced.pop)
             self._replay.clear()
         return synced
+
+    def rewritten(self, write: Callable[[Any], Any]) -> None:
+        """``write(pop) -> pop`` was just applied outside the sweep (a refill's new starts
+        written into their rows): a back-off replays it in its place among the steps since
+        the copy, so the population need not be copied again (a copy per refill is a
+        dispatch as dear as a step of a cheap objective)."""
+        self._replay.append(write)
 
     def rebase(self, pop) -> None:
         """``pop`` changed outside the sweep (rows replaced, a checkpoint restored): make it
@@ -155,14 +164,13 @@ class Sweeper:
 
         def halve(old: int, failure: BaseException) -> int:
             new = old // 2
-            self.backoffs.append(
-                {"step": self._n_steps, "from": old, "to": new, "replayed": len(self._replay)}
-            )
+            steps = sum(not callable(entry) for entry in self._replay)  # not the writes
+            self.backoffs.append({"step": self._n_steps, "from": old, "to": new, "replayed": steps})
             log.logger.warning(
                 "out of memory at batch_size %d (%s); retrying the last %d step(s) at %d",
                 old,
                 first_line(failure),
-                len(self._replay),
+                steps,
                 new,
             )
             self.backend.release_width(old)  # the program that did not fit
@@ -174,7 +182,11 @@ class Sweeper:
 
         def replay():
             pop = copy_tree(self._saved)
-            for row, rows in self._replay:  # each step with the rows it swept
+            for entry in self._replay:  # each step with the rows it swept, each write
+                if callable(entry):
+                    pop = entry(pop)
+                    continue
+                row, rows = entry
                 if rows is not self.rows:
                     self.set_rows(rows)
                 pop = self.backend.run(self.compiled, pop, self._args, np.int32(row))

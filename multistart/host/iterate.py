@@ -137,10 +137,10 @@ def apply(engine: Engine, state: RunState, d: Decision, display: Display | None 
         pruned[d.prune] = True
     pop, lineage, refiller = state.pop, state.lineage, engine.refiller
     if refiller is not None and lineage is not None and (d.refill.size or d.short):
-        pop, lineage = refiller.refill(pop, lineage, d.refill, d.short, state.step, d.ended)
+        pop, lineage, write = refiller.refill(pop, lineage, d.refill, d.short, state.step, d.ended)
         pruned[d.refill] = False
-        if d.refill.size:
-            engine.sweeper.rebase(pop)  # a back-off must not replay over the new starts
+        if write is not None:
+            engine.sweeper.rewritten(write)  # a back-off replays it among the steps
         reason = refiller.queue.stop_reason
         if reason is not None:
             d = d.stopping(StopReason(reason), engine.rules)

@@ -12,6 +12,8 @@ record (an *incarnation*) is kept in the slots' :class:`Lineage`, part of the ru
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -218,10 +220,12 @@ class Refiller:
 
     def refill(
         self, pop: PopState, lineage: Lineage, rows: np.ndarray, short: int, step: int, ended
-    ) -> tuple[PopState, Lineage]:
+    ) -> tuple[PopState, Lineage, Callable[[PopState], PopState] | None]:
         """Give ``rows`` (ended slots, whose starts ended with the status codes ``ended``) new
         starts from the queue; ``short`` more ended slots get none (the queue ran out: said
-        once in the log). Returns the population and the lineage afterwards."""
+        once in the log). Returns the population and the lineage afterwards, and the write
+        that made the population (``write(pop) -> pop``, the same new starts into the same
+        rows; ``None`` when nothing was written), for a back-off to replay."""
         if short and not lineage.exhausted:
             lineage = replace(lineage, exhausted=True)
             (log.logger.debug if self.queue.routine else log.logger.warning)(
@@ -232,13 +236,14 @@ class Refiller:
                 step,
             )
         if rows.size == 0:
-            return pop, lineage
+            return pop, lineage, None
         best = self._best_x(pop, lineage) if self.queue.needs_best else None
         x_new = self.queue.take(rows.size, best)
         replaced = _replaced(pop, lineage, rows, step, ended)
         self.queue.observe(replaced)
         u_new = self.to_u(x_new)
-        pop = self._write(pop, rows, u_new)
+        write = functools.partial(self._write, rows=rows, u_new=u_new)
+        pop = write(pop)
         lineage = replace(
             lineage,
             start_u=jax.tree_util.tree_map(
@@ -256,7 +261,7 @@ class Refiller:
             "" if rows.size == 1 else "s",
             self.queue.kind,
         )
-        return pop, lineage
+        return pop, lineage, write
 
     def _write(self, pop: PopState, rows: np.ndarray, u_new) -> PopState:
         """The new starts written into ``rows``, one compiled call per chunk of them."""
