@@ -237,7 +237,9 @@ def same_result(a: ms.Result, b: ms.Result) -> bool:
 
 
 def signal_at_step(monkeypatch, k: int, sig=signal.SIGINT):
-    """Send ``sig`` to this process during the k-th step of the search (deterministic).
+    """Send ``sig`` to this process during the call that takes the k-th step of the search
+    (deterministic): the search stops at the end of that call, after step k with
+    ``steps_per_call=1``.
 
     A signal this process ignores (pytest started in the background) gets Python's default
     handler first: a search leaves an ignored signal ignored, and the test is of a signal.
@@ -246,14 +248,12 @@ def signal_at_step(monkeypatch, k: int, sig=signal.SIGINT):
         signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
     from multistart.device.sweeper import Sweeper
 
-    calls = {"n": 0}
     original = Sweeper.sweep
 
-    def step(self, pop, row):
-        calls["n"] += 1
-        if calls["n"] == k:
+    def step(self, pop, t, n=1):  # a call of steps t + 1 to t + n
+        if t < k <= t + n:
             os.kill(os.getpid(), sig)
-        return original(self, pop, row)
+        return original(self, pop, t, n)
 
     monkeypatch.setattr(Sweeper, "sweep", step)
 

@@ -257,8 +257,8 @@ def test_a_signal_mid_line_search_resumes_bit_identically(rosen_runs, tmp_path, 
     ck = dict(checkpoint_dir=str(tmp_path / "ck"), checkpoint_every=10)
     # a context, not monkeypatch.undo(): that would also undo the autouse fixtures' environment
     with monkeypatch.context() as mp, pytest.raises(ms.SearchInterrupted):
-        signal_at_step(mp, 23)
-        _lbfgs(**kw, **ck).fit(rosenbrock, ROSEN_SPACE)
+        signal_at_step(mp, 23)  # one step a call: the search stops after step 23
+        _lbfgs(**kw, **ck, steps_per_call=1).fit(rosenbrock, ROSEN_SPACE)
     resumed = _lbfgs(**kw, **ck).fit(rosenbrock, ROSEN_SPACE, resume=True)
     assert resumed.stats["resumed_from"] == 23
     assert same_result(full, resumed)

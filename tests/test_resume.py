@@ -48,8 +48,8 @@ def test_a_signal_checkpoints_returns_the_partial_result_and_resume_completes_it
 
     # a context, not monkeypatch.undo(): that would also undo the autouse fixtures' environment
     with monkeypatch.context() as mp, pytest.raises(ms.SearchInterrupted) as info:
-        signal_at_step(mp, 37, sig)
-        search(tmp_path, convergence=None).fit(multimodal, MULTIMODAL_SPACE)
+        signal_at_step(mp, 37, sig)  # one step a call: the search stops after step 37
+        search(tmp_path, convergence=None, steps_per_call=1).fit(multimodal, MULTIMODAL_SPACE)
     stopped = info.value
     assert isinstance(stopped, KeyboardInterrupt)
     assert stopped.reason == signal.Signals(sig).name and stopped.checkpoint == 37
@@ -60,6 +60,7 @@ def test_a_signal_checkpoints_returns_the_partial_result_and_resume_completes_it
     # the handlers are restored: the default SIGINT handler raises KeyboardInterrupt again
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
+    # resumed with many steps a call (the default's): the same result as one run
     resumed = search(tmp_path, convergence=None).fit(multimodal, MULTIMODAL_SPACE, resume=True)
     assert resumed.stats["resumed_from"] == 37
     assert_same_result(full, resumed)
@@ -72,10 +73,10 @@ def test_an_ignored_signal_stays_ignored_through_a_fit(monkeypatch, x64):
 
     original = Sweeper.sweep
 
-    def step(self, pop, row):
-        if row == 3:
+    def step(self, pop, t, n=1):  # a call of steps t + 1 to t + n
+        if t <= 3 < t + n:
             os.kill(os.getpid(), signal.SIGINT)
-        return original(self, pop, row)
+        return original(self, pop, t, n)
 
     monkeypatch.setattr(Sweeper, "sweep", step)
     before = signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -90,7 +91,7 @@ def test_an_ignored_signal_stays_ignored_through_a_fit(monkeypatch, x64):
 def test_ctrl_c_without_checkpoints_still_returns_the_partial_result(monkeypatch):
     signal_at_step(monkeypatch, 5, signal.SIGINT)
     with pytest.raises(ms.SearchInterrupted) as info:
-        search().fit(multimodal, MULTIMODAL_SPACE)
+        search(steps_per_call=1).fit(multimodal, MULTIMODAL_SPACE)  # it stops after step 5
     assert info.value.checkpoint is None
     assert info.value.result.stats["n_steps_run"] == 5
     assert np.all(np.isfinite(info.value.result.foms))
@@ -105,7 +106,7 @@ _CHILD = textwrap.dedent(
     import multistart as ms
     from multistart.device.sweeper import Sweeper
 
-    # "kill" ends the process at chunk call kill_at; "resume" resumes from the folder and then,
+    # "kill" ends the process in step kill_at; "resume" resumes from the folder and then,
     # in the same process (one interpreter and JAX start fewer), runs the uninterrupted search
     # that the resumed one must equal. The resume goes first: it sees a fresh process, as after
     # a real kill, not one that has already run this search.
@@ -123,13 +124,11 @@ _CHILD = textwrap.dedent(
     full_kw = dict(kw)
     kw.update(checkpoint_dir=folder, checkpoint_every=int(os.environ["MS_EVERY"]))
     if mode == "kill":
-        calls = {"n": 0}
         original = Sweeper.sweep
-        def step(self, pop, row):
-            calls["n"] += 1
-            if calls["n"] == kill_at:
+        def step(self, pop, t, n=1):  # killed in step kill_at
+            if t < kill_at <= t + n:
                 os.kill(os.getpid(), signal.SIGKILL)
-            return original(self, pop, row)
+            return original(self, pop, t, n)
         Sweeper.sweep = step
     rule = ms.MultiStartLBFGS if os.environ["MS_RULE"] == "lbfgs" else ms.MultiStartAdam
     result = rule(**kw).fit(objective, space, resume=(mode == "resume"))
@@ -225,14 +224,16 @@ def test_resuming_a_search_whose_starts_all_ended_takes_no_step(tmp_path):
     rule = ms.MultiStartLBFGS(checkpoint_dir=str(tmp_path / "ck"), **kw)
     first = rule.fit(bowl, space, resume=True)
     assert first.stats["stop_reason"] == "all ended" and first.stats["n_steps_run"] < 200
+    last = first.stats["checkpoints"][-1]  # where the host learnt that every start had ended
+    assert first.stats["n_steps_run"] <= last
     again = rule.fit(bowl, space, resume=True)
-    assert again.stats["resumed_from"] == first.stats["n_steps_run"]
+    assert again.stats["resumed_from"] == last
     assert_same_result(first, again)
     # it stays ended: no step of nothing, no checkpoint after the last
     assert again.stats["n_steps_run"] == first.stats["n_steps_run"]
     assert again.stats["stop_reason"] == "all ended"
     steps = [int(p.name) for p in (tmp_path / "ck").iterdir() if p.name.isdigit()]
-    assert max(steps) == first.stats["n_steps_run"]
+    assert max(steps) == last
 
 
 def test_an_uncreatable_checkpoint_folder_fails_before_any_compile(tmp_path):

@@ -1000,7 +1000,8 @@ def test_scan_ticks_are_compiled_in_only_when_debug_logging():
 def test_scan_ticks_once_per_batch(monkeypatch, caplog):
     monkeypatch.setenv("MULTISTART_LOG_LEVEL", "DEBUG")
     with caplog.at_level(logging.DEBUG, logger="multistart"):
-        fit(batch_size=5, n_steps=3, backend="scan")  # 12 starts: batches of 5, 5, 2(+3)
+        # one call a step: 12 starts, batches of 5, 5, 2(+3), each ticking once a call
+        fit(batch_size=5, n_steps=3, backend="scan", steps_per_call=1)
         jax.effects_barrier()
     ticks = [r.getMessage() for r in caplog.records if "scan batch" in r.getMessage()]
     assert len(ticks) == 3 * 3

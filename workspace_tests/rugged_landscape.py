@@ -69,13 +69,12 @@ def main() -> None:
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     with tempfile.TemporaryDirectory() as folder:
-        calls, stop_at, original = {"n": 0}, n_steps // 2, Sweeper.sweep
+        stop_at, original = n_steps // 2, Sweeper.sweep
 
-        def step(self, pop, row):
-            calls["n"] += 1
-            if calls["n"] == stop_at:
+        def step(self, pop, t, n=1):  # a call of steps t + 1 to t + n
+            if t < stop_at <= t + n:
                 signal.raise_signal(signal.SIGINT)
-            return original(self, pop, row)
+            return original(self, pop, t, n)
 
         Sweeper.sweep = step
         search = ms.MultiStartAdam(**base, checkpoint_dir=folder, checkpoint_every=50)

@@ -35,6 +35,7 @@ from ..common import log
 from .chunking import chunk_indices
 from .placement import Placement, placement
 from .programs import Programs, copy_tree, lower_and_compile
+from .step import clock
 
 __all__ = ["Backend", "LoopBackend", "ScanBackend", "BACKENDS", "make_scan_step"]
 
@@ -51,7 +52,8 @@ class Backend:
     place and the caller must use the returned state.
 
     Args:
-      chunk_step: ``chunk_step(pop, gather, scatter, row, data) -> pop`` (see subclasses).
+      chunk_step: ``chunk_step(pop, gather, scatter, clock, data) -> pop``
+        (:func:`multistart.device.step.make_chunk_step`; see subclasses).
       n_total: the population's rows (a multiple of the number of devices).
       data: the model's data (an argument of every program).
       pop: the population, or its shapes: programs are compiled for them.
@@ -115,8 +117,9 @@ class Backend:
         """``(chunks, args)``: one entry per chunk call of ``rows``, and the device arguments."""
         raise NotImplementedError
 
-    def run(self, compiled, pop, args, row):
-        """One step of the rows laid out in ``args`` (from :meth:`layout`) with ``compiled``."""
+    def run(self, compiled, pop, args, clock):
+        """The steps ``clock`` says (:func:`multistart.device.step.clock`) of the rows laid out
+        in ``args`` (from :meth:`layout`) with ``compiled``."""
         raise NotImplementedError
 
     def place(self, pop):
@@ -188,13 +191,13 @@ class Backend:
         k = max(1, min(calls, self.calls_per_step(width)))
         first = self.placement.join([r[: k * width] for r in self.placement.split(self.rows)])
         _, args = self.layout(first, width)
-        p = self.run(compiled, copy_tree(self.place(pop)), args, np.int32(0))
+        p = self.run(compiled, copy_tree(self.place(pop)), args, clock(0))
         jax.block_until_ready(p)
         seconds: list[float] = []
         t_end = time.perf_counter() + target_s
         while len(seconds) < min_reps or (len(seconds) < max_reps and time.perf_counter() < t_end):
             t0 = time.perf_counter()
-            p = self.run(compiled, p, args, np.int32(0))
+            p = self.run(compiled, p, args, clock(0))
             jax.block_until_ready(p)
             seconds.append((time.perf_counter() - t0) / k)
         return seconds, k * (1 + len(seconds))
@@ -208,7 +211,7 @@ class Backend:
 class LoopBackend(Backend):
     """The ``"loop"`` backend: one compiled chunk step, called once per chunk from Python.
 
-    ``chunk_step(pop, gather, scatter, row, data) -> pop`` updates the rows named by
+    ``chunk_step(pop, gather, scatter, clock, data) -> pop`` steps the rows named by
     ``gather``/``scatter`` (``width`` each) of the population state ``pop``, whose buffers are
     donated so the update happens in place. :meth:`run` calls it once per chunk, with no host
     synchronisation.
@@ -223,12 +226,12 @@ class LoopBackend(Backend):
     def _local(self, program):
         n_local = self.n_local
 
-        def local(pop, gather, scatter, row, data):
+        def local(pop, gather, scatter, clock, data):
             gather, scatter = gather[0], scatter[0]
             # A device with no chunk left this call gets an all-padding chunk: skip the body.
             return jax.lax.cond(
                 scatter[0] < n_local,
-                lambda p: program(p, gather, scatter, row, data),
+                lambda p: program(p, gather, scatter, clock, data),
                 lambda p: p,
                 pop,
             )
@@ -237,7 +240,7 @@ class LoopBackend(Backend):
 
     def _lower_args(self, width):
         table = self.placement.put_rows([np.zeros(width, np.int32)] * self.n_devices)
-        return table, table, np.int32(0)
+        return table, table, clock(0)
 
     def layout(self, rows, width):
         per = [chunk_indices(r, width, self.n_local) for r in self.placement.split(rows)]
@@ -249,35 +252,37 @@ class LoopBackend(Backend):
             calls.append((gathers, self.placement.put_rows([s for _, s in pairs])))
         return calls, calls
 
-    def run(self, compiled, pop, args, row):
+    def run(self, compiled, pop, args, clock):
         for gather, scatter in args:
-            pop = compiled(pop, gather, scatter, row, self.data)
+            pop = compiled(pop, gather, scatter, clock, self.data)
         return pop
 
 
 def make_scan_step(chunk_step, tick=None):
-    """Build ``scan_step(pop, gathers, scatters, n_chunks, row, data) -> pop``.
+    """Build ``scan_step(pop, gathers, scatters, n_chunks, clock, data) -> pop``.
 
     It runs ``chunk_step`` over the first ``n_chunks`` rows of the ``(max_chunks, width)``
     index tables inside one compiled loop. ``n_chunks`` is a traced scalar, so the running
-    starts can shrink without a recompile. ``tick(row, i, n_chunks)``, when given, is called
+    starts can shrink without a recompile; each chunk takes the steps ``clock`` says in turn.
+    ``tick(clock, i, n_chunks)``, when given, is called
     on the host once per chunk through ``jax.debug.callback``; when it is None nothing is
     traced in.
     """
 
-    def multistart_chunk_step_scan(pop, gathers, scatters, n_chunks, row, data):
+    def multistart_chunk_step_scan(pop, gathers, scatters, n_chunks, clock, data):
         def body(i, pop):
             if tick is not None:
-                jax.debug.callback(tick, row, i, n_chunks)
-            return chunk_step(pop, gathers[i], scatters[i], row, data)
+                jax.debug.callback(tick, clock, i, n_chunks)
+            return chunk_step(pop, gathers[i], scatters[i], clock, data)
 
         return jax.lax.fori_loop(0, n_chunks, body, pop)
 
     return multistart_chunk_step_scan
 
 
-def _scan_tick(row, i, n_chunks) -> None:
-    log.logger.debug("step row %d: scan batch %d/%d", int(row), int(i) + 1, int(n_chunks))
+def _scan_tick(clock, i, n_chunks) -> None:
+    step, n = (int(v) for v in clock)
+    log.logger.debug("steps %d-%d: scan batch %d/%d", step + 1, step + n, int(i) + 1, int(n_chunks))
 
 
 class ScanBackend(Backend):
@@ -299,8 +304,8 @@ class ScanBackend(Backend):
         return make_scan_step(chunk_step, _scan_tick if self.ticks else None)
 
     def _local(self, program):
-        def local(pop, gathers, scatters, n_chunks, row, data):
-            return program(pop, gathers[0], scatters[0], n_chunks[0], row, data)
+        def local(pop, gathers, scatters, n_chunks, clock, data):
+            return program(pop, gathers[0], scatters[0], n_chunks[0], clock, data)
 
         return local
 
@@ -310,9 +315,9 @@ class ScanBackend(Backend):
     def _lower_args(self, width):
         table = np.zeros((self._max_chunks(width), width), np.int32)
         if self.n_devices == 1:  # host arrays, as layout()'s are placed
-            return table, table, np.int32(0), np.int32(0)
+            return table, table, np.int32(0), clock(0)
         tables = np.stack([table] * self.n_devices)
-        return tables, tables, np.zeros(self.n_devices, np.int32), np.int32(0)
+        return tables, tables, np.zeros(self.n_devices, np.int32), clock(0)
 
     def _tables(self, rows, width):
         """``(n_chunks, gathers, scatters)`` of one device's local ``rows``."""
@@ -333,9 +338,9 @@ class ScanBackend(Backend):
         )
         return [None] * max(counts), args  # one entry per chunk call
 
-    def run(self, compiled, pop, args, row):
+    def run(self, compiled, pop, args, clock):
         gathers, scatters, n_chunks = args
-        return compiled(pop, gathers, scatters, n_chunks, row, self.data)
+        return compiled(pop, gathers, scatters, n_chunks, clock, self.data)
 
 
 BACKENDS: dict[str, type[Backend]] = {"loop": LoopBackend, "scan": ScanBackend}

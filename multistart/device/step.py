@@ -30,13 +30,21 @@ from typing import Any, NamedTuple, cast
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from ..common.status import Status
 from ..solvers import LeastSquaresRule, Minimiser, Solver
 from ..solvers.convergence import Convergence, window_converged
 
-__all__ = ["StartState", "PopState", "make_start_step", "make_chunk_step", "init_population"]
+__all__ = [
+    "StartState",
+    "PopState",
+    "make_start_step",
+    "make_chunk_step",
+    "clock",
+    "init_population",
+]
 
 _RUNNING, _CONVERGED, _NONFINITE = Status.RUNNING.code, Status.CONVERGED.code, Status.NONFINITE.code
 _MAX_STEPS, _STALLED = Status.MAX_STEPS.code, Status.STALLED.code
@@ -225,13 +233,22 @@ def _evaluate_and_step(solver: Solver, s: StartState, f, residual_u, data, bound
 
 
 def make_chunk_step(
-    start_step: Callable[[StartState, Any], StartState], rows_per_datum: int | None = None
+    start_step: Callable[[StartState, Any], StartState],
+    rows_per_datum: int | None = None,
+    history_stride: int = 1,
 ):
-    """Build ``chunk_step(pop, gather, scatter, t, data) -> pop``.
+    """Build ``chunk_step(pop, gather, scatter, clock, data) -> pop``: up to ``n`` steps of
+    one chunk's starts in one call.
 
     ``gather`` and ``scatter`` are ``batch_size`` row indices from
     :func:`multistart.device.chunking.chunk_indices`; the padding's scatter index is out of
-    bounds and its writes are dropped. ``t`` is the global step, the row of ``history`` written.
+    bounds and its writes are dropped. ``clock`` is ``[t, n]`` (int32): the steps taken
+    before the call (the global step count) and how many to take now. The chunk is gathered
+    once, stepped in a ``lax.while_loop`` that stops early once none of its starts is running
+    (an ended start is frozen: the steps it skips would not change it), and scattered once;
+    step ``t + j`` writes row ``(t + j) // history_stride`` of ``history``. The loop's body is
+    the one step whatever ``n``, so a start's arithmetic does not depend on how many steps a
+    call takes (the suite checks it bit for bit on the CPU).
 
     ``rows_per_datum``: ``data`` is a stack of datasets (every leaf with a leading axis of
     them), and rows ``i * rows_per_datum`` to ``(i + 1) * rows_per_datum - 1`` fit dataset
@@ -241,21 +258,38 @@ def make_chunk_step(
     per_row = rows_per_datum is not None
     vstep = jax.vmap(start_step, in_axes=(0, 0 if per_row else None))
 
-    def multistart_chunk_step(pop: PopState, gather, scatter, t, data) -> PopState:
+    def multistart_chunk_step(pop: PopState, gather, scatter, clock, data) -> PopState:
         chunk = jax.tree_util.tree_map(lambda a: a[gather], pop.starts)
         if per_row:
             datum = gather // rows_per_datum
             data = jax.tree_util.tree_map(lambda d: d[datum], data)
-        # Materialise the chunk's new state once: without the barrier XLA may fuse (and so
-        # recompute, possibly rounding differently) the same value into both scatters below.
-        out = jax.lax.optimization_barrier(vstep(chunk, data))
+        t, n = clock[0], clock[1]
+
+        def running(carry):
+            j, chunk, _ = carry
+            return (j < n) & jnp.any(chunk.status == _RUNNING)
+
+        def one_step(carry):
+            j, chunk, history = carry
+            # Materialise the chunk's new state once: without the barrier XLA may fuse (and
+            # so recompute, possibly rounding differently) the same value into two uses.
+            out = jax.lax.optimization_barrier(vstep(chunk, data))
+            row = (t + j) // history_stride
+            return j + 1, out, history.at[row, scatter].set(out.best_fom, mode="drop")
+
+        first = (jnp.zeros((), jnp.int32), chunk, pop.history)
+        _, chunk, history = jax.lax.while_loop(running, one_step, first)
         starts = jax.tree_util.tree_map(
-            lambda a, b: a.at[scatter].set(b, mode="drop"), pop.starts, out
+            lambda a, b: a.at[scatter].set(b, mode="drop"), pop.starts, chunk
         )
-        history = pop.history.at[t, scatter].set(out.best_fom, mode="drop")
         return PopState(starts, history)
 
     return multistart_chunk_step
+
+
+def clock(step: int, n: int = 1) -> np.ndarray:
+    """The chunk step's ``clock`` argument: ``n`` steps after ``step`` taken."""
+    return np.array([step, n], np.int32)
 
 
 def init_population(solver: Solver, u0, n_steps: int, window: int, status=None) -> PopState:

@@ -22,6 +22,7 @@ from .backends import Backend
 from .distributed import to_host
 from .oom import is_out_of_memory
 from .programs import copy_tree, first_line, retry_narrower
+from .step import clock
 
 __all__ = ["Sweeper", "Synced", "BACKOFF_COPY_STEPS"]
 
@@ -65,8 +66,8 @@ class Sweeper:
         self.compile_s = 0.0
         self.backoffs: list[dict[str, Any]] = []
         self._saved = None  # the population at a recent host sync
-        # since the copy: (history row, rows) of each step, and the writes between them
-        self._replay: list[tuple[int, np.ndarray] | Callable[[Any], Any]] = []
+        # since the copy: (clock, rows) of each call, and the writes between them
+        self._replay: list[tuple[np.ndarray, np.ndarray] | Callable[[Any], Any]] = []
         self._n_steps = 0
         self._args: Any = None
         self._set_width(width)
@@ -94,8 +95,8 @@ class Sweeper:
         self.rows = np.asarray(rows)
         self.chunks, self._args = self.backend.layout(self.rows, self.width)
 
-    def sweep(self, pop, row: int):
-        """One step of every swept row; ``row`` is the history row the step writes.
+    def sweep(self, pop, step: int, n: int = 1):
+        """``n`` steps of every swept row, ``step`` steps taken before (one call per chunk).
 
         No host synchronisation: a failure of a call may surface here or only at the next
         :meth:`sync`. Either way, if it is an out-of-memory error, the steps since the
@@ -104,10 +105,11 @@ class Sweeper:
         pop = self.backend.place(pop)
         if self._saved is None:
             self._saved = copy_tree(pop)
-        self._replay.append((int(row), self.rows))
-        self._n_steps += 1
+        steps = clock(step, n)
+        self._replay.append((steps, self.rows))
+        self._n_steps += n
         try:
-            return self.backend.run(self.compiled, pop, self._args, np.int32(row))
+            return self.backend.run(self.compiled, pop, self._args, steps)
         except Exception as exc:
             if not is_out_of_memory(exc):
                 raise
@@ -133,10 +135,13 @@ class Sweeper:
             if not is_out_of_memory(exc):
                 raise
             synced = read(self._back_off(exc))
-        if sum(not callable(entry) for entry in self._replay) >= BACKOFF_COPY_STEPS:
+        if self._steps_since_copy() >= BACKOFF_COPY_STEPS:
             self._saved = copy_tree(synced.pop)
             self._replay.clear()
         return synced
+
+    def _steps_since_copy(self) -> int:
+        return sum(int(entry[0][1]) for entry in self._replay if not callable(entry))
 
     def rewritten(self, write: Callable[[Any], Any]) -> None:
         """``write(pop) -> pop`` was just applied outside the sweep (a refill's new starts
@@ -164,7 +169,7 @@ class Sweeper:
 
         def halve(old: int, failure: BaseException) -> int:
             new = old // 2
-            steps = sum(not callable(entry) for entry in self._replay)  # not the writes
+            steps = self._steps_since_copy()
             self.backoffs.append({"step": self._n_steps, "from": old, "to": new, "replayed": steps})
             log.logger.warning(
                 "out of memory at batch_size %d (%s); retrying the last %d step(s) at %d",
@@ -182,14 +187,14 @@ class Sweeper:
 
         def replay():
             pop = copy_tree(self._saved)
-            for entry in self._replay:  # each step with the rows it swept, each write
+            for entry in self._replay:  # each call with the rows it swept, each write
                 if callable(entry):
                     pop = entry(pop)
                     continue
-                row, rows = entry
+                steps, rows = entry
                 if rows is not self.rows:
                     self.set_rows(rows)
-                pop = self.backend.run(self.compiled, pop, self._args, np.int32(row))
+                pop = self.backend.run(self.compiled, pop, self._args, steps)
             jax.block_until_ready(pop)  # an asynchronous failure shows here, not later
             self.set_rows(current)
             return pop

@@ -111,8 +111,9 @@ def stats(
     pre, choice, sweeper = start_plan.stats, engine.choice, engine.sweeper
     replaced = 0 if state.lineage is None else state.lineage.evals_replaced
     out = dict(pre)
+    ran = rec["history_steps"]  # the last start's steps: a call may end after it did
     out.update(
-        n_steps_run=state.step,
+        n_steps_run=int(ran[-1]) if np.size(ran) else 0,
         n_chunk_calls=state.n_chunk_calls,
         first_step_s=state.first_step_s,
         loop_s=loop_s,

@@ -154,6 +154,7 @@ ORDER = (
     "max_evals",
     "max_time_s",
     "sync_every",
+    "steps_per_call",
     "flat",
     "absolute_sigma",
     "n_data",
@@ -440,6 +441,18 @@ class Execution(_Group):
         "and the halving schedule prunes, on this schedule.",
         program=False,
     )
+    steps_per_call: int | str = option(
+        "auto",
+        'steps a compiled call takes before the host reads the starts again. ``"auto"`` '
+        "(the default): from 1, doubled while a call takes under 20 ms (at most 256), so the "
+        "host's dispatch and read stay a few per cent of a cheap objective's time and cost "
+        "an expensive one nothing; an int ``k >= 1``: ``k``. A call stops early once every "
+        "start in it has ended, and ends wherever the host decides something (each "
+        "``sync_every`` step with refills, the halving schedule or a budget; "
+        "``checkpoint_every``; ``log_every``), so results do not depend on it.",
+        on_resume=OnResume.FREE,
+        program=False,
+    )
     flat: bool = option(
         True,
         "step each start's parameters as one flat vector (the default: faster steps and "
@@ -462,6 +475,11 @@ class Execution(_Group):
 
     def _check_execution(self) -> None:
         self._integers(sync_every=1)
+        k = self.steps_per_call
+        if k != "auto":
+            if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
+                raise ValueError(f"steps_per_call must be 'auto' or an int >= 1; got {k!r}")
+            self._set("steps_per_call", int(k))
         self._set("batch_size", check_batch_size(self.batch_size))
         if self.backend not in BACKEND_NAMES:
             options = ", ".join(repr(b) for b in BACKEND_NAMES)

@@ -137,7 +137,7 @@ def identify(setup: Setup) -> Traced:
             residual_u=residual_u,
             bounded=space.logistic_mask(),
         )
-        chunk_step = make_chunk_step(start_step, problem.rows_per_datum)
+        chunk_step = make_chunk_step(start_step, problem.rows_per_datum, o.history_stride)
         chunk_step.__name__ = chunk_step.__qualname__ = CHUNK_STEP_NAME
         one = setup.layout.one_start_state(setup.solver, o.window)
         return start_step, chunk_step, trace_search(problem, setup.layout.dtype, start_step, one)

@@ -3,7 +3,7 @@
 ::
 
     while state.stop is None:
-        state = sweep(engine, state)                # every running start, one step, on the device
+        state = sweep(engine, state, n)             # every running start, n steps a call (Calls)
         if a sync is due (Due):
             state, reading = read(engine, state)    # statuses, bests, evaluations, clock, signals
             state = apply(engine, state, decide(reading, engine.rules))  # pure (decide.py)
@@ -32,14 +32,20 @@ import numpy as np
 
 from ..common import log
 from ..common.status import Status
-from ..device.distributed import agree_max
+from ..device.distributed import agree_max, to_host
 from .checkpoint import CheckpointError
 from .decide import Decision, Due, Reading, StopReason, decide, resumed
 from .engine import Engine
 from .progress import Display
 from .run_state import RunState
 
-__all__ = ["iterate", "sweep", "read", "apply", "resume", "SignalFlag", "signals_to_flag"]
+__all__ = ["iterate", "sweep", "Calls", "read", "apply", "resume", "SignalFlag", "signals_to_flag"]
+
+#: ``steps_per_call="auto"``: a call (with its sync) under this many seconds takes twice the
+#: steps next time, up to :data:`AUTO_MAX_STEPS`: the host's few hundred microseconds of
+#: dispatch, read and decision per call are then a few per cent of the call.
+AUTO_CALL_S = 0.02
+AUTO_MAX_STEPS = 256
 
 _PRUNED = Status.PRUNED.code
 _SIGNAL_CODES = {"SIGINT": 1, "SIGTERM": 2}  # agreed across processes as the largest code
@@ -50,34 +56,72 @@ def iterate(engine: Engine, state: RunState, flag: SignalFlag) -> RunState:
     """Step until every start ended, ``n_steps``, a budget or a signal; the state returned says
     why it stopped (``state.stop``). ``flag`` is where the signal handler notes a signal."""
     display = Display(engine.options, n=engine.n, initial=state.step)
-    first = state.step + 1
+    calls, first = Calls(engine), True
     try:
         while state.stop is None and state.step < engine.options.n_steps:
-            state = sweep(engine, state)
-            display.swept(engine.sweeper.rows.size)
+            t_call, n = time.perf_counter(), calls.next(state.step)
+            state = sweep(engine, state, n)
+            display.swept(engine.sweeper.rows.size * n)
             due = _due(engine, state.step, first, display, flag)
             if due.sync:
                 state, reading = read(engine, state, due, flag)
                 state = apply(engine, state, decide(reading, engine.rules), display)
+            calls.took(n, time.perf_counter() - t_call, synced=due.sync)
+            first = False
     finally:
         display.close()
     jax.block_until_ready(state.pop)
     return state if state.stop is not None else state._replace(stop=StopReason.N_STEPS)
 
 
-def sweep(engine: Engine, state: RunState) -> RunState:
-    """One step of every running start (no host synchronisation)."""
-    pop = engine.sweeper.sweep(state.pop, state.step // engine.options.history_stride)
+def sweep(engine: Engine, state: RunState, n: int = 1) -> RunState:
+    """``n`` steps of every running start, one call per chunk (no host synchronisation)."""
+    pop = engine.sweeper.sweep(state.pop, state.step, n)
     calls = state.n_chunk_calls + len(engine.sweeper.chunks)
-    return state._replace(pop=pop, step=state.step + 1, n_chunk_calls=calls)
+    return state._replace(pop=pop, step=state.step + n, n_chunk_calls=calls)
 
 
-def _due(engine: Engine, step: int, first: int, display: Display, flag: SignalFlag) -> Due:
+class Calls:
+    """How many steps each call takes (the search's ``steps_per_call``).
+
+    A call ends at every step where the host must look: the end of ``n_steps``, each
+    ``checkpoint_every`` and ``log_every`` step, and, where a sync decides something that
+    shapes the trajectories (refills, the halving schedule, a ``target_fom`` or ``max_evals``
+    budget, or the processes of a mesh agreeing when to sync), each ``sync_every`` step. In
+    between it takes ``k`` steps: the option's, or under ``"auto"`` from 1, doubled after
+    each call of ``k`` steps that took under :data:`AUTO_CALL_S` with its sync, to at most
+    :data:`AUTO_MAX_STEPS`. Where the calls end changes no result (an ended start is frozen,
+    and a call's body is the one step), only when the host learns of it.
+    """
+
+    def __init__(self, engine: Engine):
+        o = engine.options
+        self.auto = o.steps_per_call == "auto" and not engine.together  # no clock on a mesh
+        self.k = 1 if o.steps_per_call == "auto" else int(o.steps_per_call)
+        decides = engine.refiller is not None or o.halving is not None or engine.together
+        decides = decides or o.target_fom is not None or o.max_evals is not None
+        self.periods = [o.n_steps] + ([o.sync_every] if decides else [])
+        if engine.checkpoints is not None:
+            self.periods.append(o.checkpoint_every)
+        if o.log_every:  # a line every that many steps
+            self.periods.append(o.log_every)
+
+    def next(self, step: int) -> int:
+        """The steps the call after ``step`` steps takes."""
+        return min([self.k] + [p - step % p for p in self.periods])
+
+    def took(self, n: int, seconds: float, *, synced: bool) -> None:
+        """A call of ``n`` steps and its sync took ``seconds``: grow ``k`` if it was cheap."""
+        if self.auto and synced and n == self.k and seconds < AUTO_CALL_S:
+            self.k = min(2 * self.k, AUTO_MAX_STEPS)
+
+
+def _due(engine: Engine, step: int, first: bool, display: Display, flag: SignalFlag) -> Due:
     last = step == engine.options.n_steps
     logging_due, drawing = display.due(step, last, engine.together)
     checkpoints = engine.checkpoints
     return Due(
-        first=step == first,
+        first=first,
         last=last,
         logging=logging_due,
         drawing=drawing,
@@ -102,7 +146,7 @@ def read(engine: Engine, state: RunState, due: Due, flag: SignalFlag) -> tuple[R
     best_seen, evals_to_best = state.best_seen, state.evals_to_best
     best = float(np.min(reading.best_fom, initial=np.inf))
     if best < best_seen:
-        best_seen, evals_to_best = best, int(reading.n_evals.sum()) + reading.evals_replaced
+        best_seen, evals_to_best = best, _evals_to_best(engine, state, synced, reading)
     state = state._replace(
         pop=synced.pop,
         best_seen=best_seen,
@@ -110,6 +154,24 @@ def read(engine: Engine, state: RunState, due: Due, flag: SignalFlag) -> tuple[R
         first_step_s=now if due.first else state.first_step_s,
     )
     return state, reading
+
+
+def _evals_to_best(engine: Engine, state: RunState, synced, reading: Reading) -> int:
+    """The evaluations made when the best so far was found, at the step it was found (not at
+    the end of the call that found it): every start's now, less one for each step it took
+    after that one (exact for a rule of one evaluation a step; a line search's trials after
+    it within the call are an estimate), and the replaced starts'."""
+    n = engine.n
+    fom = np.where(np.isfinite(reading.best_fom[:n]), reading.best_fom[:n], np.inf)
+    best = int(np.argmin(fom))
+    best_step, n_steps = (
+        np.asarray(a)[:n] for a in to_host((synced.pop.starts.best_step, synced.pop.starts.n_steps))
+    )
+    started = np.zeros(n, np.int64) if state.lineage is None else state.lineage.started_at[:n]
+    found = int(started[best]) + int(best_step[best]) + 1  # steps of the search by then
+    after = np.maximum(0, n_steps - (found - started))
+    evals = np.maximum(0, reading.n_evals[:n].astype(np.int64) - after)
+    return int(evals.sum()) + reading.evals_replaced
 
 
 def _reading(engine: Engine, state: RunState, synced, due: Due, **seen) -> Reading:
@@ -203,7 +265,7 @@ def signals_to_flag() -> Iterator[SignalFlag]:
         if flag.name is not None and signum == signal.SIGINT:
             raise KeyboardInterrupt
         flag.name = name
-        log.logger.warning("%s: stopping after this step (again to stop at once)", name)
+        log.logger.warning("%s: stopping after this call's steps (again to stop at once)", name)
 
     previous = {
         sig: signal.signal(sig, handler)

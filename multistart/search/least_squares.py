@@ -235,6 +235,7 @@ class MultiStartLeastSquares(MultiStartGradient):
         max_evals: int | None = None,
         max_time_s: float | None = None,
         sync_every: int = 1,
+        steps_per_call: int | str = "auto",
         flat: bool = True,
         absolute_sigma: bool | None = None,
         n_data: int | None = None,

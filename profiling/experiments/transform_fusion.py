@@ -125,10 +125,10 @@ def engine_chunk_call(search, f, space, starts):
     seen = {}
     sweep = sweeper_module.Sweeper.sweep
 
-    def spy(self, pop, row):
+    def spy(self, pop, t, n=1):
         if "pop" not in seen:
             seen.update(pop=copy_tree(self.backend.place(pop)), sweeper=self)
-        return sweep(self, pop, row)
+        return sweep(self, pop, t, n)
 
     sweeper_module.Sweeper.sweep = spy
     try:
@@ -139,11 +139,11 @@ def engine_chunk_call(search, f, space, starts):
     backend, compiled, one = sweeper.backend, sweeper.compiled, sweeper._args[:1]
     state = {"pop": seen["pop"]}
 
-    def call(row):
-        state["pop"] = backend.run(compiled, state["pop"], one, row)
+    def call(clock):
+        state["pop"] = backend.run(compiled, state["pop"], one, clock)
         return state["pop"]
 
-    return call, [np.int32(0)]
+    return call, [np.array([0, 1], np.int32)]  # the clock: one step after none
 
 
 def others() -> None:

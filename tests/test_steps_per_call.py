@@ -1,0 +1,107 @@
+"""Many steps a call (``steps_per_call``): the host dispatches and reads once per call, and no
+result depends on how many steps a call takes."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import pytest
+from conftest import MULTIMODAL_SPACE, NoCompile, assert_same_result, multimodal, rosenbrock
+
+import multistart as ms
+
+ROSEN = {"x": ms.Uniform(-2.0, 2.0, shape=(2,))}
+
+
+def residuals(p):
+    return jnp.stack([10.0 * (p["x"][1] - p["x"][0] ** 2), 1.0 - p["x"][0]])
+
+
+# Each kind of search the host loop treats differently: converging starts leaving the sweep
+# (Adam's window guard), a rule with line searches (L-BFGS), least squares, refills on the
+# sync schedule (TikTak), the halving schedule, and a ragged chunk at width 3.
+SEARCHES = {
+    "adam": lambda k: ms.MultiStartAdam(
+        n_starts=7, batch_size=3, n_steps=300, seed=0, steps_per_call=k
+    ).fit(multimodal, MULTIMODAL_SPACE),
+    "lbfgs": lambda k: ms.MultiStartLBFGS(
+        n_starts=5, batch_size=2, n_steps=200, seed=1, steps_per_call=k
+    ).fit(rosenbrock, ROSEN),
+    "least squares": lambda k: ms.MultiStartLeastSquares(
+        n_starts=6, batch_size=4, n_steps=100, seed=0, start_strategy="band", steps_per_call=k
+    ).fit(residuals, ROSEN),
+    "tiktak": lambda k: ms.MultiStartLBFGS(
+        n_starts=4,
+        batch_size=2,
+        n_steps=120,
+        seed=2,
+        start_strategy="tiktak",
+        n_local=10,
+        steps_per_call=k,
+    ).fit(multimodal, MULTIMODAL_SPACE),
+    "halving": lambda k: ms.MultiStartAdam(
+        n_starts=8,
+        batch_size=4,
+        n_steps=200,
+        seed=0,
+        schedule="halving",
+        convergence=None,
+        steps_per_call=k,
+    ).fit(multimodal, MULTIMODAL_SPACE),
+}
+
+
+@functools.cache
+def fitted(name: str, k):
+    with jax.enable_x64(True):
+        return SEARCHES[name](k)
+
+
+@pytest.mark.parametrize("name", list(SEARCHES))
+def test_results_do_not_depend_on_the_steps_a_call_takes(name):
+    one = fitted(name, 1)
+    for k in (5, "auto"):
+        assert_same_result(one, fitted(name, k), exact=True)
+
+
+def test_many_steps_a_call_cut_the_calls_and_the_host_reads():
+    one, auto = fitted("adam", 1), fitted("adam", "auto")
+    assert auto.stats["n_chunk_calls"] < one.stats["n_chunk_calls"] / 4, (
+        auto.stats["n_chunk_calls"],
+        one.stats["n_chunk_calls"],
+    )
+    # where the host decides at every step (refills on sync_every=1), every call is one step
+    assert fitted("tiktak", 5).stats["n_chunk_calls"] == fitted("tiktak", 1).stats["n_chunk_calls"]
+
+
+def test_a_fixed_k_makes_exactly_its_calls():
+    def calls(k, **kw):
+        base = dict(n_starts=4, batch_size=4, n_steps=20, seed=0, convergence=None, log_every=0)
+        search = ms.MultiStartAdam(**{**base, **kw}, steps_per_call=k)
+        return search.fit(multimodal, MULTIMODAL_SPACE).stats["n_chunk_calls"]
+
+    assert calls(5) == 4  # one chunk, 20 steps, 5 a call
+    assert calls(6) == 4  # 6, 6, 6 and the last 2
+    assert calls(6, log_every=4) == 5  # and a call ends at each progress line: 4, 4, 4, 4, 4
+
+
+def test_calls_end_at_each_checkpoint_and_resume_with_another_k(tmp_path):
+    kw = dict(n_starts=5, batch_size=2, n_steps=60, seed=3, convergence=None, log_every=0)
+    folder = dict(checkpoint_dir=str(tmp_path / "ck"), checkpoint_every=10)
+    with jax.enable_x64(True):
+        full = ms.MultiStartAdam(**kw, steps_per_call=1).fit(multimodal, MULTIMODAL_SPACE)
+        partial = ms.MultiStartAdam(**{**kw, "n_steps": 30}, **folder, steps_per_call=7)
+        first = partial.fit(multimodal, MULTIMODAL_SPACE)
+        assert first.stats["checkpoints"] == [10, 20, 30]  # 7 a call, cut at each checkpoint
+        resumed = ms.MultiStartAdam(**kw, **folder, steps_per_call="auto")
+        resumed = resumed.fit(multimodal, MULTIMODAL_SPACE, resume=True)
+    assert resumed.stats["resumed_from"] == 30
+    assert_same_result(full, resumed, exact=True)
+
+
+@pytest.mark.parametrize("bad", [0, -3, 2.5, True, "fast", None])
+def test_a_bad_steps_per_call_is_refused_before_any_compile(bad):
+    with NoCompile(), pytest.raises(ValueError, match="steps_per_call must be 'auto' or an int"):
+        ms.MultiStartAdam(steps_per_call=bad)
