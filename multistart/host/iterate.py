@@ -64,7 +64,7 @@ def iterate(engine: Engine, state: RunState, flag: SignalFlag) -> RunState:
             display.swept(engine.sweeper.rows.size * n)
             due = _due(engine, state.step, first, display, flag)
             if due.sync:
-                state, reading = read(engine, state, due, flag)
+                state, reading = read(engine, state, due, flag, steps=n)
                 state = apply(engine, state, decide(reading, engine.rules), display)
             calls.took(n, time.perf_counter() - t_call, synced=due.sync)
             first = False
@@ -131,10 +131,13 @@ def _due(engine: Engine, step: int, first: bool, display: Display, flag: SignalF
     )
 
 
-def read(engine: Engine, state: RunState, due: Due, flag: SignalFlag) -> tuple[RunState, Reading]:
-    """What the host knows now: one transfer of the small per-start vectors (where a deferred
-    out-of-memory error shows), the clock and any signal (agreed by every process on a mesh
-    over several). The state comes back with the best so far noted."""
+def read(
+    engine: Engine, state: RunState, due: Due, flag: SignalFlag, steps: int = 1
+) -> tuple[RunState, Reading]:
+    """What the host knows now, ``steps`` after the call before: one transfer of the small
+    per-start vectors (where a deferred out-of-memory error shows), the clock and any signal
+    (agreed by every process on a mesh over several). The state comes back with the best so
+    far noted."""
     synced = engine.sweeper.sync(state.pop)
     now = time.perf_counter() - engine.t_start
     limit = engine.options.max_time_s
@@ -146,7 +149,10 @@ def read(engine: Engine, state: RunState, due: Due, flag: SignalFlag) -> tuple[R
     best_seen, evals_to_best = state.best_seen, state.evals_to_best
     best = float(np.min(reading.best_fom, initial=np.inf))
     if best < best_seen:
-        best_seen, evals_to_best = best, _evals_to_best(engine, state, synced, reading)
+        best_seen = best
+        evals_to_best = int(reading.n_evals.sum()) + reading.evals_replaced
+        if steps > 1:  # found in one of the call's steps: count to that one
+            evals_to_best = _evals_to_best(engine, state, synced, reading)
     state = state._replace(
         pop=synced.pop,
         best_seen=best_seen,
@@ -158,9 +164,10 @@ def read(engine: Engine, state: RunState, due: Due, flag: SignalFlag) -> tuple[R
 
 def _evals_to_best(engine: Engine, state: RunState, synced, reading: Reading) -> int:
     """The evaluations made when the best so far was found, at the step it was found (not at
-    the end of the call that found it): every start's now, less one for each step it took
-    after that one (exact for a rule of one evaluation a step; a line search's trials after
-    it within the call are an estimate), and the replaced starts'."""
+    the end of the call that found it): every start's now, less its steps after that one at
+    its mean evaluations a step (exact for a rule whose steps cost alike, as Adam's one or
+    least squares' Jacobian; for a line search's trials an estimate within one call), and
+    the replaced starts'."""
     n = engine.n
     fom = np.where(np.isfinite(reading.best_fom[:n]), reading.best_fom[:n], np.inf)
     best = int(np.argmin(fom))
@@ -170,8 +177,9 @@ def _evals_to_best(engine: Engine, state: RunState, synced, reading: Reading) ->
     started = np.zeros(n, np.int64) if state.lineage is None else state.lineage.started_at[:n]
     found = int(started[best]) + int(best_step[best]) + 1  # steps of the search by then
     after = np.maximum(0, n_steps - (found - started))
-    evals = np.maximum(0, reading.n_evals[:n].astype(np.int64) - after)
-    return int(evals.sum()) + reading.evals_replaced
+    evals = reading.n_evals[:n].astype(np.int64)
+    per_step = evals // np.maximum(n_steps, 1)  # exact where every step costs the same
+    return int(np.maximum(0, evals - after * per_step).sum()) + reading.evals_replaced
 
 
 def _reading(engine: Engine, state: RunState, synced, due: Due, **seen) -> Reading:
