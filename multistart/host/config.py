@@ -435,7 +435,8 @@ class Execution(_Group):
     )
     sync_every: int = option(
         1,
-        "the host reads which starts ended every this many steps, to drop them from the sweep. "
+        "the host reads which starts ended every this many steps (at the end of a call that "
+        "reaches such a step: ``steps_per_call``), to drop them from the sweep. "
         "Results do not depend on it (ended starts are frozen on the device), except where "
         "the host decides something at a sync: resurrection and TikTak replace ended starts, "
         "and the halving schedule prunes, on this schedule.",
