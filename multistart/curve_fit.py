@@ -29,7 +29,7 @@ from .model.priors import HalfBounded, Normal, Space, Uniform
 from .model.problem import add_note, tracer_hint
 from .result import Result, Uncertainty
 from .result.batch import BatchFits, bound_summary
-from .result.laplace import gram_inverse
+from .result.laplace import gram_inverse, residual_scale
 from .search.least_squares import MultiStartLeastSquares
 from .solvers.base import linearize
 from .starts.strategies import BOUND_MARGIN, StartStream
@@ -1008,11 +1008,7 @@ def _batch_covariances(f, names, data, popt, absolute_sigma: bool):
     ``s² (JᵀJ)⁻¹`` (:func:`multistart.result.laplace.gram_inverse`), ``(n_fits, n, n)``, from
     one program over every fit, and its weighted residuals ``(n_fits, m)``."""
     a, ssr, fvec = _curvature_at(f, names, data, popt, stacked=True)
-    n, m = popt.shape[1], fvec.shape[1]
-    if absolute_sigma:
-        s2 = np.ones(len(popt))
-    else:
-        s2 = ssr / (m - n) if m > n else np.full(len(popt), np.inf)
+    s2 = residual_scale(ssr, fvec.shape[1], popt.shape[1], absolute_sigma)
     with np.errstate(invalid="ignore"):  # inf * 0 off the diagonal: inf anyway
         pcov = gram_inverse(a)[0] * s2[:, None, None]
     return _inf_if_undetermined(pcov, stacked=True), fvec

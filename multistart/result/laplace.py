@@ -27,6 +27,7 @@ __all__ = [
     "laplace",
     "residual_laplace",
     "gram_inverse",
+    "residual_scale",
     "laplace_problem",
     "flat_names",
     "leaf_paths",
@@ -303,9 +304,8 @@ def residual_laplace(problem, params, curvature_fn=None, *, warn: bool = True) -
     out = fn(jnp.asarray(vec, dtype), problem.data)
     curv, r = np.asarray(out[0], dtype=np.float64), np.asarray(out[2], dtype=np.float64)
     m, n, ssr = r.size, vec.size, float(out[1])
-    s2 = 1.0
+    s2 = float(residual_scale(ssr, m, n, problem.absolute_sigma))
     if not problem.absolute_sigma:
-        s2 = ssr / (m - n) if m > n else np.inf
         if m <= n and warn:
             warnings.warn(
                 f"{problem.name!r}: {m} residuals for {n} parameters leave no degrees of freedom "
@@ -326,6 +326,16 @@ def residual_laplace(problem, params, curvature_fn=None, *, warn: bool = True) -
     more["reduced_chi2"] = ssr / (m - n) if m > n else None
     point = (problem, space, params, vec, names)
     return _laplace(point, hess, inverse, bad, 2.0 * s2, kind, warn, **more)
+
+
+def residual_scale(ssr, m: int, n: int, absolute_sigma: bool) -> np.ndarray:
+    """curve_fit's ``s²`` for ``m`` residuals and ``n`` parameters: 1 with ``absolute_sigma``,
+    else the reduced χ² ``‖r‖² / (m - n)``, ``inf`` where no degree of freedom is left;
+    ``ssr`` one sum of squares or an array of them (a batch's)."""
+    ssr = np.asarray(ssr, dtype=np.float64)
+    if absolute_sigma:
+        return np.ones_like(ssr)
+    return ssr / (m - n) if m > n else np.full_like(ssr, np.inf)
 
 
 def gram_inverse(jac: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
