@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import signal
@@ -152,25 +153,10 @@ class NoCompile:
         assert self.counter.total == 0, dict(self.counter.counts)
 
 
-# The per-start fields of a Result, and of each incarnation record, that two runs of "the same
-# search" must share. stats, config and paths describe the run, not its outcome.
-RESULT_FIELDS = (
-    "foms",
-    "params",
-    "start_params",
-    "status",
-    "n_steps",
-    "n_evals",
-    "best_step",
-    "history",
-    "history_steps",
-    "resurrections",
-    "best_fom",
-    "best_index",
-    "best_params",
-    "at_bound",
-    "rung",
-)
+# The fields of a Result that two runs of "the same search" must share: all but those that
+# describe the run rather than its outcome (incarnations are compared record by record).
+RUN_FIELDS = ("stats", "paths", "config", "incarnations")
+RESULT_FIELDS = tuple(f.name for f in dataclasses.fields(ms.Result) if f.name not in RUN_FIELDS)
 
 
 def _assert_leaf_equal(x, y, where: str, rtol: float | None, atol: float) -> None:

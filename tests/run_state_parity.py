@@ -22,6 +22,7 @@ may change without changing a result) are kept apart, under ``"compiles"``, and 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import os
@@ -32,21 +33,9 @@ import tempfile
 os.environ.setdefault("MULTISTART_CACHE_DIR", "")  # no tuning records, no persistent cache
 os.environ.setdefault("MULTISTART_LOG_LEVEL", "WARNING")
 
-FIELDS = (
-    "foms",
-    "params",
-    "start_params",
-    "status",
-    "n_steps",
-    "n_evals",
-    "best_step",
-    "history",
-    "history_steps",
-    "at_bound",
-    "resurrections",
-    "rung",
-    "best_params",
-)
+# Every field of the Result but those that describe the run (stats, paths, config) or are
+# written out below; read from the Result itself, so the check runs against any version.
+NOT_FIELDS = ("stats", "paths", "config", "incarnations", "best_fom", "best_index")
 COMPILES = (
     "n_compiles",
     "n_compiles_total",
@@ -77,7 +66,8 @@ def _hash(value) -> str | None:
 
 def digest(result) -> dict:
     """Every field of ``result`` as hashes and plain values; times and compiles left out."""
-    out: dict = {name: _hash(getattr(result, name)) for name in FIELDS}
+    names = [f.name for f in dataclasses.fields(result) if f.name not in NOT_FIELDS]
+    out: dict = {name: _hash(getattr(result, name)) for name in names}
     out["best_fom"] = repr(float(result.best_fom))
     out["best_index"] = int(result.best_index)
     out["incarnations"] = [

@@ -12,6 +12,7 @@ record (an *incarnation*) is kept in the slots' :class:`Lineage`, part of the ru
 
 from __future__ import annotations
 
+import copy
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -31,17 +32,6 @@ from .queues import StartQueue
 __all__ = ["REPLACE_NAME", "make_replace_rows", "Refiller", "Incarnation", "Lineage"]
 
 REPLACE_NAME = "multistart_replace_rows"
-# The per-slot entries of a record that fold() copies before folding replaced starts in.
-_PER_SLOT = (
-    "foms",
-    "params",
-    "start_params",
-    "status",
-    "n_steps",
-    "n_evals",
-    "best_step",
-    "history",
-)
 _RECORD_INTS = ("slot", "number", "best_step", "n_steps", "n_evals", "status", "started_at")
 
 
@@ -309,10 +299,7 @@ class Refiller:
         is what ``Result.incarnations`` and the per-slot arrays of :class:`multistart.Result`
         describe. ``to_physical_n`` maps ``n`` unconstrained rows to physical params.
         """
-        out = {
-            key: jax.tree_util.tree_map(np.array, value) if key in _PER_SLOT else value
-            for key, value in rec.items()
-        }
+        out = copy.deepcopy(rec)  # host arrays: the folded starts are written into a copy
         slots = np.flatnonzero(lineage.count)
         if slots.size == 0:
             return out, []
