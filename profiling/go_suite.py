@@ -16,7 +16,9 @@ thread (``harness.one_blas_thread``). Solved means the suite's own test, ``|f - 
   ours_sobol    the same with ``start_strategy="sobol"``
   ours_tiktak   the same with ``start_strategy="tiktak"``
   ours_box      the defaults with ``start_band=(0, 1)``: candidates over the whole box
-  ours_box_tiktak  both
+  ours_box99    the defaults with ``start_band=(0.01, 0.99)``: all but the 1 % next to a bound
+  ours_box_tiktak  both (``n_local`` 4 x 32 = 128 local searches)
+  ours_box_tiktak64, ours_box_tiktak96  both, with 64 or 96 local searches
   de            ``scipy.optimize.differential_evolution`` (polish with L-BFGS-B)
   lbfgsb32      scipy L-BFGS-B from 32 uniform starts over the box, best kept
   da            ``scipy.optimize.dual_annealing``
@@ -255,7 +257,10 @@ ARMS: dict[str, Callable] = {
     "ours_sobol": _ours(start_strategy="sobol"),
     "ours_tiktak": _ours(start_strategy="tiktak"),
     "ours_box": _ours(start_band=(0.0, 1.0)),
+    "ours_box99": _ours(start_band=(0.01, 0.99)),
     "ours_box_tiktak": _ours(start_band=(0.0, 1.0), start_strategy="tiktak"),
+    "ours_box_tiktak64": _ours(start_band=(0.0, 1.0), start_strategy="tiktak", n_local=64),
+    "ours_box_tiktak96": _ours(start_band=(0.0, 1.0), start_strategy="tiktak", n_local=96),
     "de": _scipy(_de),
     "lbfgsb32": _scipy(_lbfgsb32),
     "da": _scipy(_da),
