@@ -350,3 +350,14 @@ def test_a_minimum_just_inside_a_bound_is_not_pulled_onto_it(x64):
     )
     assert np.all(result.status == "converged")
     np.testing.assert_allclose(result.params["a"], centre, rtol=0, atol=1e-10)
+
+
+def test_a_projected_trial_failing_on_other_coordinates_does_not_end_the_projecting(x64):
+    # a[0] starts within 1 % of its bound: its first trial is projected, and fails on b's step;
+    # before, the start then projected no more and crept to the corner in 46 steps
+    start = {"a": np.array([0.995, 0.96]), "b": 0.3532947117350681}
+    search = ms.MultiStartLBFGS(n_starts=1, n_candidates=0, progress=False)
+    result = search.fit(_on_a_corner, CORNER_SPACE, starts=[start])
+    assert result.status[0] == "converged" and int(result.n_steps[0]) <= 16, result.n_steps
+    eps = np.finfo(np.float64).eps
+    np.testing.assert_allclose(result.params["a"], 1.0, rtol=0, atol=32 * eps * 2.0)

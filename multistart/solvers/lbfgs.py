@@ -212,7 +212,7 @@ class LBFGS(Minimiser):
         dots = _Dots.of(s_new, y_new, g_flat, st)
         finite = jnp.isfinite(value) & jnp.isfinite(dots.g_max)  # nan or inf if g is
         first = ~st.started
-        armijo, projected = self._armijo(st, value, u_flat, g_flat, dots, finite, bounded)
+        armijo, projected, leaves = self._armijo(st, value, u_flat, g_flat, dots, finite, bounded)
         accept = jnp.where(first, finite, armijo)
 
         # -- an accepted point: a new pair, a new direction, the stopping tests.
@@ -254,7 +254,9 @@ class LBFGS(Minimiser):
             n_back=jnp.where(fresh, 0, n_back).astype(jnp.int32),
             started=st.started | accept,
             done=jnp.where(accept, code_acc, jnp.where(stalled, STALLED, 0)),
-            unprojected=st.unprojected | (projected & ~accept),
+            # only a bound whose minimum lies inside ends the projecting: a projected trial
+            # that failed on the other coordinates' step leaves the next line search its own
+            unprojected=st.unprojected | (projected & leaves),
         )
         # A start whose first evaluation was non-finite stays where it is (the engine ends it;
         # it accepted nothing, so new.x is st.x).
@@ -265,14 +267,15 @@ class LBFGS(Minimiser):
     # -- pieces ------------------------------------------------------------------------------
 
     def _armijo(self, st: LBFGSFields, value, x, g, dots: _Dots, finite, bounded):
-        """``(armijo, projected)``: does the point just evaluated pass the sufficient-decrease
-        test (a trial on a bound whose minimum lies inside does not), and was it a projected
-        trial (:func:`_on_bounds`)?"""
+        """``(armijo, projected, leaves)``: does the point just evaluated pass the
+        sufficient-decrease test (a trial on a bound whose minimum lies inside does not), was it
+        a projected trial, and is a coordinate on a bound there with its minimum inside
+        (:func:`_on_bounds`)?"""
         armijo = finite & (value <= st.f + self.c1 * st.alpha * dots.slope0)
         if bounded is None:
-            return armijo, jnp.bool_(False)
+            return armijo, jnp.bool_(False), jnp.bool_(False)
         projected, leaves = _on_bounds(st, x, g, jnp.asarray(bounded))
-        return armijo & ~leaves, projected
+        return armijo & ~leaves, projected, leaves
 
     def _tests(self, st: LBFGSFields, value, x, dots: _Dots, mem: _Memory, descent, dg, first):
         """The stopping tests at an accepted point: ``CONVERGED``, ``STALLED`` or 0."""
