@@ -402,9 +402,10 @@ def _to_bounds(new: LBFGSFields, fresh, bounded):
     takes one or two. So, as a projected step would: the first trial of a line search (a
     fresh one) takes a coordinate within ``NEAR_BOUND`` of a bound whose direction leads out
     to the saturation point (:func:`saturation`, the bound to rounding). A
-    backtracking trial is never projected, and once a projected trial failed (it is then tried
-    again unprojected, :func:`_on_bounds`) no later trial of the start is, so a minimum just
-    inside a bound is reached as before. No trial goes beyond the saturation point either way.
+    backtracking trial is never projected, and once a projected trial left a coordinate on a
+    bound whose minimum lies inside (it is then tried again unprojected, :func:`_on_bounds`) no
+    later trial of the start is, so a minimum just inside a bound is reached as before. No
+    trial goes beyond the saturation point either way.
     """
     x, d = new.x, new.d
     trial = x + new.alpha * d
