@@ -240,10 +240,7 @@ class LBFGS(Minimiser):
         # The memory is cleared by a direction that is not a descent direction and by a reset:
         # one select per element, whichever case.
         mem = mem.cleared_unless(jnp.where(accept, descent, ~reset))
-        tiny = jnp.finfo(dtype).tiny
-        unit = 1.0 / jnp.maximum(norm_d, tiny)  # a step of unit length
-        alpha0 = jnp.where(accept & (mem.n_pairs > 0), 1.0, unit)
-        alpha0 = jnp.minimum(alpha0, self.max_step / jnp.maximum(max_d, tiny))
+        alpha0 = self._first_alpha(accept & (mem.n_pairs > 0), norm_d, max_d, dtype)
         new = LBFGSFields(
             jnp.where(accept, u_flat, st.x),
             jnp.where(accept, value, st.f),
@@ -265,6 +262,15 @@ class LBFGS(Minimiser):
         return SolverStep(unravel(u_next.astype(dtype)), _select(idle, state, new.pack()), 0)
 
     # -- pieces ------------------------------------------------------------------------------
+
+    def _first_alpha(self, unit_step, norm_d, max_d, dtype):
+        """A new line search's first trial: a step of 1 where the memory scales the direction
+        (``unit_step``), else a step of unit length; never more than ``max_step`` along any
+        coordinate."""
+        tiny = jnp.finfo(dtype).tiny
+        unit = 1.0 / jnp.maximum(norm_d, tiny)  # a step of unit length
+        alpha0 = jnp.where(unit_step, 1.0, unit)
+        return jnp.minimum(alpha0, self.max_step / jnp.maximum(max_d, tiny))
 
     def _armijo(self, st: LBFGSFields, value, x, g, dots: _Dots, finite, bounded):
         """``(armijo, projected, leaves)``: does the point just evaluated pass the
