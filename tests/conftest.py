@@ -236,10 +236,10 @@ def signal_at_step(monkeypatch, k: int, sig=signal.SIGINT):
 
     original = Sweeper.sweep
 
-    def step(self, pop, t, n=1):  # a call of steps t + 1 to t + n
+    def step(self, pop, t, n=1, *rest):  # a call of steps t + 1 to t + n
         if t < k <= t + n:
             os.kill(os.getpid(), sig)
-        return original(self, pop, t, n)
+        return original(self, pop, t, n, *rest)
 
     monkeypatch.setattr(Sweeper, "sweep", step)
 

@@ -226,11 +226,11 @@ if phase == "first":
 
     step, calls = Sweeper.sweep, []
 
-    def step_then_signal(self, pop, t, n=1):  # only process 1 is told to stop, in step 3
+    def step_then_signal(self, pop, t, n=1, *rest):  # only process 1 is told to stop, in step 3
         calls.append(t)
         if t < 3 <= t + n and process_id == 1:
             os.kill(os.getpid(), signal.SIGTERM)
-        return step(self, pop, t, n)
+        return step(self, pop, t, n, *rest)
 
     Sweeper.sweep = step_then_signal
     try:

@@ -73,10 +73,10 @@ def test_an_ignored_signal_stays_ignored_through_a_fit(monkeypatch, x64):
 
     original = Sweeper.sweep
 
-    def step(self, pop, t, n=1):  # a call of steps t + 1 to t + n
+    def step(self, pop, t, n=1, *rest):  # a call of steps t + 1 to t + n
         if t <= 3 < t + n:
             os.kill(os.getpid(), signal.SIGINT)
-        return original(self, pop, t, n)
+        return original(self, pop, t, n, *rest)
 
     monkeypatch.setattr(Sweeper, "sweep", step)
     before = signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -125,10 +125,10 @@ _CHILD = textwrap.dedent(
     kw.update(checkpoint_dir=folder, checkpoint_every=int(os.environ["MS_EVERY"]))
     if mode == "kill":
         original = Sweeper.sweep
-        def step(self, pop, t, n=1):  # killed in step kill_at
+        def step(self, pop, t, n=1, *rest):  # killed in step kill_at
             if t < kill_at <= t + n:
                 os.kill(os.getpid(), signal.SIGKILL)
-            return original(self, pop, t, n)
+            return original(self, pop, t, n, *rest)
         Sweeper.sweep = step
     rule = ms.MultiStartLBFGS if os.environ["MS_RULE"] == "lbfgs" else ms.MultiStartAdam
     result = rule(**kw).fit(objective, space, resume=(mode == "resume"))

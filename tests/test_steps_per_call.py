@@ -41,6 +41,25 @@ SEARCHES = {
         n_local=10,
         steps_per_call=k,
     ).fit(multimodal, MULTIMODAL_SPACE),
+    # refills in one chunk: a call ends at the first step where one of its starts ends
+    "tiktak one chunk": lambda k: ms.MultiStartLBFGS(
+        n_starts=4,
+        batch_size=4,
+        n_steps=120,
+        seed=2,
+        start_strategy="tiktak",
+        n_local=10,
+        steps_per_call=k,
+    ).fit(multimodal, MULTIMODAL_SPACE),
+    "least squares tiktak one chunk": lambda k: ms.MultiStartLeastSquares(
+        n_starts=3,
+        batch_size=3,
+        n_steps=100,
+        seed=0,
+        start_strategy="tiktak",
+        n_local=9,
+        steps_per_call=k,
+    ).fit(residuals, ROSEN),
     "halving": lambda k: ms.MultiStartAdam(
         n_starts=8,
         batch_size=4,
@@ -64,7 +83,8 @@ def test_results_do_not_depend_on_the_steps_a_call_takes(name):
     one = fitted(name, 1)
     for k in (5, "auto"):
         assert_same_result(one, fitted(name, k), exact=True)
-        if name != "lbfgs":  # every step costs alike: counted to the step the best was found
+        if "lbfgs" not in name and name != "tiktak one chunk":  # every step costs alike:
+            # evaluations counted to the step the best was found
             assert fitted(name, k).stats["evals_to_best"] == one.stats["evals_to_best"], k
 
 
@@ -74,8 +94,14 @@ def test_many_steps_a_call_cut_the_calls_and_the_host_reads():
         auto.stats["n_chunk_calls"],
         one.stats["n_chunk_calls"],
     )
-    # where the host decides at every step (refills on sync_every=1), every call is one step
-    assert fitted("tiktak", 5).stats["n_chunk_calls"] == fitted("tiktak", 1).stats["n_chunk_calls"]
+    # where the host decides at every step (refills on sync_every=1), a call over several
+    # chunks is one step, and one over a single chunk ends where one of its starts ends (the
+    # two-chunk search's last running starts fit one chunk)
+    assert fitted("tiktak", 5).stats["n_chunk_calls"] < fitted("tiktak", 1).stats["n_chunk_calls"]
+    for name in ("tiktak one chunk", "least squares tiktak one chunk"):
+        calls = {k: fitted(name, k).stats["n_chunk_calls"] for k in (1, 5, "auto")}
+        assert calls[5] < calls[1] and calls["auto"] < calls[1], (name, calls)
+        assert fitted(name, 1).stats["n_resurrections"] > 0  # refills were made
 
 
 def test_a_fixed_k_makes_exactly_its_calls():

@@ -875,6 +875,18 @@ def test_a_back_off_replays_the_refills_among_the_steps_it_replays(monkeypatch, 
     assert identical(result, reference)
 
 
+def test_a_back_off_replays_calls_that_ended_where_a_start_ended(monkeypatch, x64):
+    """In one chunk, a refilled search's call ends at the first step where one of its starts
+    ends; replayed at a narrower width (several chunks), such a call takes the same steps."""
+    kw = dict(RAGGED_CONVERGING, start_strategy="tiktak")
+    reference = fit(multimodal, MULTIMODAL_SPACE, batch_size=2, **kw)
+    inject_oom(monkeypatch, fits=4, after_calls=20)
+    result = fit(multimodal, MULTIMODAL_SPACE, batch_size=16, **kw)  # the 11 starts: one chunk
+    assert [(b["from"], b["to"]) for b in result.stats["backoffs"]] == [(11, 5), (5, 2)]
+    assert result.stats["n_chunk_calls"] < reference.stats["n_chunk_calls"] / 2
+    assert identical(result, reference)
+
+
 def test_out_of_memory_at_width_one_is_a_clear_error(monkeypatch):
     inject_oom(monkeypatch, fits=0)
     with pytest.raises(RuntimeError, match="ran out of memory even at batch_size 1") as info:

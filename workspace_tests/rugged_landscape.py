@@ -71,10 +71,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         stop_at, original = n_steps // 2, Sweeper.sweep
 
-        def step(self, pop, t, n=1):  # a call of steps t + 1 to t + n
+        def step(self, pop, t, n=1, *rest):  # a call of steps t + 1 to t + n
             if t < stop_at <= t + n:
                 signal.raise_signal(signal.SIGINT)
-            return original(self, pop, t, n)
+            return original(self, pop, t, n, *rest)
 
         Sweeper.sweep = step
         search = ms.MultiStartAdam(**base, checkpoint_dir=folder, checkpoint_every=50)

@@ -281,7 +281,7 @@ def make_scan_step(chunk_step, tick=None):
 
 
 def _scan_tick(clock, i, n_chunks) -> None:
-    step, n = (int(v) for v in clock)
+    step, n = (int(v) for v in clock[:2])
     log.logger.debug("steps %d-%d: scan batch %d/%d", step + 1, step + n, int(i) + 1, int(n_chunks))
 
 

@@ -243,9 +243,11 @@ def make_chunk_step(
     ``gather`` and ``scatter`` are ``batch_size`` row indices from
     :func:`multistart.device.chunking.chunk_indices`; the padding's scatter index is out of
     bounds and its writes are dropped. ``clock`` is ``[t, n]`` (int32): the steps taken
-    before the call (the global step count) and how many to take now. The chunk is gathered
-    once, stepped in a ``lax.while_loop`` that stops early once none of its starts is running
-    (an ended start is frozen: the steps it skips would not change it), and scattered once;
+    before the call (the global step count), how many to take now, and whether to stop after
+    the first step at which one of its running starts ends (1; the host then acts on it, as a
+    refill does). The chunk is gathered once, stepped in a ``lax.while_loop`` that stops early
+    once none of its starts is running (an ended start is frozen: the steps it skips would not
+    change it), and scattered once;
     step ``t + j`` writes row ``(t + j) // history_stride`` of ``history``. The loop's body is
     the one step whatever ``n``, so a start's arithmetic does not depend on how many steps a
     call takes (the suite checks it bit for bit on the CPU).
@@ -263,11 +265,13 @@ def make_chunk_step(
         if per_row:
             datum = gather // rows_per_datum
             data = jax.tree_util.tree_map(lambda d: d[datum], data)
-        t, n = clock[0], clock[1]
+        t, n, until_end = clock[0], clock[1], clock[2] != 0
+        n_running = jnp.sum(chunk.status == _RUNNING)
 
         def running(carry):
             j, chunk, _ = carry
-            return (j < n) & jnp.any(chunk.status == _RUNNING)
+            left = jnp.sum(chunk.status == _RUNNING)
+            return (j < n) & (left > 0) & ~(until_end & (left < n_running))
 
         def one_step(carry):
             j, chunk, history = carry
@@ -287,9 +291,10 @@ def make_chunk_step(
     return multistart_chunk_step
 
 
-def clock(step: int, n: int = 1) -> np.ndarray:
-    """The chunk step's ``clock`` argument: ``n`` steps after ``step`` taken."""
-    return np.array([step, n], np.int32)
+def clock(step: int, n: int = 1, until_end: bool = False) -> np.ndarray:
+    """The chunk step's ``clock`` argument: ``n`` steps after ``step`` taken, or fewer, to the
+    first step at which a running start ends, if ``until_end``."""
+    return np.array([step, n, until_end], np.int32)
 
 
 def init_population(solver: Solver, u0, n_steps: int, window: int, status=None) -> PopState:

@@ -18,6 +18,7 @@ import jax
 import numpy as np
 
 from ..common import log
+from ..common.status import Status
 from .backends import Backend
 from .distributed import to_host
 from .oom import is_out_of_memory
@@ -40,6 +41,7 @@ class Synced(NamedTuple):
     status: np.ndarray
     best_fom: np.ndarray
     n_evals: np.ndarray
+    n_steps: np.ndarray
 
 
 class Sweeper:
@@ -69,6 +71,7 @@ class Sweeper:
         # since the copy: (clock, rows) of each call, and the writes between them
         self._replay: list[tuple[np.ndarray, np.ndarray] | Callable[[Any], Any]] = []
         self._n_steps = 0
+        self._read: tuple[Any, Synced] | None = None  # a peek's read, for the next sync
         self._args: Any = None
         self._set_width(width)
 
@@ -95,8 +98,10 @@ class Sweeper:
         self.rows = np.asarray(rows)
         self.chunks, self._args = self.backend.layout(self.rows, self.width)
 
-    def sweep(self, pop, step: int, n: int = 1):
-        """``n`` steps of every swept row, ``step`` steps taken before (one call per chunk).
+    def sweep(self, pop, step: int, n: int = 1, until_end: bool = False):
+        """``n`` steps of every swept row, ``step`` steps taken before (one call per chunk);
+        ``until_end``: or fewer, to the first step at which one of them ends (one chunk only:
+        chunks would stop at different steps).
 
         No host synchronisation: a failure of a call may surface here or only at the next
         :meth:`sync`. Either way, if it is an out-of-memory error, the steps since the
@@ -105,7 +110,7 @@ class Sweeper:
         pop = self.backend.place(pop)
         if self._saved is None:
             self._saved = copy_tree(pop)
-        steps = clock(step, n)
+        steps = clock(step, n, until_end)
         self._replay.append((steps, self.rows))
         self._n_steps += n
         try:
@@ -125,9 +130,20 @@ class Sweeper:
         back-off restarts from.
         """
 
+        read = self._read
+        synced = read[1] if read is not None and read[0] is pop else self.peek(pop)
+        self._read = None
+        if self._steps_since_copy() >= BACKOFF_COPY_STEPS:
+            self._saved = copy_tree(synced.pop)
+            self._replay.clear()
+        return synced
+
+    def peek(self, pop) -> Synced:
+        """The read of :meth:`sync` alone (no copy): the next :meth:`sync` of ``pop`` reuses it."""
+
         def read(pop):
             s = pop.starts
-            return Synced(pop, *to_host((s.status, s.best_fom, s.n_evals)))
+            return Synced(pop, *to_host((s.status, s.best_fom, s.n_evals, s.n_steps)))
 
         try:
             synced = read(pop)
@@ -135,10 +151,14 @@ class Sweeper:
             if not is_out_of_memory(exc):
                 raise
             synced = read(self._back_off(exc))
-        if self._steps_since_copy() >= BACKOFF_COPY_STEPS:
-            self._saved = copy_tree(synced.pop)
-            self._replay.clear()
+        self._read = (synced.pop, synced)
         return synced
+
+    def ended_after(self, n: int) -> None:
+        """The last call (``until_end``) took ``n`` steps: a replay takes exactly those."""
+        steps, rows = self._replay[-1]
+        self._replay[-1] = (clock(int(steps[0]), n), rows)
+        self._n_steps += n - int(steps[1])
 
     def _steps_since_copy(self) -> int:
         return sum(int(entry[0][1]) for entry in self._replay if not callable(entry))
@@ -155,6 +175,23 @@ class Sweeper:
         the point a later back-off restarts from, as replaying steps over it would undo it."""
         self._saved = copy_tree(self.backend.place(pop))
         self._replay.clear()
+
+    def _run(self, pop, steps: np.ndarray):
+        """Replay one call: a call to the first step where a start ends, now over several
+        chunks (at a narrower width), as one step a call until one of them does."""
+        if not steps[2] or len(self.chunks) == 1:
+            return self.backend.run(self.compiled, pop, self._args, steps)
+        rows, running = self.rows, Status.RUNNING.code
+
+        def left(pop) -> int:
+            return int(np.sum(np.asarray(to_host(pop.starts.status))[rows] == running))
+
+        before = left(pop)
+        for j in range(int(steps[1])):
+            pop = self.backend.run(self.compiled, pop, self._args, clock(int(steps[0]) + j))
+            if left(pop) < before:
+                break
+        return pop
 
     def _back_off(self, exc: BaseException):
         """Halve the width until the steps since the saved copy run; returns their result."""
@@ -194,7 +231,7 @@ class Sweeper:
                 steps, rows = entry
                 if rows is not self.rows:
                     self.set_rows(rows)
-                pop = self.backend.run(self.compiled, pop, self._args, steps)
+                pop = self._run(pop, steps)
             jax.block_until_ready(pop)  # an asynchronous failure shows here, not later
             self.set_rows(current)
             return pop

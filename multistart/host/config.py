@@ -449,7 +449,8 @@ class Execution(_Group):
         "host's dispatch and read stay a few per cent of a cheap objective's time and cost "
         "an expensive one nothing; an int ``k >= 1``: ``k``. A call stops early once every "
         "start in it has ended, and ends wherever the host decides something (each "
-        "``sync_every`` step with refills, the halving schedule or a budget; "
+        "``sync_every`` step with refills, or with ``sync_every=1`` and the running starts "
+        "in one chunk the first step where one ends; the halving schedule or a budget; "
         "``checkpoint_every``; ``log_every``), so results do not depend on it.",
         on_resume=OnResume.FREE,
         program=False,

@@ -59,14 +59,19 @@ def iterate(engine: Engine, state: RunState, flag: SignalFlag) -> RunState:
     calls, first = Calls(engine), True
     try:
         while state.stop is None and state.step < engine.options.n_steps:
-            t_call, n = time.perf_counter(), calls.next(state.step)
-            state = sweep(engine, state, n)
+            t_call, (asked, until_end), before = (
+                time.perf_counter(),
+                calls.next(state.step),
+                state.step,
+            )
+            state = sweep(engine, state, asked, until_end)
+            n = state.step - before  # the steps the call took
             display.swept(engine.sweeper.rows.size * n)
             due = _due(engine, state.step, first, display, flag)
             if due.sync:
                 state, reading = read(engine, state, due, flag, steps=n)
                 state = apply(engine, state, decide(reading, engine.rules), display)
-            calls.took(n, time.perf_counter() - t_call, synced=due.sync)
+            calls.took(asked, n, time.perf_counter() - t_call, synced=due.sync)
             first = False
     finally:
         display.close()
@@ -74,11 +79,27 @@ def iterate(engine: Engine, state: RunState, flag: SignalFlag) -> RunState:
     return state if state.stop is not None else state._replace(stop=StopReason.N_STEPS)
 
 
-def sweep(engine: Engine, state: RunState, n: int = 1) -> RunState:
-    """``n`` steps of every running start, one call per chunk (no host synchronisation)."""
-    pop = engine.sweeper.sweep(state.pop, state.step, n)
-    calls = state.n_chunk_calls + len(engine.sweeper.chunks)
+def sweep(engine: Engine, state: RunState, n: int = 1, until_end: bool = False) -> RunState:
+    """``n`` steps of every running start, one call per chunk (no host synchronisation); with
+    ``until_end`` (one chunk, a refilled search), fewer if one of them ends sooner: the host
+    then reads how many the call took (a sync, which the refill's reading makes anyway)."""
+    sweeper = engine.sweeper
+    pop = sweeper.sweep(state.pop, state.step, n, until_end)
+    if until_end and n > 1:
+        synced = sweeper.peek(pop)  # the read the sync after it reuses
+        pop, n = synced.pop, _steps_taken(state, sweeper.rows, synced.n_steps, n)
+        sweeper.ended_after(n)
+    calls = state.n_chunk_calls + len(sweeper.chunks)
     return state._replace(pop=pop, step=state.step + n, n_chunk_calls=calls)
+
+
+def _steps_taken(state: RunState, rows: np.ndarray, n_steps: np.ndarray, n: int) -> int:
+    """Steps a call of at most ``n`` took that stopped where a start ended: a start running
+    through it has taken every one of them (it began at ``started_at``); one that ended in it
+    took no more than they did."""
+    assert state.lineage is not None  # a refilled search
+    ends = state.lineage.started_at[rows] + np.asarray(n_steps)[rows]
+    return int(min(n, max(1, int(ends.max(initial=0)) - state.step)))
 
 
 class Calls:
@@ -87,32 +108,46 @@ class Calls:
     A call ends at every step where the host must look: the end of ``n_steps``, each
     ``checkpoint_every`` and ``log_every`` step, and, where a sync decides something that
     shapes the trajectories (refills, the halving schedule, a ``target_fom`` or ``max_evals``
-    budget, or the processes of a mesh agreeing when to sync), each ``sync_every`` step. In
-    between it takes ``k`` steps: the option's, or under ``"auto"`` from 1, doubled after
-    each call of ``k`` steps that took under :data:`AUTO_CALL_S` with its sync, to at most
-    :data:`AUTO_MAX_STEPS`. Where the calls end changes no result (an ended start is frozen,
-    and a call's body is the one step), only when the host learns of it.
+    budget, or the processes of a mesh agreeing when to sync), each ``sync_every`` step; with
+    refills alone and ``sync_every=1``, a call of one chunk on one device ends instead at the
+    first step where one of its starts ends (what a refill acts on: the same steps as a call a
+    step, in fewer calls). In between it takes ``k`` steps: the option's, or under ``"auto"``
+    from 1, doubled after each call that took under :data:`AUTO_CALL_S` with its sync (at the
+    pace of ``k`` steps), to at most :data:`AUTO_MAX_STEPS`. Where the calls end changes no
+    result (an ended start is frozen, and a call's body is the one step), only when the host
+    learns of it.
     """
 
     def __init__(self, engine: Engine):
         o = engine.options
         self.auto = o.steps_per_call == "auto" and not engine.together  # no clock on a mesh
         self.k = 1 if o.steps_per_call == "auto" else int(o.steps_per_call)
-        decides = engine.refiller is not None or o.halving is not None or engine.together
-        decides = decides or o.target_fom is not None or o.max_evals is not None
-        self.periods = [o.n_steps] + ([o.sync_every] if decides else [])
+        others = o.halving is not None or engine.together
+        others = others or o.target_fom is not None or o.max_evals is not None
+        # Refills alone, at every step: a call of one chunk on one device ends at the first
+        # step where one of its starts ends (what the refill acts on), not after every step.
+        self.until_end = engine.refiller is not None and o.sync_every == 1 and not others
+        self._sweeper = engine.sweeper
+        decides = engine.refiller is not None or others
+        self.periods = [o.n_steps] + ([o.sync_every] if decides and not self.until_end else [])
         if engine.checkpoints is not None:
             self.periods.append(o.checkpoint_every)
         if o.log_every:  # a line every that many steps
             self.periods.append(o.log_every)
 
-    def next(self, step: int) -> int:
-        """The steps the call after ``step`` steps takes."""
-        return min([self.k] + [p - step % p for p in self.periods])
+    def next(self, step: int) -> tuple[int, bool]:
+        """The steps the call after ``step`` steps takes, and whether it ends sooner, at the
+        first step where one of its starts ends."""
+        n = min([self.k] + [p - step % p for p in self.periods])
+        if not self.until_end:
+            return n, False
+        one = len(self._sweeper.chunks) == 1 and self._sweeper.n_devices == 1
+        return (n, True) if one else (1, False)  # several chunks: a sync every step
 
-    def took(self, n: int, seconds: float, *, synced: bool) -> None:
-        """A call of ``n`` steps and its sync took ``seconds``: grow ``k`` if it was cheap."""
-        if self.auto and synced and n == self.k and seconds < AUTO_CALL_S:
+    def took(self, asked: int, n: int, seconds: float, *, synced: bool) -> None:
+        """A call asked for ``asked`` steps took ``n`` (fewer where a start ended) and, with its
+        sync, ``seconds``: grow ``k`` if ``k`` steps at that pace would have been cheap."""
+        if self.auto and synced and asked == self.k and seconds * self.k < AUTO_CALL_S * n:
             self.k = min(2 * self.k, AUTO_MAX_STEPS)
 
 

@@ -162,11 +162,10 @@ def _laxmap_vag(vag, u_all, data, width, n_starts) -> Program:
 
 def _pyloop_vag(fom_u, u_all, data, width, n_starts) -> Program:
     import jax
-    import numpy as np
     import optax
 
     from multistart.device.backends import LoopBackend
-    from multistart.device.step import init_population, make_chunk_step, make_start_step
+    from multistart.device.step import clock, init_population, make_chunk_step, make_start_step
     from multistart.solvers import OptaxSolver
 
     solver = OptaxSolver(optax.contrib.prodigy(1.0))
@@ -178,7 +177,7 @@ def _pyloop_vag(fom_u, u_all, data, width, n_starts) -> Program:
 
     def run(compiled):  # the program measured is the one swept: one step of every start
         state["pop"] = jax.block_until_ready(
-            sweep.run(compiled, state["pop"], args, np.array([0, 1], np.int32))
+            sweep.run(compiled, state["pop"], args, clock(0))
         )
 
     class AtWidth:  # what the census traces: the sweep's program at this width

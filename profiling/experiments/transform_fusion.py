@@ -143,7 +143,7 @@ def engine_chunk_call(search, f, space, starts):
         state["pop"] = backend.run(compiled, state["pop"], one, clock)
         return state["pop"]
 
-    return call, [np.array([0, 1], np.int32)]  # the clock: one step after none
+    return call, [np.array([0, 1, 0], np.int32)]  # the clock: one step after none
 
 
 def others() -> None:
