@@ -156,7 +156,9 @@ class Sweeper:
 
     def ended_after(self, n: int) -> None:
         """The last call (``until_end``) took ``n`` steps: a replay takes exactly those."""
-        steps, rows = self._replay[-1]
+        last = self._replay[-1]
+        assert not callable(last)  # the call's own entry: nothing was written since
+        steps, rows = last
         self._replay[-1] = (clock(int(steps[0]), n), rows)
         self._n_steps += n - int(steps[1])
 

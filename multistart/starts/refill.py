@@ -16,7 +16,7 @@ import copy
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
@@ -206,6 +206,7 @@ class Refiller:
             lambda: jax.jit(make_replace_rows(solver, window), donate_argnums=0),
         )
         self._compiled: Any = None
+        self._best: tuple[tuple, Any] | None = None  # the last best point and its params
         self._kept = programs.get(("replace compiled", window, width), dict)  # for a refit
 
     def refill(
@@ -227,9 +228,11 @@ class Refiller:
             )
         if rows.size == 0:
             return pop, lineage, None
-        best = self._best_x(pop, lineage) if self.queue.needs_best else None
+        s = pop.starts  # the small vectors and best points, to the host in one transfer
+        host = _Host(*to_host((s.best_fom, s.best_step, s.n_steps, s.n_evals, s.best_u)))
+        best = self._best_x(host, lineage) if self.queue.needs_best else None
         x_new = self.queue.take(rows.size, best)
-        replaced = _replaced(pop, lineage, rows, step, ended)
+        replaced = _replaced(host, lineage, rows, step, ended)
         self.queue.observe(replaced)
         u_new = self.to_u(x_new)
         write = functools.partial(self._write, rows=rows, u_new=u_new)
@@ -277,19 +280,24 @@ class Refiller:
         self.queue.replay(lineage.takes)
         self.queue.observe(lineage.records)  # the same records in the same order
 
-    def _best_x(self, pop: PopState, lineage: Lineage):
-        """The physical params of the best point found so far (running starts and records)."""
-        f, u = to_host((pop.starts.best_fom, pop.starts.best_u))
-        f = np.where(np.isfinite(f), f, np.inf)
+    def _best_x(self, host: _Host, lineage: Lineage):
+        """The physical params of the best point found so far (running starts and records);
+        mapped once for each new best point (most refills find the one before)."""
+        f = np.where(np.isfinite(host.best_fom), host.best_fom, np.inf)
         i = int(np.argmin(f))
-        best_f, best_u = float(f[i]), _rows(u, i)
+        best_f, best_u = float(f[i]), _rows(host.best_u, i)
         for r in lineage.records:
             if np.isfinite(r.best_fom) and r.best_fom < best_f:
                 best_f, best_u = r.best_fom, r.best_u
+        key = (best_f, *(np.asarray(a).tobytes() for a in jax.tree_util.tree_leaves(best_u)))
+        if self._best is not None and self._best[0] == key:
+            return self._best[1]
         pad = self.n_rows - 1  # the Result's n-row map: one compile of it, not two
         rows = jax.tree_util.tree_map(lambda a: pad_rows(np.asarray(a)[None], pad), best_u)
         x = jax.device_get(self.to_x(rows))
-        return jax.tree_util.tree_map(lambda a: np.asarray(a)[0], x)
+        x = jax.tree_util.tree_map(lambda a: np.asarray(a)[0], x)
+        self._best = (key, x)
+        return x
 
     def fold(self, rec: dict, lineage: Lineage, to_physical_n) -> tuple[dict, list[dict]]:
         """The per-slot record ``rec`` with the replaced starts folded in, and every start of
@@ -338,13 +346,19 @@ def _set_rows(a, rows: np.ndarray, new) -> np.ndarray:
     return out
 
 
-def _replaced(pop: PopState, lineage: Lineage, rows, step: int, ended) -> tuple:
+class _Host(NamedTuple):
+    """What a refill reads of every start on the host (NumPy)."""
+
+    best_fom: np.ndarray
+    best_step: np.ndarray
+    n_steps: np.ndarray
+    n_evals: np.ndarray
+    best_u: Any
+
+
+def _replaced(host: _Host, lineage: Lineage, rows, step: int, ended) -> tuple:
     """The records of the starts in ``rows`` as they are replaced at ``step``."""
-    # Whole small vectors to the host (one transfer each), indexed in NumPy.
-    s = pop.starts
-    best_fom, best_step, n_steps, n_evals, best_u = to_host(
-        (s.best_fom, s.best_step, s.n_steps, s.n_evals, s.best_u)
-    )
+    best_fom, best_step, n_steps, n_evals, best_u = host
     return tuple(
         Incarnation(
             slot=int(i),

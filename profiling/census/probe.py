@@ -176,9 +176,7 @@ def _pyloop_vag(fom_u, u_all, data, width, n_starts) -> Program:
     state = {"pop": pop}
 
     def run(compiled):  # the program measured is the one swept: one step of every start
-        state["pop"] = jax.block_until_ready(
-            sweep.run(compiled, state["pop"], args, clock(0))
-        )
+        state["pop"] = jax.block_until_ready(sweep.run(compiled, state["pop"], args, clock(0)))
 
     class AtWidth:  # what the census traces: the sweep's program at this width
         @staticmethod
