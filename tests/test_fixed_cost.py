@@ -111,3 +111,27 @@ def test_a_float32_fit_after_a_float64_fit_of_the_same_model_traces_in_float32()
     with jax.enable_x64(False):
         result = search.fit(quadratic, space)  # raised (a float64 constant) before
     assert result.best_fom < 1e-4
+
+
+def test_the_rules_python_is_traced_once_a_fit(monkeypatch):
+    """The identity's trace of the per-start step is the chunk step's: the chunk step replays
+    it (``multistart.common.digest.replay``), so the rule's Python runs once, at one width or
+    several (the memory bound and the timing compile the chunk step at other widths)."""
+    from multistart.solvers.least_squares import LeastSquaresSolver
+
+    calls = []
+    step = LeastSquaresSolver.step
+
+    def counted(self, *args, **kwargs):
+        calls.append(1)
+        return step(self, *args, **kwargs)
+
+    monkeypatch.setattr(LeastSquaresSolver, "step", counted)
+    y = 0.9 * np.exp(-1.1 * T) + 1e-3 * np.cos(2.0 * T)  # a model no other test fits
+    search = ms.MultiStartLeastSquares(n_starts=6, seed=3, n_steps=30, batch_size=4)
+    with CompileCounter() as compiles:
+        result = search.fit(Counted(y), SPACE)
+    assert len(calls) == 1
+    assert compiles.count("multistart_chunk_step") == 1  # it was traced, lowered and compiled
+    assert result.best_fom < 1e-4
+    assert float(result.best_params["k"]) == pytest.approx(1.1, rel=1e-2)

@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 
 from ..common import log
+from ..common.digest import replay
 from ..common.monitor import CompileCounter
 from ..device.cache import configure_compilation_cache
 from ..device.distributed import resolve_devices
@@ -137,10 +138,14 @@ def identify(setup: Setup) -> Traced:
             residual_u=residual_u,
             bounded=space.logistic_mask(),
         )
-        chunk_step = make_chunk_step(start_step, problem.rows_per_datum, o.history_stride)
-        chunk_step.__name__ = chunk_step.__qualname__ = CHUNK_STEP_NAME
         one = setup.layout.one_start_state(setup.solver, o.window)
-        return start_step, chunk_step, trace_search(problem, setup.layout.dtype, start_step, one)
+        traces, traced = trace_search(problem, setup.layout.dtype, start_step, one)
+        # the identity's trace of the step, replayed: the step's Python is traced once
+        chunk_step = make_chunk_step(
+            replay(traced, start_step), problem.rows_per_datum, o.history_stride
+        )
+        chunk_step.__name__ = chunk_step.__qualname__ = CHUNK_STEP_NAME
+        return start_step, chunk_step, traces
 
     # A refit of the same model reuses its steps (and so its compiled programs) and traces.
     start_step, chunk_step, traces = setup.programs.get("steps", steps)

@@ -82,14 +82,14 @@ class Traces(NamedTuple):
     step: tuple[str, list]
 
 
-def trace_search(problem, dtype, start_step, one_start) -> Traces:
+def trace_search(problem, dtype, start_step, one_start) -> tuple[Traces, Any]:
     """One trace each of the figure of merit and of the step (tracing a large model is not
-    free), for one row's data (one dataset of a stack)."""
+    free), for one row's data (one dataset of a stack); and the step's trace itself, which
+    the chunk step replays (:func:`multistart.common.digest.replay`) instead of tracing the
+    step's Python a second time."""
     data = datum(problem)
-    return Traces(
-        trace_text(problem.fom, problem.space.example(dtype), data),
-        trace_text(start_step, one_start, data),
-    )
+    *step, traced = trace_text(start_step, one_start, data, keep=True)
+    return Traces(trace_text(problem.fom, problem.space.example(dtype), data), tuple(step)), traced
 
 
 def search_identity(problem, dtype, traces: Traces, config: dict) -> SearchIdentity:
