@@ -13,6 +13,7 @@ from conftest import NoCompile, assert_same_result, signal_at_step
 
 import multistart as ms
 from multistart.solvers import LeastSquaresSolver
+from multistart.solvers.least_squares import LeastSquaresFields
 
 T = np.linspace(0.0, 4.0, 40)
 SIGMA = 0.05
@@ -270,3 +271,29 @@ def test_a_signal_mid_search_resumes_bit_identically(fits, tmp_path, monkeypatch
     resumed = _ls(**ck).fit(residuals, SPACE, starts=STARTS, resume=True)
     assert resumed.stats["resumed_from"] == 4
     assert assert_same_result(full, resumed)
+
+
+def test_a_start_state_is_three_arrays_that_unpack_to_its_fields():
+    """Few leaves (each is a gather, a scatter and selects in the chunk step), and the packing
+    loses nothing: every field comes back as it went in."""
+    state = LeastSquaresSolver().init({"a": jnp.zeros(2), "b": jnp.zeros(())})
+    assert len(jax.tree_util.tree_leaves(state)) == 3
+    rng = np.random.default_rng(0)
+    n = 3
+    fields = LeastSquaresFields(
+        x=rng.normal(size=n),
+        cost=np.float64(2.5),
+        g=rng.normal(size=n),
+        a=rng.normal(size=(n, n)),
+        diag=rng.normal(size=n),
+        param=np.float64(0.1),
+        nu=np.float64(4.0),
+        d=rng.normal(size=n),
+        pred=np.float64(0.7),
+        started=np.bool_(True),
+        done=np.int32(2),
+    )
+    with jax.enable_x64(True):
+        back = LeastSquaresFields.unpack(fields.pack())
+    for name, want in fields._asdict().items():
+        np.testing.assert_array_equal(np.asarray(getattr(back, name)), want, err_msg=name)

@@ -43,10 +43,16 @@ from jax.flatten_util import ravel_pytree
 from ..common import checks
 from .base import LeastSquaresRule, SolverStep, _set
 
-__all__ = ["LeastSquaresSolver", "LeastSquaresState", "METHODS", "default_tolerance"]
+__all__ = [
+    "LeastSquaresSolver",
+    "LeastSquaresState",
+    "LeastSquaresFields",
+    "METHODS",
+    "default_tolerance",
+]
 
 METHODS = ("lm", "dogleg", "gauss-newton")
-CONVERGED, STALLED = 1, 2  # LeastSquaresState.done
+CONVERGED, STALLED = 1, 2  # LeastSquaresFields.done
 ACCEPT = 1e-4  # a trial is accepted when the actual decrease is this much of the predicted
 # The first damping λ: dimensionless, as it multiplies the scaling D. Madsen, Nielsen and
 # Tingleff advise 1e-3 and larger for a start far from the solution, as a multi-start's drawn
@@ -61,7 +67,20 @@ def default_tolerance(tol: float | None, dtype) -> float:
 
 
 class LeastSquaresState(NamedTuple):
-    """One start's state (vectors over the raveled unconstrained parameters)."""
+    """One start's state, in three arrays (:class:`LeastSquaresFields` names their parts).
+
+    Few leaves on purpose, as :class:`~multistart.solvers.lbfgs.LBFGSState`: every leaf of a
+    start's state is its own gather, scatter and selects in the compiled chunk step.
+    """
+
+    rows: jax.Array  # (4 + n, n): x, g, diag, d, then the n rows of JᵀJ
+    reals: jax.Array  # (4,): cost, param, nu, pred
+    ints: jax.Array  # (2,) int32: started, done
+
+
+class LeastSquaresFields(NamedTuple):
+    """The parts of :class:`LeastSquaresState` (vectors over the raveled unconstrained
+    parameters)."""
 
     x: jax.Array  # the last accepted point
     cost: jax.Array  # ‖r‖² at x (inf before the first finite evaluation)
@@ -74,6 +93,29 @@ class LeastSquaresState(NamedTuple):
     pred: jax.Array  # the decrease of ‖r‖² that the linear model predicts at x + d
     started: jax.Array  # has x been evaluated (a finite first evaluation)?
     done: jax.Array  # 0 while running; CONVERGED (a test passed) or STALLED (no decrease left)
+
+    def pack(self) -> LeastSquaresState:
+        rows = jnp.concatenate([jnp.stack([self.x, self.g, self.diag, self.d]), self.a])
+        reals = jnp.stack([self.cost, self.param, self.nu, self.pred])
+        ints = jnp.stack([jnp.asarray(self.started, jnp.int32), jnp.asarray(self.done, jnp.int32)])
+        return LeastSquaresState(rows, reals, ints)
+
+    @classmethod
+    def unpack(cls, state: LeastSquaresState) -> LeastSquaresFields:
+        rows, reals, ints = state
+        return cls(
+            x=rows[0],
+            cost=reals[0],
+            g=rows[1],
+            a=rows[4:],
+            diag=rows[2],
+            param=reals[1],
+            nu=reals[2],
+            d=rows[3],
+            pred=reals[3],
+            started=ints[0] != 0,
+            done=ints[1],
+        )
 
 
 @dataclass(frozen=True)
@@ -117,7 +159,7 @@ class LeastSquaresSolver(LeastSquaresRule):
         x, _ = ravel_pytree(u)
         n, dtype = x.shape[0], x.dtype
         zero = jnp.asarray(0.0, dtype)
-        return LeastSquaresState(
+        return LeastSquaresFields(
             x=x,
             cost=jnp.asarray(jnp.inf, dtype),
             g=jnp.zeros_like(x),
@@ -129,20 +171,20 @@ class LeastSquaresSolver(LeastSquaresRule):
             pred=zero,
             started=jnp.bool_(False),
             done=jnp.int32(0),
-        )
+        ).pack()
 
     def converged(self, state: LeastSquaresState) -> jax.Array:
-        return state.done == CONVERGED
+        return LeastSquaresFields.unpack(state).done == CONVERGED
 
     def stalled(self, state: LeastSquaresState) -> jax.Array:
-        return state.done == STALLED
+        return LeastSquaresFields.unpack(state).done == STALLED
 
     def step(
         self, residuals, jacobian, u, state: LeastSquaresState, *, value, scale, value_fn
     ) -> SolverStep:
         del value_fn  # one evaluation a step: the engine's
         u_flat, unravel = ravel_pytree(u)
-        st, dtype = state, u_flat.dtype
+        st, dtype = LeastSquaresFields.unpack(state), u_flat.dtype
         cost = jnp.asarray(value, dtype)
         finite = jnp.isfinite(cost) & jnp.all(jnp.isfinite(jacobian))
         first = ~st.started
@@ -181,7 +223,7 @@ class LeastSquaresSolver(LeastSquaresRule):
         )
         done = jnp.where(accept, jnp.where(stop_acc, CONVERGED, 0), rejected)
         idle = first & ~finite  # never finite: the engine ends the start
-        out = LeastSquaresState(
+        out = LeastSquaresFields(
             x=x,
             cost=cost_x,
             g=g_x,
@@ -196,11 +238,11 @@ class LeastSquaresSolver(LeastSquaresRule):
         )
         out = jax.tree_util.tree_map(lambda p, q: jnp.where(idle, p, q), st, out)
         u_next = jnp.where(idle | (out.done != 0), out.x, out.x + out.d)
-        return SolverStep(unravel(u_next.astype(dtype)), out, 0)
+        return SolverStep(unravel(u_next.astype(dtype)), out.pack(), 0)
 
     # -- the three rules -------------------------------------------------------------------
 
-    def _update(self, st: LeastSquaresState, rho, accept, first, a):
+    def _update(self, st: LeastSquaresFields, rho, accept, first, a):
         """``(param, nu)`` after a trial with gain ratio ``rho``."""
         if self.method == "lm":
             grown = st.param * jnp.maximum(1.0 / 3.0, 1.0 - (2.0 * rho - 1.0) ** 3)
