@@ -84,3 +84,19 @@ def test_the_architecture_page_draws_every_package_s_layers():
     assert drawn == want
     packages = {p.parent.name for p in (ROOT / "multistart").glob("*/__init__.py")}
     assert packages == set(want)
+
+
+def test_no_test_imports_from_the_benchmarks():
+    """The library's tests stand on the library alone: ``profiling/`` measures it, and its
+    tools' own tests live there (``profiling/census/test_census.py``)."""
+    importers = []
+    for path in sorted((ROOT / "tests").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            if any(n == "profiling" or n.startswith("profiling.") for n in names):
+                importers.append(path.name)
+    assert importers == []

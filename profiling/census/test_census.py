@@ -1,4 +1,10 @@
-"""The compile census's machinery: rows from a real child, the caps, the table, the command."""
+"""The compile census's machinery: rows from a real child, the caps, the table, the command.
+
+The census is a measuring tool, not the library: its tests live beside it, so nothing under
+``tests/`` imports from ``profiling/``; the README's test command runs them too (``testpaths``),
+under the suite's settings (its compilation cache, quiet logs, the ``x64`` fixture:
+``tests/conftest.py``).
+"""
 
 import json
 import os
@@ -6,16 +12,24 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import jax
 import psutil
 import pytest
 from jax.experimental.compilation_cache.compilation_cache import reset_cache
-from markdown_blocks import ROOT
 
 from profiling.census import __main__ as census
 from profiling.census import cells, probe, report, runner
 from profiling.census.supervise import Outcome, run_supervised
+from tests.conftest import (  # noqa: F401, F811  (the suite's settings: fixtures found by name)
+    _float_type_restored,
+    _no_width_env,
+    _quiet_logs,
+    x64,
+)
+
+ROOT = Path(__file__).resolve().parents[2]  # the repository's root
 
 BIG_MB = 1e6  # a memory cap that never triggers
 
@@ -296,7 +310,7 @@ def test_cells_have_the_shapes_they_claim():
     assert facts["hetero4"]["n_params"] == 5 + 4  # shared centre(2), q, phi, size; a sky per band
 
 
-def test_padding_the_census_model_is_exact(x64):
+def test_padding_the_census_model_is_exact(x64):  # noqa: F811
     assert cells.build("padded4", "tiny").check_padding(rtol=1e-10, atol=1e-8) < 1e-8
 
 
