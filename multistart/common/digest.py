@@ -10,7 +10,15 @@ import jax
 import jax.extend
 import numpy as np
 
-__all__ = ["hash_array", "trace_text", "replay", "step_program_hash", "starts_hash"]
+__all__ = [
+    "Replay",
+    "hash_array",
+    "numpy_consts",
+    "replay",
+    "starts_hash",
+    "step_program_hash",
+    "trace_text",
+]
 
 
 def hash_array(h, a) -> None:
@@ -19,42 +27,60 @@ def hash_array(h, a) -> None:
     h.update(np.ascontiguousarray(a).tobytes())
 
 
+def numpy_consts(consts) -> list:
+    """A trace's captured arrays as NumPy. Kept for a refit, a captured ``jax.Array`` JAX made
+    from a NumPy array while tracing would be served to later traces of that NumPy source, even
+    after ``jax_enable_x64`` changed (a float64 constant in a float32 fit), for as long as it
+    lives."""
+    return [np.asarray(c) if isinstance(c, jax.Array) else c for c in consts]
+
+
 def trace_text(fn, *args, keep: bool = False):
     """``(lowered text, captured arrays)`` of ``jit(fn)`` at ``args``, from one trace; with
     ``keep``, the trace (a :class:`jax.stages.Traced`, for :func:`replay`) as a third item."""
     traced = jax.jit(fn).trace(*args)
-    # as NumPy: kept for a refit, a captured jax.Array would be served to later traces of its
-    # NumPy source (multistart.model.problem.ModelTrace)
-    consts = [np.asarray(c) if isinstance(c, jax.Array) else c for c in traced.jaxpr.consts]
+    consts = numpy_consts(traced.jaxpr.consts)
     if keep:
         return traced.lower().as_text(), consts, traced
     return traced.lower().as_text(), consts
 
 
-def replay(traced, fn):
-    """A function of ``traced``'s arguments that evaluates its recorded operations (its
-    jaxpr): tracing it again, as the chunk step traces the per-start step under ``vmap``,
-    binds the same operations without running the Python that recorded them. Called with
-    other arguments than traced for, or inside ``shard_map`` (a mesh's per-device values are
-    typed otherwise), it calls ``fn``, the function traced, instead (as
-    :class:`multistart.model.problem.ModelTrace` does)."""
-    consts = [np.asarray(c) if isinstance(c, jax.Array) else c for c in traced.jaxpr.consts]
-    run = jax.extend.core.jaxpr_as_fun(jax.extend.core.ClosedJaxpr(traced.jaxpr.jaxpr, consts))
-    types = [(a.shape, a.dtype) for a in traced.jaxpr.in_avals]
-    mesh = jax.sharding.get_abstract_mesh()  # the trace's (none, outside shard_map)
+class Replay:
+    """A function that evaluates one trace's recorded operations (its closed jaxpr): tracing
+    it again (the chunk step traces the per-start step under ``vmap``; every program of a fit
+    calls the model) binds the same operations without running the Python that recorded them,
+    so the same primitives lower to the same program. Called with other arguments than traced
+    for, or inside ``shard_map`` (a mesh's per-device values are typed otherwise), it calls
+    ``fn``, the function traced, instead.
 
-    def replayed(*args):
+    Attributes:
+      closed: the ``ClosedJaxpr``, its captured arrays as NumPy (:func:`numpy_consts`).
+      fn: the function traced.
+    """
+
+    def __init__(self, closed, in_tree, out_tree, fn, name: str):
+        self.closed = jax.extend.core.ClosedJaxpr(closed.jaxpr, numpy_consts(closed.consts))
+        self.fn = fn
+        self._run = jax.extend.core.jaxpr_as_fun(self.closed)
+        self._in_tree, self._out_tree = in_tree, out_tree  # the in tree: (args, {})
+        self._in = [(a.shape, a.dtype) for a in closed.in_avals]
+        self._mesh = jax.sharding.get_abstract_mesh()  # the trace's (none, outside shard_map)
+        self.__name__ = self.__qualname__ = name
+
+    def __call__(self, *args):
         flat, tree = jax.tree_util.tree_flatten((args, {}))
         same = (
-            tree == traced.in_tree
-            and [(np.shape(x), jax.numpy.result_type(x)) for x in flat] == types
+            tree == self._in_tree
+            and [(np.shape(x), jax.numpy.result_type(x)) for x in flat] == self._in
         )
-        if not same or jax.sharding.get_abstract_mesh() != mesh:
-            return fn(*args)
-        return jax.tree_util.tree_unflatten(traced.out_tree, run(*flat))
+        if not same or jax.sharding.get_abstract_mesh() != self._mesh:
+            return self.fn(*args)
+        return jax.tree_util.tree_unflatten(self._out_tree, self._run(*flat))
 
-    replayed.__name__ = replayed.__qualname__ = traced.fun_name
-    return replayed
+
+def replay(traced, fn) -> Replay:
+    """:class:`Replay` of ``traced`` (a :class:`jax.stages.Traced` of ``jit(fn)``)."""
+    return Replay(traced.jaxpr, traced.in_tree, traced.out_tree, fn, traced.fun_name)
 
 
 def step_program_hash(start_step, one_start, data) -> str:

@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.extend import core as jax_core
 
+from ..common.digest import Replay
 from .priors import Space
 
 __all__ = [
@@ -85,41 +86,23 @@ def datum(problem: Problem):
     )
 
 
-class ModelTrace:
+class ModelTrace(Replay):
     """One trace of a user's model ``fn(params, data)``: its jaxpr and output structure, as
-    optimistix keeps ``f_struct``. Called as ``fn`` is, it replays the jaxpr (the user's Python
-    is not run again), so every program of a fit derives from this one trace, and the same
-    primitives lower to the same program.
+    optimistix keeps ``f_struct``. Called as ``fn`` is, it replays the jaxpr (a
+    :class:`multistart.common.digest.Replay`: the user's Python is not run again), so every
+    program of a fit derives from this one trace, and the same primitives lower to the same
+    program.
 
     Attributes:
-      closed: the ``ClosedJaxpr`` (its consts are the arrays ``fn`` captures).
+      closed: the ``ClosedJaxpr`` (its consts are the arrays ``fn`` captures, as NumPy).
       out: the output's shapes and dtypes (a pytree of ``jax.ShapeDtypeStruct``).
     """
 
     def __init__(self, fn, params, data):
-        self.closed, self.out = jax.make_jaxpr(fn, return_shape=True)(params, data)
-        self.fn = fn
-        self._in_tree = jax.tree_util.tree_structure((params, data))
-        self._in = [(a.shape, a.dtype) for a in self.closed.in_avals]
-        self._mesh = jax.sharding.get_abstract_mesh()  # the trace's (none, outside shard_map)
-        self._out_tree = jax.tree_util.tree_structure(self.out)
-        # Its captured arrays kept as NumPy: a jax.Array JAX made from a NumPy array while
-        # tracing is found again by the next trace of that array, even after jax_enable_x64 changed
-        # (a float64 constant in a float32 fit), for as long as it lives.
-        consts = [np.asarray(c) if isinstance(c, jax.Array) else c for c in self.closed.consts]
-        self.closed = jax_core.ClosedJaxpr(self.closed.jaxpr, consts)
-        self._run = jax_core.jaxpr_as_fun(self.closed)
-        self.__name__ = getattr(fn, "__name__", "model")
-
-    def __call__(self, params, data):
-        leaves, tree = jax.tree_util.tree_flatten((params, data))
-        types = [(np.shape(x), jnp.result_type(x)) for x in leaves]
-        same = types == self._in and tree == self._in_tree  # type: ignore[operator]
-        if not same or jax.sharding.get_abstract_mesh() != self._mesh:
-            # other arguments than traced for, or inside shard_map (a mesh's per-device values
-            # are typed otherwise): the function itself
-            return self.fn(params, data)
-        return jax.tree_util.tree_unflatten(self._out_tree, self._run(*leaves))
+        closed, self.out = jax.make_jaxpr(fn, return_shape=True)(params, data)
+        in_tree = jax.tree_util.tree_structure(((params, data), {}))
+        out_tree = jax.tree_util.tree_structure(self.out)
+        super().__init__(closed, in_tree, out_tree, fn, getattr(fn, "__name__", "model"))
 
 
 def trace_model(fn, problem: Problem, dtype, subject: str) -> ModelTrace:
