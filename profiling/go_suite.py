@@ -18,7 +18,9 @@ thread (``harness.one_blas_thread``). Solved means the suite's own test, ``|f - 
   ours_box      the defaults with ``start_band=(0, 1)``: candidates over the whole box
   ours_box99    the defaults with ``start_band=(0.01, 0.99)``: all but the 1 % next to a bound
   ours_box_tiktak  both (``n_local`` 4 x 32 = 128 local searches)
-  ours_box_tiktak64, ours_box_tiktak96  both, with 64 or 96 local searches
+  ours_box_tiktak64, ours_box_tiktak96, ours_box_tiktak192  both, with 64, 96 or 192 local
+                searches (all but ``_all`` end by TikTak's default ``max_discoveries``)
+  ours_box_tiktak_all  both, with ``max_discoveries=None``: every one of the 128 local searches
   de            ``scipy.optimize.differential_evolution`` (polish with L-BFGS-B)
   lbfgsb32      scipy L-BFGS-B from 32 uniform starts over the box, best kept
   da            ``scipy.optimize.dual_annealing``
@@ -261,6 +263,10 @@ ARMS: dict[str, Callable] = {
     "ours_box_tiktak": _ours(start_band=(0.0, 1.0), start_strategy="tiktak"),
     "ours_box_tiktak64": _ours(start_band=(0.0, 1.0), start_strategy="tiktak", n_local=64),
     "ours_box_tiktak96": _ours(start_band=(0.0, 1.0), start_strategy="tiktak", n_local=96),
+    "ours_box_tiktak192": _ours(start_band=(0.0, 1.0), start_strategy="tiktak", n_local=192),
+    "ours_box_tiktak_all": _ours(
+        start_band=(0.0, 1.0), start_strategy="tiktak", max_discoveries=None
+    ),
     "de": _scipy(_de),
     "lbfgsb32": _scipy(_lbfgsb32),
     "da": _scipy(_da),

@@ -87,13 +87,40 @@ def test_local_steps_end_each_local_search(x64):
     assert r.stats["n_local"] == 16
 
 
-def test_max_discoveries_stops_the_search(x64):
+def test_max_discoveries_starts_no_new_search_and_lets_the_running_ones_end(x64):
     r = ms.MultiStartLBFGS(**KW, start_strategy="tiktak", max_discoveries=2, n_local=64).fit(
         rastrigin, SPACE
     )
     assert r.stats["stop_reason"] == "max_discoveries"
     assert r.stats["discoveries"] >= 2
     assert r.stats["n_local"] < 64
+    # the local searches running when the best was re-found ran to their own ends
+    ended = [str(s) for s in r.status] + [str(inc["status"]) for inc in r.incarnations]
+    assert "stopped" not in ended and "running" not in ended, ended
+    assert str(r.status[r.best_index]) == "converged"
+
+
+def bowl_residuals(p):
+    return p["x"] - jnp.array([0.3, -0.2])
+
+
+BOWL = {"x": ms.Uniform(-1.0, 1.0, shape=(2,))}
+
+
+def test_tiktak_ends_at_its_default_discoveries_and_runs_every_search_without():
+    kw = dict(n_starts=8, batch_size=8, seed=0, log_every=0)  # TikTak: the least-squares default
+    search = ms.MultiStartLeastSquares(**kw)
+    assert search.options.max_discoveries == 4  # "auto" under TikTak
+    assert ms.MultiStartLBFGS(**kw).options.max_discoveries is None  # the band: no such rule
+    short = search.fit(bowl_residuals, BOWL)
+    full = search.replace(max_discoveries=None).fit(bowl_residuals, BOWL)
+    assert short.stats["stop_reason"] == "max_discoveries"
+    assert short.stats["discoveries"] >= 4
+    assert full.stats["stop_reason"] == "all ended"
+    assert full.stats["n_local"] == 4 * 8  # every one of n_local = 4 x n_starts
+    assert short.stats["n_local"] < full.stats["n_local"]
+    assert short.stats["n_evals"] < full.stats["n_evals"]
+    np.testing.assert_allclose(short.best_params["x"], [0.3, -0.2], atol=1e-5)
 
 
 @pytest.mark.parametrize(
@@ -105,6 +132,9 @@ def test_max_discoveries_stops_the_search(x64):
         ({"start_strategy": "tiktak", "n_local": 4}, "n_local"),
         ({"start_strategy": "tiktak", "n_local": 1000}, "raise n_candidates"),
         ({"start_strategy": "tiktak", "local_steps": 0}, "local_steps"),
+        ({"max_discoveries": 3}, "only apply with start_strategy='tiktak'"),
+        ({"start_strategy": "tiktak", "max_discoveries": "often"}, 'must be "auto", None'),
+        ({"start_strategy": "tiktak", "max_discoveries": 0}, "max_discoveries"),
     ],
 )
 def test_bad_tiktak_options_fail_before_any_compile(kw, word):

@@ -267,7 +267,7 @@ def _refiller(setup: Setup, start_plan: StartPlan, width: int, n_rows: int) -> R
     discoveries = None
     if o.max_discoveries is not None:
         xtol, ftol = default_tolerances(layout.dtype, setup.config["convergence"])
-        discoveries = Discoveries(o.max_discoveries, xtol=xtol, ftol=ftol)
+        discoveries = Discoveries(int(o.max_discoveries), xtol=xtol, ftol=ftol)  # "auto" resolved
     queue = TikTakQueue(  # the filter's other finite candidates, best first, blended
         getattr(reserve, "x", None),
         layout.space,

@@ -234,8 +234,9 @@ def _reading(engine: Engine, state: RunState, synced, due: Due, **seen) -> Readi
 
 
 def apply(engine: Engine, state: RunState, d: Decision, display: Display | None = None) -> RunState:
-    """Carry out ``d``: prune, refill, report, checkpoint, repack. A stop found while applying
-    it (TikTak's rediscovery rule, a failed checkpoint) is the state's ``stop``."""
+    """Carry out ``d``: prune, refill, report, checkpoint, repack. A search whose every start
+    ended after its queue's own rule stopped handing out starts (TikTak's rediscovery rule)
+    stopped for that rule; a failed checkpoint is the state's ``stop`` too."""
     pruned = state.pruned
     if d.prune.size or d.refill.size:
         pruned = pruned.copy()
@@ -246,7 +247,8 @@ def apply(engine: Engine, state: RunState, d: Decision, display: Display | None 
         pruned[d.refill] = False
         if write is not None:
             engine.sweeper.rewritten(write)  # a back-off replays it among the steps
-        reason = refiller.queue.stop_reason
+    if d.stop is StopReason.ALL_ENDED and refiller is not None:
+        reason = refiller.queue.stop_reason  # the rule that stopped its hand-outs, if one did
         if reason is not None:
             d = d.stopping(StopReason(reason), engine.rules)
     state = state._replace(

@@ -230,7 +230,7 @@ class MultiStartLeastSquares(MultiStartGradient):
         resurrect: int = 0,
         n_local: int | None = None,
         local_steps: int | None = None,
-        max_discoveries: int | None = None,
+        max_discoveries: int | str | None = "auto",
         target_fom: float | None = None,
         max_evals: int | None = None,
         max_time_s: float | None = None,

@@ -60,7 +60,9 @@ class StartQueue:
 
     @property
     def stop_reason(self) -> str | None:
-        """Why the whole search should stop now, by this queue's rule (``None``: go on)."""
+        """The rule by which this queue hands out no more starts before it is empty (``None``:
+        none did). The local searches running then still run to their ends, and the search
+        that ends with them stopped for this reason."""
         return None
 
     def replay(self, takes: Sequence[int]) -> None:

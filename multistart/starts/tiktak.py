@@ -18,10 +18,11 @@ next queued candidate (the filter's other finite candidates, best first), blende
 current best, by the same compiled row writer as resurrection. The blend is made in each
 prior's unit interval (linear for ``Uniform``, in ``log x`` for ``LogUniform``, the normal CDF
 for ``Normal``), so a blended start stays inside the priors. The search ends when ``n_local``
-local searches have run, or when the best has been re-found ``max_discoveries`` times within
-the tolerances of :func:`multistart.result.minima.default_tolerances` (optimagic's rule), or at
-``n_steps``. Replacements happen on the ``sync_every`` schedule, so results are deterministic
-for a seed and independent of ``batch_size``.
+local searches have run, or once the best has been re-found ``max_discoveries`` times within
+the tolerances of :func:`multistart.result.minima.default_tolerances` (optimagic's rule: no new
+local search is started then, and those running run to their ends), or at ``n_steps``.
+Replacements happen on the ``sync_every`` schedule, so results are deterministic for a seed and
+independent of ``batch_size``.
 """
 
 from __future__ import annotations
@@ -82,6 +83,8 @@ class TikTakQueue(StartQueue):
         self.taken = 0
 
     def available(self) -> int:
+        if self.stop_reason is not None:  # the best re-found enough: no new local search
+            return 0
         return max(0, min(self.size - self.taken, self.n_local - self.n_first - self.taken))
 
     def take(self, m: int, best=None):
