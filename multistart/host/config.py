@@ -42,8 +42,9 @@ __all__ += ["BATCH_SIZE_HELP"]
 CANDIDATES_PER_START = 10
 DEFAULT_FILTER_BATCH_SIZE = 64
 TIKTAK_LOCAL_PER_START = 4  # TikTak's default n_local: this many local searches per slot
-# TikTak's default max_discoveries: re-found this often, the best ends the search (issue 41:
-# 81 of 81 NIST fits over 3 seeds at 0.44x the median evaluations without it; profiling/HISTORY.md)
+# TikTak's default max_discoveries: its best re-found this often, no new local search starts
+# (issue 41: 81 of 81 NIST fits over 3 seeds at 0.44x the median evaluations without it;
+# profiling/HISTORY.md)
 TIKTAK_DISCOVERIES = 4
 BACKEND_NAMES = ("loop", "scan")
 DEFAULT_CONVERGENCE = Convergence()
