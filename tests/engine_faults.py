@@ -10,14 +10,10 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
-import threading
 import time
 from pathlib import Path
 
 from multistart.host import iterate
-
-LOOP = iterate.__file__  # the fit's host loop, where it steps the starts (the module, not a path)
 
 
 def faulty(submit, kind: str, index: int, folder: str):
@@ -50,24 +46,14 @@ def run_with_fault(kind: str, folder: str, fn, *args):
         raise RuntimeError("this part failed on purpose")
     assert kind == "kill", kind
 
-    main = threading.get_ident()
-
-    def kill():  # once the part's fit is in its loop, stepping the starts
-        while not _in_loop(sys._current_frames().get(main)):
-            time.sleep(0.001)
+    def kill(*_, **__):  # at the part's first host sync: inside its fit's loop, deterministic
         Path(folder, "killed").write_text(str(os.getpid()))
         os.kill(os.getpid(), signal.SIGKILL)
 
-    threading.Thread(target=kill, daemon=True).start()
+    # the loop calls iterate.apply (a module global) at every sync; a thread polling the main
+    # thread's frames could miss a short fit on a loaded machine
+    iterate.apply = kill
     fn(*args)
     Path(folder, "fit-ended-before-the-kill").touch()  # the test fails on this file
     time.sleep(600)
     raise AssertionError("not killed")
-
-
-def _in_loop(frame) -> bool:
-    while frame is not None:
-        if frame.f_code.co_filename.endswith(LOOP):
-            return True
-        frame = frame.f_back
-    return False
