@@ -13,11 +13,13 @@ thread (``harness.one_blas_thread``). Solved means the suite's own test, ``|f - 
 (``Benchmark.success``) at the arm's best point. Arms (``ARMS``; ``--arms`` picks some):
 
   ours          ``MultiStartLBFGS(n_starts=32)`` with the defaults
+  ours_band     the same with ``start_strategy="band"`` (the default before 2026-12-03)
   ours_sobol    the same with ``start_strategy="sobol"``
   ours_tiktak   the same with ``start_strategy="tiktak"``
   ours_box      the defaults with ``start_band=(0, 1)``: candidates over the whole box
   ours_box99    the defaults with ``start_band=(0.01, 0.99)``: all but the 1 % next to a bound
   ours_box_tiktak  both (``n_local`` 4 x 32 = 128 local searches)
+  ours_box99_tiktak  TikTak with ``start_band=(0.01, 0.99)``
   ours_box_tiktak64, ours_box_tiktak96, ours_box_tiktak192  both, with 64, 96 or 192 local
                 searches (all but ``_all`` end by TikTak's default ``max_discoveries``)
   ours_box_tiktak_all  both, with ``max_discoveries=None``: every one of the 128 local searches
@@ -256,11 +258,13 @@ def _lbfgsb32(fun, bounds, problem, seed, budget):
 
 ARMS: dict[str, Callable] = {
     "ours": _ours(),
+    "ours_band": _ours(start_strategy="band"),
     "ours_sobol": _ours(start_strategy="sobol"),
     "ours_tiktak": _ours(start_strategy="tiktak"),
     "ours_box": _ours(start_band=(0.0, 1.0)),
     "ours_box99": _ours(start_band=(0.01, 0.99)),
     "ours_box_tiktak": _ours(start_band=(0.0, 1.0), start_strategy="tiktak"),
+    "ours_box99_tiktak": _ours(start_band=(0.01, 0.99), start_strategy="tiktak"),
     "ours_box_tiktak64": _ours(start_band=(0.0, 1.0), start_strategy="tiktak", n_local=64),
     "ours_box_tiktak96": _ours(start_band=(0.0, 1.0), start_strategy="tiktak", n_local=96),
     "ours_box_tiktak192": _ours(start_band=(0.0, 1.0), start_strategy="tiktak", n_local=192),

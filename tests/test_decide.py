@@ -4,7 +4,16 @@ import numpy as np
 import pytest
 
 from multistart.common.status import Status
-from multistart.host.decide import Decision, Due, Reading, Rules, StopReason, decide, describe
+from multistart.host.decide import (
+    Decision,
+    Due,
+    Reading,
+    Rules,
+    StopReason,
+    decide,
+    describe,
+    resumed,
+)
 from multistart.starts.queues import refill_slots
 
 R, C, N, M = (
@@ -142,13 +151,18 @@ def test_decisions_report_when_the_log_or_bar_is_due():
     assert not decide(reading([R]), Rules()).report
 
 
-def test_a_stop_found_while_applying_writes_a_checkpoint_and_keeps_the_rows():
-    d = decide(reading([C, R], available=1, n_swept=1), TIKTAK)
-    assert d.stop is None and d.refill.tolist() == [0]
-    stopped = d.stopping(StopReason.MAX_DISCOVERIES, TIKTAK)
+def test_a_stop_found_while_applying_checkpoints_as_the_decision_would():
+    """An all-ended sync renamed to the queue's stop (TikTak's rediscovery rule) writes the
+    checkpoint the end writes; the same rename of a resumed search that had already ended
+    writes none (its last step is on disk: writing it again failed as "already exists")."""
+    ended = decide(reading([C, C], available=0, n_swept=2), TIKTAK)
+    assert ended.stop is StopReason.ALL_ENDED and ended.checkpoint
+    stopped = ended.stopping(StopReason.MAX_DISCOVERIES)
     assert stopped.stop is StopReason.MAX_DISCOVERIES
     assert stopped.checkpoint and stopped.rows is None
-    assert stopped.refill.tolist() == [0]  # the refill was made before the stop was known
+    again = resumed(reading([C, C], available=0, n_swept=2), TIKTAK, pending=False)
+    assert again.stop is StopReason.ALL_ENDED and not again.checkpoint
+    assert not again.stopping(StopReason.MAX_DISCOVERIES).checkpoint
 
 
 def test_stop_reasons_read_as_the_words_results_record():

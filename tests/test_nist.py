@@ -51,6 +51,8 @@ SSR_FLOOR = {"Lanczos1": 1e-20}  # certified at NIST's rounding floor: reach bel
 LBFGS_STALLS = {
     "Lanczos2": "in float64 its ill-conditioned valley can leave L-BFGS's line search no "
     "decrease to find before its decrement test passes: stalled, with the right answer",
+    "Lanczos3": "the same valley: L-BFGS's default (band_tiktak) refills the first slots that "
+    "end, and the best start is such a refill, stalled with the right answer",
 }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from types import SimpleNamespace
 
 import jax
 import jax.numpy as jnp
@@ -11,6 +12,7 @@ import pytest
 from conftest import NoCompile, same_result, signal_at_step
 
 import multistart as ms
+from multistart.common.status import Status
 from multistart.model.priors import Space
 from multistart.starts.tiktak import TikTakQueue, theta
 
@@ -61,7 +63,7 @@ def tiktak_fit():
 
 
 def test_tiktak_finds_what_independent_starts_miss_and_runs_n_local_searches(x64, tiktak_fit):
-    independent = ms.MultiStartLBFGS(**KW).fit(rastrigin, SPACE)
+    independent = ms.MultiStartLBFGS(**KW, start_strategy="band").fit(rastrigin, SPACE)
     tiktak = tiktak_fit()
     assert tiktak.best_fom < independent.best_fom
     assert tiktak.best_fom < 1e-8  # the global minimum
@@ -111,7 +113,10 @@ def test_tiktak_ends_at_its_default_discoveries_and_runs_every_search_without():
     kw = dict(n_starts=8, batch_size=8, seed=0, log_every=0)  # TikTak: the least-squares default
     search = ms.MultiStartLeastSquares(**kw)
     assert search.options.max_discoveries == 4  # "auto" under TikTak
-    assert ms.MultiStartLBFGS(**kw).options.max_discoveries is None  # the band: no such rule
+    band = ms.MultiStartLBFGS(**kw, start_strategy="band").options
+    assert band.max_discoveries is None  # the band: no such rule
+    lbfgs = ms.MultiStartLBFGS(**kw).options  # L-BFGS's default: the band's, refilled
+    assert lbfgs.start_strategy == "band_tiktak" and lbfgs.max_discoveries == 4
     short = search.fit(bowl_residuals, BOWL)
     full = search.replace(max_discoveries=None).fit(bowl_residuals, BOWL)
     assert short.stats["stop_reason"] == "max_discoveries"
@@ -126,13 +131,13 @@ def test_tiktak_ends_at_its_default_discoveries_and_runs_every_search_without():
 @pytest.mark.parametrize(
     "kw, word",
     [
-        ({"n_local": 8}, "only apply with start_strategy='tiktak'"),
+        ({"n_local": 8, "start_strategy": "band"}, "only apply with start_strategy='tiktak'"),
         ({"start_strategy": "tiktak", "n_candidates": 0}, "n_candidates"),
         ({"start_strategy": "tiktak", "resurrect": 2}, "drop resurrect"),
         ({"start_strategy": "tiktak", "n_local": 4}, "n_local"),
         ({"start_strategy": "tiktak", "n_local": 1000}, "raise n_candidates"),
         ({"start_strategy": "tiktak", "local_steps": 0}, "local_steps"),
-        ({"max_discoveries": 3}, "only apply with start_strategy='tiktak'"),
+        ({"max_discoveries": 3, "start_strategy": "sobol"}, "only apply with start_strategy="),
         ({"start_strategy": "tiktak", "max_discoveries": "often"}, 'must be "auto", None'),
         ({"start_strategy": "tiktak", "max_discoveries": 0}, "max_discoveries"),
     ],
@@ -158,3 +163,46 @@ def test_resume_mid_wave_equals_an_uninterrupted_run(tmp_path, monkeypatch, x64,
     resumed = ms.MultiStartLBFGS(**kw, **ck).fit(rastrigin, SPACE, resume=True)
     assert resumed.stats["resumed_from"] == 17
     assert same_result(full, resumed)
+
+
+def _ended(n_evals: int):
+    return SimpleNamespace(
+        n_evals=n_evals, status=Status.CONVERGED.code, best_fom=1.0, best_u=np.zeros(1)
+    )
+
+
+def test_band_tiktak_hands_out_starts_only_while_the_local_searches_are_short():
+    space = Space({"a": ms.Uniform(0.0, 1.0)})
+    queue = TikTakQueue({"a": np.linspace(0.1, 0.9, 9)}, space, n_local=12, n_first=3, short=10)
+    assert queue.available() == 9 and queue.mean_evals is None  # none ended yet: open
+    queue.observe([_ended(4), _ended(12)])  # 8 on average
+    assert queue.short_searches and queue.available() == 9
+    queue.observe([_ended(20)])  # 12 on average: long, and no new local search starts
+    assert queue.mean_evals == 12 and not queue.short_searches
+    assert queue.available() == 0 and queue.take(3) is None
+    assert queue.stop_reason is None  # the searches end by their own ends ("all ended")
+    plain = TikTakQueue({"a": np.linspace(0.1, 0.9, 9)}, space, n_local=12, n_first=3)
+    plain.observe([_ended(10_000)])
+    assert plain.short_searches and plain.available() == 9  # "tiktak": however long
+
+
+def _first_starts(result) -> np.ndarray:
+    """Each slot's first start (incarnation 0), as the slot began the search."""
+    x = np.array(result.start_params["x"], dtype=np.float64)
+    for inc in result.incarnations:
+        if inc["incarnation"] == 0:
+            x[inc["slot"]] = inc["start_params"]["x"]
+    return x
+
+
+def test_lbfgs_default_keeps_the_bands_first_wave_and_refills_short_searches(x64):
+    """L-BFGS's default (``"band_tiktak"``): the band's 8 starts run as they are, and the
+    slots that end get TikTak's blended starts while the local searches are short (Rastrigin's
+    take a few dozen evaluations): a better best than the band's 8 alone (never a worse one: they
+    are among its local searches)."""
+    band = ms.MultiStartLBFGS(**KW, start_strategy="band").fit(rastrigin, SPACE)
+    auto = ms.MultiStartLBFGS(**KW).fit(rastrigin, SPACE)
+    assert auto.stats["start_strategy"] == "band_tiktak"
+    np.testing.assert_allclose(_first_starts(auto), band.start_params["x"], rtol=1e-12)
+    assert auto.stats["short_searches"] and auto.stats["n_local"] > KW["n_starts"]
+    assert auto.best_fom < band.best_fom  # a deeper minimum than any of the band's 8 found

@@ -179,6 +179,8 @@ def _refill_stats(setup, start_plan, engine: Engine, state: RunState, compiles) 
         queue = refiller.queue
         if isinstance(queue, TikTakQueue) and queue.discoveries is not None:
             out["discoveries"] = queue.discoveries.count
+        if isinstance(queue, TikTakQueue) and queue.short is not None:
+            out["short_searches"] = queue.short_searches  # False: new local searches stopped
     return out
 
 

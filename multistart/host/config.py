@@ -46,6 +46,10 @@ TIKTAK_LOCAL_PER_START = 4  # TikTak's default n_local: this many local searches
 # (issue 41: 81 of 81 NIST fits over 3 seeds at 0.44x the median evaluations without it;
 # profiling/HISTORY.md)
 TIKTAK_DISCOVERIES = 4
+# start_strategy="band_tiktak" (L-BFGS's default) starts new local searches only while the ended
+# ones took at most this many evaluations on average: short local searches are cheap to repeat
+# (scipy's global suite: a median of 8-130 a search), long ones are not (the image fit: hundreds)
+TIKTAK_SHORT_SEARCH = 300
 BACKEND_NAMES = ("loop", "scan")
 DEFAULT_CONVERGENCE = Convergence()
 
@@ -232,9 +236,14 @@ class Starts(_Group):
         '(scrambled Sobol\' sequence) or ``"lhs"`` (Latin hypercube); or ``"tiktak"``: '
         "Sobol' candidates, and whenever a slot's local search ends it gets the next filtered "
         "candidate blended towards the best point so far (TikTak; see "
-        ":mod:`multistart.starts.tiktak`). "
-        '``"auto"`` (default): ``"tiktak"`` for the least-squares rules, ``"band"`` for the '
-        "others and wherever TikTak cannot run (``n_candidates=0``, ``resurrect``).",
+        ":mod:`multistart.starts.tiktak`); or "
+        '``"band_tiktak"``: the band draws (the first wave is the band starts) handed out as '
+        "TikTak's while the ended local searches took at most "
+        f"{TIKTAK_SHORT_SEARCH} evaluations on average (short ones are cheap to repeat; after "
+        "a longer average no new local search starts). "
+        '``"auto"`` (default): ``"tiktak"`` for the least-squares rules, ``"band_tiktak"`` for '
+        'L-BFGS, ``"band"`` for the others and wherever TikTak cannot run '
+        "(``n_candidates=0``, ``resurrect``).",
         program=False,
     )
     n_candidates: int | None = option(
@@ -304,7 +313,7 @@ class Starts(_Group):
 
     @property
     def tiktak(self) -> bool:
-        return self.start_strategy == "tiktak"
+        return self.start_strategy in ("tiktak", "band_tiktak")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -643,13 +652,13 @@ class SearchConfig(Output, Uncertainty, Execution, Stopping, TikTak, Starts):
             return
         if self.n_candidates == 0:
             raise ValueError(
-                "start_strategy='tiktak' hands out the broad-start filter's candidates: "
-                "n_candidates must not be 0"
+                f"start_strategy={self.start_strategy!r} hands out the broad-start filter's "
+                "candidates: n_candidates must not be 0"
             )
         if self.resurrect:
             raise ValueError(
-                "start_strategy='tiktak' already gives every ended start's slot a new start; "
-                "drop resurrect"
+                f"start_strategy={self.start_strategy!r} already gives every ended start's "
+                "slot a new start; drop resurrect"
             )
         n_candidates = int(self.n_candidates or 0)
         given_local = self.n_local
@@ -696,10 +705,10 @@ class SearchConfig(Output, Uncertainty, Execution, Stopping, TikTak, Starts):
             ),
             self.tiktak
             and Coupling(
-                "start_strategy='tiktak'",
+                f"start_strategy={self.start_strategy!r}",
                 "TikTak hands every slot candidates from one queue, blended towards the best "
-                "point of all slots (the least-squares rules' default: start_strategy='band' "
-                "splits)",
+                "point of all slots (the default of L-BFGS and of the least-squares rules: "
+                "start_strategy='band' splits)",
             ),
             self.target_fom is not None
             and Coupling(

@@ -171,10 +171,12 @@ class Decision:
     rows: np.ndarray | None = None
     report: bool = False
 
-    def stopping(self, reason: StopReason, rules: Rules) -> Decision:
+    def stopping(self, reason: StopReason) -> Decision:
         """This decision, stopping for ``reason`` found while it was applied (TikTak's
-        rediscovery count is only known once the refilled slots' records are taken)."""
-        return replace(self, stop=reason, checkpoint=rules.checkpoints, rows=None)
+        rediscovery count is only known once the refilled slots' records are taken). It
+        checkpoints as it was to: a search that ended writes its last step once, and a
+        resumed one that had ended writes nothing more."""
+        return replace(self, stop=reason, rows=None)
 
 
 def settle(r: Reading, rules: Rules) -> dict[str, Any]:

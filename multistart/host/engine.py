@@ -34,7 +34,7 @@ from ..starts.tiktak import Discoveries, TikTakQueue
 from ..width.choice import WidthChoice, resolve_width
 from ..width.env import auto_mode_from_env, budget_from_env, max_batch_from_env
 from .checkpoint import SearchCheckpoints
-from .config import SearchConfig
+from .config import TIKTAK_SHORT_SEARCH, SearchConfig
 from .decide import Rules
 from .identity import SearchIdentity
 from .run_state import RunState
@@ -274,6 +274,7 @@ def _refiller(setup: Setup, start_plan: StartPlan, width: int, n_rows: int) -> R
         n_local=o.n_local or 0,  # resolved with start_strategy="tiktak"
         n_first=int(np.sum(start_plan.started)),
         discoveries=discoveries,
+        short=TIKTAK_SHORT_SEARCH if o.start_strategy == "band_tiktak" else None,
     )
     local_search_ended = {Status.CONVERGED.code, Status.STALLED.code, Status.MAX_STEPS.code}
     return Refiller(queue, ended | local_search_ended, **kw)

@@ -250,7 +250,7 @@ def apply(engine: Engine, state: RunState, d: Decision, display: Display | None 
     if d.stop is StopReason.ALL_ENDED and refiller is not None:
         reason = refiller.queue.stop_reason  # the rule that stopped its hand-outs, if one did
         if reason is not None:
-            d = d.stopping(StopReason(reason), engine.rules)
+            d = d.stopping(StopReason(reason))
     state = state._replace(
         pop=pop, pruned=pruned, lineage=lineage, rungs=d.rungs, pending=d.pending, stop=d.stop
     )

@@ -462,15 +462,21 @@ def _resolve_auto(solver: Solver, options: dict) -> None:
 
     ``convergence``: no window guard where the rule has optimality tests of its own.
     ``start_strategy``: TikTak for the least-squares rules (where it can run), whose local
-    searches are short and end by their own tests (``profiling/README.md``); the band for the
-    others, whose local searches can be long.
+    searches are short and end by their own tests (``profiling/README.md``); for L-BFGS the
+    band's starts, refilled as TikTak's while the local searches are short (``"band_tiktak"``:
+    its first wave is the band's, and a fit whose local searches are long runs as the band's);
+    the band for the others, whose local searches can be long.
     """
     if _is_auto(options.get("convergence", "auto")):
         options["convergence"] = None if solver.tests_convergence else Convergence()
     if _is_auto(options.get("start_strategy", "auto")):
-        tiktak = isinstance(solver, LeastSquaresRule) and options.get("n_candidates") != 0
-        tiktak = tiktak and not options.get("resurrect")
-        options["start_strategy"] = "tiktak" if tiktak else "band"
+        can = options.get("n_candidates") != 0 and not options.get("resurrect")
+        if can and isinstance(solver, LeastSquaresRule):
+            options["start_strategy"] = "tiktak"
+        elif can and isinstance(solver, LBFGS):
+            options["start_strategy"] = "band_tiktak"
+        else:
+            options["start_strategy"] = "band"
     options["absolute_sigma"] = resolve_absolute_sigma(
         options.get("absolute_sigma"),
         least_squares=isinstance(solver, LeastSquaresRule),

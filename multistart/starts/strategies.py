@@ -46,10 +46,11 @@ __all__ = [
     "plan_starts",
 ]
 
-STRATEGIES = ("band", "sobol", "lhs", "tiktak")
+STRATEGIES = ("band", "sobol", "lhs", "tiktak", "band_tiktak")
 # TikTak draws its candidates as a scrambled Sobol' sequence (as its authors do); what makes it
-# TikTak is how the driver hands them out (multistart.starts.tiktak).
-_SAMPLER = {"tiktak": "sobol"}
+# TikTak is how the driver hands them out (multistart.starts.tiktak). "band_tiktak" draws the
+# band's (its first wave is the band's), and hands them out as TikTak does while they are short.
+_SAMPLER = {"tiktak": "sobol", "band_tiktak": "band"}
 
 
 class NoFiniteStartsError(ValueError):

@@ -65,6 +65,8 @@ class TikTakQueue(StartQueue):
       n_local: how many local searches the whole search runs (the first wave included).
       n_first: how many the first wave ran (the slots started as they were).
       discoveries: the rediscovery count, or ``None`` (no such stop).
+      short: hand out starts only while the local searches that ended took at most this many
+        evaluations on average (``None``: however long they are).
     """
 
     kind = "TikTak's queue"
@@ -72,19 +74,28 @@ class TikTakQueue(StartQueue):
     needs_best = True
 
     def __init__(
-        self, x, space: Space, *, n_local: int, n_first: int, discoveries: Discoveries | None = None
+        self,
+        x,
+        space: Space,
+        *,
+        n_local: int,
+        n_first: int,
+        discoveries: Discoveries | None = None,
+        short: float | None = None,
     ):
         self.x = x
         self.space = space
         self.n_local = n_local
         self.n_first = n_first
         self.discoveries = discoveries
+        self.short = short
+        self.ended_evals = [0, 0]  # evaluations of the ended local searches, and their count
         self.size = 0 if x is None else len(jax.tree_util.tree_leaves(x)[0])
         self.taken = 0
 
     def available(self) -> int:
-        if self.stop_reason is not None:  # the best re-found enough: no new local search
-            return 0
+        if self.stop_reason is not None or not self.short_searches:
+            return 0  # the best re-found enough, or the local searches are long: no new one
         return max(0, min(self.size - self.taken, self.n_local - self.n_first - self.taken))
 
     def take(self, m: int, best=None):
@@ -117,6 +128,20 @@ class TikTakQueue(StartQueue):
     def observe(self, records) -> None:
         if self.discoveries is not None:
             self.discoveries.observe(records)
+        self.ended_evals[0] += sum(int(r.n_evals) for r in records)
+        self.ended_evals[1] += len(records)
+
+    @property
+    def mean_evals(self) -> float | None:
+        """Evaluations a local search took on average, over those ended (``None``: none yet)."""
+        total, count = self.ended_evals
+        return total / count if count else None
+
+    @property
+    def short_searches(self) -> bool:
+        """Are the local searches short enough to start more (always, without ``short``)?"""
+        mean = self.mean_evals
+        return self.short is None or mean is None or mean <= self.short
 
     @property
     def stop_reason(self) -> str | None:
