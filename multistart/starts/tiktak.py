@@ -23,6 +23,11 @@ the tolerances of :func:`multistart.result.minima.default_tolerances` (optimagic
 local search is started then, and those running run to their ends), or at ``n_steps``.
 Replacements happen on the ``sync_every`` schedule, so results are deterministic for a seed and
 independent of ``batch_size``.
+
+``start_strategy="band_tiktak"`` (L-BFGS's default) draws the band's candidates instead of
+Sobol' points, so its first wave is the band's starts, and its queue hands out starts only while
+the local searches that ended took at most ``TIKTAK_SHORT_SEARCH`` evaluations on average
+(:attr:`TikTakQueue.short_searches`): repeating short local searches is cheap, long ones not.
 """
 
 from __future__ import annotations
