@@ -29,6 +29,10 @@ SEARCHES = {
     "lbfgs": lambda k: ms.MultiStartLBFGS(
         n_starts=5, batch_size=2, n_steps=200, seed=1, steps_per_call=k
     ).fit(rosenbrock, ROSEN),
+    # L-BFGS's default with one refill: its queue is empty from then on
+    "lbfgs one refill": lambda k: ms.MultiStartLBFGS(
+        n_starts=5, batch_size=2, n_steps=200, seed=1, n_local=6, steps_per_call=k
+    ).fit(rosenbrock, ROSEN),
     "least squares": lambda k: ms.MultiStartLeastSquares(
         n_starts=6, batch_size=4, n_steps=100, seed=0, start_strategy="band", steps_per_call=k
     ).fit(residuals, ROSEN),
@@ -98,6 +102,12 @@ def test_many_steps_a_call_cut_the_calls_and_the_host_reads():
     # chunks is one step, and one over a single chunk ends where one of its starts ends (the
     # two-chunk search's last running starts fit one chunk)
     assert fitted("tiktak", 5).stats["n_chunk_calls"] < fitted("tiktak", 1).stats["n_chunk_calls"]
+    # L-BFGS's default over several chunks: a step a call while its queue hands out starts,
+    # then k a call once it has none left (here after its one refill; 98 calls of 105 when
+    # the calls stayed a step each with a queue left empty)
+    lbfgs = {k: fitted("lbfgs one refill", k).stats for k in (1, 5)}
+    assert lbfgs[1]["start_strategy"] == "band_tiktak" and lbfgs[1]["n_resurrections"] == 1
+    assert lbfgs[5]["n_chunk_calls"] < 0.8 * lbfgs[1]["n_chunk_calls"], lbfgs
     for name in ("tiktak one chunk", "least squares tiktak one chunk"):
         calls = {k: fitted(name, k).stats["n_chunk_calls"] for k in (1, 5, "auto")}
         assert calls[5] < calls[1] and calls["auto"] < calls[1], (name, calls)

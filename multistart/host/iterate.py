@@ -111,7 +111,9 @@ class Calls:
     budget, or the processes of a mesh agreeing when to sync), each ``sync_every`` step; with
     refills alone and ``sync_every=1``, a call of one chunk on one device ends instead at the
     first step where one of its starts ends (what a refill acts on: the same steps as a call a
-    step, in fewer calls). In between it takes ``k`` steps: the option's, or under ``"auto"``
+    step, in fewer calls), until the queue has no start left to hand out (it never has one
+    again: TikTak's rules and the reserves only close), from when the calls are a search's
+    without refills. In between it takes ``k`` steps: the option's, or under ``"auto"``
     from 1, doubled after each call that took under :data:`AUTO_CALL_S` with its sync (at the
     pace of ``k`` steps), to at most :data:`AUTO_MAX_STEPS`. Where the calls end changes no
     result (an ended start is frozen, and a call's body is the one step), only when the host
@@ -127,6 +129,7 @@ class Calls:
         # Refills alone, at every step: a call of one chunk on one device ends at the first
         # step where one of its starts ends (what the refill acts on), not after every step.
         self.until_end = engine.refiller is not None and o.sync_every == 1 and not others
+        self._queue = engine.refiller.queue if self.until_end and engine.refiller else None
         self._sweeper = engine.sweeper
         decides = engine.refiller is not None or others
         self.periods = [o.n_steps] + ([o.sync_every] if decides and not self.until_end else [])
@@ -139,8 +142,8 @@ class Calls:
         """The steps the call after ``step`` steps takes, and whether it ends sooner, at the
         first step where one of its starts ends."""
         n = min([self.k] + [p - step % p for p in self.periods])
-        if not self.until_end:
-            return n, False
+        if self._queue is None or self._queue.available() == 0:
+            return n, False  # no refill to act on (none, or none left): k steps a call
         one = len(self._sweeper.chunks) == 1 and self._sweeper.n_devices == 1
         return (n, True) if one else (1, False)  # several chunks: a sync every step
 
