@@ -117,6 +117,9 @@ def test_tiktak_ends_at_its_default_discoveries_and_runs_every_search_without():
     assert band.max_discoveries is None  # the band: no such rule
     lbfgs = ms.MultiStartLBFGS(**kw).options  # L-BFGS's default: the band's, refilled
     assert lbfgs.start_strategy == "band_tiktak" and lbfgs.max_discoveries == 4
+    for cannot in ({"n_candidates": 0}, {"resurrect": 2}):  # no queue to refill from: the band
+        assert ms.MultiStartLBFGS(**kw, **cannot).options.start_strategy == "band"
+    assert ms.MultiStartAdam(**kw).options.start_strategy == "band"  # long local searches
     short = search.fit(bowl_residuals, BOWL)
     full = search.replace(max_discoveries=None).fit(bowl_residuals, BOWL)
     assert short.stats["stop_reason"] == "max_discoveries"
@@ -133,6 +136,9 @@ def test_tiktak_ends_at_its_default_discoveries_and_runs_every_search_without():
     [
         ({"n_local": 8, "start_strategy": "band"}, "only apply with start_strategy='tiktak'"),
         ({"start_strategy": "tiktak", "n_candidates": 0}, "n_candidates"),
+        ({"start_strategy": "band_tiktak", "n_candidates": 0}, "'band_tiktak' hands out"),
+        ({"start_strategy": "band_tiktak", "resurrect": 2}, "drop resurrect"),
+        ({"start_strategy": "band tiktak"}, "start_strategy must be one of"),
         ({"start_strategy": "tiktak", "resurrect": 2}, "drop resurrect"),
         ({"start_strategy": "tiktak", "n_local": 4}, "n_local"),
         ({"start_strategy": "tiktak", "n_local": 1000}, "raise n_candidates"),
