@@ -177,10 +177,11 @@ def _refill_stats(setup, start_plan, engine: Engine, state: RunState, compiles) 
     if setup.options.tiktak:
         out["n_local"] = int(np.sum(start_plan.started)) + n_replaced
         queue = refiller.queue
-        if isinstance(queue, TikTakQueue) and queue.discoveries is not None:
-            out["discoveries"] = queue.discoveries.count
-        if isinstance(queue, TikTakQueue) and queue.short is not None:
-            out["short_searches"] = queue.short_searches  # False: new local searches stopped
+        if isinstance(queue, TikTakQueue):
+            if queue.discoveries is not None:
+                out["discoveries"] = queue.discoveries.count
+            if queue.short is not None:
+                out["short_searches"] = queue.short_searches  # False: no new local search
     return out
 
 

@@ -94,7 +94,7 @@ class TikTakQueue(StartQueue):
         self.n_first = n_first
         self.discoveries = discoveries
         self.short = short
-        self.ended_evals = [0, 0]  # evaluations of the ended local searches, and their count
+        self.ended_evals, self.n_ended = 0, 0  # evaluations of the ended local searches, count
         self.size = 0 if x is None else len(jax.tree_util.tree_leaves(x)[0])
         self.taken = 0
 
@@ -133,14 +133,13 @@ class TikTakQueue(StartQueue):
     def observe(self, records) -> None:
         if self.discoveries is not None:
             self.discoveries.observe(records)
-        self.ended_evals[0] += sum(int(r.n_evals) for r in records)
-        self.ended_evals[1] += len(records)
+        self.ended_evals += sum(int(r.n_evals) for r in records)
+        self.n_ended += len(records)
 
     @property
     def mean_evals(self) -> float | None:
         """Evaluations a local search took on average, over those ended (``None``: none yet)."""
-        total, count = self.ended_evals
-        return total / count if count else None
+        return self.ended_evals / self.n_ended if self.n_ended else None
 
     @property
     def short_searches(self) -> bool:
