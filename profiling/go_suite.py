@@ -196,6 +196,7 @@ def _ours(**options) -> Callable:
             result = search.fit(lambda p: problem.value(p["x"]), space)
         # the filter's candidates are evaluations too (of the value alone, as DE's are)
         evals = int(result.stats["n_evals"]) + int(result.stats.get("n_candidates", 0))
+        evals += int(result.stats.get("n_explore_candidates", 0))
         return np.asarray(result.best_params["x"], dtype=np.float64), evals
 
     return run

@@ -12,8 +12,12 @@ import pytest
 from conftest import NoCompile, same_result, signal_at_step
 
 import multistart as ms
+from multistart.common.monitor import CompileCounter
 from multistart.common.status import Status
+from multistart.device.evaluator import FILTER_NAME
 from multistart.model.priors import Space
+from multistart.model.problem import as_problem
+from multistart.starts.strategies import CandidateReserve, StartStream, plan_starts
 from multistart.starts.tiktak import TikTakQueue, theta
 
 
@@ -190,6 +194,55 @@ def test_band_tiktak_hands_out_starts_only_while_the_local_searches_are_short():
     plain = TikTakQueue({"a": np.linspace(0.1, 0.9, 9)}, space, n_local=12, n_first=3)
     plain.observe([_ended(10_000)])
     assert plain.short_searches and plain.available() == 9  # "tiktak": however long
+
+
+def test_every_second_start_comes_from_the_explore_pool_as_is_and_a_replay_advances_it():
+    space = Space({"a": ms.Uniform(0.0, 10.0)})
+    cand = {"a": np.linspace(1.0, 9.0, 8)}
+    best = {"a": np.array(5.0)}
+
+    def queue(pool):
+        explore = CandidateReserve(pool, np.zeros(3))
+        return TikTakQueue(cand, space, n_local=20, n_first=4, explore=explore, explore_every=2)
+
+    pool = {"a": np.array([0.2, 9.9, 0.5])}
+    q = queue(pool)
+    out = q.take(5, best)["a"]
+    np.testing.assert_array_equal(out[[1, 3]], [0.2, 9.9])  # the pool's, unblended
+    for j in (0, 2, 4):  # the others: the queue's candidates, blended towards the best
+        w = theta(5 + j, 20)
+        assert out[j] == pytest.approx((1 - w) * cand["a"][j] + w * 5.0)
+    later = q.take(3, best)["a"]  # the 6th-8th: the 6th and 8th explore, the pool has one
+    assert later[0] == 0.5 and q.explore.available() == 0
+    w = theta(12, 20)  # the 8th handed out, the 12th local search
+    assert later[2] == pytest.approx((1 - w) * cand["a"][7] + w * 5.0)  # pool spent: blended
+    replayed = queue(pool)
+    replayed.take(5)  # a checkpoint replayed: no best, the same advance
+    assert replayed.taken == 5 and replayed.explore.taken == 2
+    np.testing.assert_array_equal(replayed.take(3, best)["a"], later)
+
+
+def test_the_explore_pool_ranks_box_draws_and_leaves_the_first_wave_alone(x64):
+    problem = as_problem(lambda p: jnp.sum((p["x"] - 2.9) ** 2), {"x": SPACE["x"]})
+    kw = dict(
+        n_starts=4, strategy="band", band=(0.15, 0.85), n_candidates=40, filter_width=16, seed=3
+    )
+    with CompileCounter() as without:
+        plain = plan_starts(problem, jnp.float64, **kw)
+    with CompileCounter() as with_pool:
+        plan = plan_starts(problem, jnp.float64, **kw, explore=(30, (0.01, 0.99)))
+    assert with_pool.count(FILTER_NAME) == without.count(FILTER_NAME) == 1  # none for the pool
+    np.testing.assert_array_equal(plan.x0["x"], plain.x0["x"])  # the band's first wave
+    np.testing.assert_array_equal(plan.reserve.x["x"], plain.reserve.x["x"])
+    assert plain.explore is None and plan.stats["n_explore_candidates"] == 30
+    want = StartStream(problem.space, "band", (0.01, 0.99), np.random.default_rng([3, 41]))
+    drawn = want.draw(30)["x"]
+    foms = np.sum((drawn - 2.9) ** 2, axis=1)
+    got = plan.explore.x["x"]  # every draw (all finite), the best first, then one a basin
+    np.testing.assert_allclose(np.sort(plan.explore.foms), np.sort(foms), rtol=1e-12)
+    np.testing.assert_allclose(got[0], drawn[np.argmin(foms)], rtol=1e-12)
+    np.testing.assert_allclose(np.sort(got, axis=0), np.sort(drawn, axis=0), rtol=1e-12)
+    assert np.max(plan.explore.x["x"]) > 5.12 - 0.15 * 10.24  # beyond the band: the box
 
 
 def _first_starts(result) -> np.ndarray:

@@ -50,6 +50,13 @@ TIKTAK_DISCOVERIES = 4
 # ones took at most this many evaluations on average: short local searches are cheap to repeat
 # (scipy's global suite: a median of 8-130 a search), long ones are not (the image fit: hundreds)
 TIKTAK_SHORT_SEARCH = 300
+# ... and every TIKTAK_EXPLORE_EVERY-th new local search starts, as is, at the next of the
+# filter's ranking of TIKTAK_EXPLORE_PER_START x n_starts further candidates drawn over
+# TIKTAK_EXPLORE_BOX of each prior's unit interval: optima near or on a bound are reached, which
+# the band's candidates and their blends never come near (issue 41; profiling/HISTORY.md)
+TIKTAK_EXPLORE_EVERY = 3
+TIKTAK_EXPLORE_PER_START = 5
+TIKTAK_EXPLORE_BOX = (0.01, 0.99)
 BACKEND_NAMES = ("loop", "scan")
 DEFAULT_CONVERGENCE = Convergence()
 
@@ -240,7 +247,9 @@ class Starts(_Group):
         '``"band_tiktak"``: the band draws (the first wave is the band starts) handed out as '
         "TikTak's while the ended local searches took at most "
         f"{TIKTAK_SHORT_SEARCH} evaluations on average (short ones are cheap to repeat; after "
-        "a longer average no new local search starts). "
+        "a longer average no new local search starts), every third of them at the next of the "
+        f"filter's ranking of {TIKTAK_EXPLORE_PER_START} x ``n_starts`` further candidates drawn "
+        "over 1-99 % of each prior's quantiles (for optima near or on a bound). "
         '``"auto"`` (default): ``"tiktak"`` for the least-squares rules, ``"band_tiktak"`` for '
         'L-BFGS, ``"band"`` for the others and wherever TikTak cannot run '
         "(``n_candidates=0``, ``resurrect``).",

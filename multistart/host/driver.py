@@ -50,7 +50,11 @@ from ..width.env import check_env, max_batch_from_env
 from ..width.widths import cap_width
 from .assemble import CHUNK_STEP_NAME, assemble, log_end
 from .checkpoint import Checkpointer, SearchCheckpoints, SearchInterrupted
-from .config import SearchConfig
+from .config import (
+    TIKTAK_EXPLORE_BOX,
+    TIKTAK_EXPLORE_PER_START,
+    SearchConfig,
+)
 from .engine import Engine, Setup, Traced, build
 from .identity import search_identity, trace_search
 from .iterate import iterate, resume, signals_to_flag
@@ -184,6 +188,7 @@ def plan(setup: Setup) -> StartPlan:
             seed=o.seed,
             user=setup.user,
             programs=setup.programs,
+            explore=_explore(o),
         )
     start_plan.stats.update(
         n_filter_compiles=compiles.count(FILTER_NAME),
@@ -191,6 +196,13 @@ def plan(setup: Setup) -> StartPlan:
         n_compiles_total=compiles.total,
     )
     return select_part(start_plan, setup.part)
+
+
+def _explore(o: SearchConfig) -> tuple[int, tuple[float, float]] | None:
+    """band_tiktak's second pool: how many candidates over which box the filter also ranks."""
+    if o.start_strategy != "band_tiktak":
+        return None
+    return TIKTAK_EXPLORE_PER_START * o.n_starts, TIKTAK_EXPLORE_BOX
 
 
 def restore(setup: Setup, engine: Engine, state: RunState) -> RunState:

@@ -34,7 +34,7 @@ from ..starts.tiktak import Discoveries, TikTakQueue
 from ..width.choice import WidthChoice, resolve_width
 from ..width.env import auto_mode_from_env, budget_from_env, max_batch_from_env
 from .checkpoint import SearchCheckpoints
-from .config import TIKTAK_SHORT_SEARCH, SearchConfig
+from .config import TIKTAK_EXPLORE_EVERY, TIKTAK_SHORT_SEARCH, SearchConfig
 from .decide import Rules
 from .identity import SearchIdentity
 from .run_state import RunState
@@ -268,13 +268,16 @@ def _refiller(setup: Setup, start_plan: StartPlan, width: int, n_rows: int) -> R
     if o.max_discoveries is not None:
         xtol, ftol = default_tolerances(layout.dtype, setup.config["convergence"])
         discoveries = Discoveries(int(o.max_discoveries), xtol=xtol, ftol=ftol)  # "auto" resolved
+    band = o.start_strategy == "band_tiktak"
     queue = TikTakQueue(  # the filter's other finite candidates, best first, blended
         getattr(reserve, "x", None),
         layout.space,
         n_local=o.n_local or 0,  # resolved with start_strategy="tiktak"
         n_first=int(np.sum(start_plan.started)),
         discoveries=discoveries,
-        short=TIKTAK_SHORT_SEARCH if o.start_strategy == "band_tiktak" else None,
+        short=TIKTAK_SHORT_SEARCH if band else None,
+        explore=start_plan.explore,  # band_tiktak's ranking over the box (None otherwise)
+        explore_every=TIKTAK_EXPLORE_EVERY,
     )
     local_search_ended = {Status.CONVERGED.code, Status.STALLED.code, Status.MAX_STEPS.code}
     return Refiller(queue, ended | local_search_ended, **kw)

@@ -110,6 +110,7 @@ def select_part(start_plan: StartPlan, part: Part | None) -> StartPlan:
         x0=jax.tree_util.tree_map(lambda a: a[rows], start_plan.x0),
         started=start_plan.started[rows],
         reserve=None,
+        explore=None,
         stats=stats,
     )
 

@@ -534,12 +534,15 @@ class StartPlan:
       reserve: the queue of further starts (the filter's other finite candidates, or fresh
         draws when no filter ran), or ``None``.
       stats: figures for the Result (filter counts and times).
+      explore: a second queue: the filter's ranking of candidates drawn over a wider box
+        (``plan_starts(explore=...)``), or ``None``.
     """
 
     x0: Any
     started: np.ndarray
     reserve: StartQueue | None = None
     stats: dict = field(default_factory=dict)
+    explore: StartQueue | None = None
 
 
 def _concat(a, b):
@@ -584,6 +587,7 @@ def plan_starts(
     max_candidates: int | None = None,
     diverse: bool = True,
     programs=None,
+    explore: tuple[int, tuple[float, float]] | None = None,
 ) -> StartPlan:
     """Decide every slot's start: user starts first, then strategy draws (filtered or not).
 
@@ -591,7 +595,9 @@ def plan_starts(
     finite as there are free slots, up to ``max_candidates`` (default ``n_candidates``), and the
     free slots get :func:`diverse_candidates` of them (``diverse=False``: the plain best). Slots
     left over stay ``unstarted``; no finite candidate and no user start raises
-    :class:`NoFiniteStartsError`. ``programs``: the filter's, kept.
+    :class:`NoFiniteStartsError`. ``programs``: the filter's, kept. ``explore=(m, box)``: the
+    filter also ranks ``m`` uniform draws over ``box`` of each prior's unit interval (from the
+    seed's second stream), and the plan's ``explore`` queue holds the finite ones, best first.
     """
     space = problem.space
     stream = StartStream(space, strategy, band, np.random.default_rng(seed))
@@ -605,7 +611,7 @@ def plan_starts(
         return StartPlan(x0, started, StreamReserve(stream), stats)
 
     limits = (n_candidates, max_candidates, filter_width)
-    cand, foms, chosen, rest, filtered = _run_filter(
+    cand, foms, chosen, rest, filtered, sweep = _run_filter(
         problem, dtype, stream, free, limits, band, diverse, programs
     )
     stats.update(filtered)
@@ -625,12 +631,51 @@ def plan_starts(
     _log_filter(stats, foms[chosen], free, k, strategy)
     stats["n_unstarted"] = int(np.sum(~started))
     reserve = CandidateReserve(_take(cand, rest), foms[rest])
-    return StartPlan(_concat(user, picked), started, reserve, stats)
+    pool = None if explore is None else _explore_pool(space, dtype, sweep, seed, explore, stats)
+    return StartPlan(_concat(user, picked), started, reserve, stats, pool)
+
+
+def _explore_pool(space, dtype, sweep, seed, explore, stats: dict) -> CandidateReserve:
+    """``explore[0]`` uniform draws over the box ``explore[1]``, ranked by the filter's
+    compiled ``sweep``: the finite ones, spread first (:func:`spread_first`)."""
+    m, box = explore
+    stats["n_explore_candidates"] = m
+    stream = StartStream(space, "band", box, np.random.default_rng([seed, 41]))
+    x = stream.draw(m)
+    foms = sweep(space.ravel(space.to_unconstrained(x, dtype=np.dtype(dtype))))
+    radius = critical_distance(m, space.n_dims)
+    reduced = math.ceil(MLSL_GAMMA * int(np.isfinite(foms).sum()))
+    order = spread_first(unit_coords(space, x, box), foms, radius, reduced)
+    return CandidateReserve(_take(x, order), foms[order])
+
+
+def spread_first(unit: np.ndarray, foms: np.ndarray, radius: float, reduced: int) -> np.ndarray:
+    """The finite candidates' indices: first, down the ranking of the best ``reduced``, each
+    one not within ``radius`` of a better one already placed (one a basin, best first), then
+    the others, best first (the filter's distance rule, :func:`diverse_candidates`, as an order).
+
+    >>> unit = np.array([[0.1, 0.1], [0.12, 0.1], [0.9, 0.9], [0.5, 0.5], [0.3, 0.3]])
+    >>> spread_first(unit, np.array([0.0, 1.0, 2.0, np.inf, 3.0]), 0.1, 3).tolist()
+    [0, 2, 1, 4]
+    """
+    order, _ = rank_candidates(np.asarray(foms), int(np.isfinite(foms).sum()))
+    points = np.asarray(unit, dtype=np.float64)[order]
+    if len(order) == 0:
+        return order
+    tree = cKDTree(points)
+    near = np.zeros(len(order), dtype=bool)
+    first = np.zeros(len(order), dtype=bool)
+    for i in range(min(len(order), reduced)):
+        if not near[i]:
+            first[i] = True
+            near[tree.query_ball_point(points[i], radius)] = True
+    return np.concatenate([order[first], order[~first]])
 
 
 def _run_filter(problem, dtype, stream, free, limits, band, diverse, programs):
-    """``(candidates, foms, chosen, rest, stats)``: the broad-start filter's draws, their
-    figures of merit, the rows chosen for the free slots and the other finite ones.
+    """``(candidates, foms, chosen, rest, stats, sweep)``: the broad-start filter's draws,
+    their figures of merit, the rows chosen for the free slots, the other finite ones, and the
+    compiled evaluator that ranked them.
     ``limits``: ``(n_candidates, max_candidates, width)``."""
     n_candidates, max_candidates, width = limits
     space = problem.space
@@ -656,7 +701,7 @@ def _run_filter(problem, dtype, stream, free, limits, band, diverse, programs):
         filter_s=time.perf_counter() - t0,
         filter_backoffs=list(sweep.backoffs),
     )
-    return cand, foms, chosen, rest, stats
+    return cand, foms, chosen, rest, stats, sweep
 
 
 def _log_filter(stats: dict, kept: np.ndarray, free: int, k: int, strategy: str) -> None:

@@ -28,6 +28,10 @@ independent of ``batch_size``.
 Sobol' points, so its first wave is the band's starts, and its queue hands out starts only while
 the local searches that ended took at most ``TIKTAK_SHORT_SEARCH`` evaluations on average
 (:attr:`TikTakQueue.short_searches`): repeating short local searches is cheap, long ones not.
+Every third start its queue hands out comes from a second pool instead, unblended: the
+filter's ranking of candidates drawn over 1-99 % of each prior's unit interval (the plan's
+:attr:`~multistart.starts.strategies.StartPlan.explore`), so the search reaches optima near or
+on a bound of the box, which the band's candidates (15-85 %) and their blends never come near.
 """
 
 from __future__ import annotations
@@ -72,6 +76,9 @@ class TikTakQueue(StartQueue):
       discoveries: the rediscovery count, or ``None`` (no such stop).
       short: hand out starts only while the local searches that ended took at most this many
         evaluations on average (``None``: however long they are).
+      explore: a second queue (physical params, best first): every ``explore_every``-th start
+        handed out is its next one, as is, while it lasts (``None``: none).
+      explore_every: see ``explore``.
     """
 
     kind = "TikTak's queue"
@@ -87,6 +94,8 @@ class TikTakQueue(StartQueue):
         n_first: int,
         discoveries: Discoveries | None = None,
         short: float | None = None,
+        explore: StartQueue | None = None,
+        explore_every: int = 3,
     ):
         self.x = x
         self.space = space
@@ -97,6 +106,7 @@ class TikTakQueue(StartQueue):
         self.ended_evals, self.n_ended = 0, 0  # evaluations of the ended local searches, count
         self.size = 0 if x is None else len(jax.tree_util.tree_leaves(x)[0])
         self.taken = 0
+        self.explore, self.explore_every = explore, explore_every
 
     def available(self) -> int:
         if self.stop_reason is not None or not self.short_searches:
@@ -113,6 +123,7 @@ class TikTakQueue(StartQueue):
             return None
         rows = slice(self.taken, self.taken + k)
         first = self.n_first + self.taken + 1  # the 1-based index of the first of these
+        wild, wild_x = self._explored(k)
         self.taken += k
         cand = jax.tree_util.tree_map(lambda a: np.asarray(a)[rows], self.x)
         if best is None:
@@ -126,9 +137,22 @@ class TikTakQueue(StartQueue):
             strict=True,
         ):
             wb = w.reshape((k,) + (1,) * (qc.ndim - 1))
-            q = (1.0 - wb) * qc + wb * qb
-            out.append(prior.from_unit(np.clip(q, 1e-12, 1.0 - 1e-12)))
+            q = prior.from_unit(np.clip((1.0 - wb) * qc + wb * qb, 1e-12, 1.0 - 1e-12))
+            out.append(q if wild_x is None else _put(q, wild, wild_x[len(out)]))
         return self.space.unflatten(out)
+
+    def _explored(self, k: int) -> tuple[np.ndarray, list | None]:
+        """Which of the next ``k`` starts come from the explore pool, and those starts (one
+        array a prior; ``None``: no start does). The pool advances the same on a replay."""
+        if self.explore is None:
+            return np.zeros(0, int), None
+        at = self.taken + np.arange(k)
+        wild = np.flatnonzero(at % self.explore_every == self.explore_every - 1)
+        x = self.explore.take(len(wild)) if len(wild) else None
+        if x is None:
+            return np.zeros(0, int), None
+        leaves = [np.asarray(a) for a in self.space.leaves(x)]
+        return wild[: len(leaves[0])], leaves
 
     def observe(self, records) -> None:
         if self.discoveries is not None:
@@ -151,6 +175,12 @@ class TikTakQueue(StartQueue):
     def stop_reason(self) -> str | None:
         d = self.discoveries
         return "max_discoveries" if d is not None and d.done else None
+
+
+def _put(a: np.ndarray, rows: np.ndarray, values: np.ndarray) -> np.ndarray:
+    a = np.array(a)
+    a[rows] = values
+    return a
 
 
 class Discoveries:
