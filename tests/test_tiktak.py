@@ -175,6 +175,24 @@ def test_resume_mid_wave_equals_an_uninterrupted_run(tmp_path, monkeypatch, x64,
     assert same_result(full, resumed)
 
 
+def test_the_defaults_explore_refills_resume_bit_identically(tmp_path, monkeypatch, x64):
+    """L-BFGS's default: some refills start beyond the band (the second pool's draws over the
+    box), and a search interrupted among them resumes to the uninterrupted Result."""
+    pytest.importorskip("orbax.checkpoint")
+    full = ms.MultiStartLBFGS(**KW).fit(rastrigin, SPACE)
+    later = [inc for inc in full.incarnations if inc["incarnation"] > 0]
+    unit = (np.array([inc["start_params"]["x"] for inc in later]) + 5.12) / 10.24
+    assert np.any((unit < 0.15) | (unit > 0.85))  # beyond the band: the pool's
+    step = sorted(inc["started_at"] for inc in later)[len(later) // 2]  # among the refills
+    ck = dict(checkpoint_dir=str(tmp_path / "ck"), checkpoint_every=3)
+    with monkeypatch.context() as mp, pytest.raises(ms.SearchInterrupted):
+        signal_at_step(mp, step)
+        ms.MultiStartLBFGS(**KW, **ck).fit(rastrigin, SPACE)
+    resumed = ms.MultiStartLBFGS(**KW, **ck).fit(rastrigin, SPACE, resume=True)
+    assert resumed.stats["resumed_from"] == step
+    assert same_result(full, resumed)
+
+
 def _ended(n_evals: int):
     return SimpleNamespace(
         n_evals=n_evals, status=Status.CONVERGED.code, best_fom=1.0, best_u=np.zeros(1)
