@@ -129,7 +129,7 @@ class TikTakQueue(StartQueue):
         if best is None:
             return cand
         w = np.array([theta(first + j, self.n_local) for j in range(k)])
-        out = []
+        out: list[np.ndarray] = []
         for prior, qc, qb in zip(
             self.space.priors,
             _unit(self.space, cand),
