@@ -596,9 +596,8 @@ def plan_starts(
     free slots get :func:`diverse_candidates` of them (``diverse=False``: the plain best). Slots
     left over stay ``unstarted``; no finite candidate and no user start raises
     :class:`NoFiniteStartsError`. ``programs``: the filter's, kept. ``explore=(m, box)``: the
-    filter also ranks ``m`` uniform draws over ``box`` of each prior's unit interval (from the
-    seed's second stream), and the plan's ``explore`` queue holds the finite ones, one a basin
-    first (:func:`spread_first`).
+    filter also ranks ``m`` uniform draws over ``box`` of each prior's unit interval (the seed's
+    second stream); the plan's ``explore`` holds the finite ones, one a basin first.
     """
     space = problem.space
     stream = StartStream(space, strategy, band, np.random.default_rng(seed))
