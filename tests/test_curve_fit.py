@@ -254,7 +254,8 @@ def test_full_output_unpacks_as_scipys_five_values():
     kw = dict(p0=[1.0, 1.0, 0.0], sigma=SIGMA)
     popt, pcov, info, mesg, ier = ms.curve_fit(decay, X, Y, full_output=True, **FAST, **kw)
     ref = scipy.optimize.curve_fit(decay_np, X, Y, full_output=True, **kw, xtol=1e-14, ftol=1e-14)
-    np.testing.assert_allclose(info["fvec"], ref[2]["fvec"], rtol=1e-6, atol=1e-9)
+    # residuals of order 1: popt agrees to 1e-7 (below), so a residual near zero to ~1e-8
+    np.testing.assert_allclose(info["fvec"], ref[2]["fvec"], rtol=1e-6, atol=1e-7)
     np.testing.assert_allclose(popt, ref[0], rtol=1e-7)
     result = info["result"]
     assert info["nfev"] == int(result.n_evals.sum()) > 0 and isinstance(info["nfev"], int)
