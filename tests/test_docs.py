@@ -84,6 +84,19 @@ def test_output_check_takes_a_rounded_page_and_refuses_a_wrong_digit():
         check_output("1.6e-05\n", "1.5e-05", "x")
 
 
+def test_a_count_marked_about_agrees_within_five_per_cent_and_only_a_count_takes_the_mark():
+    check_output("13 steps, 948 evaluations\n", "13 steps, ≈933 evaluations", "x")
+    check_output("13 steps, 900 evaluations\n", "13 steps, ≈933 evaluations", "x")
+    with pytest.raises(AssertionError, match="printed 880 where the page shows ≈933"):
+        check_output("13 steps, 880 evaluations\n", "13 steps, ≈933 evaluations", "x")
+    with pytest.raises(AssertionError, match="printed 14 where the page shows 13"):  # unmarked
+        check_output("14 steps, 933 evaluations\n", "13 steps, ≈933 evaluations", "x")
+    with pytest.raises(AssertionError, match="prints"):  # the mark is no word of its own
+        check_output("13 steps, about 933 evaluations\n", "13 steps, ≈933 evaluations", "x")
+    with pytest.raises(ValueError, match="≈ marks a count"):
+        check_output("width 4.009854\n", "width ≈4.00985", "x")
+
+
 def test_a_whole_number_in_a_numpy_array_is_exact():
     check_output("1 64 [ 1.   -0.   -0.58]\n", "1 64 [ 1.   -0.   -0.58]", "x")
     with pytest.raises(AssertionError, match="printed 0.99 where the page shows 1."):
