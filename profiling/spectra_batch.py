@@ -13,7 +13,8 @@ for every fit. Arms, side by side in one run, every one in this process with an 
   1 start      the same with ``n_starts=1``
 
 Each row gives the wall against scipy's loop, the width the search chose and how
-(``width_choice["selected_by"]``), its chunk calls, and the fits whose χ² is at most scipy's
+(``width_choice["selected_by"]``), its chunk calls, the steps its starts took (median, 90th
+percentile, most) and how many ran to ``n_steps``, and the fits whose χ² is at most scipy's
 (to 1e-6). The width a fresh cache chooses depends on what the cache saw first: ``--first
 1`` runs the one-start arm first, whose record then prices the 32-start fit's width.
 
@@ -93,7 +94,7 @@ def scipy_loop(y: np.ndarray) -> tuple[float, np.ndarray]:
         return time.perf_counter() - t0, popt
 
 
-def ours(y: np.ndarray, n_starts: int) -> tuple[float, np.ndarray, dict]:
+def ours(y: np.ndarray, n_starts: int):
     import multistart as ms
 
     t0 = time.perf_counter()
@@ -110,7 +111,7 @@ def ours(y: np.ndarray, n_starts: int) -> tuple[float, np.ndarray, dict]:
         n_starts=n_starts,
         log_every=0,
     )
-    return time.perf_counter() - t0, popt, info["fits"].result.stats
+    return time.perf_counter() - t0, popt, info["fits"].result
 
 
 def main() -> None:
@@ -134,7 +135,8 @@ def main() -> None:
     rows = []
     for k in (args.first, 33 - args.first):
         for call, y in (("first", first), ("second", second)):
-            seconds, popt, stats = ours(y, k)
+            seconds, popt, result = ours(y, k)
+            stats, steps = result.stats, np.asarray(result.n_steps)
             name = f"{k} start{'s' * (k > 1)} {call}"
             record.figure(f"{name} s", seconds)
             record.ratio(f"{name} / scipy", f"{name} s", "scipy s")
@@ -146,12 +148,23 @@ def main() -> None:
             width = stats["batch_size"]
             record.figure(f"{name} width", width)
             how = stats["width_choice"].get("selected_by")
-            rows.append((name, seconds / wall, width, how, stats["n_chunk_calls"], as_good))
+            # the starts' steps: how many ran to n_steps, and the start-steps they hold
+            capped = int(np.sum(result.status == "max_steps"))
+            record.figure(f"{name} starts at n_steps", capped)
+            record.figure(f"{name} start-steps", int(steps.sum()))
+            spread = f"{np.median(steps):.0f}/{np.percentile(steps, 90):.0f}/{steps.max()}"
+            rows.append(
+                (name, seconds / wall, width, how, stats["n_chunk_calls"], spread, capped, as_good)
+            )
     print(
-        f"{'arm':<18}{'wall/scipy':>11}{'width':>7}  {'chosen by':<30}{'calls':>7}  χ² <= scipy's"
+        f"{'arm':<18}{'wall/scipy':>11}{'width':>7}  {'chosen by':<30}{'calls':>7}"
+        f"  {'steps p50/p90/max':>17} {'at n_steps':>10}  χ² <= scipy's"
     )
-    for name, ratio, width, how, calls, good in rows:
-        print(f"{name:<18}{ratio:>11.2f}{width:>7}  {how:<30}{calls:>7}  {good}")
+    for name, ratio, width, how, calls, spread, capped, good in rows:
+        print(
+            f"{name:<18}{ratio:>11.2f}{width:>7}  {how:<30}{calls:>7}  {spread:>17} {capped:>10}"
+            f"  {good}"
+        )
     record.write(args.json)
 
 

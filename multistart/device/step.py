@@ -216,16 +216,16 @@ def _evaluate_and_step(solver: Solver, s: StartState, f, residual_u, data, bound
     """``(fom, finite, cost, SolverStep)``: the step's one evaluation (``cost`` evaluations, a
     Python int) and the rule's step from it. A least-squares rule's ``‖r‖²`` and ``2 Jᵀr`` feed
     the guard and the best-so-far as a value and gradient would."""
+    extra = {"bounded": bounded} if solver.projects_to_bounds and bounded is not None else {}
     if isinstance(solver, LeastSquaresRule):
         r, jac, cost = solver.linearize(lambda v: residual_u(v, data), s.u)
         _, unravel = ravel_pytree(s.u)
         fom, grad = jnp.vdot(r, r), unravel(2.0 * (jac.T @ r))
         finite = _tree_all_finite((fom, grad))
-        out = solver.step(r, jac, s.u, s.opt_state, value=fom, scale=s.scale, value_fn=f)
+        out = solver.step(r, jac, s.u, s.opt_state, value=fom, scale=s.scale, value_fn=f, **extra)
         return fom, finite, cost, out
     fom, grad = jax.value_and_grad(f)(s.u)
     finite = _tree_all_finite((fom, grad))
-    extra = {"bounded": bounded} if solver.projects_to_bounds and bounded is not None else {}
     out = cast(Minimiser, solver).step(
         fom, grad, s.u, s.opt_state, scale=s.scale, value_fn=f, **extra
     )

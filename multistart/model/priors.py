@@ -631,7 +631,7 @@ class Space:
     def logistic_mask(self) -> np.ndarray:
         """NumPy: which coordinates of the flat vector are a bounded prior's logistic ones
         (``Uniform`` and ``LogUniform``), whose bounds a step reaches only asymptotically:
-        where a rule saturates them (:func:`multistart.solvers.lbfgs.saturation`)."""
+        where a rule saturates them (:func:`multistart.solvers.bounds.saturation`)."""
         return np.concatenate(
             [np.full(p.size, type(p) in (Uniform, LogUniform)) for p in self.priors]
         )

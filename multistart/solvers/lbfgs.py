@@ -21,10 +21,10 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from ..common import checks
+from . import bounds
 from .base import Minimiser, SolverStep, _set
 
 __all__ = ["LBFGS", "LBFGSFields", "LBFGSState"]
@@ -69,7 +69,7 @@ class LBFGSFields(NamedTuple):
     n_back: jax.Array  # failed trials in the current line search
     started: jax.Array  # has x been evaluated (a finite first evaluation)?
     done: jax.Array  # 0 while running; CONVERGED (a test passed) or STALLED (no progress)
-    unprojected: jax.Array  # a projected trial failed: no trial is projected again (_to_bounds)
+    unprojected: jax.Array  # a projected trial failed: no trial is projected again (bounds)
 
     def pack(self) -> LBFGSState:
         rows = jnp.concatenate([jnp.stack([self.x, self.g, self.d]), self.s, self.y])
@@ -224,7 +224,7 @@ class LBFGS(Minimiser):
         )
         code_acc = self._tests(st, value, u_flat, dots, mem, descent, dg_acc, first)
 
-        # -- a failed trial: backtrack (a projected one: retried unprojected, _on_bounds); clear
+        # -- a failed trial: backtrack (a projected one: retried unprojected); clear
         # the memory after too many; stop after twice that.
         alpha_back = jnp.where(projected, st.alpha, _backtrack(st, value, dots, finite))
         n_back = st.n_back + 1
@@ -276,11 +276,14 @@ class LBFGS(Minimiser):
         """``(armijo, projected, leaves)``: does the point just evaluated pass the
         sufficient-decrease test (a trial on a bound whose minimum lies inside does not), was it
         a projected trial, and is a coordinate on a bound there with its minimum inside
-        (:func:`_on_bounds`)?"""
+        (:mod:`multistart.solvers.bounds`)?"""
         armijo = finite & (value <= st.f + self.c1 * st.alpha * dots.slope0)
         if bounded is None:
             return armijo, jnp.bool_(False), jnp.bool_(False)
-        projected, leaves = _on_bounds(st, x, g, jnp.asarray(bounded))
+        # a trial that leaves a coordinate on a bound whose minimum lies inside fails
+        projected, leaves = bounds.on_bounds(
+            x, g, jnp.asarray(bounded), started=st.started, base=st.x, d=st.d, alpha=st.alpha
+        )
         return armijo & ~leaves, projected, leaves
 
     def _tests(self, st: LBFGSFields, value, x, dots: _Dots, mem: _Memory, descent, dg, first):
@@ -384,64 +387,12 @@ def _direction(hg, g, dots: _Dots):
     )
 
 
-# A bounded coordinate this close to its bound (in the prior's unit interval) whose direction
-# leads out is taken to the bound by the first trial of a line search (see _to_bounds).
-NEAR_BOUND = 1e-2
-
-
-def saturation(dtype) -> float:
-    """The logistic coordinate ``u`` at which a bounded prior's map
-    (:mod:`multistart.model.priors`) rounds to its bound: at
-    ``u = log(1 / eps)`` the unit value ``sigmoid(u)`` is ``1 - eps`` (``eps`` of ``dtype``),
-    so the physical value is the bound to rounding of the prior's range, and the gradient
-    there, ``eps`` times the physical one, still has its sign. 36.0 in float64, 15.9 in
-    float32."""
-    return float(-np.log(np.finfo(dtype).eps))
-
-
 def _to_bounds(new: LBFGSFields, fresh, bounded):
-    """The trial point with bounded logistic coordinates projected onto their bounds.
-
-    A bounded prior's logistic coordinate reaches its bound only asymptotically: near it the
-    figure of merit is ``f_bound + c exp(-|u|)``, on which quasi-Newton steps grow ``|u|`` by
-    about ``log 2`` a step, some 40 steps to the bound in float64 where L-BFGS-B's projection
-    takes one or two. So, as a projected step would: the first trial of a line search (a
-    fresh one) takes a coordinate within ``NEAR_BOUND`` of a bound whose direction leads out
-    to the saturation point (:func:`saturation`, the bound to rounding). A
-    backtracking trial is never projected, and once a projected trial left a coordinate on a
-    bound whose minimum lies inside (it is then tried again unprojected, :func:`_on_bounds`) no
-    later trial of the start is, so a minimum just inside a bound is reached as before. No
-    trial goes beyond the saturation point either way.
-    """
-    x, d = new.x, new.d
-    trial = x + new.alpha * d
-    if bounded is None:
-        return trial
-    bounded = jnp.asarray(bounded)
-    fresh = fresh & ~new.unprojected
-    sat = saturation(x.dtype)
-    near = float(np.log((1.0 - NEAR_BOUND) / NEAR_BOUND))
-    up = bounded & fresh & (x > near) & (d > 0)
-    down = bounded & fresh & (x < -near) & (d < 0)
-    out = jnp.where(up, sat, jnp.where(down, -sat, trial))
-    return jnp.where(bounded, jnp.clip(out, -sat, sat), out)
-
-
-def _on_bounds(st: LBFGSFields, x, g, bounded):
-    """``(projected, leaves)``: was the point just evaluated a projected trial (a coordinate
-    put on a bound by :func:`_to_bounds`), and is a coordinate on a bound there with a
-    gradient leading inside?
-
-    On a bound (the saturation point) the logistic coordinate's gradient is ``eps`` times the
-    physical one, too small to bring it back: a trial that leaves one there with its minimum
-    inside fails, and a projected trial that failed is tried again unprojected (a backtracking
-    trial is never projected), so a minimum just inside a bound is reached as before.
-    """
-    sat = saturation(x.dtype)
-    at = bounded & (jnp.abs(x) >= sat)
-    unprojected = st.x + st.alpha * st.d
-    projected = st.started & jnp.any(at & (jnp.abs(unprojected) < sat))
-    return projected, jnp.any(at & (x * g > 0))
+    """The next trial point, projected where a fresh line search's first trial takes a
+    coordinate near a bound (:func:`multistart.solvers.bounds.to_bounds`)."""
+    return bounds.to_bounds(
+        new.x, new.d, fresh, bounded, alpha=new.alpha, unprojected=new.unprojected
+    )
 
 
 def _backtrack(st: LBFGSFields, value, dots: _Dots, finite):

@@ -41,6 +41,7 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from ..common import checks
+from . import bounds
 from .base import LeastSquaresRule, SolverStep, _set
 
 __all__ = [
@@ -75,7 +76,7 @@ class LeastSquaresState(NamedTuple):
 
     rows: jax.Array  # (4 + n, n): x, g, diag, d, then the n rows of JᵀJ
     reals: jax.Array  # (4,): cost, param, nu, pred
-    ints: jax.Array  # (2,) int32: started, done
+    ints: jax.Array  # (3,) int32: started, done, unprojected
 
 
 class LeastSquaresFields(NamedTuple):
@@ -93,11 +94,14 @@ class LeastSquaresFields(NamedTuple):
     pred: jax.Array  # the decrease of ‖r‖² that the linear model predicts at x + d
     started: jax.Array  # has x been evaluated (a finite first evaluation)?
     done: jax.Array  # 0 while running; CONVERGED (a test passed) or STALLED (no decrease left)
+    unprojected: jax.Array  # a projected trial failed: no trial is projected again
 
     def pack(self) -> LeastSquaresState:
         rows = jnp.concatenate([jnp.stack([self.x, self.g, self.diag, self.d]), self.a])
         reals = jnp.stack([self.cost, self.param, self.nu, self.pred])
-        ints = jnp.stack([jnp.asarray(self.started, jnp.int32), jnp.asarray(self.done, jnp.int32)])
+        ints = jnp.stack(
+            [jnp.asarray(v, jnp.int32) for v in (self.started, self.done, self.unprojected)]
+        )
         return LeastSquaresState(rows, reals, ints)
 
     @classmethod
@@ -115,6 +119,7 @@ class LeastSquaresFields(NamedTuple):
             pred=reals[3],
             started=ints[0] != 0,
             done=ints[1],
+            unprojected=ints[2] != 0,
         )
 
 
@@ -134,6 +139,7 @@ class LeastSquaresSolver(LeastSquaresRule):
 
     handles_nonfinite = True  # a non-finite trial is a rejected trial
     tests_convergence = True
+    projects_to_bounds = True
 
     method: str = field(default="lm", metadata={"name": True})
     _: KW_ONLY
@@ -171,6 +177,7 @@ class LeastSquaresSolver(LeastSquaresRule):
             pred=zero,
             started=jnp.bool_(False),
             done=jnp.int32(0),
+            unprojected=jnp.bool_(False),
         ).pack()
 
     def converged(self, state: LeastSquaresState) -> jax.Array:
@@ -179,9 +186,7 @@ class LeastSquaresSolver(LeastSquaresRule):
     def stalled(self, state: LeastSquaresState) -> jax.Array:
         return LeastSquaresFields.unpack(state).done == STALLED
 
-    def step(
-        self, residuals, jacobian, u, state: LeastSquaresState, *, value, scale, value_fn
-    ) -> SolverStep:
+    def step(self, residuals, jacobian, u, state, *, value, scale, value_fn, bounded=None):
         del value_fn  # one evaluation a step: the engine's
         u_flat, unravel = ravel_pytree(u)
         st, dtype = LeastSquaresFields.unpack(state), u_flat.dtype
@@ -191,16 +196,19 @@ class LeastSquaresSolver(LeastSquaresRule):
         actual = st.cost - cost
         rho = actual / jnp.where(st.pred > 0, st.pred, 1.0)
         accept = jnp.where(first, finite, finite & (st.pred > 0) & (rho > ACCEPT))
+        # a projected trial that failed is tried again unprojected: the same step, not a
+        # rejection that grows the damping (bounds.projected)
+        g = jacobian.T @ residuals
+        projected, leaves = bounds.on_bounds(
+            u_flat, g, bounded, started=st.started, base=st.x, d=st.d
+        )
+        retry = projected & ~accept
 
         # -- at an accepted point: new curvature, the stopping tests
-        g = jacobian.T @ residuals
         a = jacobian.T @ jacobian
-        diag = jnp.maximum(st.diag, jnp.diagonal(a))
-        step_len = jnp.linalg.norm(u_flat - st.x)
-        ftol, xtol, gtol = (default_tolerance(t, dtype) for t in (self.ftol, self.xtol, self.gtol))
-        small_step = step_len <= xtol * (xtol + jnp.linalg.norm(u_flat))
-        small_drop = (actual <= ftol * st.cost) & (rho > 0.25)
-        stop_acc = (_cosine(g, a, cost) <= gtol) | (~first & (small_drop | small_step))
+        # the running maximum in the prior's own coordinate (bounds.prior_scale)
+        diag = jnp.maximum(st.diag, jnp.diagonal(a) / bounds.prior_scale(u_flat, bounded) ** 2)
+        stop_acc = self._stops_at(st, u_flat, cost, g, a, rho, bounded)
 
         keep = (st.x, st.cost, st.g, st.a, st.diag)
         new = (u_flat, cost, g, a, diag)
@@ -208,20 +216,12 @@ class LeastSquaresSolver(LeastSquaresRule):
             lambda p, q: jnp.where(accept, p, q), new, keep
         )
         param, nu = self._update(st, rho, accept, first, a_x)
-        d, pred = self._propose(g_x, a_x, diag_x, param, scale)
-        # After a rejected trial: a next step too small to move the point is MINPACK's xtol
-        # test (its trust region shrank below xtol: converged). One too small to lower ‖r‖² in
-        # the working precision leaves no decrease to find: converged where the kept point is
-        # a stationary point to half the working precision (the cosine test at sqrt(eps)),
-        # stalled otherwise.
-        eps = jnp.finfo(dtype).eps
-        tiny_step = jnp.linalg.norm(d) <= xtol * (xtol + jnp.linalg.norm(x))
-        no_drop = pred <= eps * cost_x
-        flat = _cosine(g_x, a_x, cost_x) <= jnp.sqrt(eps)
-        rejected = jnp.where(
-            tiny_step | (no_drop & flat), CONVERGED, jnp.where(no_drop, STALLED, 0)
-        )
-        done = jnp.where(accept, jnp.where(stop_acc, CONVERGED, 0), rejected)
+        param, nu = jnp.where(retry, st.param, param), jnp.where(retry, st.nu, nu)
+        free = bounds.inside(x, g_x, bounded)
+        scaling = diag_x * bounds.prior_scale(x, bounded) ** 2
+        d, pred = self._propose(g_x, a_x, scaling, param, scale, free)
+        ends = self._ends_after_rejection(x, cost_x, g_x, a_x, d, pred, free)
+        done = jnp.where(accept, jnp.where(stop_acc, CONVERGED, 0), jnp.where(retry, 0, ends))
         idle = first & ~finite  # never finite: the engine ends the start
         out = LeastSquaresFields(
             x=x,
@@ -235,10 +235,39 @@ class LeastSquaresSolver(LeastSquaresRule):
             pred=pred,
             started=st.started | accept,
             done=jnp.where(idle, 0, done).astype(jnp.int32),
+            # only a bound whose minimum lies inside ends the projecting (as L-BFGS's): a
+            # projected trial that failed on the other coordinates' step leaves the next its own
+            unprojected=st.unprojected | (retry & leaves),
         )
         out = jax.tree_util.tree_map(lambda p, q: jnp.where(idle, p, q), st, out)
-        u_next = jnp.where(idle | (out.done != 0), out.x, out.x + out.d)
+        # the first trial from a newly accepted point may go to the bounds (bounds.to_bounds)
+        fresh = accept & ~out.unprojected
+        trial = bounds.to_bounds(out.x, out.d, fresh, bounded)
+        u_next = jnp.where(idle | (out.done != 0), out.x, trial)
         return SolverStep(unravel(u_next.astype(dtype)), out.pack(), 0)
+
+    def _stops_at(self, st: LeastSquaresFields, u_flat, cost, g, a, rho, bounded):
+        """scipy's ``ftol``, ``xtol`` and ``gtol`` tests at a point just evaluated (they count
+        where it is accepted); the gradient test over the coordinates no bound holds."""
+        first, dtype = ~st.started, u_flat.dtype
+        ftol, xtol, gtol = (default_tolerance(t, dtype) for t in (self.ftol, self.xtol, self.gtol))
+        small_step = jnp.linalg.norm(u_flat - st.x) <= xtol * (xtol + jnp.linalg.norm(u_flat))
+        small_drop = (st.cost - cost <= ftol * st.cost) & (rho > 0.25)
+        free = bounds.inside(u_flat, g, bounded)
+        return (_cosine(g, a, cost, free) <= gtol) | (~first & (small_drop | small_step))
+
+    def _ends_after_rejection(self, x, cost, g, a, d, pred, free):
+        """How a start ends after a rejected trial (0: it goes on): a next step ``d`` too small
+        to move the point is MINPACK's xtol test (its trust region shrank below xtol:
+        converged). One too small to lower ‖r‖² in the working precision leaves no decrease
+        to find: converged where the kept point is a stationary point to half the working
+        precision (the cosine test at sqrt(eps)), stalled otherwise."""
+        eps = jnp.finfo(x.dtype).eps
+        xtol = default_tolerance(self.xtol, x.dtype)
+        tiny_step = jnp.linalg.norm(d) <= xtol * (xtol + jnp.linalg.norm(x))
+        no_drop = pred <= eps * cost
+        flat = _cosine(g, a, cost, free) <= jnp.sqrt(eps)
+        return jnp.where(tiny_step | (no_drop & flat), CONVERGED, jnp.where(no_drop, STALLED, 0))
 
     # -- the three rules -------------------------------------------------------------------
 
@@ -263,9 +292,13 @@ class LeastSquaresSolver(LeastSquaresRule):
         length = jnp.where(accept, jnp.minimum(2.0 * st.param, 1.0), 0.5 * st.param)
         return jnp.where(first, 1.0, length), st.nu
 
-    def _propose(self, g, a, diag, param, scale):
-        """``(d, pred)``: the next step from the kept point and its predicted decrease."""
+    def _propose(self, g, a, diag, param, scale, free):
+        """``(d, pred)``: the next step from the kept point and its predicted decrease; a
+        coordinate that is not ``free`` (a bound holds it, :func:`bounds.inside`) stays put,
+        as an active bound in a projected method, its coupling to the others dropped."""
         n = g.shape[0]
+        g = jnp.where(free, g, 0.0)
+        a = jnp.where(free[:, None] & free[None, :], a, 0.0)
         # relative to the largest curvature, so the step does not depend on the residuals' scale
         biggest = jnp.max(diag)
         floor = jnp.finfo(g.dtype).eps * jnp.where(biggest > 0, biggest, 1.0)
@@ -282,11 +315,13 @@ class LeastSquaresSolver(LeastSquaresRule):
         return d, pred
 
 
-def _cosine(g, a, cost):
+def _cosine(g, a, cost, free):
     """MINPACK's scale-free gradient test: the largest cosine between ``r`` and a column of
-    ``J``, from ``g = Jᵀr``, ``a = JᵀJ`` and ``cost = ‖r‖²``."""
+    ``J``, from ``g = Jᵀr``, ``a = JᵀJ`` and ``cost = ‖r‖²``, over the ``free`` coordinates
+    (not on a bound that holds them, :func:`multistart.solvers.bounds.inside`)."""
     col = jnp.sqrt(jnp.diagonal(a)) * jnp.sqrt(cost)
-    return jnp.max(jnp.where(col > 0, jnp.abs(g) / jnp.where(col > 0, col, 1.0), 0.0))
+    cos = jnp.where(col > 0, jnp.abs(g) / jnp.where(col > 0, col, 1.0), 0.0)
+    return jnp.max(jnp.where(free, cos, 0.0))
 
 
 def _solve(m, b):
