@@ -15,6 +15,7 @@ MODULES = [
     "device.cache",
     "device.chunking",
     "device.distributed",
+    "host.decide",
     "model.graph",
     "model.priors",
     "result.core",

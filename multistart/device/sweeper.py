@@ -59,6 +59,7 @@ class Sweeper:
       compiled: the program at ``width``.
       compile_s: compile seconds of the program(s) it stepped with.
       backoffs: one record per out-of-memory back-off.
+      narrowed: one record per narrowing to a search's tail (:meth:`narrow`).
     """
 
     def __init__(self, backend: Backend, width: int):
@@ -67,6 +68,7 @@ class Sweeper:
         self.chunks: list = []
         self.compile_s = 0.0
         self.backoffs: list[dict[str, Any]] = []
+        self.narrowed: list[dict[str, int]] = []
         self._saved = None  # the population at a recent host sync
         # since the copy: (clock, rows) of each call, and the writes between them
         self._replay: list[tuple[np.ndarray, np.ndarray] | Callable[[Any], Any]] = []
@@ -92,6 +94,19 @@ class Sweeper:
         self.width = width
         self.compile_s += self.backend.compile_seconds(width)
         self.set_rows(self.rows)
+
+    def narrow(self, width: int, step: int) -> None:
+        """Sweep at ``width`` from now on (the search's tail: few rows are running), its
+        program compiled once (or kept from an earlier fit of the model)."""
+        self.narrowed.append({"step": step, "from": self.width, "to": width})
+        log.logger.info(
+            "step %d: %d start(s) running, swept %d a chunk from now on (was %d)",
+            step,
+            self.rows.size,
+            width,
+            self.width,
+        )
+        self._set_width(width)
 
     def set_rows(self, rows: np.ndarray) -> None:
         """Sweep only ``rows`` from now on (repacked into full chunks)."""

@@ -128,7 +128,8 @@ def stats(
         compile_s=sweeper.compile_s,
         select_s=choice.select_s,
         wall_s=time.perf_counter() - setup.t_start,
-        batch_size=sweeper.width,  # the width the search ran at (per device)
+        # the width the search ran at (per device), its tail's narrower ones apart
+        batch_size=sweeper.narrowed[0]["from"] if sweeper.narrowed else sweeper.width,
         n_devices=sweeper.n_devices,
         backend=setup.options.backend,
         width_choice=choice.info,  # how that width was chosen
@@ -139,6 +140,8 @@ def stats(
     if "plan" in start_plan.stats:  # a part: the whole run's configuration hash, for the merge
         out["whole_config"] = config_hash({**setup.config, "starts": start_plan.stats["plan"]})
     out["evals_to_best"] = state.evals_to_best
+    if sweeper.narrowed:  # the tail swept narrower: from which step, at which width
+        out["narrowed"] = list(sweeper.narrowed)
     if state.resumed_from:
         out["resumed_from"] = state.resumed_from
     out.update(_rung_stats(setup, state))

@@ -59,6 +59,14 @@ TIKTAK_EXPLORE_PER_START = 5
 TIKTAK_EXPLORE_BOX = (0.01, 0.99)
 BACKEND_NAMES = ("loop", "scan")
 DEFAULT_CONVERGENCE = Convergence()
+# The tail of a search (issue 38): at the steps that are multiples of TAIL_EVERY, when the
+# running rows fit a width (a power of two, at least TAIL_MIN_WIDTH) at most 1/TAIL_RATIO of the
+# one swept, as they did at the decision before, they are swept at that width from then on:
+# its own program, compiled once, so a few long starts do not keep a wide chunk stepping. On
+# one device; a decision by the step count alone, so results are deterministic for a seed.
+TAIL_EVERY = 32
+TAIL_RATIO = 8
+TAIL_MIN_WIDTH = 16
 
 
 class OnResume(enum.Enum):

@@ -16,6 +16,7 @@ import numpy as np
 
 from ..common.status import Status
 from ..starts.queues import refill_slots
+from .config import TAIL_MIN_WIDTH, TAIL_RATIO
 from .schedule import Halving, Rungs, prune
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "decide",
     "resumed",
     "settle",
+    "tail_width",
     "STILL_RUNNING",
 ]
 
@@ -79,6 +81,7 @@ class Due:
     checkpoint: bool = False  # a checkpoint is due by the step count
     signalled: bool = False  # SIGINT/SIGTERM arrived (in this process)
     on_schedule: bool = False  # the sync_every schedule: the only syncs that end or refill starts
+    tail: bool = False  # a step where the sweep may narrow to its running rows (tail_width)
 
     @property
     def sync(self) -> bool:
@@ -101,6 +104,9 @@ class Reading:
       out_of_time: ``max_time_s`` has passed (in any process).
       available: new starts the queue can still hand out (``None``: no end; 0 without one).
       rungs: the halving schedule's record so far (``None`` without the schedule).
+      width: the width the sweep steps at now.
+      tail_since: the step of the tail decision at which the running rows first fitted a
+        narrower width, -1 when they did not at the last one (:func:`tail_width`).
     """
 
     step: int
@@ -114,6 +120,8 @@ class Reading:
     out_of_time: bool = False
     available: int | None = 0
     rungs: Rungs | None = None
+    width: int = 0
+    tail_since: int = -1
 
 
 @dataclass(frozen=True)
@@ -157,6 +165,8 @@ class Decision:
       checkpoint: write a checkpoint.
       rows: the rows to sweep from now on, or ``None`` when they stay as they are.
       report: draw the progress bar and log a progress line if due.
+      width: the narrower width to sweep at from now on, or ``None`` (:func:`tail_width`).
+      tail_since: the reading's next :attr:`Reading.tail_since`.
     """
 
     stop: StopReason | None = None
@@ -170,13 +180,15 @@ class Decision:
     checkpoint: bool = False
     rows: np.ndarray | None = None
     report: bool = False
+    width: int | None = None
+    tail_since: int = -1
 
     def stopping(self, reason: StopReason) -> Decision:
         """This decision, stopping for ``reason`` found while it was applied (TikTak's
         rediscovery count is only known once the refilled slots' records are taken). It
         checkpoints as it was to: a search that ended writes its last step once, and a
         resumed one that had ended writes nothing more."""
-        return replace(self, stop=reason, rows=None)
+        return replace(self, stop=reason, rows=None, width=None)
 
 
 def settle(r: Reading, rules: Rules) -> dict[str, Any]:
@@ -215,6 +227,30 @@ def _budget(r: Reading, rules: Rules) -> StopReason | None:
     return None
 
 
+def tail_width(r: Reading, n_running: int) -> tuple[int | None, int]:
+    """``(width, tail_since)``: the narrower width the sweep takes at a tail decision
+    (``r.due.tail``), or ``None``, and the next :attr:`Reading.tail_since`.
+
+    The running rows fit ``w``, the least power of two at least ``n_running`` and
+    ``TAIL_MIN_WIDTH``; when ``w`` is at most ``1 / TAIL_RATIO`` of the width swept, and was
+    at the decision before (a tail that lasted, worth a program of its own), the sweep
+    narrows to ``w``. By the step count and the running rows alone: deterministic.
+
+    >>> due = Due(tail=True)
+    >>> r = Reading(64, np.zeros(0), np.zeros(0), np.zeros(0), due, width=2000)
+    >>> tail_width(r, 16), tail_width(replace(r, tail_since=32), 16)
+    ((None, 64), (16, -1))
+    >>> tail_width(replace(r, tail_since=32), 300)  # 512 x 8 > 2000: no tail
+    (None, -1)
+    """
+    if not r.due.tail:
+        return None, r.tail_since
+    width = max(TAIL_MIN_WIDTH, 1 << max(0, n_running - 1).bit_length())
+    if width * TAIL_RATIO > r.width:
+        return None, -1
+    return (None, r.step) if r.tail_since < 0 else (width, -1)
+
+
 def decide(r: Reading, rules: Rules) -> Decision:
     """The host's decision at a sync.
 
@@ -224,7 +260,8 @@ def decide(r: Reading, rules: Rules) -> Decision:
       ended slots in slot order as far as it goes) only on the ``sync_every`` schedule and
       never at a sync where the search stops: that is left pending for a resumed run.
     - **Checkpoint** when due by the step count, and whenever the search stops.
-    - **Repack** the sweep when the running rows changed.
+    - **Repack** the sweep when the running rows changed, and **narrow** it to them at a
+      tail decision once few are left (:func:`tail_width`).
     """
     stop = StopReason(r.signal) if r.signal is not None else _budget(r, rules)
     due = rules.settles and r.due.on_schedule
@@ -236,12 +273,15 @@ def decide(r: Reading, rules: Rules) -> Decision:
     elif stop is None and r.due.last:
         stop = StopReason.N_STEPS
     ends_here = stop is not None
+    width, tail_since = (None, r.tail_since) if ends_here else tail_width(r, running.size)
     return Decision(
         stop=stop,
         pending=due and not settling,
         checkpoint=rules.checkpoints and (r.due.checkpoint or ends_here),
         rows=None if ends_here or running.size == r.n_swept else running,
         report=r.due.logging or r.due.drawing,
+        width=width,
+        tail_since=tail_since,
         **s,
     )
 
@@ -253,7 +293,8 @@ def resumed(r: Reading, rules: Rules, pending: bool) -> Decision:
     every start had ended stays ended, without a step of nothing."""
     s = settle(r, rules) if pending else {"status": r.status, "rungs": r.rungs}
     rows = np.flatnonzero(s["status"] == _RUNNING)
-    return Decision(rows=rows, stop=None if rows.size else StopReason.ALL_ENDED, **s)
+    stop = None if rows.size else StopReason.ALL_ENDED
+    return Decision(rows=rows, stop=stop, tail_since=r.tail_since, **s)
 
 
 def describe(decision: Decision) -> dict[str, Any]:
@@ -266,4 +307,5 @@ def describe(decision: Decision) -> dict[str, Any]:
         "pending": decision.pending,
         "checkpoint": decision.checkpoint,
         "rows": None if decision.rows is None else decision.rows.tolist(),
+        "width": decision.width,
     }

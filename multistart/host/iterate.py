@@ -34,6 +34,7 @@ from ..common import log
 from ..common.status import Status
 from ..device.distributed import agree_max, to_host
 from .checkpoint import CheckpointError
+from .config import TAIL_EVERY, TAIL_MIN_WIDTH, TAIL_RATIO
 from .decide import Decision, Due, Reading, StopReason, decide, resumed
 from .engine import Engine
 from .progress import Display
@@ -141,17 +142,29 @@ class Calls:
     def next(self, step: int) -> tuple[int, bool]:
         """The steps the call after ``step`` steps takes, and whether it ends sooner, at the
         first step where one of its starts ends."""
-        n = min([self.k] + [p - step % p for p in self.periods])
+        periods = self.periods + [TAIL_EVERY] * self._narrows()
+        n = min([self.k] + [p - step % p for p in periods])
         if self._queue is None or self._queue.available() == 0:
             return n, False  # no refill to act on (none, or none left): k steps a call
         one = len(self._sweeper.chunks) == 1 and self._sweeper.n_devices == 1
         return (n, True) if one else (1, False)  # several chunks: a sync every step
+
+    def _narrows(self) -> bool:
+        return _narrows(self._sweeper)
 
     def took(self, asked: int, n: int, seconds: float, *, synced: bool) -> None:
         """A call asked for ``asked`` steps took ``n`` (fewer where a start ended) and, with its
         sync, ``seconds``: grow ``k`` if ``k`` steps at that pace would have been cheap."""
         if self.auto and synced and asked == self.k and seconds * self.k < AUTO_CALL_S * n:
             self.k = min(2 * self.k, AUTO_MAX_STEPS)
+
+
+def _narrows(sweeper) -> bool:
+    """Can the sweep still narrow to its tail (one device, one process, a width at least
+    ``TAIL_RATIO`` times the narrowest)? Its tail decisions are then due every
+    ``TAIL_EVERY`` steps (:func:`multistart.host.decide.tail_width`)."""
+    wide = sweeper.width >= TAIL_RATIO * TAIL_MIN_WIDTH
+    return wide and sweeper.n_devices == 1 and not sweeper.spans_processes
 
 
 def _due(engine: Engine, step: int, first: bool, display: Display, flag: SignalFlag) -> Due:
@@ -166,6 +179,7 @@ def _due(engine: Engine, step: int, first: bool, display: Display, flag: SignalF
         checkpoint=checkpoints is not None and (checkpoints.due(step) or last),
         signalled=flag.name is not None and not engine.together,
         on_schedule=step % engine.options.sync_every == 0,
+        tail=step % TAIL_EVERY == 0 and _narrows(engine.sweeper),
     )
 
 
@@ -232,6 +246,8 @@ def _reading(engine: Engine, state: RunState, synced, due: Due, **seen) -> Readi
         n_swept=engine.sweeper.rows.size,
         available=0 if refiller is None else refiller.queue.available(),
         rungs=state.rungs,
+        width=engine.sweeper.width,
+        tail_since=state.tail_since,
         **seen,
     )
 
@@ -257,6 +273,7 @@ def apply(engine: Engine, state: RunState, d: Decision, display: Display | None 
     state = state._replace(
         pop=pop, pruned=pruned, lineage=lineage, rungs=d.rungs, pending=d.pending, stop=d.stop
     )
+    state = state._replace(width=d.width or state.width, tail_since=d.tail_since)
     if display is not None and (d.report or engine.together):
         extra = "" if state.rungs is None else state.rungs.occupancy(d.status)
         display.report(state.step, state.best_seen, d.status, extra)
@@ -266,9 +283,16 @@ def apply(engine: Engine, state: RunState, d: Decision, display: Display | None 
         except CheckpointError as exc:
             return state._replace(stop=StopReason.CHECKPOINT_FAILED, error=exc)
         state = state._replace(saved=(*state.saved, state.step))
+    _resweep(engine, d, state.step)
+    return state
+
+
+def _resweep(engine: Engine, d: Decision, step: int) -> None:
+    """Repack the sweep to the decision's running rows, then narrow it to its tail."""
     if d.rows is not None:
         engine.sweeper.set_rows(d.rows)
-    return state
+    if d.width is not None:
+        engine.sweeper.narrow(d.width, step)
 
 
 def resume(engine: Engine, state: RunState) -> RunState:
@@ -277,6 +301,8 @@ def resume(engine: Engine, state: RunState) -> RunState:
     uninterrupted run made them), and the running starts swept."""
     pop = engine.sweeper.place(state.pop)
     engine.sweeper.rebase(pop)
+    if state.width:  # its tail was swept narrower: as the uninterrupted run's
+        engine.sweeper.narrow(state.width, state.step)
     state = state._replace(pop=pop)
     if engine.refiller is not None and state.lineage is not None:
         engine.refiller.resume(state.lineage)

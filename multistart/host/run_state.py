@@ -47,6 +47,8 @@ class RunState(NamedTuple):
       first_step_s: seconds from ``fit`` to the end of this run's first step.
       stop: why the search stopped (``None`` while it runs).
       error: the failed checkpoint write that stopped it, if one did.
+      width: the narrower width its tail is swept at (0: the search's own width).
+      tail_since: see :attr:`multistart.host.decide.Reading.tail_since`.
     """
 
     pop: PopState
@@ -63,6 +65,8 @@ class RunState(NamedTuple):
     first_step_s: float | None = None
     stop: StopReason | None = None
     error: Exception | None = None
+    width: int = 0
+    tail_since: int = -1
 
     @classmethod
     def start(cls, pop: PopState, halving: Halving | None, lineage: Lineage | None) -> RunState:
@@ -85,6 +89,7 @@ class RunState(NamedTuple):
                 "pruned": np.flatnonzero(self.pruned).tolist(),
                 "rungs": None if self.rungs is None else self.rungs.to_json(),
                 "best_seen": [repr(float(self.best_seen)), self.evals_to_best],
+                "tail": [self.width, self.tail_since],
             },
         }
         if self.lineage is not None:  # under "resurrector", the checkpoint format's key
@@ -124,6 +129,7 @@ class RunState(NamedTuple):
         if lineage is not None:
             lineage = Lineage.from_checkpoint(arrays["resurrector"], meta["resurrector"])
         step = int(meta["steps_run"])
+        width, tail_since = loop.get("tail", [0, -1])
         return self._replace(
             pop=pop,
             pruned=pruned,
@@ -135,4 +141,6 @@ class RunState(NamedTuple):
             pending=bool(loop.get("pending", loop.get("resurrect_pending"))),
             lineage=lineage,
             resumed_from=step or None,
+            width=int(width),
+            tail_since=int(tail_since),
         )

@@ -153,7 +153,7 @@ def linearize(residual_fn, u, mode: str = "auto"):
     """``(r, J, cost)``: the residuals at ``u`` as one vector, their Jacobian, and its cost.
 
     ``u`` may be a pytree; ``J`` is ``(m, n)`` over its raveled leaves. The Jacobian is built
-    from ``n`` forward-mode products (``jax.linearize`` then one ``vmap`` over the basis) when
+    from ``n`` forward-mode products (one ``vmap`` of ``jax.jvp`` over the basis) when
     ``n <= m`` and ``mode`` is ``"auto"`` or ``"forward"``, else from ``m`` reverse-mode
     products; the residuals come with it, not from another evaluation. ``cost`` (a Python
     int) is the number of those products: the evaluations the engine counts for the step,
@@ -167,8 +167,11 @@ def linearize(residual_fn, u, mode: str = "auto"):
 
     m = jax.eval_shape(flat, u_flat).shape[0]
     if mode == "forward" or (mode == "auto" and n <= m):
-        r, lin = jax.linearize(flat, u_flat)
-        jac = jax.vmap(lin, out_axes=1)(jnp.eye(n, dtype=u_flat.dtype))
+        # one vmap of jvp over the basis (the residuals computed once, unbatched): the same
+        # values as jax.linearize's, a third cheaper under the chunk step's vmap on a CPU
+        # (profiling/HISTORY.md, "Least squares near a bound")
+        basis = jnp.eye(n, dtype=u_flat.dtype)
+        r, jac = jax.vmap(lambda t: jax.jvp(flat, (u_flat,), (t,)), out_axes=(None, 1))(basis)
         return r, jac, n
     r, pullback = jax.vjp(flat, u_flat)
     (jac,) = jax.vmap(pullback)(jnp.eye(m, dtype=r.dtype))
