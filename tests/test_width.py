@@ -231,7 +231,7 @@ def test_auto_on_a_cpu_leaves_the_sweep_chunks_to_drop(monkeypatch, tmp_path):
 
     monkeypatch.setenv("MULTISTART_AUTO_WIDTH", "measure")
     monkeypatch.setenv("MULTISTART_CACHE_DIR", str(tmp_path))
-    assert (SWEEP_CHUNKS, SWEEP_MIN_WIDTH) == (8, 256)
+    assert (SWEEP_CHUNKS, SWEEP_MIN_WIDTH) == (64, 256)
     many = fit(n_starts=600, n_steps=3, batch_size="auto")
     assert many.stats["width_choice"]["memory_width"] == 200  # 256, balanced: 3 chunks of 200
     assert many.stats["batch_size"] <= 200
