@@ -232,21 +232,24 @@ def tail_width(r: Reading, n_running: int) -> tuple[int | None, int]:
     (``r.due.tail``), or ``None``, and the next :attr:`Reading.tail_since`.
 
     The running rows fit ``w``, the least power of two at least ``n_running`` and
-    ``TAIL_MIN_WIDTH``; when ``w`` is at most ``1 / TAIL_RATIO`` of the width swept, and was
-    at the decision before (a tail that lasted, worth a program of its own), the sweep
+    ``TAIL_MIN_WIDTH``; when ``w`` is at most ``1 / TAIL_RATIO`` of the width swept (of the
+    power of two at least it: a width balanced over the rows, 254 for 256, counts as 256), and
+    was at the decision before (a tail that lasted, worth a program of its own), the sweep
     narrows to ``w``. By the step count and the running rows alone: deterministic.
 
     >>> due = Due(tail=True)
     >>> r = Reading(64, np.zeros(0), np.zeros(0), np.zeros(0), due, width=2000)
     >>> tail_width(r, 16), tail_width(replace(r, tail_since=32), 16)
     ((None, 64), (16, -1))
-    >>> tail_width(replace(r, tail_since=32), 300)  # 512 x 8 > 2000: no tail
+    >>> tail_width(replace(r, tail_since=32), 300)  # 512 x 8 > 2048: no tail
     (None, -1)
+    >>> tail_width(replace(r, tail_since=32, width=254), 20)  # 32 x 8 <= 256
+    (32, -1)
     """
     if not r.due.tail:
         return None, r.tail_since
     width = max(TAIL_MIN_WIDTH, 1 << max(0, n_running - 1).bit_length())
-    if width * TAIL_RATIO > r.width:
+    if width * TAIL_RATIO > 1 << max(0, r.width - 1).bit_length():
         return None, -1
     return (None, r.step) if r.tail_since < 0 else (width, -1)
 
