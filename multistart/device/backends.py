@@ -161,10 +161,11 @@ class Backend:
         """Drop the program at ``width`` (one that ran out of memory)."""
         self._programs.pop(width, None)
 
-    def release(self, keep: int | None = None) -> None:
-        """Drop the compiled programs of every width but ``keep`` (their memory too)."""
+    def release(self, keep=()) -> None:
+        """Drop the compiled programs of every width but those in ``keep`` (their memory
+        too)."""
         for w in list(self._programs):
-            if w != keep:
+            if w not in keep:
                 del self._programs[w]
 
     def trace(self, pop, width: int) -> jax.stages.Traced:

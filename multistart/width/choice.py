@@ -60,7 +60,8 @@ def resolve_width(
     """Choose the batch width for ``spec`` (``backend.at(choice.width)`` then steps at it).
 
     Programs compiled on the way (memory probes, timed widths) are released, except the
-    chosen one, which the search then uses without compiling it again.
+    chosen one, which the search then uses without compiling it again, and the narrower powers
+    of two, which its tail may narrow to.
 
     Args:
       spec: ``None``, an int, ``"auto"`` or ``"tune"`` (already validated).
@@ -96,7 +97,10 @@ def resolve_width(
         width, tuning = _by_word(spec, backend, pop, info, n_starts, device, n_steps, keyed)
         info["selected_by"] = spec if tuning is None else f"{spec} ({tuning['source']})"
     n_tune = len([w for w in backend.compiled_widths() if w != width])
-    backend.release(keep=width)
+    # kept: the chosen width, and the narrower powers of two timed, which a search's tail may
+    # narrow to (multistart.host.decide.tail_width) without compiling them again
+    tail = [w for w in backend.compiled_widths() if w < width and w & (w - 1) == 0]
+    backend.release(keep=(width, *tail))
     backend.compiled_for(width)  # compiled here, so select_s includes it
     select_s = time.perf_counter() - t0
     info["decide_s"] = max(0.0, select_s - backend.compile_seconds(width))
