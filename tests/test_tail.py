@@ -75,3 +75,9 @@ def test_a_search_resumed_after_its_tail_narrowed_ends_as_the_one_run(tailed, tm
     # narrowed again at the step it resumed from, to the width the checkpoint recorded
     assert resumed.stats["narrowed"] == [{"step": 300, "from": 256, "to": TAIL_MIN_WIDTH}]
     assert_same_result(tailed, resumed)
+
+
+def test_the_scan_backend_narrows_its_tail_alike(tailed):
+    scanned = _fit(backend="scan")
+    assert scanned.stats["narrowed"] == tailed.stats["narrowed"]
+    assert_same_result(tailed, scanned, exact=False, rtol=1e-12)
