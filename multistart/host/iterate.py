@@ -301,7 +301,7 @@ def resume(engine: Engine, state: RunState) -> RunState:
     uninterrupted run made them), and the running starts swept."""
     pop = engine.sweeper.place(state.pop)
     engine.sweeper.rebase(pop)
-    if state.width:  # its tail was swept narrower: as the uninterrupted run's
+    if 0 < state.width < engine.sweeper.width:  # its tail was swept narrower: as the one run's
         engine.sweeper.narrow(state.width, state.step)
     state = state._replace(pop=pop)
     if engine.refiller is not None and state.lineage is not None:
