@@ -97,16 +97,20 @@ def resolve_width(
         width, tuning = _by_word(spec, backend, pop, info, n_starts, device, n_steps, keyed)
         info["selected_by"] = spec if tuning is None else f"{spec} ({tuning['source']})"
     n_tune = len([w for w in backend.compiled_widths() if w != width])
-    # kept: the chosen width, and the narrower powers of two timed, which a search's tail may
-    # narrow to (multistart.host.decide.tail_width) without compiling them again
-    tail = [w for w in backend.compiled_widths() if w < width and w & (w - 1) == 0]
-    backend.release(keep=(width, *tail))
+    backend.release(keep=_kept(backend, width))
     backend.compiled_for(width)  # compiled here, so select_s includes it
     select_s = time.perf_counter() - t0
     info["decide_s"] = max(0.0, select_s - backend.compile_seconds(width))
     why, took = info["reason"], info["decide_s"]
     say(spec, "batch_size %r: width %d (%s); deciding took %.3g s", spec, width, why, took)
     return WidthChoice(width, info, tuning, n_tune, select_s)
+
+
+def _kept(backend, width: int) -> tuple[int, ...]:
+    """The programs kept after choosing ``width``: its own, and the narrower powers of two
+    timed, which a search's tail may narrow to (:func:`multistart.host.decide.tail_width`)
+    without compiling them again."""
+    return (width, *(w for w in backend.compiled_widths() if w < width and w & (w - 1) == 0))
 
 
 def _explicit(spec, n_starts: int, max_batch, info) -> int:
