@@ -21,6 +21,7 @@ percentile, most) and how many ran to ``n_steps``, and the fits whose χ² is at
     python profiling/spectra_batch.py                 # 500 spectra, the 32-start arm first
     python profiling/spectra_batch.py --first 1       # the one-start arm first
     python profiling/spectra_batch.py --quick --json spectra.json   # 60 spectra; the record
+    python profiling/spectra_batch.py --batch-size 254   # a fixed width: no width choice
 """
 
 from __future__ import annotations
@@ -94,7 +95,7 @@ def scipy_loop(y: np.ndarray) -> tuple[float, np.ndarray]:
         return time.perf_counter() - t0, popt
 
 
-def ours(y: np.ndarray, n_starts: int):
+def ours(y: np.ndarray, n_starts: int, batch_size="auto"):
     import multistart as ms
 
     t0 = time.perf_counter()
@@ -110,6 +111,7 @@ def ours(y: np.ndarray, n_starts: int):
         full_output=True,
         n_starts=n_starts,
         log_every=0,
+        batch_size=batch_size,
     )
     return time.perf_counter() - t0, popt, info["fits"].result
 
@@ -119,6 +121,12 @@ def main() -> None:
     parser.add_argument("--spectra", type=int, default=500)
     parser.add_argument("--first", type=int, choices=(1, 32), default=32, help="arm run first")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--batch-size",
+        type=lambda v: v if v in ("auto", "tune") else int(v),
+        default="auto",
+        help="the searches' batch_size (a fixed width takes the width choice out of a comparison)",
+    )
     harness.add_arguments(parser, quick="60 spectra")
     args = parser.parse_args()
     n = 60 if args.quick else args.spectra
@@ -135,7 +143,7 @@ def main() -> None:
     rows = []
     for k in (args.first, 33 - args.first):
         for call, y in (("first", first), ("second", second)):
-            seconds, popt, result = ours(y, k)
+            seconds, popt, result = ours(y, k, args.batch_size)
             stats, steps = result.stats, np.asarray(result.n_steps)
             name = f"{k} start{'s' * (k > 1)} {call}"
             record.figure(f"{name} s", seconds)

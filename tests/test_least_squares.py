@@ -169,6 +169,33 @@ def test_a_nonfinite_trial_is_rejected_and_the_others_carry_on(x64):
     assert result.stats["n_compiles"] == 1
 
 
+@jax.custom_jvp
+def _steep(a):
+    """Zero, with a derivative that is inf where ``a`` exceeds 4: finite residuals whose
+    Jacobian is not."""
+    return jnp.zeros_like(a)
+
+
+@_steep.defjvp
+def _steep_jvp(primals, tangents):
+    (a,), (da,) = primals, tangents
+    return jnp.zeros_like(a), jnp.where(a > 4.0, jnp.inf, 0.0) * da
+
+
+def test_a_nonfinite_jacobian_fails_the_evaluation_though_the_residuals_are_finite(x64):
+    """The step reads J's finiteness off ``JᵀJ``'s diagonal: an inf in J fails the evaluation
+    as a nan in the residuals does (the test above), the other starts carry on."""
+    space = {**SPACE, "a": ms.Uniform(0.0, 5.0)}
+    starts = {"a": np.array([0.5, 4.5, 1.0]), "tau": np.array([0.5, 1.0, 1.0]), "c": np.zeros(3)}
+    result = _ls().fit(lambda p: residuals(p) + _steep(p["a"]), space, starts=starts)
+    popt, _ = _curve_fit(False)
+    assert result.status[1] is ms.Status.NONFINITE  # an inf column from its first evaluation
+    for i in (0, 2):
+        assert result.status[i] is ms.Status.CONVERGED, result.status
+        np.testing.assert_allclose(result.params["a"][i], popt[0], rtol=1e-6)
+    assert np.all(np.asarray(result.params["a"])[[0, 2]] < 4.0)
+
+
 def test_bad_input_fails_before_any_compile(x64):
     with NoCompile():
         for kw, kind, word in [

@@ -191,7 +191,8 @@ class LeastSquaresSolver(LeastSquaresRule):
         u_flat, unravel = ravel_pytree(u)
         st, dtype = LeastSquaresFields.unpack(state), u_flat.dtype
         cost = jnp.asarray(value, dtype)
-        finite = jnp.isfinite(cost) & jnp.all(jnp.isfinite(jacobian))
+        a = jacobian.T @ jacobian
+        finite = _finite(cost, a)
         first = ~st.started
         actual = st.cost - cost
         rho = actual / jnp.where(st.pred > 0, st.pred, 1.0)
@@ -205,7 +206,6 @@ class LeastSquaresSolver(LeastSquaresRule):
         retry = projected & ~accept
 
         # -- at an accepted point: new curvature, the stopping tests
-        a = jacobian.T @ jacobian
         # the running maximum in the prior's own coordinate (bounds.prior_scale)
         diag = jnp.maximum(st.diag, jnp.diagonal(a) / bounds.prior_scale(u_flat, bounded) ** 2)
         stop_acc = self._stops_at(st, u_flat, cost, g, a, rho, bounded)
@@ -313,6 +313,15 @@ class LeastSquaresSolver(LeastSquaresRule):
         d = scale * d
         pred = -(2.0 * jnp.vdot(d, g) + jnp.vdot(d, a @ d))
         return d, pred
+
+
+def _finite(cost, a):
+    """Are ``‖r‖²`` and the Jacobian finite? J is read off ``JᵀJ``'s diagonal, each column's
+    sum of squares (nan or inf where the column holds one), not off J itself: XLA fused that
+    test by computing every element of J a second time (profiling/HISTORY.md, "The Jacobian's
+    finiteness"). A finite J whose squares overflow counts as not finite: its ``JᵀJ`` could
+    not give a step."""
+    return jnp.isfinite(cost) & jnp.all(jnp.isfinite(jnp.diagonal(a)))
 
 
 def _cosine(g, a, cost, free):
