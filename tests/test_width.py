@@ -413,6 +413,31 @@ def test_auto_still_times_the_ladder_when_a_middle_width_wins():
     assert len(per_step) >= 3
 
 
+class SlowSpellSweep(CostModelSweep):
+    """The bound's first timed repeat (the fit's price) caught in a slow spell, 3x its cost."""
+
+    def time_chunks(self, pop, width, *, calls, target_s, min_reps, max_reps):
+        seconds, n = super().time_chunks(
+            pop, width, calls=calls, target_s=target_s, min_reps=min_reps, max_reps=max_reps
+        )
+        if self.timed.count(width) == 1 and width == max(self.timed):
+            seconds[0] *= 3.0
+        return seconds, n
+
+
+def test_a_slow_spell_in_the_price_does_not_choose_a_slower_width():
+    """The bound steps fastest (a cheap model); its one-repeat price was 3x slow. It is timed
+    again to as many repeats as the narrower widths before the choice, and chosen."""
+    from multistart.width import Gate
+
+    cheap = lambda w: 50e-6 + 2e-6 * w  # noqa: E731
+    sweep = SlowSpellSweep(256, cheap)
+    best, timings, _ = _auto(sweep, 256, Gate(n_steps=100_000))  # a long fit: timing pays
+    assert len(timings.per_call) > 1 and best == 256
+    assert sweep.timed.count(256) >= 2
+    assert all(len(s) >= 3 for s in timings.per_call.values())
+
+
 # -- does deciding pay? (the gate, on cost models: nothing is timed) ---------------------------
 
 
@@ -530,7 +555,9 @@ def test_the_gate_stops_the_ladder_once_timing_is_not_expected_to_pay():
     sweep = CostModelSweep(32, middle_wins, compile_s=2.0)
     gate = Gate(n_steps=1500)
     best, timings, reason = _auto(sweep, 32, gate)
-    assert sweep.timed == [32, 1, 4] and best == 4
+    # the bound, priced on one repeat, is timed again to as many repeats as the others
+    assert sweep.timed == [32, 1, 4, 32] and best == 4
+    assert {w: len(s) for w, s in timings.per_call.items()} == {32: 3, 1: 3, 4: 3}
     assert gate.refused.startswith("timing width 11 would cost about")
     assert reason == f"the fastest of 3 widths timed; {gate.refused}"
     # width 4 was expected to save more than it cost; width 11, between 4 and 32, is not:
