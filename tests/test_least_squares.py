@@ -183,8 +183,10 @@ def _steep_jvp(primals, tangents):
 
 
 def test_a_nonfinite_jacobian_fails_the_evaluation_though_the_residuals_are_finite(x64):
-    """The step reads J's finiteness off ``JᵀJ``'s diagonal: an inf in J fails the evaluation
-    as a nan in the residuals does (the test above), the other starts carry on."""
+    """An inf in J fails the evaluation as a nan in the residuals does (the test above), the
+    other starts carry on. (The least-squares step reads J's finiteness off ``JᵀJ``'s
+    diagonal; the engine's guard on ``2 Jᵀr`` catches such a J too, so this pins the
+    behaviour, not which of the two tests caught it.)"""
     space = {**SPACE, "a": ms.Uniform(0.0, 5.0)}
     starts = {"a": np.array([0.5, 4.5, 1.0]), "tau": np.array([0.5, 1.0, 1.0]), "c": np.zeros(3)}
     result = _ls().fit(lambda p: residuals(p) + _steep(p["a"]), space, starts=starts)
