@@ -74,7 +74,7 @@ def test_tiktak_finds_what_independent_starts_miss_and_runs_n_local_searches(x64
     assert tiktak.stats["n_local"] == 32  # the default, 4 per slot
     assert len(tiktak.incarnations) >= 32 - 8
     # the step's program is the independent fit's (the same model and rule: compiled once)
-    assert tiktak.stats["n_compiles"] in (0, 1) and tiktak.stats["n_replace_compiles"] == 1
+    assert tiktak.stats["n_compiles"] in (0, 1)
 
 
 def test_tiktak_does_not_depend_on_the_batch_width(x64, tiktak_fit):

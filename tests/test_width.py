@@ -825,9 +825,10 @@ def test_a_second_process_finds_the_tuned_width(tmp_path):
 # -- out-of-memory back-off -------------------------------------------------------------------
 
 
-def inject_oom(monkeypatch, fits: int, after_calls: int = 0):
+def inject_oom(monkeypatch, fits: int, after_calls: int = 0, writes_only: bool = False):
     """Programs wider than ``fits`` fail after ``after_calls`` good calls, the way a CPU
-    allocation failure does: the donated population is consumed and the call raises."""
+    allocation failure does: the donated population is consumed and the call raises.
+    ``writes_only``: only the calls that take no step (a refill's write) fail."""
     original = Backend.compiled_for
     calls = {"good": 0}
 
@@ -837,7 +838,8 @@ def inject_oom(monkeypatch, fits: int, after_calls: int = 0):
             return compiled
 
         def failing(pop, *args):
-            if calls["good"] >= after_calls:
+            a_write = int(np.asarray(args[-2])[1]) == 0  # the clock: no step
+            if calls["good"] >= after_calls and (a_write or not writes_only):
                 for leaf in jax.tree_util.tree_leaves(pop):
                     leaf.delete()
                 raise jax.errors.JaxRuntimeError(
@@ -907,10 +909,24 @@ def test_a_back_off_replays_calls_that_ended_where_a_start_ended(monkeypatch, x6
     ends; replayed at a narrower width (several chunks), such a call takes the same steps."""
     kw = dict(RAGGED_CONVERGING, start_strategy="tiktak")
     reference = fit(multimodal, MULTIMODAL_SPACE, batch_size=2, **kw)
-    inject_oom(monkeypatch, fits=4, after_calls=20)
+    inject_oom(monkeypatch, fits=4, after_calls=40)  # (refills' writes are calls too)
     result = fit(multimodal, MULTIMODAL_SPACE, batch_size=16, **kw)  # the 11 starts: one chunk
     assert [(b["from"], b["to"]) for b in result.stats["backoffs"]] == [(11, 5), (5, 2)]
     assert result.stats["n_chunk_calls"] < reference.stats["n_chunk_calls"] / 2
+    assert identical(result, reference)
+
+
+def test_a_refill_write_out_of_memory_backs_off_to_the_same_result(monkeypatch, x64):
+    """A refill's new starts are written by the chunk step (no step taken): a write that runs
+    out of memory backs off as a step does (the steps since the copy replayed narrower, the
+    writes among them failing again at 5 rows), and the result is never failing's."""
+    kw = dict(RAGGED_CONVERGING, start_strategy="tiktak")
+    reference = fit(multimodal, MULTIMODAL_SPACE, batch_size=2, **kw)
+    inject_oom(monkeypatch, fits=4, after_calls=20, writes_only=True)
+    result = fit(multimodal, MULTIMODAL_SPACE, batch_size=16, **kw)
+    backoffs = result.stats["backoffs"]
+    assert [(b["from"], b["to"]) for b in backoffs] == [(11, 5), (5, 2)]
+    assert backoffs[0]["step"] < RAGGED_CONVERGING["n_steps"]  # at a refill, not the end
     assert identical(result, reference)
 
 
@@ -1018,10 +1034,14 @@ def _scan_program_text(level):
     log.logger.setLevel(level)
     try:
         data = ()
-        pop = {"starts": jnp.zeros((4,))}
 
-        def chunk_step(pop, gather, scatter, row, data):
-            return {"starts": pop["starts"].at[scatter].add(1.0, mode="drop")}
+        class OnlyU(NamedTuple):  # a population whose starts hold only u
+            u: jax.Array
+
+        pop = Pop(OnlyU(jnp.zeros((4, 1))), jnp.zeros((1, 4)))  # type: ignore[arg-type]
+
+        def chunk_step(pop, gather, scatter, new, clock, data):
+            return pop._replace(starts=OnlyU(pop.starts.u.at[scatter].add(1.0, mode="drop")))
 
         sweep = ScanBackend(chunk_step, n_total=4, data=data, pop=pop)
         return sweep.ticks, sweep.compiled_for(2).as_text()

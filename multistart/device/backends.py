@@ -52,7 +52,7 @@ class Backend:
     place and the caller must use the returned state.
 
     Args:
-      chunk_step: ``chunk_step(pop, gather, scatter, clock, data) -> pop``
+      chunk_step: ``chunk_step(pop, gather, scatter, new, clock, data) -> pop``
         (:func:`multistart.device.step.make_chunk_step`; see subclasses).
       n_total: the population's rows (a multiple of the number of devices).
       data: the model's data (an argument of every program).
@@ -91,6 +91,7 @@ class Backend:
         # Shapes only, no sharding: lowering for committed arrays would make the outputs
         # committed, and every helper later jitted on them would compile a second time.
         self._pop_spec = jax.tree_util.tree_map(_shape_of, pop)
+        self._idle: dict[int, Any] = {}  # width -> a call's ``new`` that writes nothing, placed
         # width -> (compiled, seconds), shared with a refit of the same model: it compiles
         # nothing (and lowers nothing) at a width an earlier fit compiled
         spec = (jax.tree_util.tree_structure(pop), tuple(jax.tree_util.tree_leaves(self._pop_spec)))
@@ -113,9 +114,43 @@ class Backend:
         """Index arguments with the shapes of one call at ``width`` (for lowering)."""
         raise NotImplementedError
 
-    def layout(self, rows: np.ndarray, width: int) -> tuple[list, Any]:
-        """``(chunks, args)``: one entry per chunk call of ``rows``, and the device arguments."""
+    def layout(self, rows: np.ndarray, width: int, u_new=None) -> tuple[list, Any]:
+        """``(chunks, args)``: one entry per chunk call of ``rows``, and the device arguments;
+        with ``u_new`` (a row per row of ``rows``), calls that give ``rows`` those new
+        starts."""
         raise NotImplementedError
+
+    def _split_new(self, rows: np.ndarray, u_new) -> list:
+        """Each device's rows of ``u_new`` (one per row of ``rows``), in the order of its rows
+        in :meth:`Placement.split <multistart.device.placement.Placement.split>`."""
+        owner = np.asarray(rows) // self.n_local
+        return [
+            jax.tree_util.tree_map(lambda a, d=d: np.asarray(a)[owner == d], u_new)
+            for d in range(self.n_devices)
+        ]
+
+    def _new_rows(self, lead: tuple[int, ...]):
+        """A ``new`` argument that writes nothing, of leading shape ``lead`` (NumPy)."""
+        u = self._pop_spec.starts.u
+        zeros = jax.tree_util.tree_map(lambda a: np.zeros(lead + a.shape[1:], a.dtype), u)
+        return np.zeros(lead, np.int8), zeros
+
+    def _idle_new(self, width: int):
+        """:meth:`_new_rows` placed on the devices once per width (no transfer a call)."""
+        if width not in self._idle:
+            self._idle[width] = self.placement.put_rows([self._idle_rows(width)] * self.n_devices)
+        return self._idle[width]
+
+    def _idle_rows(self, width: int):
+        """One device's ``new`` argument of a call that writes nothing."""
+        raise NotImplementedError
+
+    def write(self, compiled, pop, rows: np.ndarray, u_new, width: int):
+        """``pop`` with new starts ``u_new`` written into ``rows`` by ``compiled`` (the chunk
+        step at ``width``, taking no step: it sets their initial state), one call per chunk of
+        them: a refill compiles no program of its own."""
+        _, args = self.layout(np.asarray(rows), width, u_new)
+        return self.run(compiled, pop, args, clock(0, 0))
 
     def run(self, compiled, pop, args, clock):
         """The steps ``clock`` says (:func:`multistart.device.step.clock`) of the rows laid out
@@ -219,7 +254,7 @@ class LoopBackend(Backend):
     """
 
     name = "loop"
-    _n_index_args = 2
+    _n_index_args = 3
 
     def _build(self, chunk_step):
         return chunk_step
@@ -227,54 +262,88 @@ class LoopBackend(Backend):
     def _local(self, program):
         n_local = self.n_local
 
-        def local(pop, gather, scatter, clock, data):
+        def local(pop, gather, scatter, new, clock, data):
             gather, scatter = gather[0], scatter[0]
+            new = jax.tree_util.tree_map(lambda a: a[0], new)
             # A device with no chunk left this call gets an all-padding chunk: skip the body.
             return jax.lax.cond(
                 scatter[0] < n_local,
-                lambda p: program(p, gather, scatter, clock, data),
+                lambda p: program(p, gather, scatter, new, clock, data),
                 lambda p: p,
                 pop,
             )
 
         return local
 
+    def _idle_rows(self, width):
+        return self._new_rows((width,))
+
     def _lower_args(self, width):
         table = self.placement.put_rows([np.zeros(width, np.int32)] * self.n_devices)
-        return table, table, clock(0)
+        return table, table, self._idle_new(width), clock(0)
 
-    def layout(self, rows, width):
-        per = [chunk_indices(r, width, self.n_local) for r in self.placement.split(rows)]
+    def layout(self, rows, width, u_new=None):
+        split = self.placement.split(rows)
+        per = [chunk_indices(r, width, self.n_local) for r in split]
+        news = None if u_new is None else self._split_new(rows, u_new)
         idle = (np.zeros(width, np.int32), np.full(width, self.n_local, np.int32))
         calls = []
         for i in range(max(len(c) for c in per)):
             pairs = [c[i] if i < len(c) else idle for c in per]
             gathers = self.placement.put_rows([g for g, _ in pairs])
-            calls.append((gathers, self.placement.put_rows([s for _, s in pairs])))
+            scatters = self.placement.put_rows([s for _, s in pairs])
+            if news is None:
+                new = self._idle_new(width)
+            else:
+                new = self.placement.put_rows(
+                    [_chunk_of(u, i, width, self._idle_rows(width)) for u in news]
+                )
+            calls.append((gathers, scatters, new))
         return calls, calls
 
     def run(self, compiled, pop, args, clock):
-        for gather, scatter in args:
-            pop = compiled(pop, gather, scatter, clock, self.data)
+        for gather, scatter, new in args:
+            pop = compiled(pop, gather, scatter, new, clock, self.data)
         return pop
 
 
+def _chunk_of(u, i: int, width: int, idle):
+    """``new`` of chunk ``i`` of one device's new starts ``u`` (rows ``i * width`` on, the
+    padding taking nothing), or ``idle`` past its last chunk."""
+    lo = i * width
+    n = len(jax.tree_util.tree_leaves(u)[0])
+    if lo >= n:
+        return idle
+    take, zeros = idle
+    hi = min(lo + width, n)
+    take = take.copy()
+    take[: hi - lo] = 1
+
+    def fill(z, a):
+        z = z.copy()
+        z[: hi - lo] = np.asarray(a)[lo:hi]
+        return z
+
+    return take, jax.tree_util.tree_map(fill, zeros, u)
+
+
 def make_scan_step(chunk_step, tick=None):
-    """Build ``scan_step(pop, gathers, scatters, n_chunks, clock, data) -> pop``.
+    """Build ``scan_step(pop, gathers, scatters, news, n_chunks, clock, data) -> pop``.
 
     It runs ``chunk_step`` over the first ``n_chunks`` rows of the ``(max_chunks, width)``
-    index tables inside one compiled loop. ``n_chunks`` is a traced scalar, so the running
-    starts can shrink without a recompile; each chunk takes the steps ``clock`` says in turn.
-    ``tick(clock, i, n_chunks)``, when given, is called
-    on the host once per chunk through ``jax.debug.callback``; when it is None nothing is
-    traced in.
+    index tables (and ``news``, each chunk's ``new`` argument) inside one compiled loop.
+    ``n_chunks`` is a traced scalar, so the running starts can shrink without a recompile;
+    each chunk takes the steps ``clock`` says in turn. ``tick(clock, i, n_chunks)``, when
+    given, is called on the host once per chunk through ``jax.debug.callback``; when it is
+    None nothing is traced in.
     """
 
-    def multistart_chunk_step_scan(pop, gathers, scatters, n_chunks, clock, data):
+    def multistart_chunk_step_scan(pop, gathers, scatters, news, n_chunks, clock, data):
         def body(i, pop):
             if tick is not None:
                 jax.debug.callback(tick, clock, i, n_chunks)
-            return chunk_step(pop, gathers[i], scatters[i], clock, data)
+            new = jax.tree_util.tree_map(lambda a: a[i], news)
+            return chunk_step(pop, gathers[i], scatters[i], new, clock, data)
 
         return jax.lax.fori_loop(0, n_chunks, body, pop)
 
@@ -296,7 +365,7 @@ class ScanBackend(Backend):
     """
 
     name = "scan"
-    _n_index_args = 3
+    _n_index_args = 4
 
     def _ticks(self) -> bool:
         return log.logger.isEnabledFor(logging.DEBUG)
@@ -305,43 +374,60 @@ class ScanBackend(Backend):
         return make_scan_step(chunk_step, _scan_tick if self.ticks else None)
 
     def _local(self, program):
-        def local(pop, gathers, scatters, n_chunks, clock, data):
-            return program(pop, gathers[0], scatters[0], n_chunks[0], clock, data)
+        def local(pop, gathers, scatters, news, n_chunks, clock, data):
+            news = jax.tree_util.tree_map(lambda a: a[0], news)
+            return program(pop, gathers[0], scatters[0], news, n_chunks[0], clock, data)
 
         return local
 
     def _max_chunks(self, width):
         return -(-self.n_local // width)
 
+    def _idle_rows(self, width):
+        return self._new_rows((self._max_chunks(width), width))
+
     def _lower_args(self, width):
         table = np.zeros((self._max_chunks(width), width), np.int32)
+        news = self._idle_new(width)
         if self.n_devices == 1:  # host arrays, as layout()'s are placed
-            return table, table, np.int32(0), clock(0)
+            return table, table, news, np.int32(0), clock(0)
         tables = np.stack([table] * self.n_devices)
-        return tables, tables, np.zeros(self.n_devices, np.int32), clock(0)
+        return tables, tables, news, np.zeros(self.n_devices, np.int32), clock(0)
 
-    def _tables(self, rows, width):
-        """``(n_chunks, gathers, scatters)`` of one device's local ``rows``."""
+    def _tables(self, rows, width, u_new):
+        """``(n_chunks, gathers, scatters, news)`` of one device's local ``rows`` (``news``
+        ``None`` when ``u_new`` is: no new starts)."""
         chunks = chunk_indices(rows, width, self.n_local)
         gathers = np.zeros((self._max_chunks(width), width), np.int32)
         scatters = np.full_like(gathers, self.n_local)  # unused rows write out of bounds
         for i, (g, s) in enumerate(chunks):
             gathers[i], scatters[i] = g, s
-        return len(chunks), gathers, scatters
+        news = None
+        if u_new is not None:
+            one = self._new_rows((width,))
+            rows_of = [_chunk_of(u_new, i, width, one) for i in range(self._max_chunks(width))]
+            news = jax.tree_util.tree_map(lambda *t: np.stack(t), *rows_of)
+        return len(chunks), gathers, scatters, news
 
-    def layout(self, rows, width):
-        per = [self._tables(r, width) for r in self.placement.split(rows)]
-        counts = [n for n, _, _ in per]
+    def layout(self, rows, width, u_new=None):
+        split = self.placement.split(rows)
+        us = [None] * len(split) if u_new is None else self._split_new(rows, u_new)
+        per = [self._tables(r, width, u) for r, u in zip(split, us, strict=True)]
+        counts = [n for n, _, _, _ in per]
+        news = (
+            self._idle_new(width) if u_new is None else self.placement.put_rows([t[3] for t in per])
+        )
         args = (
-            self.placement.put_rows([g for _, g, _ in per]),
-            self.placement.put_rows([s for _, _, s in per]),
+            self.placement.put_rows([t[1] for t in per]),
+            self.placement.put_rows([t[2] for t in per]),
+            news,
             self.placement.put_counts(counts),
         )
         return [None] * max(counts), args  # one entry per chunk call
 
     def run(self, compiled, pop, args, clock):
-        gathers, scatters, n_chunks = args
-        return compiled(pop, gathers, scatters, n_chunks, clock, self.data)
+        gathers, scatters, news, n_chunks = args
+        return compiled(pop, gathers, scatters, news, n_chunks, clock, self.data)
 
 
 BACKENDS: dict[str, type[Backend]] = {"loop": LoopBackend, "scan": ScanBackend}

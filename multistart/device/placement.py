@@ -12,6 +12,7 @@ every device at once.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
 import numpy as np
@@ -68,8 +69,9 @@ class Placement:
         """Global rows from each device's local rows (the inverse of :meth:`split`)."""
         raise NotImplementedError
 
-    def put_rows(self, tables: Sequence[np.ndarray]):
-        """One index table per device, placed so each device gets its own."""
+    def put_rows(self, tables: Sequence[Any]):
+        """One index table (or a tree of them) per device, placed so each device gets its
+        own."""
         raise NotImplementedError
 
     def put_counts(self, counts: Sequence[int]):
@@ -159,7 +161,8 @@ class DeviceMesh(Placement):
         return np.concatenate([r + d * self.n_local for d, r in enumerate(local)])
 
     def put_rows(self, tables):
-        return put(np.stack(tables), NamedSharding(self.mesh, P(AXIS)))
+        stacked = jax.tree_util.tree_map(lambda *t: np.stack(t), *tables)
+        return put(stacked, NamedSharding(self.mesh, P(AXIS)))
 
     def put_counts(self, counts):
         return self.put_rows([np.int32(c) for c in counts])

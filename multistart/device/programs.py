@@ -118,7 +118,7 @@ def padded_chunks(tree, width: int):
     copies of its last row (:func:`multistart.device.chunking.pad_rows`), so one program
     compiled for
     ``width`` rows serves every chunk; the caller keeps the first ``hi - lo`` rows of each
-    output. The one chunk-pad loop of the filter, the row writer and the records.
+    output. The one chunk-pad loop of the filter and the records.
     """
     leaves, treedef = jax.tree_util.tree_flatten(tree)
     leaves = [np.asarray(a) for a in leaves]

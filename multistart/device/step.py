@@ -44,6 +44,8 @@ __all__ = [
     "make_chunk_step",
     "clock",
     "init_population",
+    "init_rows",
+    "host_population",
 ]
 
 _RUNNING, _CONVERGED, _NONFINITE = Status.RUNNING.code, Status.CONVERGED.code, Status.NONFINITE.code
@@ -234,23 +236,25 @@ def _evaluate_and_step(solver: Solver, s: StartState, f, residual_u, data, bound
 
 def make_chunk_step(
     start_step: Callable[[StartState, Any], StartState],
+    init_rows: Callable[[Any], StartState],
     rows_per_datum: int | None = None,
     history_stride: int = 1,
 ):
-    """Build ``chunk_step(pop, gather, scatter, clock, data) -> pop``: up to ``n`` steps of
-    one chunk's starts in one call.
+    """Build ``chunk_step(pop, gather, scatter, new, clock, data) -> pop``: up to ``n`` steps
+    of one chunk's starts in one call.
 
     ``gather`` and ``scatter`` are ``batch_size`` row indices from
     :func:`multistart.device.chunking.chunk_indices`; the padding's scatter index is out of
-    bounds and its writes are dropped. ``clock`` is ``[t, n]`` (int32): the steps taken
-    before the call (the global step count), how many to take now, and whether to stop after
-    the first step at which one of its running starts ends (1; the host then acts on it, as a
-    refill does). The chunk is gathered once, stepped in a ``lax.while_loop`` that stops early
-    once none of its starts is running (an ended start is frozen: the steps it skips would not
-    change it), and scattered once;
-    step ``t + j`` writes row ``(t + j) // history_stride`` of ``history``. The loop's body is
-    the one step whatever ``n``, so a start's arithmetic does not depend on how many steps a
-    call takes (the suite checks it bit for bit on the CPU).
+    bounds and its writes are dropped. ``new = (take, u)``: rows where ``take`` is non-zero
+    start anew from ``u`` (a refill, in a call of 0 steps); a running row that took no step is
+    set to ``init_rows(u)``. ``clock`` is ``[t, n]`` (int32): the steps taken before the
+    call (the global step count), how many to take now, and whether to stop after the first
+    step at which one of its running starts ends (1; the host then acts on it, as a refill
+    does). The chunk is gathered once, stepped in a ``lax.while_loop`` that stops early once
+    none of its starts is running (an ended start is frozen: the steps it skips would not
+    change it), and scattered once; step ``t + j`` writes row ``(t + j) // history_stride``
+    of ``history``. The loop's body is the one step whatever ``n``, so a start's arithmetic
+    does not depend on how many steps a call takes (the suite checks it bit for bit).
 
     ``rows_per_datum``: ``data`` is a stack of datasets (every leaf with a leading axis of
     them), and rows ``i * rows_per_datum`` to ``(i + 1) * rows_per_datum - 1`` fit dataset
@@ -260,8 +264,9 @@ def make_chunk_step(
     per_row = rows_per_datum is not None
     vstep = jax.vmap(start_step, in_axes=(0, 0 if per_row else None))
 
-    def multistart_chunk_step(pop: PopState, gather, scatter, clock, data) -> PopState:
+    def multistart_chunk_step(pop: PopState, gather, scatter, new, clock, data) -> PopState:
         chunk = jax.tree_util.tree_map(lambda a: a[gather], pop.starts)
+        chunk = _started(chunk, new, init_rows)
         if per_row:
             datum = gather // rows_per_datum
             data = jax.tree_util.tree_map(lambda d: d[datum], data)
@@ -291,10 +296,67 @@ def make_chunk_step(
     return multistart_chunk_step
 
 
+def _rows_select(pred, on_true, on_false):
+    """Per row (leading axis) ``on_true`` where ``pred``, else ``on_false``."""
+
+    def pick(a, b):
+        return jnp.where(pred.reshape(pred.shape + (1,) * (a.ndim - 1)), a, b)
+
+    return jax.tree_util.tree_map(pick, on_true, on_false)
+
+
+def _started(chunk: StartState, new, init_rows) -> StartState:
+    """``chunk`` with the new starts of ``new = (take, u)`` written, and every running row that
+    has taken no step in its start's initial state (bit for bit the state a start is made
+    with: the solver's ``init`` of its ``u``, which reads nothing else)."""
+    take, u_new = new
+    take = take != 0
+    chunk = chunk._replace(
+        u=_rows_select(take, u_new, chunk.u),
+        status=jnp.where(take, jnp.int8(_RUNNING), chunk.status),
+        n_steps=jnp.where(take, 0, chunk.n_steps),
+    )
+    fresh = (chunk.status == _RUNNING) & (chunk.n_steps == 0)
+    return cast(StartState, _rows_select(fresh, init_rows(chunk.u), chunk))
+
+
 def clock(step: int, n: int = 1, until_end: bool = False) -> np.ndarray:
     """The chunk step's ``clock`` argument: ``n`` steps after ``step`` taken, or fewer, to the
     first step at which a running start ends, if ``until_end``."""
     return np.array([step, n, until_end], np.int32)
+
+
+def init_rows(solver: Solver, window: int, u) -> StartState:
+    """Stacked starts' initial states (traceable): the chunk step's ``init_rows``."""
+    return init_population(solver, u, 1, window).starts
+
+
+def host_population(solver: Solver, u0, n_steps: int, window: int, status) -> PopState:
+    """The initial population made on the host (NumPy; no program): each row's start ``u0``
+    and ``status``, its solver state zeros until its first chunk call sets it
+    (:func:`make_chunk_step`; a row that is not running never steps, and its solver state
+    is never read)."""
+    u0 = jax.tree_util.tree_map(np.asarray, u0)
+    leaves = jax.tree_util.tree_leaves(u0)
+    n, dtype = leaves[0].shape[0], leaves[0].dtype
+    shapes = jax.eval_shape(jax.vmap(solver.init), u0)
+    fields: dict[str, Any] = dict(  # NumPy leaves
+        u=u0,
+        opt_state=jax.tree_util.tree_map(lambda a: np.zeros(a.shape, a.dtype), shapes),
+        fom=np.full(n, np.nan, dtype),
+        best_fom=np.full(n, np.inf, dtype),
+        best_u=jax.tree_util.tree_map(np.copy, u0),  # each leaf its own buffer (donated)
+        best_step=np.full(n, -1, np.int32),
+        good_u=jax.tree_util.tree_map(np.copy, u0),
+        scale=np.ones(n, dtype),
+        n_bad=np.zeros(n, np.int32),
+        n_steps=np.zeros(n, np.int32),
+        n_evals=np.zeros(n, np.int32),
+        status=np.asarray(status).astype(np.int8),
+        ring=np.full((n, window), np.inf, dtype),
+    )
+    history: Any = np.full((n_steps, n), np.nan, dtype)
+    return PopState(StartState(**fields), history)
 
 
 def init_population(solver: Solver, u0, n_steps: int, window: int, status=None) -> PopState:

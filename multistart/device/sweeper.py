@@ -75,6 +75,7 @@ class Sweeper:
         self._n_steps = 0
         self._read: tuple[Any, Synced] | None = None  # a peek's read, for the next sync
         self._args: Any = None
+        self._replaying = False  # a back-off is replaying the calls since the copy
         self._set_width(width)
 
     @property
@@ -134,6 +135,19 @@ class Sweeper:
             if not is_out_of_memory(exc):
                 raise
             return self._back_off(exc)
+
+    def write(self, pop, rows: np.ndarray, u_new):
+        """``pop`` with the new starts ``u_new`` written into ``rows`` (a refill: the chunk
+        step at the current width, taking no step; see
+        :meth:`Backend.write <multistart.device.backends.Backend.write>`)."""
+        pop = self.backend.place(pop)
+        try:
+            return self.backend.write(self.compiled, pop, rows, u_new, self.width)
+        except Exception as exc:
+            if self._replaying or not is_out_of_memory(exc):
+                raise  # (a back-off replaying this write halves the width again)
+            pop = self._back_off(exc)  # the steps since the copy, narrower; then the write
+            return self.backend.write(self.compiled, pop, rows, u_new, self.width)
 
     def sync(self, pop) -> Synced:
         """Read the starts' status, best figures of merit and evaluation counts on the host
@@ -241,15 +255,19 @@ class Sweeper:
 
         def replay():
             pop = copy_tree(self._saved)
-            for entry in self._replay:  # each call with the rows it swept, each write
-                if callable(entry):
-                    pop = entry(pop)
-                    continue
-                steps, rows = entry
-                if rows is not self.rows:
-                    self.set_rows(rows)
-                pop = self._run(pop, steps)
-            jax.block_until_ready(pop)  # an asynchronous failure shows here, not later
+            self._replaying = True
+            try:
+                for entry in self._replay:  # each call with the rows it swept, each write
+                    if callable(entry):
+                        pop = entry(pop)
+                        continue
+                    steps, rows = entry
+                    if rows is not self.rows:
+                        self.set_rows(rows)
+                    pop = self._run(pop, steps)
+                jax.block_until_ready(pop)  # an asynchronous failure shows here, not later
+            finally:
+                self._replaying = False
             self.set_rows(current)
             return pop
 

@@ -22,7 +22,6 @@ from ..common.status import Status
 from ..device.distributed import to_host
 from ..result import Result, Uncertainty, warn_if_no_start_improved
 from ..result.laplace import hessian_function
-from ..starts.refill import REPLACE_NAME
 from ..starts.strategies import StartPlan
 from ..starts.tiktak import TikTakQueue
 from .decide import STILL_RUNNING
@@ -145,7 +144,7 @@ def stats(
     if state.resumed_from:
         out["resumed_from"] = state.resumed_from
     out.update(_rung_stats(setup, state))
-    out.update(_refill_stats(setup, start_plan, engine, state, compiles))
+    out.update(_refill_stats(setup, start_plan, engine, state))
     if engine.checkpoints is not None:
         out["checkpoints"] = list(state.saved)
     if choice.tuning is not None:
@@ -167,16 +166,13 @@ def _rung_stats(setup: Setup, state: RunState) -> dict[str, Any]:
     return {"rungs": rungs, "n_pruned": int(sum(pruned))}
 
 
-def _refill_stats(setup, start_plan, engine: Engine, state: RunState, compiles) -> dict[str, Any]:
+def _refill_stats(setup, start_plan, engine: Engine, state: RunState) -> dict[str, Any]:
     """Resurrection's and TikTak's counts, when freed slots were refilled."""
     refiller, lineage = engine.refiller, state.lineage
     if refiller is None or lineage is None:
         return {}
     n_replaced = len(lineage.records)
-    out: dict[str, Any] = {
-        "n_resurrections": n_replaced,
-        "n_replace_compiles": compiles.count(REPLACE_NAME),
-    }
+    out: dict[str, Any] = {"n_resurrections": n_replaced}
     if setup.options.tiktak:
         out["n_local"] = int(np.sum(start_plan.started)) + n_replaced
         queue = refiller.queue

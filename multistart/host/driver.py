@@ -22,6 +22,7 @@ processes in :mod:`multistart.host.split`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 
 import jax
@@ -35,7 +36,7 @@ from ..device.distributed import resolve_devices
 from ..device.evaluator import FILTER_NAME
 from ..device.layout import Layout
 from ..device.programs import forget_other_float_types, programs_for
-from ..device.step import make_chunk_step, make_start_step
+from ..device.step import init_rows, make_chunk_step, make_start_step
 from ..model.problem import (
     as_problem,
     check_objective,
@@ -146,7 +147,10 @@ def identify(setup: Setup) -> Traced:
         traces, traced = trace_search(problem, setup.layout.dtype, start_step, one)
         # the identity's trace of the step, replayed: the step's Python is traced once
         chunk_step = make_chunk_step(
-            replay(traced, start_step), problem.rows_per_datum, o.history_stride
+            replay(traced, start_step),
+            functools.partial(init_rows, setup.solver, o.window),
+            problem.rows_per_datum,
+            o.history_stride,
         )
         chunk_step.__name__ = chunk_step.__qualname__ = CHUNK_STEP_NAME
         return start_step, chunk_step, traces

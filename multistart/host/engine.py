@@ -23,7 +23,7 @@ from ..device.backends import BACKENDS, Backend
 from ..device.chunking import pad_rows
 from ..device.layout import Layout
 from ..device.programs import Programs
-from ..device.step import PopState, init_population
+from ..device.step import PopState, host_population
 from ..device.sweeper import Sweeper
 from ..model.problem import Problem
 from ..result.minima import default_tolerances
@@ -135,7 +135,7 @@ def build(setup: Setup, start_plan: StartPlan, traced: Traced) -> tuple[Engine, 
     choice = _width(setup, backend, pop, traced, n)
     sweeper = Sweeper(backend, choice.width)
     _log_start(setup, n, choice, sweeper)
-    refiller = _refiller(setup, start_plan, choice.width, backend.n_total)
+    refiller = _refiller(setup, start_plan, sweeper.write, backend.n_total)
     rules = Rules(
         target_fom=o.target_fom,
         max_evals=o.max_evals,
@@ -164,10 +164,10 @@ def _population(setup: Setup, chunk_step, u0, status0) -> tuple[PopState, Backen
     status = np.concatenate([status0, np.full(n_pop - n, Status.UNSTARTED.code)]).astype(np.int8)
     n_rows = math.ceil(o.n_steps / o.history_stride)  # of history
 
-    def init(solver=setup.solver, window=o.window):  # not setup: kept, it would keep the data
-        return jax.jit(lambda u, st: init_population(solver, u, n_rows, window, status=st))
-
-    pop = setup.programs.get(("init", n_rows, o.window), init)(u0, status)
+    # made on the host, no program: each running row's state is set by its first chunk call
+    pop = host_population(setup.solver, u0, n_rows, o.window, status)
+    if n_dev == 1:  # (a mesh's backend places it)
+        pop = jax.device_put(pop)
     backend = BACKENDS[o.backend](
         chunk_step,
         n_total=n_pop,
@@ -245,7 +245,7 @@ def _log_start(setup: Setup, n: int, choice: WidthChoice, sweeper: Sweeper) -> N
     )
 
 
-def _refiller(setup: Setup, start_plan: StartPlan, width: int, n_rows: int) -> Refiller | None:
+def _refiller(setup: Setup, start_plan: StartPlan, write, n_rows: int) -> Refiller | None:
     """What gives ended starts' slots new starts: resurrection's reserve, TikTak's queue, or
     nothing. A slot the halving schedule pruned takes the next start too."""
     o, layout = setup.options, setup.layout
@@ -253,9 +253,7 @@ def _refiller(setup: Setup, start_plan: StartPlan, width: int, n_rows: int) -> R
     if not (o.resurrect or o.tiktak) or reserve is None:
         return None
     kw: dict[str, Any] = dict(
-        solver=setup.solver,
-        window=o.window,
-        width=width,
+        write=write,
         n_rows=n_rows,
         to_u=layout.to_unconstrained,
         to_x=layout.to_physical,

@@ -1,11 +1,12 @@
-"""Giving freed slots new starts: the jitted row writer, and each slot's lineage.
+"""Giving freed slots new starts, and each slot's lineage.
 
 When a start ends (it died in a non-finite region, with ``resurrect=k``; its local search
 ended, with TikTak; or the halving schedule pruned it), :func:`multistart.host.decide.decide` may
 give its slot a new start from the search's queue
 (:class:`multistart.starts.queues.StartQueue`). The
-:class:`Refiller` writes them into the population (the new start's whole state reset by one
-jitted function, compiled once for ``batch_size`` rows: no recompile). Each replaced start's
+:class:`Refiller` writes them into the population by the chunk step itself, taking no step
+(:meth:`multistart.device.sweeper.Sweeper.write`: the new start's whole state reset, no
+program of its own). Each replaced start's
 record (an *incarnation*) is kept in the slots' :class:`Lineage`, part of the run state, and
 :meth:`Refiller.fold` folds them into the Result.
 """
@@ -25,31 +26,13 @@ from ..common import log
 from ..common.status import Status
 from ..device.chunking import pad_rows
 from ..device.distributed import to_host
-from ..device.programs import Programs, lower_and_compile, padded_chunks
-from ..device.step import PopState, init_population
+from ..device.programs import Programs, padded_chunks
+from ..device.step import PopState
 from .queues import StartQueue
 
-__all__ = ["REPLACE_NAME", "make_replace_rows", "Refiller", "Incarnation", "Lineage"]
+__all__ = ["Refiller", "Incarnation", "Lineage"]
 
-REPLACE_NAME = "multistart_replace_rows"
 _RECORD_INTS = ("slot", "number", "best_step", "n_steps", "n_evals", "status", "started_at")
-
-
-def make_replace_rows(solver, window: int):
-    """Build ``replace_rows(pop, scatter, u_new) -> pop``: fresh starts written into rows.
-
-    ``scatter`` holds ``batch_size`` row indices (padding points one past the end and is
-    dropped); ``u_new`` the new starts' unconstrained parameters, one row per index.
-    """
-
-    def multistart_replace_rows(pop: PopState, scatter, u_new) -> PopState:
-        fresh = init_population(solver, u_new, 1, window).starts
-        starts = jax.tree_util.tree_map(
-            lambda a, b: a.at[scatter].set(b, mode="drop"), pop.starts, fresh
-        )
-        return PopState(starts, pop.history)
-
-    return multistart_replace_rows
 
 
 @dataclass(frozen=True)
@@ -169,14 +152,15 @@ class Refiller:
     Args:
       queue: where the new starts come from.
       refills: the status codes whose slots it gives new starts.
-      solver, window: to build the fresh solver state and convergence window.
-      width: rows per compiled call of the row writer (the search's chunk width).
-      n_rows: the population's rows (past the starts when padded for a mesh of devices): the
-        row writer's out-of-bounds index.
+      write: ``write(pop, rows, u_new) -> pop``, the new starts written into their rows
+        (:meth:`multistart.device.sweeper.Sweeper.write`: the chunk step, no program of
+        its own).
+      n_rows: the population's rows (past the starts when padded for a mesh of devices).
       to_u: physical starts (leading axis) to unconstrained NumPy, in the population's layout.
       to_x: one start's unconstrained parameters to physical ones (for a queue that
         :attr:`~multistart.starts.queues.StartQueue.needs_best`).
-      programs: where the row writer is kept for a refit of the same model (default: nowhere).
+      programs: where the physical map is kept for a refit of the same model (default:
+        nowhere).
     """
 
     def __init__(
@@ -184,9 +168,7 @@ class Refiller:
         queue: StartQueue,
         refills,
         *,
-        solver,
-        window,
-        width,
+        write: Callable[[PopState, np.ndarray, Any], PopState],
         n_rows,
         to_u,
         to_x,
@@ -199,15 +181,9 @@ class Refiller:
         # rows (multistart.host.assemble), so the fit compiles one map, not two
         self.to_x = programs.get("to_physical", lambda: jax.jit(jax.vmap(to_x)))
         self.to_u = to_u
-        self.width = width
+        self._write_rows = write
         self.n_rows = n_rows
-        self._jit = programs.get(
-            ("replace", window),
-            lambda: jax.jit(make_replace_rows(solver, window), donate_argnums=0),
-        )
-        self._compiled: Any = None
         self._best: tuple[tuple, Any] | None = None  # the last best point and its params
-        self._kept = programs.get(("replace compiled", window, width), dict)  # for a refit
 
     def refill(
         self, pop: PopState, lineage: Lineage, rows: np.ndarray, short: int, step: int, ended
@@ -257,23 +233,8 @@ class Refiller:
         return pop, lineage, write
 
     def _write(self, pop: PopState, rows: np.ndarray, u_new) -> PopState:
-        """The new starts written into ``rows``, one compiled call per chunk of them."""
-        if self._compiled is None:
-            example = jax.tree_util.tree_map(lambda a: pad_rows(a[:1], self.width - 1), u_new)
-            spec = jax.tree_util.tree_map(lambda a: (np.shape(a), str(a.dtype)), (pop, example))
-            key = str(spec)  # the shapes it is compiled for (a refit's are the same)
-            if key not in self._kept:
-                scatter = np.zeros(self.width, np.int32)
-                self._kept[key], _ = lower_and_compile(
-                    self._jit, "the resurrection writer", pop, scatter, example
-                )
-            self._compiled = self._kept[key]
-        for lo, hi, chunk in padded_chunks(u_new, self.width):
-            # the padded rows write out of bounds (dropped)
-            scatter = np.full(self.width, self.n_rows, np.int32)
-            scatter[: hi - lo] = rows[lo:hi]
-            pop = self._compiled(pop, scatter, chunk)
-        return pop
+        """The new starts written into ``rows``."""
+        return self._write_rows(pop, rows, u_new)
 
     def resume(self, lineage: Lineage) -> None:
         """Bring the queue to where it stood when ``lineage`` was checkpointed."""

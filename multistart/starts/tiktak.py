@@ -15,7 +15,7 @@ Inside this engine the slots run in parallel. The first wave (``n_starts`` local
 starts at the broad-start filter's choice, as is; whenever a slot's local search ends
 (converged, non-finite, or out of its ``local_steps``), at the next host sync the slot gets the
 next queued candidate (the filter's other finite candidates, best first), blended towards the
-current best, by the same compiled row writer as resurrection. The blend is made in each
+current best, written as resurrection's are (by the chunk step). The blend is made in each
 prior's unit interval (linear for ``Uniform``, in ``log x`` for ``LogUniform``, the normal CDF
 for ``Normal``), so a blended start stays inside the priors. The search ends when ``n_local``
 local searches have run, or once the best has been re-found ``max_discoveries`` times within

@@ -25,6 +25,7 @@ compile alone.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import platform
@@ -165,11 +166,18 @@ def _pyloop_vag(fom_u, u_all, data, width, n_starts) -> Program:
     import optax
 
     from multistart.device.backends import LoopBackend
-    from multistart.device.step import clock, init_population, make_chunk_step, make_start_step
+    from multistart.device.step import (
+        clock,
+        init_population,
+        init_rows,
+        make_chunk_step,
+        make_start_step,
+    )
     from multistart.solvers import OptaxSolver
 
     solver = OptaxSolver(optax.contrib.prodigy(1.0))
-    chunk_step = make_chunk_step(make_start_step(fom_u, solver, None, 8))
+    start_step = make_start_step(fom_u, solver, None, 8)
+    chunk_step = make_chunk_step(start_step, functools.partial(init_rows, solver, 1))
     pop = jax.jit(lambda u: init_population(solver, u, 1, 1))(u_all)
     sweep = LoopBackend(chunk_step, n_total=n_starts, data=data, pop=pop)
     chunks, args = sweep.layout(sweep.rows, width)  # every start, in chunks of this width
