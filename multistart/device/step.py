@@ -317,7 +317,12 @@ def _started(chunk: StartState, new, init_rows) -> StartState:
         n_steps=jnp.where(take, 0, chunk.n_steps),
     )
     fresh = (chunk.status == _RUNNING) & (chunk.n_steps == 0)
-    return cast(StartState, _rows_select(fresh, init_rows(chunk.u), chunk))
+
+    def start(c: StartState) -> StartState:
+        return cast(StartState, _rows_select(fresh, init_rows(c.u), c))
+
+    # most calls start nothing: they skip the initial states and the selects
+    return jax.lax.cond(jnp.any(fresh), start, lambda c: c, chunk)
 
 
 def clock(step: int, n: int = 1, until_end: bool = False) -> np.ndarray:
