@@ -34,7 +34,7 @@ import numpy as np
 from ..common import log
 from .chunking import chunk_indices
 from .placement import Placement, placement
-from .programs import Programs, copy_tree, lower_and_compile
+from .programs import Programs, copy_tree, lower_and_compile, padded_chunks
 from .step import clock
 
 __all__ = ["Backend", "LoopBackend", "ScanBackend", "BACKENDS", "make_scan_step"]
@@ -119,15 +119,6 @@ class Backend:
         with ``u_new`` (a row per row of ``rows``), calls that give ``rows`` those new
         starts."""
         raise NotImplementedError
-
-    def _split_new(self, rows: np.ndarray, u_new) -> list:
-        """Each device's rows of ``u_new`` (one per row of ``rows``), in the order of its rows
-        in :meth:`Placement.split <multistart.device.placement.Placement.split>`."""
-        owner = np.asarray(rows) // self.n_local
-        return [
-            jax.tree_util.tree_map(lambda a, d=d: np.asarray(a)[owner == d], u_new)
-            for d in range(self.n_devices)
-        ]
 
     def _new_rows(self, lead: tuple[int, ...]):
         """A ``new`` argument that writes nothing, of leading shape ``lead`` (NumPy)."""
@@ -285,19 +276,25 @@ class LoopBackend(Backend):
     def layout(self, rows, width, u_new=None):
         split = self.placement.split(rows)
         per = [chunk_indices(r, width, self.n_local) for r in split]
-        news = None if u_new is None else self._split_new(rows, u_new)
+        n_calls = max(len(c) for c in per)
+        news = None
+        if u_new is not None:
+            idle_new = self._idle_rows(width)
+            news = [
+                _new_chunks(u, width, n_calls, idle_new)
+                for u in self.placement.split_values(rows, u_new)
+            ]
         idle = (np.zeros(width, np.int32), np.full(width, self.n_local, np.int32))
         calls = []
-        for i in range(max(len(c) for c in per)):
+        for i in range(n_calls):
             pairs = [c[i] if i < len(c) else idle for c in per]
             gathers = self.placement.put_rows([g for g, _ in pairs])
             scatters = self.placement.put_rows([s for _, s in pairs])
-            if news is None:
-                new = self._idle_new(width)
-            else:
-                new = self.placement.put_rows(
-                    [_chunk_of(u, i, width, self._idle_rows(width)) for u in news]
-                )
+            new = (
+                self._idle_new(width)
+                if news is None
+                else self.placement.put_rows([chunks[i] for chunks in news])
+            )
             calls.append((gathers, scatters, new))
         return calls, calls
 
@@ -307,24 +304,16 @@ class LoopBackend(Backend):
         return pop
 
 
-def _chunk_of(u, i: int, width: int, idle):
-    """``new`` of chunk ``i`` of one device's new starts ``u`` (rows ``i * width`` on, the
-    padding taking nothing), or ``idle`` past its last chunk."""
-    lo = i * width
-    n = len(jax.tree_util.tree_leaves(u)[0])
-    if lo >= n:
-        return idle
-    take, zeros = idle
-    hi = min(lo + width, n)
-    take = take.copy()
-    take[: hi - lo] = 1
-
-    def fill(z, a):
-        z = z.copy()
-        z[: hi - lo] = np.asarray(a)[lo:hi]
-        return z
-
-    return take, jax.tree_util.tree_map(fill, zeros, u)
+def _new_chunks(u, width: int, n_calls: int, idle) -> list:
+    """The ``new`` argument of each of ``n_calls`` chunk calls of one device's new starts
+    ``u`` (a row per row it writes, in the order of its chunks' rows): call ``i`` writes rows
+    ``i * width`` on (:func:`multistart.device.programs.padded_chunks`, its padding taking
+    nothing), and a call past the last is ``idle``."""
+    chunks = [
+        ((np.arange(width) < hi - lo).astype(np.int8), chunk)
+        for lo, hi, chunk in padded_chunks(u, width)
+    ]
+    return chunks + [idle] * (n_calls - len(chunks))
 
 
 def make_scan_step(chunk_step, tick=None):
@@ -405,13 +394,13 @@ class ScanBackend(Backend):
         news = None
         if u_new is not None:
             one = self._new_rows((width,))
-            rows_of = [_chunk_of(u_new, i, width, one) for i in range(self._max_chunks(width))]
+            rows_of = _new_chunks(u_new, width, self._max_chunks(width), one)
             news = jax.tree_util.tree_map(lambda *t: np.stack(t), *rows_of)
         return len(chunks), gathers, scatters, news
 
     def layout(self, rows, width, u_new=None):
         split = self.placement.split(rows)
-        us = [None] * len(split) if u_new is None else self._split_new(rows, u_new)
+        us = [None] * len(split) if u_new is None else self.placement.split_values(rows, u_new)
         per = [self._tables(r, width, u) for r, u in zip(split, us, strict=True)]
         counts = [n for n, _, _, _ in per]
         news = (

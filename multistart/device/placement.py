@@ -62,8 +62,24 @@ class Placement:
         raise NotImplementedError
 
     def split(self, rows: np.ndarray) -> list[np.ndarray]:
-        """Each device's rows among ``rows``, as local indices into its block."""
-        raise NotImplementedError
+        """Each device's rows among ``rows``, as local indices into its block (device ``d``
+        holds rows ``d * n_local`` to ``(d + 1) * n_local - 1``)."""
+        rows = np.asarray(rows)
+        owner = self._owner(rows)
+        return [rows[owner == d] - d * self.n_local for d in range(self.n_devices)]
+
+    def split_values(self, rows: np.ndarray, values) -> list:
+        """Each device's rows of ``values`` (a tree, one row per row of ``rows``), in the
+        order :meth:`split` gives that device's rows."""
+        owner = self._owner(np.asarray(rows))
+        return [
+            jax.tree_util.tree_map(lambda a, d=d: np.asarray(a)[owner == d], values)
+            for d in range(self.n_devices)
+        ]
+
+    def _owner(self, rows: np.ndarray) -> np.ndarray:
+        """The device that holds each row."""
+        return rows // self.n_local if self.n_devices > 1 else np.zeros_like(rows)
 
     def join(self, local: Sequence[np.ndarray]) -> np.ndarray:
         """Global rows from each device's local rows (the inverse of :meth:`split`)."""
@@ -90,9 +106,6 @@ class OneDevice(Placement):
 
     def place(self, pop):
         return pop
-
-    def split(self, rows):
-        return [np.asarray(rows)]
 
     def join(self, local):
         return np.asarray(local[0])
@@ -151,11 +164,6 @@ class DeviceMesh(Placement):
 
     def place(self, pop):
         return put(pop, self.pop_shardings())
-
-    def split(self, rows):
-        rows = np.asarray(rows)
-        owner = rows // self.n_local
-        return [rows[owner == d] - d * self.n_local for d in range(self.n_devices)]
 
     def join(self, local):
         return np.concatenate([r + d * self.n_local for d, r in enumerate(local)])
