@@ -16,9 +16,10 @@ Every wall is the fit call alone, in a fresh cache folder (cold: no persistent c
 cache, no tuning record; the curve_fit child shares it); the table gives each wall as a ratio
 against the peers' measured in the same run. Beside it: the traces of the user's residual
 function (a Python counter inside it) and the compile requests (JAX's monitoring events,
-``multistart.common.monitor.CompileCounter``) of our first and second fit. Last, one small
+``multistart.common.monitor.CompileCounter``) of our first and second fit. Printed last, one small
 ``ms.curve_fit`` (3 parameters, 50 points) in a fresh subprocess: its wall, traces and
-compiles, against one compile-and-call of the hand-written vmap of the same model.
+compiles, against one compile-and-call of the hand-written vmap of the same model (run first,
+before this process starts JAX's backend: a TPU is held by one process at a time).
 
 The second passes of the three arms take turns (``--repeats`` rounds, medians); ``--json PATH``
 writes the run's record (``profiling/harness.py``), for ``python -m profiling.compare``.
@@ -170,6 +171,7 @@ def curve_fit_child() -> None:
     import multistart as ms
     from multistart.common.monitor import CompileCounter
 
+    jax.devices()  # the backend started (a TPU client takes seconds) before anything is timed
     out: dict = {"import_s": time.perf_counter() - t0}
     x = np.linspace(0.0, 5.0, 50)
     y = 3.0 * np.exp(-x / 1.5) + 0.2 + np.random.default_rng(0).normal(0.0, 0.05, x.size)
@@ -189,12 +191,15 @@ def curve_fit_child() -> None:
         return f(x, *p) - y
 
     solver = optx.LevenbergMarquardt(rtol=1e-10, atol=1e-12)
-    t0 = time.perf_counter()
-    v = jax.jit(
-        jax.vmap(lambda y0: optx.least_squares(fn, solver, y0, max_steps=2000, throw=False).value)
-    )
-    jax.block_until_ready(v(jnp.asarray([[1.0, 1.0, 0.0]])))
-    out["vmap_s"] = time.perf_counter() - t0
+    with jax.enable_x64(True):  # float64, as curve_fit fits (a TPU compiles it far slower)
+        t0 = time.perf_counter()
+        v = jax.jit(
+            jax.vmap(
+                lambda y0: optx.least_squares(fn, solver, y0, max_steps=2000, throw=False).value
+            )
+        )
+        jax.block_until_ready(v(jnp.asarray([[1.0, 1.0, 0.0]], jnp.float64)))
+        out["vmap_s"] = time.perf_counter() - t0
     harness.child_result(out)
 
 
@@ -268,6 +273,9 @@ def main(argv=None) -> None:
     repeats = args.repeats or (1 if args.quick else 3)
     # cold means cold: a fresh cache folder (JAX's persistent compilation cache, tuning records)
     os.environ["MULTISTART_CACHE_DIR"] = tempfile.mkdtemp(prefix="fixed_cost_")
+    # the curve_fit child first: on an accelerator this process holds the device once it
+    # starts JAX's backend, and a TPU is held by one process at a time
+    c = harness.fresh_process(__file__, "--child")
     import jax
 
     jax.config.update("jax_enable_x64", True)
@@ -276,7 +284,6 @@ def main(argv=None) -> None:
     print(HEADER)
     for name in names:
         one_problem(record, name, repeats, args.profile)
-    c = harness.fresh_process(__file__, "--child")
     ratio = c["ours_s"] / c["vmap_s"]
     print(
         f"ms.curve_fit (3 parameters, 50 points) in a fresh process: {c['ours_s']:.3f} s, "
