@@ -21,6 +21,7 @@ import numpy as np
 from scipy.optimize import Bounds, OptimizeWarning
 
 from .common import log
+from .common.digest import Replay
 from .common.status import Status
 from .device.programs import programs_for
 from .host import progress
@@ -143,8 +144,8 @@ def _fit(
 ):
     """``(popt, pcov, result, fvec)`` of one dataset."""
     with jax.enable_x64(True):
-        data, all_names, _ = _data(f, xdata, ydata, sigma, p0, check_finite, nan_policy)
-        _check_output(f, data[0], all_names, data[1].shape)
+        data, all_names, _, f = _data(f, xdata, ydata, sigma, p0, check_finite, nan_policy)
+        f = _check_output(f, data[0], all_names, data[1].shape)  # the one trace of f
         all_lower, all_upper = _bounds(bounds, all_names)
         held = _hold(f, all_names, hold, all_lower, all_upper)
         g, names, keep = held.model, list(held.free), held.keep
@@ -267,7 +268,9 @@ def _finite(name: str, a: np.ndarray) -> None:
 def _data(f, xdata, ydata, sigma, p0, check_finite, nan_policy, *, batched: bool = False):
     """``((x, y, weight), names, n_fits)``: the data as float64 arrays, checked, for one fit
     or (``batched``) a stack of them, every leaf with a leading axis of fits (a shared
-    ``xdata`` or ``sigma`` repeated). Both are read here, a single fit as a batch of one."""
+    ``xdata`` or ``sigma`` repeated). Both are read here, a single fit as a batch of one.
+    The fourth item: ``f``, traced (:class:`_Traced`) where a batch's ``xdata`` was read by
+    tracing it, else as given."""
     _check_nan_policy(nan_policy, batched)
     y = np.asarray(ydata, dtype=np.float64)
     ys = _fits_y(y, batched)
@@ -280,15 +283,16 @@ def _data(f, xdata, ydata, sigma, p0, check_finite, nan_policy, *, batched: bool
         s = np.full(y.shape, float(s))
     if not batched and nan_policy == "omit":
         x, y, s = _omit(x, y, None if s is None else _fits_sigma(s, 1, shape, False)[0])
-        return (x, y, _weights(None if s is None else s[None], 1, y.shape, False)), names, 1
-    per_fit = False
+        return (x, y, _weights(None if s is None else s[None], 1, y.shape, False)), names, 1, f
+    per_fit, traced = False, f
     if batched:
-        x, per_fit = _stack_x(f, x, n_fits, shape, names)
+        x, per_fit, traced = _stack_x(f, x, n_fits, shape, names)
     if s is not None:
         s = _fits_sigma(s, n_fits, shape, batched)
     if check_finite is not False or nan_policy == "raise":
         _check_finite(x, ys, sigma, s, batched, per_fit)
-    return (x, ys if batched else y, _weights(s, n_fits, shape, batched)), names, n_fits
+    data = (x, ys if batched else y, _weights(s, n_fits, shape, batched))
+    return data, names, n_fits, traced
 
 
 def _check_nan_policy(nan_policy, batched: bool) -> None:
@@ -668,11 +672,34 @@ def _spreads(f, names, data, first, lower, upper, *, stacked: bool) -> np.ndarra
     return np.where(np.isfinite(decade) & (decade > 0), np.minimum(decade, base), base)
 
 
-def _output_shape(f, x, names):
-    """The shape ``f(x, *params)`` returns, traced (``None``: no array)."""
-    args = [jax.ShapeDtypeStruct((), jnp.float64) for _ in names]
+class _Traced(Replay):
+    """``f`` traced once at ``(x, *scalars)``: the shape it returns (``shape``, ``None`` for no
+    array), and, called as ``f`` is, its recorded operations replayed (a
+    :class:`multistart.common.digest.Replay`), so the covariance program, the spreads and the
+    search's step all derive from this one trace of the user's Python. Hashed and compared as
+    ``f`` itself, so curve_fit's programs stay keyed by the user's function."""
+
+    def __init__(self, f, x, names):
+        args = [jax.ShapeDtypeStruct((), jnp.float64) for _ in names]
+        traced = jax.jit(lambda x, *p: f(x, *p)).trace(x, *args)
+        super().__init__(traced.jaxpr, traced.in_tree, traced.out_tree, f, _name(f))
+        self.shape = getattr(traced.out_info, "shape", None)
+
+    def __hash__(self):
+        return hash(self.fn)
+
+    def __eq__(self, other):
+        return self.fn == (other.fn if isinstance(other, _Traced) else other)
+
+
+def _name(f) -> str:
+    return getattr(f, "__name__", type(f).__name__)
+
+
+def _trace(f, x, names) -> _Traced:
+    """:class:`_Traced` of ``f`` at ``x``; an exception raised while tracing it names ``f``."""
     try:
-        out = jax.eval_shape(f, x, *args)  # an error names the user's f
+        return _Traced(f, x, names)
     except Exception as e:
         hint = tracer_hint(e)  # np.exp on a parameter: use jnp.exp
         fix = (
@@ -682,17 +709,19 @@ def _output_shape(f, x, names):
         )
         add_note(e, f"multistart: raised while tracing f(xdata, {', '.join(names)}){fix}")
         raise
-    return getattr(out, "shape", None)
 
 
-def _check_output(f, x, names, y_shape, what: str = "ydata's shape") -> None:
-    """``f(x, *params)`` must have ``y_shape`` (as many values, as scipy reads it)."""
-    shape = _output_shape(f, x, names)
+def _check_output(f, x, names, y_shape, what: str = "ydata's shape") -> _Traced:
+    """``f`` traced (:func:`_trace`); ``f(x, *params)`` must have ``y_shape`` (as many values,
+    as scipy reads it)."""
+    traced = _trace(f, x, names)
+    shape = traced.shape
     if shape is None or int(np.prod(shape)) != int(np.prod(y_shape)):
         raise ValueError(
             f"f(xdata, *params) must return {what} {tuple(y_shape)}; it returned "
             f"{shape if shape is not None else 'no array'}"
         )
+    return traced
 
 
 # -- a stack of fits ---------------------------------------------------------------------------
@@ -713,7 +742,7 @@ def _fit_batch(
     options = _batch_options(kw)
     with jax.enable_x64(True):
         read = (f, xdata, ydata, sigma, p0, check_finite, nan_policy)
-        data, all_names, n_fits = _data(*read, batched=True)
+        data, all_names, n_fits, f = _data(*read, batched=True)  # f traced once
         all_lower, all_upper = _bounds(bounds, all_names)
         held = _hold(f, all_names, hold, all_lower, all_upper)
         g, names, keep = held.model, list(held.free), held.keep
@@ -767,20 +796,22 @@ def _batch_options(options: dict) -> dict:
 
 
 def _stack_x(f, x, n_fits: int, shape, names):
-    """``(x, per_fit)``: ``xdata`` with a leading axis of fits: one per fit when every leaf
-    has ``n_fits`` rows and ``f`` of one returns one fit's shape, else shared and repeated."""
+    """``(x, per_fit, traced)``: ``xdata`` with a leading axis of fits (one per fit when every
+    leaf has ``n_fits`` rows and ``f`` of one returns one fit's shape, else shared and
+    repeated), and ``f`` traced at one fit's ``x`` (:class:`_Traced`)."""
     leaves = jax.tree_util.tree_leaves(x)
     m = int(np.prod(shape))
     if leaves and all(a.ndim >= 1 and a.shape[0] == n_fits for a in leaves):
         one = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype), x)
         try:
-            out = _output_shape(f, one, names)
+            traced = _trace(f, one, names)
         except Exception:  # noqa: BLE001 - then it must be shared: checked below
-            out = None
-        if out is not None and int(np.prod(out)) == m:
-            return x, True
-    _check_output(f, x, names, shape, "one fit's ydata shape")
-    return jax.tree_util.tree_map(lambda a: np.broadcast_to(a, (n_fits, *a.shape)), x), False
+            traced = None
+        if traced is not None and traced.shape is not None and int(np.prod(traced.shape)) == m:
+            return x, True, traced
+    traced = _check_output(f, x, names, shape, "one fit's ydata shape")
+    stacked = jax.tree_util.tree_map(lambda a: np.broadcast_to(a, (n_fits, *a.shape)), x)
+    return stacked, False, traced
 
 
 def _fits_sigma(s: np.ndarray, n_fits: int, shape, batched: bool) -> np.ndarray:

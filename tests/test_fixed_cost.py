@@ -135,3 +135,36 @@ def test_the_rules_python_is_traced_once_a_fit(monkeypatch):
     assert compiles.count("multistart_chunk_step") == 1  # it was traced, lowered and compiled
     assert result.best_fom < 1e-4
     assert float(result.best_params["k"]) == pytest.approx(1.1, rel=1e-2)
+
+
+def test_curve_fit_traces_f_once_and_a_refit_of_it_compiles_nothing():
+    """The shape check's trace of ``f`` is replayed by the covariance program, the spreads and
+    the search's step (curve_fit's ``_Traced``): the user's Python runs once a fit, a single
+    fit, a fit with a held parameter and a batch alike; a refit on new data compiles nothing."""
+    x = np.linspace(0.0, 3.0, 25)
+    calls = []
+
+    def decay(x, a, k, c):
+        calls.append(1)
+        return a * jnp.exp(-k * x) + c
+
+    y = decay(x, 2.0, 0.9, 0.3) + 1e-3 * np.sin(11.0 * x)  # a model no other test fits
+    calls.clear()
+    popt, _ = ms.curve_fit(decay, x, y, p0=[1.0, 1.0, 0.0], n_starts=4)
+    assert len(calls) == 1
+    np.testing.assert_allclose(popt, [2.0, 0.9, 0.3], atol=5e-3)
+    y2 = decay(x, 1.5, 0.6, 0.1)
+    calls.clear()
+    with CompileCounter() as compiles:
+        popt, _ = ms.curve_fit(decay, x, y2, p0=[1.0, 1.0, 0.0], n_starts=4)
+    assert (len(calls), compiles.total) == (1, 0)
+    np.testing.assert_allclose(popt, [1.5, 0.6, 0.1], rtol=1e-6)
+    calls.clear()
+    ms.curve_fit(decay, x, y, p0=[1.0, 1.0, 0.0], n_starts=4, fixed={"c": 0.3})
+    assert len(calls) == 1
+    calls.clear()
+    ys = np.stack([decay(x, a, 0.8, 0.2) for a in (1.0, 2.0, 3.0)])
+    calls.clear()
+    popt, _ = ms.curve_fit(decay, x, ys, p0=[1.0, 1.0, 0.0], n_starts=2, batched=True)
+    assert len(calls) == 1
+    np.testing.assert_allclose(popt[:, 0], [1.0, 2.0, 3.0], rtol=1e-6)
