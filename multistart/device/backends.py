@@ -383,9 +383,9 @@ class ScanBackend(Backend):
         tables = np.stack([table] * self.n_devices)
         return tables, tables, news, np.zeros(self.n_devices, np.int32), clock(0)
 
-    def _tables(self, rows, width, u_new):
+    def _tables(self, rows, width, u_new, idle):
         """``(n_chunks, gathers, scatters, news)`` of one device's local ``rows`` (``news``
-        ``None`` when ``u_new`` is: no new starts)."""
+        ``None`` when ``u_new`` is: no new starts; ``idle``: one chunk's rows of no start)."""
         chunks = chunk_indices(rows, width, self.n_local)
         gathers = np.zeros((self._max_chunks(width), width), np.int32)
         scatters = np.full_like(gathers, self.n_local)  # unused rows write out of bounds
@@ -393,15 +393,15 @@ class ScanBackend(Backend):
             gathers[i], scatters[i] = g, s
         news = None
         if u_new is not None:
-            one = self._new_rows((width,))
-            rows_of = _new_chunks(u_new, width, self._max_chunks(width), one)
+            rows_of = _new_chunks(u_new, width, self._max_chunks(width), idle)
             news = jax.tree_util.tree_map(lambda *t: np.stack(t), *rows_of)
         return len(chunks), gathers, scatters, news
 
     def layout(self, rows, width, u_new=None):
         split = self.placement.split(rows)
         us = [None] * len(split) if u_new is None else self.placement.split_values(rows, u_new)
-        per = [self._tables(r, width, u) for r, u in zip(split, us, strict=True)]
+        idle = None if u_new is None else self._new_rows((width,))  # made once per layout
+        per = [self._tables(r, width, u, idle) for r, u in zip(split, us, strict=True)]
         counts = [n for n, _, _, _ in per]
         news = (
             self._idle_new(width) if u_new is None else self.placement.put_rows([t[3] for t in per])

@@ -78,8 +78,9 @@ class Placement:
         ]
 
     def _owner(self, rows: np.ndarray) -> np.ndarray:
-        """The device that holds each row."""
-        return rows // self.n_local if self.n_devices > 1 else np.zeros_like(rows)
+        """The device that holds each row (device ``d`` holds rows ``d n_local`` to
+        ``(d + 1) n_local - 1``; one device holds them all)."""
+        return rows // self.n_local
 
     def join(self, local: Sequence[np.ndarray]) -> np.ndarray:
         """Global rows from each device's local rows (the inverse of :meth:`split`)."""
