@@ -266,11 +266,11 @@ def _finite(name: str, a: np.ndarray) -> None:
 
 
 def _data(f, xdata, ydata, sigma, p0, check_finite, nan_policy, *, batched: bool = False):
-    """``((x, y, weight), names, n_fits)``: the data as float64 arrays, checked, for one fit
-    or (``batched``) a stack of them, every leaf with a leading axis of fits (a shared
-    ``xdata`` or ``sigma`` repeated). Both are read here, a single fit as a batch of one.
-    The fourth item: ``f``, traced (:class:`_Traced`) where a batch's ``xdata`` was read by
-    tracing it, else as given."""
+    """``((x, y, weight), names, n_fits, f)``: the data as float64 arrays, checked, for one
+    fit or (``batched``) a stack of them, every leaf with a leading axis of fits (a shared
+    ``xdata`` or ``sigma`` repeated), and ``f``: traced (:class:`_Traced`) where a batch's
+    ``xdata`` was read by tracing it, else as given. Both are read here, a single fit as a
+    batch of one."""
     _check_nan_policy(nan_policy, batched)
     y = np.asarray(ydata, dtype=np.float64)
     ys = _fits_y(y, batched)
