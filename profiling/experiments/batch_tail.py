@@ -8,6 +8,14 @@ the start-steps, the chunk calls and the fits whose χ² is at most scipy's (one
 looped). The difference is what the starts still running after step 100 cost (16 of 16,000
 run to 800): a step of a narrow chunk costs nearly what a wide one does on a CPU.
 
+Then, read off the default arm's last Result (nothing run again): what a per-fit rediscovery
+stop would have saved. Every start of a batch starts at step 0, so a start that ended settled
+(``converged`` or ``stalled``) at step ``s`` with a χ² within ``1e-6`` (relative) of its fit's
+best re-found that best at ``s``; a rule ending a fit's other starts at its ``k``-th
+rediscovery would have saved the steps its starts took after it. Printed for ``k`` = 2, 3, 4:
+the start-steps saved, the starts at ``n_steps`` it would have ended, and the fits whose best
+start itself ended later (their best χ² then the re-found one, within ``1e-6``).
+
     python profiling/experiments/batch_tail.py --rounds 2
 """
 
@@ -52,6 +60,26 @@ def fit(y, **options):
     return time.perf_counter() - t0, popt, info["fits"].result
 
 
+def rediscovery(result, n_starts: int, k: int) -> tuple[int, int, int]:
+    """``(start-steps saved, starts at n_steps ended, fits whose best start ended later)`` by
+    ending a fit's other starts at its ``k``-th rediscovery of its best (see the module doc)."""
+    foms = np.asarray(result.foms, dtype=np.float64).reshape(-1, n_starts)
+    steps = np.asarray(result.n_steps, dtype=np.int64).reshape(-1, n_starts)
+    status = np.asarray(result.status).reshape(-1, n_starts)
+    settled = (status == "converged") | (status == "stalled")
+    saved = capped = later = 0
+    for f, n, ok, st in zip(foms, steps, settled, status, strict=True):
+        best = np.nanmin(np.where(np.isfinite(f), f, np.nan))
+        found = np.sort(n[ok & (f <= best * (1 + 1e-6))])
+        if found.size < k:
+            continue
+        at = found[k - 1]
+        saved += int(np.maximum(0, n - at).sum())
+        capped += int(np.sum((st == "max_steps") & (n > at)))
+        later += int(n[int(np.nanargmin(np.where(np.isfinite(f), f, np.nan)))] > at)
+    return saved, capped, later
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--spectra", type=int, default=500)
@@ -70,6 +98,17 @@ def main() -> None:
             steps = int(np.asarray(result.n_steps).sum())
             calls = result.stats["n_chunk_calls"]
             print(f"{name:<22} {wall:6.2f} s  start-steps {steps}  calls {calls}  ok {ok}")
+            if not arms[name]:
+                last = result
+    total = int(np.asarray(last.n_steps).sum())
+    capped = int(np.sum(np.asarray(last.status) == "max_steps"))
+    print(f"a per-fit rediscovery stop, read off the default's Result ({capped} at n_steps):")
+    for k in (2, 3, 4):
+        saved, ended, later = rediscovery(last, 32, k)
+        print(
+            f"  k={k}: {saved} of {total} start-steps saved ({saved / total:.0%}), {ended} "
+            f"at n_steps ended, {later} fits' best start ending later"
+        )
 
 
 if __name__ == "__main__":
