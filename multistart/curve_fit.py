@@ -192,7 +192,7 @@ class _CurveModel:
     def __init__(self, f, names, space, data, rows_per_datum=None):
         self.f, self.names, self.space, self.data = f, names, space, data
         self.rows_per_datum = rows_per_datum
-        self.__name__ = getattr(f, "__name__", type(f).__name__)
+        self.__name__ = _name(f)
 
     def multistart_residual_problem(self):
         f, names = self.f, self.names
@@ -204,6 +204,11 @@ class _CurveModel:
 
         extra = {"rows_per_datum": self.rows_per_datum, "program_key": _model_key(f, names)}
         return residuals, Space(self.space), self.data, self.__name__, extra
+
+
+def _name(f) -> str:
+    """``f``'s name, or its type's (a callable object)."""
+    return getattr(f, "__name__", type(f).__name__)
 
 
 def _model_key(f, names) -> tuple | None:
@@ -441,7 +446,7 @@ class _Held:
         self.fixed, self.tied = dict(fixed), dict(tied)
         self.free = tuple(k for k in names if k not in fixed and k not in tied)
         self.keep = np.array([k in self.free for k in names], dtype=bool)
-        self.__name__ = getattr(f, "__name__", type(f).__name__)
+        self.__name__ = _name(f)
 
     @property
     def model(self):
@@ -690,10 +695,6 @@ class _Traced(Replay):
 
     def __eq__(self, other):
         return self.fn == (other.fn if isinstance(other, _Traced) else other)
-
-
-def _name(f) -> str:
-    return getattr(f, "__name__", type(f).__name__)
 
 
 def _trace(f, x, names) -> _Traced:

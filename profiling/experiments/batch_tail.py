@@ -69,14 +69,15 @@ def rediscovery(result, n_starts: int, k: int) -> tuple[int, int, int]:
     settled = (status == "converged") | (status == "stalled")
     saved = capped = later = 0
     for f, n, ok, st in zip(foms, steps, settled, status, strict=True):
-        best = np.nanmin(np.where(np.isfinite(f), f, np.nan))
+        finite = np.where(np.isfinite(f), f, np.nan)
+        best = np.nanmin(finite)
         found = np.sort(n[ok & (f <= best * (1 + 1e-6))])
         if found.size < k:
             continue
         at = found[k - 1]
         saved += int(np.maximum(0, n - at).sum())
         capped += int(np.sum((st == "max_steps") & (n > at)))
-        later += int(n[int(np.nanargmin(np.where(np.isfinite(f), f, np.nan)))] > at)
+        later += int(n[int(np.nanargmin(finite))] > at)
     return saved, capped, later
 
 
