@@ -13,7 +13,10 @@ thread (``harness.one_blas_thread``). Solved means the suite's own test, ``|f - 
 (``Benchmark.success``) at the arm's best point. Arms (``ARMS``; ``--arms`` picks some):
 
   ours          ``MultiStartLBFGS(n_starts=32)`` with the defaults
-  ours_band     the same with ``start_strategy="band"`` (the default before 2026-12-03)
+  ours_round1   the defaults with ``n_local=128``: one round of TikTak's weights (the default
+                before 2026-12-05, which runs two)
+  ours_band     ``MultiStartLBFGS(n_starts=32, start_strategy="band")`` (the default before
+                2026-12-03)
   ours_sobol    the same with ``start_strategy="sobol"``
   ours_tiktak   the same with ``start_strategy="tiktak"``
   ours_box      the defaults with ``start_band=(0, 1)``: candidates over the whole box
@@ -259,6 +262,7 @@ def _lbfgsb32(fun, bounds, problem, seed, budget):
 
 ARMS: dict[str, Callable] = {
     "ours": _ours(),
+    "ours_round1": _ours(n_local=128),
     "ours_band": _ours(start_strategy="band"),
     "ours_sobol": _ours(start_strategy="sobol"),
     "ours_tiktak": _ours(start_strategy="tiktak"),

@@ -47,6 +47,23 @@ def test_blended_starts_follow_the_formula():
     assert theta(1, 1000) == 0.1 and theta(1000, 1000) == 0.995
 
 
+def test_a_cycled_schedule_restarts_the_weights_and_keeps_its_first_cycle():
+    """``cycle``: the weights run TikTak's schedule over ``cycle`` searches, then again; the
+    first cycle's starts are those of a queue with ``n_local = cycle`` (so a search that ends
+    within it runs exactly as before)."""
+    space = Space({"a": ms.Uniform(0.0, 10.0)})
+    cand = {"a": np.linspace(0.5, 9.5, 12)}
+    best = {"a": np.array(5.0)}
+    cycled = TikTakQueue(cand, space, n_local=16, n_first=2, cycle=8)
+    short = TikTakQueue(cand, space, n_local=8, n_first=2)
+    np.testing.assert_array_equal(cycled.take(6, best)["a"], short.take(6, best)["a"])
+    assert short.available() == 0 and cycled.available() == 6
+    later = cycled.take(3, best)["a"]  # the 9th-11th local searches: the 1st-3rd of cycle 2
+    for j, i in enumerate((1, 2, 3)):
+        w = theta(i, 8)
+        assert later[j] == pytest.approx((1 - w) * cand["a"][6 + j] + w * 5.0)
+
+
 def test_the_queue_stops_at_n_local():
     space = Space({"a": ms.Uniform(0.0, 1.0)})
     queue = TikTakQueue({"a": np.linspace(0.1, 0.9, 9)}, space, n_local=6, n_first=4)
@@ -282,4 +299,5 @@ def test_lbfgs_default_keeps_the_bands_first_wave_and_refills_short_searches(x64
     assert auto.stats["start_strategy"] == "band_tiktak"
     np.testing.assert_allclose(_first_starts(auto), band.start_params["x"], rtol=1e-12)
     assert auto.stats["short_searches"] and auto.stats["n_local"] > KW["n_starts"]
+    assert auto.config["n_local"] == 2 * 4 * KW["n_starts"]  # two of TikTak's cycles
     assert auto.best_fom < band.best_fom  # a deeper minimum than any of the band's 8 found

@@ -42,6 +42,11 @@ __all__ += ["BATCH_SIZE_HELP"]
 CANDIDATES_PER_START = 10
 DEFAULT_FILTER_BATCH_SIZE = 64
 TIKTAK_LOCAL_PER_START = 4  # TikTak's default n_local: this many local searches per slot
+# start_strategy="band_tiktak" (L-BFGS's default) runs up to this many of TikTak's weight
+# schedules of TIKTAK_LOCAL_PER_START x n_starts local searches, one after another (n_local's
+# default): a search whose best keeps moving (many minima) gets another round of blends from
+# far to near it; one that re-finds its best ends by max_discoveries as before (issue 41)
+BAND_TIKTAK_CYCLES = 2
 # TikTak's default max_discoveries: its best re-found this often, no new local search starts
 # (issue 41: 81 of 81 NIST fits over 3 seeds at 0.44x the median evaluations without it;
 # profiling/HISTORY.md)
@@ -341,7 +346,8 @@ class TikTak(_Group):
     n_local: int | None = option(
         None,
         "TikTak only: local searches in all, the first wave of ``n_starts`` included (default "
-        "``4 * n_starts``, at most ``n_candidates``).",
+        '``4 * n_starts``; ``"band_tiktak"``: ``8 * n_starts``, TikTak\'s weights run twice '
+        "over ``4 * n_starts`` each; at most ``n_candidates``).",
         program=False,
     )
     local_steps: int | None = option(
@@ -680,7 +686,8 @@ class SearchConfig(Output, Uncertainty, Execution, Stopping, TikTak, Starts):
         n_candidates = int(self.n_candidates or 0)
         given_local = self.n_local
         if given_local is None:
-            given_local = min(TIKTAK_LOCAL_PER_START * self.n_starts, n_candidates)
+            cycles = BAND_TIKTAK_CYCLES if self.start_strategy == "band_tiktak" else 1
+            given_local = min(cycles * TIKTAK_LOCAL_PER_START * self.n_starts, n_candidates)
         n_local = checks.integer(given_local, "n_local", self.n_starts)
         if n_local > n_candidates:
             raise ValueError(

@@ -32,6 +32,10 @@ Every third start its queue hands out comes from a second pool instead, unblende
 filter's ranking of candidates drawn over 1-99 % of each prior's unit interval (the plan's
 :attr:`~multistart.starts.strategies.StartPlan.explore`), so the search reaches optima near or
 on a bound of the box, which the band's candidates (15-85 %) and their blends never come near.
+Its ``n_local`` is two rounds of TikTak's default, and the weights run their schedule over each
+round (``cycle``): a search that ends within the first round (its best re-found) runs as one of
+``4 * n_starts`` local searches would, one whose best keeps moving blends from far to near it
+again.
 """
 
 from __future__ import annotations
@@ -79,6 +83,11 @@ class TikTakQueue(StartQueue):
       explore: a second queue (physical params, best first): every ``explore_every``-th start
         handed out is its next one, as is, while it lasts (``None``: none).
       explore_every: see ``explore``.
+      cycle: the weights' schedule restarts every ``cycle`` local searches (``None``: one
+        schedule over ``n_local``, TikTak's own): the ``i``-th search's weight is
+        ``theta(((i - 1) % cycle) + 1, cycle)``, so a long search blends far from the best
+        again after each cycle, and its first ``cycle`` searches are the ones a search of
+        ``n_local = cycle`` runs.
     """
 
     kind = "TikTak's queue"
@@ -96,6 +105,7 @@ class TikTakQueue(StartQueue):
         short: float | None = None,
         explore: StartQueue | None = None,
         explore_every: int = 3,
+        cycle: int | None = None,
     ):
         self.x = x
         self.space = space
@@ -107,6 +117,7 @@ class TikTakQueue(StartQueue):
         self.size = 0 if x is None else len(jax.tree_util.tree_leaves(x)[0])
         self.taken = 0
         self.explore, self.explore_every = explore, explore_every
+        self.cycle = n_local if cycle is None else cycle
 
     def available(self) -> int:
         if self.stop_reason is not None or not self.short_searches:
@@ -128,7 +139,8 @@ class TikTakQueue(StartQueue):
         cand = jax.tree_util.tree_map(lambda a: np.asarray(a)[rows], self.x)
         if best is None:
             return cand
-        w = np.array([theta(first + j, self.n_local) for j in range(k)])
+        c = self.cycle
+        w = np.array([theta((first + j - 1) % c + 1, c) for j in range(k)])
         out: list[np.ndarray] = []
         for prior, qc, qb in zip(
             self.space.priors,
