@@ -301,3 +301,24 @@ def test_lbfgs_default_keeps_the_bands_first_wave_and_refills_short_searches(x64
     assert auto.stats["short_searches"] and auto.stats["n_local"] > KW["n_starts"]
     assert auto.config["n_local"] == 2 * 4 * KW["n_starts"]  # two of TikTak's cycles
     assert auto.best_fom < band.best_fom  # a deeper minimum than any of the band's 8 found
+
+
+def test_lbfgs_defaults_second_round_keeps_the_first_rounds_searches_and_never_a_worse_best(x64):
+    """L-BFGS's default runs two rounds of TikTak's weights (``n_local = 8 x n_starts``); its
+    first round is the one-round search's (``n_local = 4 x n_starts``), local search for local
+    search, so its best is never worse (docs/starts.md, issue 41). The rediscovery stop is off
+    here, so both run every local search."""
+    kw = dict(KW, n_steps=200, max_discoveries=None)
+    two = ms.MultiStartLBFGS(**kw).fit(rastrigin, SPACE)
+    one = ms.MultiStartLBFGS(**kw, n_local=4 * KW["n_starts"]).fit(rastrigin, SPACE)
+    assert (one.stats["n_local"], two.stats["n_local"]) == (32, 64)
+
+    def searches(result):
+        return {(i["slot"], i["incarnation"]): i for i in result.incarnations}
+
+    first, both = searches(one), searches(two)
+    assert len(first) == 32 and set(first) < set(both)
+    for key, a in first.items():  # the same start, the same end
+        np.testing.assert_array_equal(both[key]["start_params"]["x"], a["start_params"]["x"])
+        assert both[key]["fom"] == a["fom"]
+    assert two.best_fom <= one.best_fom
