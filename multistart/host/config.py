@@ -346,8 +346,9 @@ class TikTak(_Group):
     n_local: int | None = option(
         None,
         "TikTak only: local searches in all, the first wave of ``n_starts`` included (default "
-        '``4 * n_starts``; ``"band_tiktak"``: ``8 * n_starts``, TikTak\'s weights run twice '
-        "over ``4 * n_starts`` each; at most ``n_candidates``).",
+        f'``{TIKTAK_LOCAL_PER_START} * n_starts``; ``"band_tiktak"``: '
+        f"``{BAND_TIKTAK_CYCLES * TIKTAK_LOCAL_PER_START} * n_starts``, TikTak's weights run "
+        f"twice over ``{TIKTAK_LOCAL_PER_START} * n_starts`` each; at most ``n_candidates``).",
         program=False,
     )
     local_steps: int | None = option(
@@ -687,7 +688,7 @@ class SearchConfig(Output, Uncertainty, Execution, Stopping, TikTak, Starts):
         given_local = self.n_local
         if given_local is None:
             cycles = BAND_TIKTAK_CYCLES if self.start_strategy == "band_tiktak" else 1
-            given_local = min(cycles * TIKTAK_LOCAL_PER_START * self.n_starts, n_candidates)
+            given_local = min(cycles * self._tiktak_round, n_candidates)
         n_local = checks.integer(given_local, "n_local", self.n_starts)
         if n_local > n_candidates:
             raise ValueError(
@@ -705,6 +706,21 @@ class SearchConfig(Output, Uncertainty, Execution, Stopping, TikTak, Starts):
         self._set("max_discoveries", _optional_int(given_discoveries, "max_discoveries", 1))
 
     # -- derived facts ------------------------------------------------------------------------
+
+    @property
+    def _tiktak_round(self) -> int:
+        """Local searches in one round of TikTak's weights by default."""
+        return TIKTAK_LOCAL_PER_START * self.n_starts
+
+    @property
+    def tiktak_cycle(self) -> int | None:
+        """How many local searches TikTak's weight schedule runs over before it restarts
+        (:class:`multistart.starts.tiktak.TikTakQueue`'s ``cycle``): one round under
+        ``"band_tiktak"`` (``BAND_TIKTAK_CYCLES`` of them make its ``n_local``), ``None``
+        (one schedule over ``n_local``) otherwise."""
+        if self.start_strategy != "band_tiktak":
+            return None
+        return min(self._tiktak_round, int(self.n_local or 0))
 
     @property
     def give_up(self) -> int:

@@ -34,12 +34,7 @@ from ..starts.tiktak import Discoveries, TikTakQueue
 from ..width.choice import WidthChoice, resolve_width
 from ..width.env import auto_mode_from_env, budget_from_env, max_batch_from_env
 from .checkpoint import SearchCheckpoints
-from .config import (
-    TIKTAK_EXPLORE_EVERY,
-    TIKTAK_LOCAL_PER_START,
-    TIKTAK_SHORT_SEARCH,
-    SearchConfig,
-)
+from .config import TIKTAK_EXPLORE_EVERY, TIKTAK_SHORT_SEARCH, SearchConfig
 from .decide import Rules
 from .identity import SearchIdentity
 from .run_state import RunState
@@ -281,8 +276,7 @@ def _refiller(setup: Setup, start_plan: StartPlan, write, n_rows: int) -> Refill
         short=TIKTAK_SHORT_SEARCH if band else None,
         explore=start_plan.explore,  # band_tiktak's ranking over the box (None otherwise)
         explore_every=TIKTAK_EXPLORE_EVERY,
-        # band_tiktak: TikTak's schedule restarts every 4 x n_starts searches (BAND_TIKTAK_CYCLES)
-        cycle=min(TIKTAK_LOCAL_PER_START * o.n_starts, o.n_local or 0) if band else None,
+        cycle=o.tiktak_cycle,  # band_tiktak: the weights restart every round
     )
     local_search_ended = {Status.CONVERGED.code, Status.STALLED.code, Status.MAX_STEPS.code}
     return Refiller(queue, ended | local_search_ended, **kw)
