@@ -7,6 +7,7 @@ import pytest
 
 import multistart as ms
 from multistart.common.monitor import CompileCounter
+from multistart.device.evaluator import FILTER_NAME as FILTER
 
 T = np.linspace(0.0, 4.0, 20)
 SPACE = {"a": ms.Uniform(0.1, 5.0), "k": ms.Uniform(0.1, 3.0)}
@@ -80,18 +81,26 @@ def test_a_fit_traces_the_users_function_once():
     assert len(n) == 1
 
 
-@pytest.mark.parametrize("n_candidates, most", [(0, 3), (None, 5)])
-def test_a_cold_fit_compiles_few_programs(n_candidates, most):
-    """Without the filter: the population's start, the step, the map to physical parameters;
-    with it (and TikTak's refills, the default) the filter and the refill writer too."""
+@pytest.mark.parametrize(
+    "n_candidates, programs",
+    [(0, {"to_physical", "multistart_chunk_step"}), (None, {FILTER, "multistart_chunk_step"})],
+)
+def test_a_cold_fit_compiles_two_programs_the_filters_serving_the_results_map(
+    n_candidates, programs
+):
+    """Without the filter: the step and the map to physical parameters; with it (and TikTak's
+    refills, the default) the filter and the step: the filter's program maps the rows for the
+    Result and for TikTak's blends alike, and the population's start and the refill writer
+    are the step's own work."""
     y = 1.1 * np.exp(-0.5 * T) + 1e-3 * (n_candidates is None)  # a model no other test fits
     search = ms.MultiStartLeastSquares(n_starts=8, seed=1, n_steps=40, n_candidates=n_candidates)
     with CompileCounter() as compiles:
-        search.fit(Counted(y), SPACE)
-    assert compiles.total <= most, dict(compiles.counts)
-    assert compiles.count("multistart_chunk_step") == 1
-    assert compiles.count("copy_tree") == 0  # the back-off's copy compiles nothing
-    assert compiles.count("to_physical") == 1  # one map, for the Result and TikTak alike
+        result = search.fit(Counted(y), SPACE)
+    assert dict(compiles.counts) == {f"jit({name})": 1 for name in programs}
+    if n_candidates is None:  # TikTak refilled slots: their records were mapped by the filter
+        assert result.incarnations and all(
+            np.isfinite(r["params"]["a"]) for r in result.incarnations
+        )
 
 
 def test_a_float32_fit_after_a_float64_fit_of_the_same_model_traces_in_float32():
@@ -150,8 +159,13 @@ def test_curve_fit_traces_f_once_and_a_refit_of_it_compiles_nothing():
 
     y = decay(x, 2.0, 0.9, 0.3) + 1e-3 * np.sin(11.0 * x)  # a model no other test fits
     calls.clear()
-    popt, _ = ms.curve_fit(decay, x, y, p0=[1.0, 1.0, 0.0], n_starts=4)
+    with CompileCounter() as compiles:
+        popt, _ = ms.curve_fit(decay, x, y, p0=[1.0, 1.0, 0.0], n_starts=4)
     assert len(calls) == 1
+    # three programs: the filter (which also maps the Result's rows), the step, pcov's
+    covariance = "multistart_curve_fit_covariance"
+    names = {FILTER, "multistart_chunk_step", covariance}
+    assert dict(compiles.counts) == {f"jit({name})": 1 for name in names}
     np.testing.assert_allclose(popt, [2.0, 0.9, 0.3], atol=5e-3)
     y2 = decay(x, 1.5, 0.6, 0.1)
     calls.clear()

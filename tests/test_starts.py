@@ -523,3 +523,36 @@ def test_a_sparse_finite_region_is_found_by_topping_up_with_one_filter_compile()
         assert drawn % 160 == 0 and result.stats["n_filter_draws"] == drawn // 160
         topped_up += drawn > 160
     assert topped_up == 6  # 160 candidates hold ~3 finite ones: every seed needed the top-up
+
+
+@pytest.mark.parametrize("flat", [True, False])
+def test_the_filters_program_maps_the_results_rows_as_the_layout_does_bit_for_bit(flat, x64):
+    """The Result's parameters come from the filter's program (its second output), not a map
+    program of their own: every prior's map, a fixed parameter, both layouts, any row count."""
+    from multistart.device.layout import Layout, physical_map
+    from multistart.device.programs import Programs
+    from multistart.model.problem import as_problem
+    from multistart.starts.strategies import filter_sweep
+
+    space = {
+        "w": ms.Uniform(0.0, 1e4, shape=(2,)),
+        "log": ms.LogUniform(1e-3, 1e3),
+        "n": ms.Normal([0.0, 5.0], 2.0),
+        "held": ms.Fixed(0.25),
+        "m": {"u": ms.Uniform(-1.0, 1.0, shape=(2, 2))},
+    }
+    problem = as_problem(lambda p: jnp.sum(p["w"]) * p["log"] + jnp.sum(p["m"]["u"]), space)
+    layout = Layout(problem.space, flat, np.float64)
+    rng = np.random.default_rng(0)
+    rows = rng.normal(size=(11, problem.space.n_dims)) * 12.0  # far into the logistic tails
+    if not flat:  # the unconstrained pytree (the fixed leaf's value unused)
+        rows = problem.space.unravel_rows(rows)
+    sweep = filter_sweep(problem, np.float64, 4, Programs())
+    by_filter = physical_map(layout, 5, Programs(), sweep.points)(rows)
+    own = physical_map(layout, 5, Programs())(rows)
+    reference = jax.jit(jax.vmap(layout.to_physical))(rows)
+    for a, b, c in zip(*map(jax.tree_util.tree_leaves, (by_filter, own, reference)), strict=True):
+        assert a.shape[0] == 11 and a.dtype == np.float64
+        np.testing.assert_array_equal(a, np.asarray(c))
+        np.testing.assert_array_equal(b, np.asarray(c))
+    assert np.all(by_filter["held"] == 0.25)

@@ -2,7 +2,10 @@
 
 One compiled ``vmap`` of the figure of merit over fixed-width chunks, swept by a Python loop
 (:func:`multistart.device.programs.padded_chunks`), with the out-of-memory back-off of every program
-here. The filter evaluates thousands of candidates with it at the cost of one compile.
+here. The filter evaluates thousands of candidates with it at the cost of one compile. The
+same program returns each point's physical parameters beside its value: the Result's map of
+its starts' rows (:func:`multistart.device.layout.physical_map`), so a fit compiles no program
+of its own for that map.
 """
 
 from __future__ import annotations
@@ -27,12 +30,15 @@ class ValueEvaluator:
     ``fom_u(u, data)`` is evaluated at each row of a ``(n_rows, n_dims)`` array by a Python loop
     over chunks of exactly ``width`` rows (the ragged last one padded, its outputs dropped), so
     any number of rows costs one compile. Chunks are dispatched without waiting, and the values
-    come back to the host once, at the end.
+    come back to the host once, at the end. Calling it gives the values; :meth:`points` gives
+    the points they were evaluated at, from the same program.
 
     Args:
-      fom_u: ``fom_u(u, data) -> scalar`` at one flat unconstrained point ``u``.
+      fom_u: ``fom_u(u, data) -> (scalar, point)`` at one flat unconstrained point ``u``: its
+        figure of merit and the flat physical point it was evaluated at.
       width: rows per compiled call.
-      data: the model's data (an argument of the compiled program, not a constant in it).
+      data: the model's data (an argument of the compiled program, not a constant in it),
+        put on the device here and kept there until :meth:`release`.
       name: the compiled function's name (stable across processes: it is part of the program).
       programs: where the jitted evaluator is kept for a refit of the same model (default:
         nowhere).
@@ -52,7 +58,8 @@ class ValueEvaluator:
         self._jit = self._programs.get(("values", name), jitted)
         self._name = name
         self.width = int(width)
-        self.data = data
+        self._host_data = data
+        self.data = jax.device_put(data)
         self.compiled: Any = None
         self.compile_s = 0.0
         self.backoffs: list[dict[str, int]] = []
@@ -80,6 +87,14 @@ class ValueEvaluator:
         A chunk that runs out of memory halves the width, recompiles and evaluates again
         (nothing is donated, so nothing is lost), down to width 1 and then a clear error.
         """
+        return self._retrying(u)[0]
+
+    def points(self, u: np.ndarray) -> np.ndarray:
+        """The flat physical point of every row of ``u`` (``fom_u``'s second output), with the
+        same back-off."""
+        return self._retrying(u)[1]
+
+    def _retrying(self, u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if self.compiled is None:
             raise RuntimeError("ValueEvaluator.compile() must be called before evaluating")
         try:
@@ -108,10 +123,16 @@ class ValueEvaluator:
             "this model does not fit the device",
         )
 
-    def _evaluate(self, u: np.ndarray) -> np.ndarray:
-        outs = [
-            (self.compiled(c, self.data), hi - lo) for lo, hi, c in padded_chunks(u, self.width)
-        ]
+    def release(self) -> None:
+        """Let go of the data's device copy (the search's steps hold their own): a later call
+        puts the data on the device again, for that call."""
+        self.data = None
+
+    def _evaluate(self, u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        data = jax.device_put(self._host_data) if self.data is None else self.data
+        outs = [(self.compiled(c, data), hi - lo) for lo, hi, c in padded_chunks(u, self.width)]
         if not outs:
-            return np.zeros((0,), dtype=u.dtype)
-        return np.concatenate([np.asarray(out)[:n] for out, n in outs])
+            return np.zeros((0,), dtype=u.dtype), np.zeros(u.shape, dtype=u.dtype)
+        values = np.concatenate([np.asarray(v)[:n] for (v, _), n in outs])
+        points = np.concatenate([np.asarray(x)[:n] for (_, x), n in outs])
+        return values, points

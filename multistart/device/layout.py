@@ -16,9 +16,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..model.priors import Space
+from .programs import Programs, padded_chunks
 from .step import init_population
 
-__all__ = ["Layout"]
+__all__ = ["Layout", "physical_map"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -67,3 +68,29 @@ class Layout:
         return jax.tree_util.tree_map(
             lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype), pop.starts
         )
+
+
+def physical_map(layout: Layout, width: int, programs: Programs, points=None):
+    """The map of the population's rows (the layout's form, a leading axis, any number of
+    them) to physical params (NumPy, a leading axis): the Result's and the refills'.
+
+    ``points``: the broad-start filter's :meth:`~multistart.device.evaluator.ValueEvaluator.
+    points`, whose program maps flat rows as :meth:`Layout.to_physical` does, bit for bit, so
+    the fit compiles nothing more for it. ``None`` (no filter ran): one program of its own,
+    ``width`` rows a call, kept in ``programs`` for a refit.
+    """
+    space = layout.space
+    if points is not None:
+        return lambda rows: space.unravel_rows(
+            points(np.asarray(rows) if layout.flat else space.ravel(rows))
+        )
+    jitted = programs.get("to_physical", lambda: jax.jit(jax.vmap(layout.to_physical)))
+
+    def physical(rows):
+        parts = [
+            jax.tree_util.tree_map(lambda a, k=hi - lo: np.asarray(a)[:k], jitted(chunk))
+            for lo, hi, chunk in padded_chunks(rows, width)
+        ]
+        return jax.tree_util.tree_map(lambda *a: np.concatenate(a), *parts)
+
+    return physical

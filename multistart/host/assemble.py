@@ -48,10 +48,7 @@ def _forward_fill(history: np.ndarray) -> np.ndarray:
 def records(setup: Setup, engine: Engine, state: RunState) -> tuple[dict[str, Any], list]:
     """Every start's record (the Result's per-start fields; refilled slots' earlier starts
     folded in), and each start's parameters at a bound, by name."""
-    to_physical = setup.programs.get(
-        "to_physical", lambda: jax.jit(jax.vmap(engine.layout.to_physical))
-    )
-    writable = lambda tree: jax.tree_util.tree_map(np.array, jax.device_get(tree))  # noqa: E731
+    writable = lambda tree: jax.tree_util.tree_map(np.array, tree)  # noqa: E731
     n, lineage = engine.n, state.lineage  # the population's rows past n pad it for a mesh
     stride = engine.options.history_stride
     starts, history = to_host((state.pop.starts, state.pop.history))  # gathered if over processes
@@ -69,9 +66,8 @@ def records(setup: Setup, engine: Engine, state: RunState) -> tuple[dict[str, An
     rows = -(-n_steps_run // stride)
     rec: dict[str, Any] = {
         "foms": np.asarray(s.best_fom, dtype=np.float64).copy(),
-        "params": writable(to_physical(s.best_u)),
-        # host rows, as best_u's: a device array would be another compile of the same map
-        "start_params": writable(to_physical(jax.device_get(engine.u0))),
+        "params": writable(engine.physical(s.best_u)),
+        "start_params": writable(engine.physical(jax.device_get(engine.u0))),
         "status": np.array([Status.from_code(c) for c in codes], dtype=object),
         "n_steps": np.asarray(s.n_steps, dtype=np.int64).copy(),
         "n_evals": np.asarray(s.n_evals, dtype=np.int64).copy(),
@@ -80,7 +76,7 @@ def records(setup: Setup, engine: Engine, state: RunState) -> tuple[dict[str, An
         "history_steps": np.minimum((np.arange(rows) + 1) * stride, n_steps_run),
     }
     if engine.refiller is not None and lineage is not None:
-        rec, incarnations = engine.refiller.fold(rec, lineage, to_physical)
+        rec, incarnations = engine.refiller.fold(rec, lineage)
         rec.update(incarnations=incarnations, resurrections=lineage.count.copy())
     rec["at_bound"], bound_names = setup.problem.space.near_bound(rec["params"], BOUND_RTOL)
     rec["rung"] = None if state.rungs is None else state.rungs.rung_of()[:n]

@@ -194,6 +194,8 @@ def plan(setup: Setup) -> StartPlan:
             programs=setup.programs,
             explore=_explore(o),
         )
+    if start_plan.sweep is not None:  # no second device copy of the data while the search runs
+        start_plan.sweep.release()
     start_plan.stats.update(
         n_filter_compiles=compiles.count(FILTER_NAME),
         n_cache_hits=sum(compiles.cache_hits.values()),

@@ -10,6 +10,7 @@ starts' slots, the checkpoints and the rules of the syncs. The host loop
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -21,7 +22,7 @@ from ..common.digest import starts_hash
 from ..common.status import Status
 from ..device.backends import BACKENDS, Backend
 from ..device.chunking import pad_rows
-from ..device.layout import Layout
+from ..device.layout import Layout, physical_map
 from ..device.programs import Programs
 from ..device.step import PopState, host_population
 from ..device.sweeper import Sweeper
@@ -97,6 +98,8 @@ class Engine:
       choice: the batch width and how it was chosen.
       options: the search's options (``n_steps``, ``sync_every``, the budgets, the display).
       t_start: when ``fit`` was called (``time.perf_counter``).
+      physical: the population's rows (leading axis) to physical params, NumPy
+        (:func:`multistart.device.layout.physical_map`: the filter's program, if it ran).
     """
 
     sweeper: Sweeper
@@ -110,6 +113,7 @@ class Engine:
     choice: WidthChoice
     options: SearchConfig
     t_start: float
+    physical: Callable[[Any], Any]
 
     @property
     def together(self) -> bool:
@@ -135,7 +139,9 @@ def build(setup: Setup, start_plan: StartPlan, traced: Traced) -> tuple[Engine, 
     choice = _width(setup, backend, pop, traced, n)
     sweeper = Sweeper(backend, choice.width)
     _log_start(setup, n, choice, sweeper)
-    refiller = _refiller(setup, start_plan, sweeper.write, backend.n_total)
+    sweep = start_plan.sweep
+    physical = physical_map(layout, n, setup.programs, None if sweep is None else sweep.points)
+    refiller = _refiller(setup, start_plan, sweeper.write, physical)
     rules = Rules(
         target_fom=o.target_fom,
         max_evals=o.max_evals,
@@ -144,7 +150,18 @@ def build(setup: Setup, start_plan: StartPlan, traced: Traced) -> tuple[Engine, 
         halving=o.halving,
     )
     engine = Engine(
-        sweeper, layout, u0, n, rules, refiller, checkpoints, identity, choice, o, setup.t_start
+        sweeper,
+        layout,
+        u0,
+        n,
+        rules,
+        refiller,
+        checkpoints,
+        identity,
+        choice,
+        o,
+        setup.t_start,
+        physical,
     )
     lineage = None if refiller is None else Lineage.start(u0)
     return engine, RunState.start(pop, o.halving, lineage)
@@ -245,20 +262,14 @@ def _log_start(setup: Setup, n: int, choice: WidthChoice, sweeper: Sweeper) -> N
     )
 
 
-def _refiller(setup: Setup, start_plan: StartPlan, write, n_rows: int) -> Refiller | None:
+def _refiller(setup: Setup, start_plan: StartPlan, write, physical) -> Refiller | None:
     """What gives ended starts' slots new starts: resurrection's reserve, TikTak's queue, or
     nothing. A slot the halving schedule pruned takes the next start too."""
     o, layout = setup.options, setup.layout
     reserve = start_plan.reserve
     if not (o.resurrect or o.tiktak) or reserve is None:
         return None
-    kw: dict[str, Any] = dict(
-        write=write,
-        n_rows=n_rows,
-        to_u=layout.to_unconstrained,
-        to_x=layout.to_physical,
-        programs=setup.programs,
-    )
+    kw: dict[str, Any] = dict(write=write, to_u=layout.to_unconstrained, to_x=physical)
     ended = {Status.NONFINITE.code, Status.PRUNED.code}
     if not o.tiktak:
         return Refiller(reserve, ended, **kw)

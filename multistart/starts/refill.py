@@ -24,9 +24,7 @@ import numpy as np
 
 from ..common import log
 from ..common.status import Status
-from ..device.chunking import pad_rows
 from ..device.distributed import to_host
-from ..device.programs import Programs, padded_chunks
 from ..device.step import PopState
 from .queues import StartQueue
 
@@ -155,12 +153,10 @@ class Refiller:
       write: ``write(pop, rows, u_new) -> pop``, the new starts written into their rows
         (:meth:`multistart.device.sweeper.Sweeper.write`: the chunk step, no program of
         its own).
-      n_rows: the population's rows (past the starts when padded for a mesh of devices).
       to_u: physical starts (leading axis) to unconstrained NumPy, in the population's layout.
-      to_x: one start's unconstrained parameters to physical ones (for a queue that
-        :attr:`~multistart.starts.queues.StartQueue.needs_best`).
-      programs: where the physical map is kept for a refit of the same model (default:
-        nowhere).
+      to_x: the population's rows (leading axis) to physical params, NumPy (for a queue that
+        :attr:`~multistart.starts.queues.StartQueue.needs_best`, and the Result's records):
+        :func:`multistart.device.layout.physical_map`, the Result's own map.
     """
 
     def __init__(
@@ -169,20 +165,14 @@ class Refiller:
         refills,
         *,
         write: Callable[[PopState, np.ndarray, Any], PopState],
-        n_rows,
         to_u,
         to_x,
-        programs: Programs | None = None,
     ):
         self.queue = queue
         self.refills = frozenset(refills)
-        programs = programs or Programs()
-        # one program, not an op-by-op dispatch of the map: the Result's own map of n_rows
-        # rows (multistart.host.assemble), so the fit compiles one map, not two
-        self.to_x = programs.get("to_physical", lambda: jax.jit(jax.vmap(to_x)))
+        self.to_x = to_x
         self.to_u = to_u
         self._write_rows = write
-        self.n_rows = n_rows
         self._best: tuple[tuple, Any] | None = None  # the last best point and its params
 
     def refill(
@@ -253,29 +243,25 @@ class Refiller:
         key = (best_f, *(np.asarray(a).tobytes() for a in jax.tree_util.tree_leaves(best_u)))
         if self._best is not None and self._best[0] == key:
             return self._best[1]
-        pad = self.n_rows - 1  # the Result's n-row map: one compile of it, not two
-        rows = jax.tree_util.tree_map(lambda a: pad_rows(np.asarray(a)[None], pad), best_u)
-        x = jax.device_get(self.to_x(rows))
-        x = jax.tree_util.tree_map(lambda a: np.asarray(a)[0], x)
+        x = self.to_x(jax.tree_util.tree_map(lambda a: np.asarray(a)[None], best_u))
+        x = jax.tree_util.tree_map(lambda a: a[0], x)
         self._best = (key, x)
         return x
 
-    def fold(self, rec: dict, lineage: Lineage, to_physical_n) -> tuple[dict, list[dict]]:
+    def fold(self, rec: dict, lineage: Lineage) -> tuple[dict, list[dict]]:
         """The per-slot record ``rec`` with the replaced starts folded in, and every start of
         every refilled slot.
 
         ``rec`` holds the final starts' per-slot records (it is not changed). What comes back
         is what ``Result.incarnations`` and the per-slot arrays of :class:`multistart.Result`
-        describe. ``to_physical_n`` maps ``n`` unconstrained rows to physical params.
+        describe.
         """
         out = copy.deepcopy(rec)  # host arrays: the folded starts are written into a copy
         slots = np.flatnonzero(lineage.count)
         if slots.size == 0:
             return out, []
-        n = lineage.count.size
-        starts = [_rows(lineage.start_u, int(i)) for i in slots]
-        final_start = _physical(to_physical_n, starts, n)
-        by_slot = _replaced_by_slot(lineage, to_physical_n, n)
+        final_start = self.to_x(_rows(lineage.start_u, slots))
+        by_slot = _replaced_by_slot(lineage, self.to_x)
         incarnations: list[dict] = []
         for j, slot in enumerate(slots):
             i = int(slot)
@@ -338,10 +324,10 @@ def _replaced(host: _Host, lineage: Lineage, rows, step: int, ended) -> tuple:
     )
 
 
-def _replaced_by_slot(lineage: Lineage, to_physical_n, n: int) -> dict[int, list[dict]]:
+def _replaced_by_slot(lineage: Lineage, to_x) -> dict[int, list[dict]]:
     """The replaced starts' records as the Result lists them, by slot."""
-    old_best = _physical(to_physical_n, [r.best_u for r in lineage.records], n)
-    old_start = _physical(to_physical_n, [r.start_u for r in lineage.records], n)
+    old_best = to_x(_stack([r.best_u for r in lineage.records]))
+    old_start = to_x(_stack([r.start_u for r in lineage.records]))
     by_slot: dict[int, list[dict]] = {int(i): [] for i in np.flatnonzero(lineage.count)}
     for j, r in enumerate(lineage.records):
         by_slot[r.slot].append(
@@ -360,18 +346,6 @@ def _replaced_by_slot(lineage: Lineage, to_physical_n, n: int) -> dict[int, list
             }
         )
     return by_slot
-
-
-def _physical(to_physical_n, rows: list, n: int):
-    """Physical params of unconstrained rows, through the ``n``-row compiled map."""
-    stacked = jax.tree_util.tree_map(lambda *a: np.stack(a), *rows)
-    parts = [
-        jax.tree_util.tree_map(
-            lambda a, k=hi - lo: np.asarray(a)[:k], jax.device_get(to_physical_n(chunk))
-        )
-        for lo, hi, chunk in padded_chunks(stacked, n)
-    ]
-    return jax.tree_util.tree_map(lambda *a: np.concatenate(a), *parts)
 
 
 def _show(rec: dict, i: int, inc: dict) -> None:

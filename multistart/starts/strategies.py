@@ -536,6 +536,8 @@ class StartPlan:
       stats: figures for the Result (filter counts and times).
       explore: a second queue: the filter's ranking of candidates drawn over a wider box
         (``plan_starts(explore=...)``), or ``None``.
+      sweep: the filter's compiled evaluator (``None``: no filter ran), whose program also
+        maps the search's rows to physical parameters.
     """
 
     x0: Any
@@ -543,6 +545,7 @@ class StartPlan:
     reserve: StartQueue | None = None
     stats: dict = field(default_factory=dict)
     explore: StartQueue | None = None
+    sweep: ValueEvaluator | None = None
 
 
 def _concat(a, b):
@@ -559,16 +562,17 @@ def filter_sweep(problem: Problem, dtype, width: int, programs=None) -> ValueEva
     """The filter's evaluator: the figure of merit at flat unconstrained points, compiled.
 
     It maps points the way a flat search step does (``forward_flat``), so a start's filter
-    value is the value its first step sees (to rounding). ``programs``: where it is kept for
+    value is the value its first step sees (to rounding); the mapped points come back too
+    (:meth:`~multistart.device.evaluator.ValueEvaluator.points`). ``programs``: where it is kept for
     a refit of the same model (:class:`multistart.device.programs.Programs`).
     """
     space, fom = problem.space, problem.fom  # not problem: a kept program would keep its data
 
     def fom_u(u, data):
-        return fom(space.unravel(space.forward_flat(u)), data)
+        x = space.forward_flat(u)
+        return fom(space.unravel(x), data), x  # the point too: the Result's map of its rows
 
-    data = jax.device_put(problem.data)
-    sweep = ValueEvaluator(fom_u, width=width, data=data, programs=programs)
+    sweep = ValueEvaluator(fom_u, width=width, data=problem.data, programs=programs)
     sweep.compile(space.n_dims, dtype)
     return sweep
 
@@ -632,7 +636,7 @@ def plan_starts(
     stats["n_unstarted"] = int(np.sum(~started))
     reserve = CandidateReserve(_take(cand, rest), foms[rest])
     pool = None if explore is None else _explore_pool(space, dtype, sweep, seed, explore, stats)
-    return StartPlan(_concat(user, picked), started, reserve, stats, pool)
+    return StartPlan(_concat(user, picked), started, reserve, stats, pool, sweep)
 
 
 def _explore_pool(space, dtype, sweep, seed, explore, stats: dict) -> CandidateReserve:
