@@ -27,6 +27,7 @@ writes the run's record (``profiling/harness.py``), for ``python -m profiling.co
     python profiling/fixed_cost.py            # DanWood, Misra1a, Chwirut2, MGH09; 3 repeats
     python profiling/fixed_cost.py --quick    # DanWood, Misra1a; 1 repeat
     python profiling/fixed_cost.py --quick --json fixed_cost.json
+    python profiling/fixed_cost.py --problems all   # the 27, and their totals (the targets)
     python profiling/fixed_cost.py --problems DanWood --profile   # cProfile of a second fit
 """
 
@@ -210,8 +211,9 @@ HEADER = (
 )
 
 
-def one_problem(record: harness.Record, name: str, repeats: int, profile: bool) -> None:
-    """Every arm's first pass, then ``repeats`` interleaved second passes (medians)."""
+def one_problem(record: harness.Record, name: str, repeats: int, profile: bool) -> dict:
+    """Every arm's first pass, then ``repeats`` interleaved second passes (medians); returns
+    the walls, for the totals."""
     problem = nist.load(name)
     (o, ours_again), (s, scipy_again), (v, vmap_again) = (
         ours(problem, profile),
@@ -251,12 +253,31 @@ def one_problem(record: harness.Record, name: str, repeats: int, profile: bool) 
     print(f"{'':9} best SSR: ours {o['best']:.6g}, scipy {s['best']:.6g}, vmap {v['best']:.6g}")
     if profile:
         print(o["profile"])
+    return {key: figures[key] for key in TOTALS}
+
+
+TOTALS = ("ours 1st s", "ours 2nd s", "scipy s", "vmap 1st s", "vmap 2nd s")
+
+
+def totals(record: harness.Record, walls: list[dict]) -> None:
+    """The summed walls of every problem run (the issue's targets are on the 27's totals)."""
+    sums = {key: sum(w[key] for w in walls) for key in TOTALS}
+    for key, value in sums.items():
+        record.figure(f"total {key}", value)
+    r1 = record.ratio("total ours 1st / vmap 1st", "total ours 1st s", "total vmap 1st s")
+    r2 = record.ratio("total ours 2nd / scipy", "total ours 2nd s", "total scipy s")
+    r3 = record.ratio("total ours 2nd / vmap 2nd", "total ours 2nd s", "total vmap 2nd s")
+    print(
+        f"{'total':<9} {sums['ours 1st s']:8.3f} {sums['ours 2nd s']:8.3f} "
+        f"{sums['scipy s']:7.3f} {sums['vmap 1st s']:8.3f} {sums['vmap 2nd s']:8.4f} | "
+        f"{r1:9.2f} {r2:9.3f} {r3:9.1f} | ({len(walls)} problems)"
+    )
 
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="DanWood and Misra1a, one repeat")
-    p.add_argument("--problems", default=None, help="comma-separated NIST names")
+    p.add_argument("--problems", default=None, help="comma-separated NIST names, or all")
     p.add_argument("--repeats", type=int, default=None, help="second fits timed (median)")
     p.add_argument("--profile", action="store_true", help="cProfile one more second fit")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)  # curve_fit's process
@@ -267,6 +288,8 @@ def main(argv=None) -> None:
     names = (
         args.problems or ("DanWood,Misra1a" if args.quick else "DanWood,Misra1a,Chwirut2,MGH09")
     ).split(",")
+    if names == ["all"]:
+        names = list(nist.NAMES)
     unknown = [n for n in names if n not in nist.MODELS]
     if unknown:
         p.error(f"unknown problem(s) {', '.join(unknown)}; choose from {', '.join(nist.NAMES)}")
@@ -282,8 +305,9 @@ def main(argv=None) -> None:
     record = harness.Record("fixed_cost", args)
     print(f"{N_STARTS} starts, float64, {jax.devices()[0].platform}; walls in seconds")
     print(HEADER)
-    for name in names:
-        one_problem(record, name, repeats, args.profile)
+    walls = [one_problem(record, name, repeats, args.profile) for name in names]
+    if len(walls) > 1:
+        totals(record, walls)
     ratio = c["ours_s"] / c["vmap_s"]
     print(
         f"ms.curve_fit (3 parameters, 50 points) in a fresh process: {c['ours_s']:.3f} s, "
