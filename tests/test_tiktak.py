@@ -17,7 +17,7 @@ from multistart.common.status import Status
 from multistart.device.evaluator import FILTER_NAME
 from multistart.model.priors import Space
 from multistart.model.problem import as_problem
-from multistart.starts.strategies import CandidateReserve, StartStream, plan_starts
+from multistart.starts.strategies import CandidateReserve, Explore, StartStream, plan_starts
 from multistart.starts.tiktak import TikTakQueue, theta
 
 
@@ -265,7 +265,7 @@ def test_the_explore_pool_ranks_box_draws_and_leaves_the_first_wave_alone(x64):
     with CompileCounter() as without:
         plain = plan_starts(problem, jnp.float64, **kw)
     with CompileCounter() as with_pool:
-        plan = plan_starts(problem, jnp.float64, **kw, explore=(30, (0.01, 0.99)))
+        plan = plan_starts(problem, jnp.float64, **kw, explore=Explore(30, (0.01, 0.99)))
     assert with_pool.count(FILTER_NAME) == without.count(FILTER_NAME) == 1  # none for the pool
     np.testing.assert_array_equal(plan.x0["x"], plain.x0["x"])  # the band's first wave
     np.testing.assert_array_equal(plan.reserve.x["x"], plain.reserve.x["x"])
@@ -278,6 +278,29 @@ def test_the_explore_pool_ranks_box_draws_and_leaves_the_first_wave_alone(x64):
     np.testing.assert_allclose(got[0], drawn[np.argmin(foms)], rtol=1e-12)
     np.testing.assert_allclose(np.sort(got, axis=0), np.sort(drawn, axis=0), rtol=1e-12)
     assert np.max(plan.explore.x["x"]) > 5.12 - 0.15 * 10.24  # beyond the band: the box
+
+
+def test_the_explore_pool_adds_candidates_with_half_their_coordinates_on_a_bound(x64):
+    """The pool's box draws as before, and more draws (their own stream) with about half their
+    coordinates on a bound, either side: the bound itself, its unconstrained coordinate the
+    inverse map's clip; every other coordinate one of the draws."""
+    problem = as_problem(lambda p: jnp.sum((p["x"] - 2.9) ** 2), {"x": SPACE["x"]})
+    kw = dict(n_starts=4, strategy="band", band=(0.15, 0.85), n_candidates=40, filter_width=64)
+    box = (0.01, 0.99)
+    plan = plan_starts(problem, jnp.float64, **kw, seed=3, explore=Explore(40, box, 400, 0.5))
+    x = plan.explore.x["x"]
+    assert x.shape == (440, 3) and plan.stats["n_explore_candidates"] == 440
+    lower, upper = x == -5.12, x == 5.12
+    assert 0.4 < (lower | upper).sum() / (400 * 3) < 0.6  # of the 400 more draws' coordinates
+    assert 0.4 < lower.sum() / (lower | upper).sum() < 0.6
+    u = problem.space.to_unconstrained(plan.explore.x)["x"]
+    np.testing.assert_allclose(np.abs(u[lower | upper]), np.log(1e12), rtol=1e-5)
+    draws = [
+        StartStream(problem.space, "band", box, np.random.default_rng([3, k])).draw(n)["x"]
+        for k, n in ((41, 40), (43, 400))
+    ]
+    assert np.isin(draws[0], x).all()  # the box's draws, every one (all finite)
+    assert np.isin(x[~(lower | upper)], np.concatenate(draws)).all()
 
 
 def _first_starts(result) -> np.ndarray:

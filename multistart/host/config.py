@@ -62,6 +62,12 @@ TIKTAK_SHORT_SEARCH = 300
 TIKTAK_EXPLORE_EVERY = 3
 TIKTAK_EXPLORE_PER_START = 5
 TIKTAK_EXPLORE_BOX = (0.01, 0.99)
+# ... and TIKTAK_EXPLORE_BOUND_PER_START x n_starts more, each bounded coordinate of them on a
+# bound with probability TIKTAK_EXPLORE_ON_BOUND: a search that starts there searches that face,
+# so optima on a bound, which a logistic coordinate reaches only asymptotically, are found
+# (issue 41; profiling/HISTORY.md)
+TIKTAK_EXPLORE_BOUND_PER_START = 2.5
+TIKTAK_EXPLORE_ON_BOUND = 0.5
 BACKEND_NAMES = ("loop", "scan")
 DEFAULT_CONVERGENCE = Convergence()
 # The tail of a search (issue 38): at the steps that are multiples of TAIL_EVERY, when the
@@ -262,7 +268,9 @@ class Starts(_Group):
         f"{TIKTAK_SHORT_SEARCH} evaluations on average (short ones are cheap to repeat; after "
         "a longer average no new local search starts), every third of them at the next of the "
         f"filter's ranking of {TIKTAK_EXPLORE_PER_START} x ``n_starts`` further candidates drawn "
-        "over 1-99 % of each prior's quantiles (for optima near or on a bound). "
+        f"over 1-99 % of each prior's quantiles and {TIKTAK_EXPLORE_BOUND_PER_START} x "
+        "``n_starts`` more with about half their bounded coordinates on a bound (for optima "
+        "near or on a bound). "
         '``"auto"`` (default): ``"tiktak"`` for the least-squares rules, ``"band_tiktak"`` for '
         'L-BFGS, ``"band"`` for the others and wherever TikTak cannot run '
         "(``n_candidates=0``, ``resurrect``).",

@@ -46,13 +46,21 @@ from ..model.problem import (
     traced_key,
 )
 from ..result import Result
-from ..starts.strategies import StartPlan, check_strategy_space, plan_starts, user_starts
+from ..starts.strategies import (
+    Explore,
+    StartPlan,
+    check_strategy_space,
+    plan_starts,
+    user_starts,
+)
 from ..width.env import check_env, max_batch_from_env
 from ..width.widths import cap_width
 from .assemble import CHUNK_STEP_NAME, assemble, log_end
 from .checkpoint import Checkpointer, SearchCheckpoints, SearchInterrupted
 from .config import (
+    TIKTAK_EXPLORE_BOUND_PER_START,
     TIKTAK_EXPLORE_BOX,
+    TIKTAK_EXPLORE_ON_BOUND,
     TIKTAK_EXPLORE_PER_START,
     SearchConfig,
 )
@@ -204,11 +212,13 @@ def plan(setup: Setup) -> StartPlan:
     return select_part(start_plan, setup.part)
 
 
-def _explore(o: SearchConfig) -> tuple[int, tuple[float, float]] | None:
-    """band_tiktak's second pool: how many candidates over which box the filter also ranks."""
+def _explore(o: SearchConfig) -> Explore | None:
+    """band_tiktak's second pool: the candidates over the box the filter also ranks."""
     if o.start_strategy != "band_tiktak":
         return None
-    return TIKTAK_EXPLORE_PER_START * o.n_starts, TIKTAK_EXPLORE_BOX
+    n_bound = int(TIKTAK_EXPLORE_BOUND_PER_START * o.n_starts)
+    n = TIKTAK_EXPLORE_PER_START * o.n_starts
+    return Explore(n, TIKTAK_EXPLORE_BOX, n_bound, TIKTAK_EXPLORE_ON_BOUND)
 
 
 def restore(setup: Setup, engine: Engine, state: RunState) -> RunState:

@@ -14,7 +14,7 @@ import math
 import numbers
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
@@ -32,6 +32,7 @@ __all__ = [
     "NoFiniteStartsError",
     "StartStream",
     "StartPlan",
+    "Explore",
     "check_band",
     "check_strategy",
     "check_strategy_space",
@@ -591,7 +592,7 @@ def plan_starts(
     max_candidates: int | None = None,
     diverse: bool = True,
     programs=None,
-    explore: tuple[int, tuple[float, float]] | None = None,
+    explore: Explore | None = None,
 ) -> StartPlan:
     """Decide every slot's start: user starts first, then strategy draws (filtered or not).
 
@@ -599,9 +600,9 @@ def plan_starts(
     finite as there are free slots, up to ``max_candidates`` (default ``n_candidates``), and the
     free slots get :func:`diverse_candidates` of them (``diverse=False``: the plain best). Slots
     left over stay ``unstarted``; no finite candidate and no user start raises
-    :class:`NoFiniteStartsError`. ``programs``: the filter's, kept. ``explore=(m, box)``: the
-    filter also ranks ``m`` uniform draws over ``box`` of each prior's unit interval (the seed's
-    second stream); the plan's ``explore`` holds the finite ones, one a basin first.
+    :class:`NoFiniteStartsError`. ``programs``: the filter's, kept. ``explore``: the filter
+    also ranks a second pool of candidates over a wider box (:class:`Explore`); the plan's
+    ``explore`` holds the finite ones, one a basin first.
     """
     space = problem.space
     stream = StartStream(space, strategy, band, np.random.default_rng(seed))
@@ -639,18 +640,60 @@ def plan_starts(
     return StartPlan(_concat(user, picked), started, reserve, stats, pool, sweep)
 
 
-def _explore_pool(space, dtype, sweep, seed, explore, stats: dict) -> CandidateReserve:
-    """``explore[0]`` uniform draws over the box ``explore[1]``, ranked by the filter's
-    compiled ``sweep``: the finite ones, spread first (:func:`spread_first`)."""
-    m, box = explore
+class Explore(NamedTuple):
+    """band_tiktak's second pool (:func:`plan_starts`): ``n`` uniform draws over ``box`` of
+    each prior's unit interval (the seed's second stream), and ``n_bound`` more (its fourth
+    stream) with each bounded coordinate put on a bound with probability ``on_bound``
+    (:func:`on_bounds`; the third stream)."""
+
+    n: int
+    box: tuple[float, float]
+    n_bound: int = 0
+    on_bound: float = 0.0
+
+
+def _explore_pool(space, dtype, sweep, seed, explore: Explore, stats: dict) -> CandidateReserve:
+    """The pool's draws (:class:`Explore`), ranked by the filter's compiled ``sweep``: the
+    finite ones, spread first (:func:`spread_first`)."""
+    m, box = explore.n + explore.n_bound, explore.box
     stats["n_explore_candidates"] = m
-    stream = StartStream(space, "band", box, np.random.default_rng([seed, 41]))
-    x = stream.draw(m)
+    inside = StartStream(space, "band", box, np.random.default_rng([seed, 41]))
+    more = StartStream(space, "band", box, np.random.default_rng([seed, 43]))
+    bound = np.random.default_rng([seed, 42])
+    q = on_bounds(space, more.unit_leaves(explore.n_bound), explore.on_bound, bound)
+    x = space.from_unit(
+        [np.concatenate(pair) for pair in zip(inside.unit_leaves(explore.n), q, strict=True)]
+    )
     foms = sweep(space.ravel(space.to_unconstrained(x, dtype=np.dtype(dtype))))
     radius = critical_distance(m, space.n_dims)
     reduced = math.ceil(MLSL_GAMMA * int(np.isfinite(foms).sum()))
     order = spread_first(unit_coords(space, x, box), foms, radius, reduced)
     return CandidateReserve(_take(x, order), foms[order])
+
+
+def on_bounds(space: Space, leaves: list, share: float, rng: np.random.Generator) -> list:
+    """Each prior's unit-interval draws (``leaves``, as :meth:`StartStream.unit_leaves`), every
+    coordinate of a bounded prior (``Uniform``, ``LogUniform``: a logistic coordinate) put on
+    its lower or upper bound with probability ``share``, each side alike. A start on a bound
+    is the bound itself; its unconstrained coordinate is the inverse map's clip (the quantile
+    ``1e-12`` from the bound, +-27.6), so a local search that starts there searches that face
+    (its gradient across it is about ``1e-12`` times the physical one, and a step that leads
+    out is put on the bound). Optima on a bound of the box, which a logistic coordinate
+    reaches only asymptotically, are where such a search starts (issue 41).
+
+    >>> space = Space({"a": Uniform(0.0, 1.0, shape=(1000,))})
+    >>> q = on_bounds(space, [np.full((1, 1000), 0.5)], 0.25, np.random.default_rng(0))[0]
+    >>> round(float(np.mean(q != 0.5)), 2), sorted(set(q[q != 0.5].tolist()))
+    (0.23, [0.0, 1.0])
+    """
+    mask = space.logistic_mask()
+    out, i = [], 0
+    for p, q in zip(space.priors, leaves, strict=True):
+        bounded = mask[i : i + p.size].reshape(p.shape)
+        i += p.size
+        snap = (rng.random(q.shape) < share) & bounded
+        out.append(np.where(snap, np.where(rng.random(q.shape) < 0.5, 1.0, 0.0), q))
+    return out
 
 
 def spread_first(unit: np.ndarray, foms: np.ndarray, radius: float, reduced: int) -> np.ndarray:

@@ -29,7 +29,8 @@ Sobol' points, so its first wave is the band's starts, and its queue hands out s
 the local searches that ended took at most ``TIKTAK_SHORT_SEARCH`` evaluations on average
 (:attr:`TikTakQueue.short_searches`): repeating short local searches is cheap, long ones not.
 Every third start its queue hands out comes from a second pool instead, unblended: the
-filter's ranking of candidates drawn over 1-99 % of each prior's unit interval (the plan's
+filter's ranking of candidates drawn over 1-99 % of each prior's unit interval, and of more
+with some of their coordinates on a bound (the plan's
 :attr:`~multistart.starts.strategies.StartPlan.explore`), so the search reaches optima near or
 on a bound of the box, which the band's candidates (15-85 %) and their blends never come near.
 Its ``n_local`` is two rounds of TikTak's default, and the weights run their schedule over each
