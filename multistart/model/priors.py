@@ -628,15 +628,17 @@ class Space:
         batch = leaves[0].shape[:batch_ndim]
         return np.concatenate([v.reshape(*batch, -1) for v in leaves], axis=-1)
 
-    def unravel_rows(self, rows: np.ndarray):
+    def split_rows(self, rows) -> list[np.ndarray]:
+        """NumPy: ``(n, n_dims)`` flat rows as the free priors' leaves, ``(n, *prior.shape)``
+        each, in the flat order (:meth:`ravel`'s inverse before :meth:`unflatten`)."""
+        rows = np.asarray(rows)
+        parts = np.split(rows, np.cumsum([p.size for p in self.priors])[:-1], axis=1)
+        return [v.reshape(len(rows), *p.shape) for p, v in zip(self.priors, parts, strict=True)]
+
+    def unravel_rows(self, rows):
         """NumPy: ``(n, n_dims)`` flat rows to the params pytree with a leading ``n`` axis
         (:meth:`ravel`'s inverse; :meth:`unravel` is one start's, in JAX)."""
-        rows = np.asarray(rows)
-        ends = np.cumsum([p.size for p in self.priors])[:-1]
-        leaves = np.split(rows, ends, axis=1)
-        return self.unflatten(
-            v.reshape(len(rows), *p.shape) for p, v in zip(self.priors, leaves, strict=True)
-        )
+        return self.unflatten(self.split_rows(rows))
 
     def logistic_mask(self) -> np.ndarray:
         """NumPy: which coordinates of the flat vector are a bounded prior's logistic ones

@@ -414,12 +414,9 @@ def _ravel_point(space, params) -> np.ndarray:
 def _on_space(space, vec: np.ndarray, fixed_as=None):
     """The free parameters' raveled ``vec`` as the space's params pytree (0-d leaves as
     floats), each fixed parameter at its value or at ``fixed_as``."""
-    parts = np.split(
-        np.asarray(vec, dtype=np.float64), np.cumsum([p.size for p in space.priors])[:-1]
-    )
+    parts = space.split_rows(np.asarray(vec, dtype=np.float64)[None])
     leaves = [
-        float(v[0]) if p.shape == () else v.reshape(p.shape)
-        for v, p in zip(parts, space.priors, strict=True)
+        float(v[0]) if p.shape == () else v[0] for v, p in zip(parts, space.priors, strict=True)
     ]
     return space.unflatten(leaves, fixed_as=fixed_as)
 

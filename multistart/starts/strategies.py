@@ -157,12 +157,7 @@ class StartStream:
         if self.sampler == "band":
             return _band_unit(self.space, m, self.rng, self.band)
         lo, hi = self.band
-        q = lo + (hi - lo) * self.unit(m)
-        leaves, i = [], 0
-        for p in self.space.priors:
-            leaves.append(q[:, i : i + p.size].reshape(m, *p.shape))
-            i += p.size
-        return leaves
+        return self.space.split_rows(lo + (hi - lo) * self.unit(m))
 
 
 # -- user starts ---------------------------------------------------------------------------------
@@ -686,12 +681,9 @@ def on_bounds(space: Space, leaves: list, share: float, rng: np.random.Generator
     >>> round(float(np.mean(q != 0.5)), 2), sorted(set(q[q != 0.5].tolist()))
     (0.23, [0.0, 1.0])
     """
-    mask = space.logistic_mask()
-    out, i = [], 0
-    for p, q in zip(space.priors, leaves, strict=True):
-        bounded = mask[i : i + p.size].reshape(p.shape)
-        i += p.size
-        snap = (rng.random(q.shape) < share) & bounded
+    out = []
+    for q, bounded in zip(leaves, space.split_rows(space.logistic_mask()[None]), strict=True):
+        snap = (rng.random(q.shape) < share) & bounded[0]
         out.append(np.where(snap, np.where(rng.random(q.shape) < 0.5, 1.0, 0.0), q))
     return out
 
