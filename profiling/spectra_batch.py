@@ -15,9 +15,10 @@ for every fit. Arms, side by side in one run, every one in this process with an 
 
 Each row gives the wall against scipy's loop, the width the search chose and how
 (``width_choice["selected_by"]``), its chunk calls, the steps its starts took (median, 90th
-percentile, most) and how many ran to ``n_steps``, and the fits whose χ² is at most scipy's
-(to 1e-6). The width a fresh cache chooses depends on what the cache saw first: ``--first
-1`` runs the one-start arm first, whose record then prices the 32-start fit's width.
+percentile, most) and how many ran to ``n_steps``, and the fits whose χ² is at most scipy's (to
+1e-6), and the starts ended as ``refound`` (the batch's ``rediscoveries=3``). The width a fresh
+cache chooses depends on what the cache saw first: ``--first 1`` runs the one-start arm first,
+whose record then prices the 32-start fit's width.
 
     python profiling/spectra_batch.py                 # 500 spectra, the 32-start arm first
     python profiling/spectra_batch.py --first 1       # the one-start arm first
@@ -171,20 +172,32 @@ def main() -> None:
         how = stats["width_choice"].get("selected_by")
         # the starts' steps: how many ran to n_steps, and the start-steps they hold
         capped = int(np.sum(result.status == "max_steps"))
+        refound = int(np.sum(result.status == "refound"))  # ended by the batch's rule
         record.figure(f"{name} starts at n_steps", capped)
+        record.figure(f"{name} starts refound", refound)
         record.figure(f"{name} start-steps", int(steps.sum()))
         spread = f"{np.median(steps):.0f}/{np.percentile(steps, 90):.0f}/{steps.max()}"
         rows.append(
-            (name, seconds / wall, width, how, stats["n_chunk_calls"], spread, capped, as_good)
+            (
+                name,
+                seconds / wall,
+                width,
+                how,
+                stats["n_chunk_calls"],
+                spread,
+                capped,
+                refound,
+                as_good,
+            )
         )
     print(
         f"{'arm':<18}{'wall/scipy':>11}{'width':>7}  {'chosen by':<30}{'calls':>7}"
-        f"  {'steps p50/p90/max':>17} {'at n_steps':>10}  χ² <= scipy's"
+        f"  {'steps p50/p90/max':>17} {'at n_steps':>10} {'refound':>8}  χ² <= scipy's"
     )
-    for name, ratio, width, how, calls, spread, capped, good in rows:
+    for name, ratio, width, how, calls, spread, capped, refound, good in rows:
         print(
             f"{name:<18}{ratio:>11.2f}{width:>7}  {how:<30}{calls:>7}  {spread:>17} {capped:>10}"
-            f"  {good}"
+            f" {refound:>8}  {good}"
         )
     record.write(args.json)
 

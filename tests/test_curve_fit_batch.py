@@ -41,7 +41,7 @@ Y = data()
 
 def alone(i, y=Y, **kw):
     """Fit ``i`` of the stack on its own, as the batch says it fits it."""
-    kw = {**FAST, **kw, "start_strategy": "band", "n_candidates": 0}
+    kw = {**FAST, **kw, "start_strategy": "band", "n_candidates": 0, "rediscoveries": 3}
     popt, pcov, info, _, _ = ms.curve_fit(decay, X, y[i], full_output=True, **kw)
     return popt, pcov, info["result"]
 
@@ -438,3 +438,66 @@ def test_a_batchs_progress_line_counts_fits_done_and_left(caplog, monkeypatch):
     assert done == sorted(done) and [d + k for d, k in zip(done, left, strict=True)] == [4] * len(
         lines
     )
+
+
+EIGHT = dict(p0=P0, bounds=BOX, n_starts=8, seed=0, log_every=0, batch_size=16)
+
+
+def test_a_fits_running_starts_end_once_three_of_its_starts_found_its_best():
+    """The batch's default ``rediscoveries=3``: at step 16 a fit whose best minimum 3 settled
+    starts found ends its starts still running (``refound``, their best kept); every fit's
+    answer is the one of the batch run to every start's end, to rounding, in fewer steps; the
+    same at another width, and a fit alone with the rule gives its answer bit for bit."""
+    popt, _, fits = batch(decay, X, Y, **EIGHT)
+    full, _, every = batch(decay, X, Y, **EIGHT, rediscoveries=None)
+    r = fits.result
+    status, steps = np.asarray(r.status).reshape(4, 8), np.asarray(r.n_steps).reshape(4, 8)
+    foms = np.asarray(r.foms).reshape(4, 8)
+    ended = status == "refound"
+    assert ended.any() and not (np.asarray(every.result.status) == "refound").any()
+    for i in np.flatnonzero(ended.any(axis=1)):
+        at = steps[i][ended[i]]
+        assert np.all(at % 16 == 0)  # ended at a decision step
+        best = foms[i][status[i] == "converged"].min()
+        found = (status[i] == "converged") & (foms[i] <= best * (1 + 1e-3)) & (steps[i] <= at.min())
+        assert found.sum() >= 3
+        assert np.all(foms[i][ended[i]] >= best * (1 - 1e-3))  # none below the best
+    assert steps.sum() < np.asarray(every.result.n_steps).sum()
+    np.testing.assert_allclose(popt, full, rtol=1e-6)
+    np.testing.assert_allclose(fits.best_fom, every.best_fom, rtol=1e-12)
+    wide, _, at_32 = batch(decay, X, Y, **{**EIGHT, "batch_size": 32})
+    np.testing.assert_array_equal(wide, popt)
+    np.testing.assert_array_equal(np.asarray(at_32.result.status), np.asarray(r.status))
+    i = int(np.flatnonzero(ended.any(axis=1))[0])
+    one, _, result = alone(i, **EIGHT)
+    np.testing.assert_array_equal(one, popt[i])
+    np.testing.assert_array_equal(np.asarray(result.status), status[i])
+
+
+def test_a_batch_resumed_after_its_starts_were_refound_gives_the_uninterrupted_answer(tmp_path):
+    pytest.importorskip("orbax.checkpoint")
+    popt, _, whole = batch(decay, X, Y, **EIGHT)
+    folder = dict(checkpoint_dir=str(tmp_path / "ckpt"), checkpoint_every=4)
+    budget = int(whole.n_evals.sum() * 0.97)
+    _, _, first = batch(decay, X, Y, max_evals=budget, **folder, **EIGHT)
+    stopped = first.result.stats
+    assert stopped["stop_reason"] == "max_evals" and stopped["n_steps_run"] > 16
+    assert (np.asarray(first.result.status) == "refound").any()  # in the checkpoint
+    popt2, _, resumed = batch(decay, X, Y, resume=True, **folder, **EIGHT)
+    np.testing.assert_array_equal(popt2, popt)
+    np.testing.assert_array_equal(
+        np.asarray(resumed.result.status), np.asarray(whole.result.status)
+    )
+    np.testing.assert_array_equal(resumed.n_evals, whole.n_evals)
+
+
+def test_rediscoveries_is_refused_where_it_cannot_apply():
+    with pytest.raises(ValueError, match="rediscoveries must be an int >= 2; got 1"):
+        ms.MultiStartLeastSquares(rediscoveries=1)
+    with pytest.raises(ValueError, match="rediscoveries=3 .* start_strategy='tiktak'"):
+        ms.MultiStartLeastSquares(rediscoveries=3, start_strategy="tiktak")
+    with pytest.raises(ValueError, match="rediscoveries=3 .* schedule='halving'"):
+        ms.MultiStartLBFGS(rediscoveries=3, start_strategy="band", schedule="halving")
+    with pytest.raises(ValueError, match="rediscoveries=2 .* resurrect"):
+        ms.MultiStartAdam(rediscoveries=2, resurrect=1)
+    ms.MultiStartLBFGS(rediscoveries=3, start_strategy="band")  # the band: accepted

@@ -137,6 +137,62 @@ TABLE = [
     ),
 ]
 
+REFOUND = Due(refound=True)
+FOUND_TWICE = Rules(rediscoveries=2, group=3, xtol=1e-3, ftol=1e-3)
+AT_ZERO = np.zeros((6, 1))
+TABLE += [
+    (
+        "a fit found twice ends its running start; the other fit runs on",
+        reading([C, C, R, R, C, R], best=[1, 1, 3, 0.5, 2, 2.5], due=REFOUND, best_u=AT_ZERO),
+        FOUND_TWICE,
+        dict(stop=None, prune=[2], rows=[3, 5]),
+    ),
+    (
+        "not due: nothing ends",
+        reading([C, C, R], best=[1, 1, 3], due=SYNC, best_u=AT_ZERO[:3]),
+        FOUND_TWICE,
+        dict(stop=None, prune=[]),
+    ),
+    (
+        "a running start below the best runs on",
+        reading([C, C, R], best=[1, 1, 0.99], due=REFOUND, best_u=AT_ZERO[:3]),
+        FOUND_TWICE,
+        dict(stop=None, prune=[]),
+    ),
+    (
+        "within the tolerance of the best, but elsewhere: not found",
+        reading([C, C, R], best=[1, 1, 3], due=REFOUND, best_u=np.array([[0.0], [0.5], [0]])),
+        FOUND_TWICE,
+        dict(stop=None, prune=[]),
+    ),
+    (
+        "its last running start ended: all ended",
+        reading([C, C, R], best=[1, 1 + 1e-6, 3], due=REFOUND, best_u=AT_ZERO[:3]),
+        FOUND_TWICE,
+        dict(stop="all ended", prune=[2]),
+    ),
+    (
+        "a ragged last fit, and one settled start at best: no end",
+        reading([C, R, R, C, R], best=[1, 2, 3, 1, 2], due=REFOUND, best_u=AT_ZERO[:5]),
+        FOUND_TWICE,
+        dict(stop=None, prune=[]),
+    ),
+    (
+        "one group: the whole search",
+        reading([C, R, R, C, R], best=[1, 2, 3, 1, 2], due=REFOUND, best_u=AT_ZERO[:5]),
+        Rules(rediscoveries=2, xtol=1e-3, ftol=1e-3),
+        dict(stop="all ended", prune=[1, 2, 4]),
+    ),
+    (
+        "ended at the last step too (a resumed run replays it)",
+        reading(
+            [C, C, R, R], best=[1, 1, 3, 0.5], due=Due(refound=True, last=True), best_u=AT_ZERO[:4]
+        ),
+        Rules(rediscoveries=2, xtol=1e-3, ftol=1e-3),
+        dict(stop="n_steps", prune=[2]),
+    ),
+]
+
 
 @pytest.mark.parametrize("name, r, rules, expected", TABLE, ids=[t[0] for t in TABLE])
 def test_decide(name, r, rules, expected):

@@ -29,6 +29,7 @@ class Status(str, enum.Enum):
     STOPPED = "stopped"
     PRUNED = "pruned"
     STALLED = "stalled"
+    REFOUND = "refound"
 
     @property
     def settled(self) -> bool:
@@ -80,5 +81,9 @@ _MESSAGES = {
     Status.STALLED: (
         "Stalled: its best figure of merit improved by less than the convergence window's "
         "tolerance over the window; no optimality test said it reached a minimum."
+    ),
+    Status.REFOUND: (
+        "Ended by the rediscovery rule (rediscoveries): enough settled starts of its fit had "
+        "found the best minimum, and this one was not below it (its best is kept)."
     ),
 }

@@ -54,7 +54,10 @@ def records(setup: Setup, engine: Engine, state: RunState) -> tuple[dict[str, An
     starts, history = to_host((state.pop.starts, state.pop.history))  # gathered if over processes
     s = jax.tree_util.tree_map(lambda a: a[:n], starts)
     codes = np.asarray(s.status).astype(np.int64)
-    codes[state.pruned[:n]] = Status.PRUNED.code  # ended by the host, running on the device
+    # ended by the host, running on the device: the halving schedule or (never with it) the
+    # rediscovery rule, which a resumed search may turn off (the schedule it may not)
+    ended = Status.PRUNED if engine.options.halving is not None else Status.REFOUND
+    codes[state.pruned[:n]] = ended.code
     assert state.stop is not None  # the loop ended
     still = STILL_RUNNING.get(state.stop, Status.INTERRUPTED)
     codes[codes == Status.RUNNING.code] = still.code

@@ -78,6 +78,10 @@ DEFAULT_CONVERGENCE = Convergence()
 TAIL_EVERY = 32
 TAIL_RATIO = 8
 TAIL_MIN_WIDTH = 16
+# rediscoveries (issue 38): at the steps that are multiples of REFOUND_EVERY the host ends the
+# running starts of every fit whose best minimum that many settled starts found. By the step
+# count alone, so results are deterministic for a seed and independent of the width.
+REFOUND_EVERY = 16
 
 
 class OnResume(enum.Enum):
@@ -187,6 +191,7 @@ ORDER = (
     "target_fom",
     "max_evals",
     "max_time_s",
+    "rediscoveries",
     "sync_every",
     "steps_per_call",
     "flat",
@@ -424,6 +429,18 @@ class Stopping(_Group):
         on_resume=OnResume.FREE,
         program=False,
     )
+    rediscoveries: int | None = option(
+        None,
+        "end the starts still running once this many settled starts (converged or stalled, "
+        "the best's own included) found the best minimum so far, within the tolerances of "
+        "``Result.minima()``: a running start not already below it ends as ``refound`` "
+        f"(its best is kept). Checked every {REFOUND_EVERY} steps. In a stack of fits "
+        "(``curve_fit(batched=True)``, where it is 3 by default) each fit's starts on their "
+        "own. ``None`` (the default): every start runs to its end. Not with refills "
+        "(TikTak, ``resurrect``) or ``schedule='halving'``.",
+        on_resume=OnResume.FREE,  # as target_fom: when starts stop, not how they step
+        program=False,
+    )
 
     def __post_init__(self):
         self._check_stopping()
@@ -441,6 +458,7 @@ class Stopping(_Group):
         self._set("target_fom", _check_real(self.target_fom, "target_fom", finite=True))
         self._set("max_evals", _optional_int(self.max_evals, "max_evals", 1))
         self._set("max_time_s", _check_real(self.max_time_s, "max_time_s", positive=True))
+        self._set("rediscoveries", _optional_int(self.rediscoveries, "rediscoveries", 2))
 
     @property
     def halving(self) -> Halving | None:
@@ -664,6 +682,29 @@ class SearchConfig(Output, Uncertainty, Execution, Stopping, TikTak, Starts):
                 f"is replaced, after that many non-finite evaluations; got {self.resurrect}"
             )
         self._resolve_tiktak()
+        self._check_rediscoveries()
+
+    def _check_rediscoveries(self) -> None:
+        """``rediscoveries`` ends running starts by what the settled ones found: a refill
+        (whose ended starts leave the reading) or the halving schedule (which ends starts
+        itself) would make that ambiguous."""
+        if self.rediscoveries is None:
+            return
+        other = (
+            "resurrect"
+            if self.resurrect
+            else f"start_strategy={self.start_strategy!r}"
+            if self.tiktak
+            else "schedule='halving'"
+            if self.halving is not None
+            else None
+        )
+        if other is not None:
+            raise ValueError(
+                f"rediscoveries={self.rediscoveries} ends the running starts once the best is "
+                f"found that often, which {other} does not combine with (TikTak has its own "
+                "rule, max_discoveries): drop one of them"
+            )
 
     def _resolve_tiktak(self) -> None:
         given = {
@@ -767,6 +808,13 @@ class SearchConfig(Output, Uncertainty, Execution, Stopping, TikTak, Starts):
             and Coupling(
                 f"max_evals={self.max_evals!r}",
                 "it stops every start once all of them made that many evaluations",
+                stack_may_keep=True,
+            ),
+            self.rediscoveries is not None
+            and Coupling(
+                f"rediscoveries={self.rediscoveries}",
+                "it ends a start by what the other starts found (a stack of fits: each fit's "
+                "by its own starts)",
                 stack_may_keep=True,
             ),
             self.halving is not None

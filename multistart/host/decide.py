@@ -29,11 +29,13 @@ __all__ = [
     "resumed",
     "settle",
     "tail_width",
+    "refound",
     "STILL_RUNNING",
 ]
 
 _RUNNING = Status.RUNNING.code
-_PRUNED = Status.PRUNED.code
+_PRUNED = Status.PRUNED.code  # a slot the host ended (halving, or rediscoveries: Status.REFOUND)
+_SETTLED = [s.code for s in Status if s.settled]
 _NONE = np.zeros(0, np.int64)
 
 
@@ -82,6 +84,7 @@ class Due:
     signalled: bool = False  # SIGINT/SIGTERM arrived (in this process)
     on_schedule: bool = False  # the sync_every schedule: the only syncs that end or refill starts
     tail: bool = False  # a step where the sweep may narrow to its running rows (tail_width)
+    refound: bool = False  # a step where the rediscovery rule ends starts (refound)
 
     @property
     def sync(self) -> bool:
@@ -107,6 +110,8 @@ class Reading:
       width: the width the sweep steps at now.
       tail_since: the step of the tail decision at which the running rows first fitted a
         narrower width, -1 when they did not at the last one (:func:`tail_width`).
+      best_u: ``(n, p)`` each slot's flat unconstrained point at its best, read where the
+        rediscovery rule is due (``due.refound``), else ``None``.
     """
 
     step: int
@@ -122,6 +127,7 @@ class Reading:
     rungs: Rungs | None = None
     width: int = 0
     tail_since: int = -1
+    best_u: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -134,6 +140,12 @@ class Rules:
       refills: status codes whose slots a queue gives new starts (none without a queue).
       checkpoints: does the search write checkpoints?
       halving: the halving schedule, or ``None`` (every start runs to its own end).
+      rediscoveries: end the running starts of a group whose best minimum this many settled
+        starts found (:func:`refound`), or ``None``.
+      group: slots ``i * group`` to ``(i + 1) * group - 1`` are one fit's (a stack of fits),
+        or all of them (0).
+      xtol, ftol: the tolerances within which a settled start found the best minimum
+        (:func:`multistart.result.minima.default_tolerances`).
     """
 
     target_fom: float | None = None
@@ -141,6 +153,10 @@ class Rules:
     refills: frozenset[int] = frozenset()
     checkpoints: bool = False
     halving: Halving | None = None
+    rediscoveries: int | None = None
+    group: int = 0
+    xtol: float = 0.0
+    ftol: float = 0.0
 
     @property
     def settles(self) -> bool:
@@ -254,6 +270,48 @@ def tail_width(r: Reading, n_running: int) -> tuple[int | None, int]:
     return (None, r.step) if r.tail_since < 0 else (width, -1)
 
 
+def refound(r: Reading, rules: Rules) -> np.ndarray:
+    """The running slots the rediscovery rule ends at ``r`` (``r.due.refound``), in order.
+
+    In each group (a fit's slots, :attr:`Rules.group`) the best minimum is its settled starts'
+    lowest figure of merit; a settled start found it when its figure of merit is within
+    ``ftol`` of it and its point within ``xtol`` in every coordinate (both relative above
+    magnitude 1, as :class:`multistart.starts.tiktak.Discoveries`). Once ``rediscoveries``
+    settled starts found it (itself included), the group's running starts end, but for
+    those already below it by more than ``ftol``. Pure, by the reading alone.
+
+    >>> due = Due(refound=True)
+    >>> status = np.array([1, 1, 0, 0, 1, 0], np.int8)  # converged x3, running x3
+    >>> fom = np.array([1.0, 1.0 + 1e-9, 3.0, 0.5, 2.0, 2.5])
+    >>> u = np.zeros((6, 1))
+    >>> r = Reading(16, status, fom, np.zeros(6), due, best_u=u)
+    >>> refound(r, Rules(rediscoveries=2, group=3, xtol=1e-3, ftol=1e-3))
+    array([2])
+    >>> refound(r, Rules(rediscoveries=2, xtol=1e-3, ftol=1e-3))  # one group: 0.5 runs on
+    array([2, 5])
+    """
+    if rules.rediscoveries is None or not r.due.refound or r.best_u is None:
+        return _NONE
+    n = r.status.size
+    size = rules.group or n
+    groups = -(-n // size)
+    pad = groups * size - n
+    status = np.pad(r.status, (0, pad), constant_values=_PRUNED).reshape(groups, size)
+    fom = np.pad(r.best_fom, (0, pad), constant_values=np.inf).reshape(groups, size)
+    u = np.pad(r.best_u.reshape(n, -1), ((0, pad), (0, 0))).reshape(groups, size, -1)
+    settled = np.isin(status, _SETTLED) & np.isfinite(fom)
+    f_settled = np.where(settled, fom, np.inf)
+    at = np.argmin(f_settled, axis=1)
+    f_best = np.take_along_axis(f_settled, at[:, None], axis=1)  # (groups, 1)
+    u_best = np.take_along_axis(u, at[:, None, None], axis=1)  # (groups, 1, p)
+    tol_f = rules.ftol * np.maximum(1.0, np.abs(np.where(np.isfinite(f_best), f_best, 0.0)))
+    near_u = np.abs(u - u_best) <= rules.xtol * np.maximum(1.0, np.abs(u_best))
+    found = settled & (np.abs(fom - f_best) <= tol_f) & near_u.all(axis=2)
+    done = np.isfinite(f_best[:, 0]) & (found.sum(axis=1) >= rules.rediscoveries)
+    ends = done[:, None] & (status == _RUNNING) & ~(fom < f_best - tol_f)
+    return np.flatnonzero(ends.reshape(-1)[:n])
+
+
 def decide(r: Reading, rules: Rules) -> Decision:
     """The host's decision at a sync.
 
@@ -265,11 +323,21 @@ def decide(r: Reading, rules: Rules) -> Decision:
     - **Checkpoint** when due by the step count, and whenever the search stops.
     - **Repack** the sweep when the running rows changed, and **narrow** it to them at a
       tail decision once few are left (:func:`tail_width`).
+    - **End** the running starts of a fit whose best minimum was found often enough
+      (:func:`refound`: first, at every sync where it is due, as ``prune`` does; never
+      together with a refill or the halving schedule).
     """
+    ended = refound(r, rules)
+    if ended.size:
+        status = r.status.copy()
+        status[ended] = _PRUNED
+        r = replace(r, status=status)
     stop = StopReason(r.signal) if r.signal is not None else _budget(r, rules)
     due = rules.settles and r.due.on_schedule
     settling = due and not (r.due.last or stop is not None)
     s = settle(r, rules) if settling else {"status": r.status, "rungs": r.rungs}
+    if ended.size:  # (settle prunes nothing then: rediscoveries excludes halving)
+        s["prune"] = ended
     running = np.flatnonzero(s["status"] == _RUNNING)
     if stop is None and running.size == 0:
         stop = StopReason.ALL_ENDED

@@ -142,13 +142,7 @@ def build(setup: Setup, start_plan: StartPlan, traced: Traced) -> tuple[Engine, 
     sweep = start_plan.sweep
     physical = physical_map(layout, n, setup.programs, None if sweep is None else sweep.points)
     refiller = _refiller(setup, start_plan, sweeper.write, physical)
-    rules = Rules(
-        target_fom=o.target_fom,
-        max_evals=o.max_evals,
-        refills=frozenset() if refiller is None else refiller.refills,
-        checkpoints=checkpoints is not None,
-        halving=o.halving,
-    )
+    rules = _rules(setup, refiller, checkpoints is not None)
     engine = Engine(
         sweeper,
         layout,
@@ -165,6 +159,23 @@ def build(setup: Setup, start_plan: StartPlan, traced: Traced) -> tuple[Engine, 
     )
     lineage = None if refiller is None else Lineage.start(u0)
     return engine, RunState.start(pop, o.halving, lineage)
+
+
+def _rules(setup: Setup, refiller: Refiller | None, checkpoints: bool) -> Rules:
+    """The search's rules for its syncs, from its options."""
+    o = setup.options
+    xtol, ftol = default_tolerances(setup.layout.dtype, setup.config["convergence"])
+    return Rules(
+        target_fom=o.target_fom,
+        max_evals=o.max_evals,
+        refills=frozenset() if refiller is None else refiller.refills,
+        checkpoints=checkpoints,
+        halving=o.halving,
+        rediscoveries=o.rediscoveries,
+        group=setup.problem.rows_per_datum or 0,  # a stack of fits: each fit's own starts
+        xtol=xtol,
+        ftol=ftol,
+    )
 
 
 def _population(setup: Setup, chunk_step, u0, status0) -> tuple[PopState, Backend]:

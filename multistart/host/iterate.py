@@ -34,7 +34,7 @@ from ..common import log
 from ..common.status import Status
 from ..device.distributed import agree_max, to_host
 from .checkpoint import CheckpointError
-from .config import TAIL_EVERY, TAIL_MIN_WIDTH, TAIL_RATIO
+from .config import REFOUND_EVERY, TAIL_EVERY, TAIL_MIN_WIDTH, TAIL_RATIO
 from .decide import Decision, Due, Reading, StopReason, decide, resumed
 from .engine import Engine
 from .progress import Display
@@ -109,7 +109,8 @@ class Calls:
     A call ends at every step where the host must look: the end of ``n_steps``, each
     ``checkpoint_every`` and ``log_every`` step, and, where a sync decides something that
     shapes the trajectories (refills, the halving schedule, a ``target_fom`` or ``max_evals``
-    budget, or the processes of a mesh agreeing when to sync), each ``sync_every`` step; with
+    budget, or the processes of a mesh agreeing when to sync), each ``sync_every`` step, each
+    ``REFOUND_EVERY``-th step under ``rediscoveries`` (where that rule ends starts); with
     refills alone and ``sync_every=1``, a call of one chunk on one device ends instead at the
     first step where one of its starts ends (what a refill acts on: the same steps as a call a
     step, in fewer calls), until the queue has no start left to hand out (it never has one
@@ -138,6 +139,8 @@ class Calls:
             self.periods.append(o.checkpoint_every)
         if o.log_every:  # a line every that many steps
             self.periods.append(o.log_every)
+        if o.rediscoveries is not None:  # the rule ends starts at these steps
+            self.periods.append(REFOUND_EVERY)
 
     def next(self, step: int) -> tuple[int, bool]:
         """The steps the call after ``step`` steps takes, and whether it ends sooner, at the
@@ -180,6 +183,7 @@ def _due(engine: Engine, step: int, first: bool, display: Display, flag: SignalF
         signalled=flag.name is not None and not engine.together,
         on_schedule=step % engine.options.sync_every == 0,
         tail=step % TAIL_EVERY == 0 and _narrows(engine.sweeper),
+        refound=engine.options.rediscoveries is not None and step % REFOUND_EVERY == 0,
     )
 
 
@@ -236,6 +240,10 @@ def _evals_to_best(engine: Engine, state: RunState, synced, reading: Reading) ->
 
 def _reading(engine: Engine, state: RunState, synced, due: Due, **seen) -> Reading:
     refiller, lineage = engine.refiller, state.lineage
+    if due.refound:  # the rediscovery rule compares the settled starts' points
+        leaves = jax.tree_util.tree_leaves(to_host(synced.pop.starts.best_u))
+        n_pop = synced.status.shape[0]
+        seen["best_u"] = np.concatenate([np.reshape(a, (n_pop, -1)) for a in leaves], axis=1)
     return Reading(
         step=state.step,
         status=np.where(state.pruned, _PRUNED, np.asarray(synced.status)).astype(np.int8),

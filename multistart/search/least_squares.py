@@ -234,6 +234,7 @@ class MultiStartLeastSquares(MultiStartGradient):
         target_fom: float | None = None,
         max_evals: int | None = None,
         max_time_s: float | None = None,
+        rediscoveries: int | None = None,
         sync_every: int = 1,
         steps_per_call: int | str = "auto",
         flat: bool = True,

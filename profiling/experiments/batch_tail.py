@@ -1,22 +1,27 @@
-"""What a batch's stragglers cost: the spectra batch at its ``n_steps`` against a tenth of it.
+"""What a batch's stragglers cost: every start run to its end, against a tenth of ``n_steps``
+and against the batch's rule that ends a fit's stragglers once its best is re-found.
 
 ``spectra_batch.py``'s 500 two-line spectra, ``ms.curve_fit(batched=True)`` at 32 starts a fit
 and a fixed width (254, so no width choice differs between arms), each arm's first call
-untimed (compiles) and its second, on new spectra, timed: the default ``n_steps`` (800: 100 a
-parameter) against ``n_steps=100``, in turns (``--rounds``). Printed per timed call: the wall,
-the start-steps, the chunk calls and the fits whose χ² is at most scipy's (one start each,
-looped). The difference is what the starts still running after step 100 cost (16 of 16,000
-run to 800): a step of a narrow chunk costs nearly what a wide one does on a CPU.
+untimed (compiles) and its second, on new spectra, timed, in turns (``--rounds``): every start
+run to its end (``rediscoveries=None``, the default ``n_steps``, 800: 100 a parameter), the
+same with ``n_steps=100``, and the batch's default (``rediscoveries=3``: a fit's starts still
+running end at the next multiple of 16 steps once 3 of its settled starts found its best).
+Printed per timed call: the wall, the start-steps, the chunk calls, the starts ended as
+``refound`` and at ``n_steps``, the fits whose χ² is at most scipy's (one start each, looped),
+and the largest change of a fit's χ² (relative) and parameters against the first arm's.
 
-Then, read off the default arm's last Result (nothing run again): what a per-fit rediscovery
-stop would have saved. Every start of a batch starts at step 0, so a start that ended settled
-(``converged`` or ``stalled``) at step ``s`` with a χ² within ``1e-6`` (relative) of its fit's
-best re-found that best at ``s``; a rule ending a fit's other starts at its ``k``-th
-rediscovery would have saved the steps its starts took after it. Printed for ``k`` = 2, 3, 4:
-the start-steps saved, the starts at ``n_steps`` it would have ended, and the fits whose best
-start itself ended later (their best χ² then the re-found one, within ``1e-6``).
+Then, read off the first arm's last Result (nothing run again): what a rule ending a fit's other
+starts at the exact step of its ``k``-th rediscovery would have saved. Every start of a batch
+starts at step 0, so a start that ended settled (``converged`` or ``stalled``) at step ``s``
+with a χ² within ``1e-6`` (relative) of its fit's best re-found that best at ``s``; a rule
+ending a fit's other starts at its ``k``-th rediscovery would have saved the steps its starts
+took after it. Printed for ``k`` = 2, 3, 4: the start-steps saved, the starts at ``n_steps`` it
+would have ended, and the fits whose best start itself ended later (their best χ² then the
+re-found one, within ``1e-6``).
 
     python profiling/experiments/batch_tail.py --rounds 2
+    python profiling/experiments/batch_tail.py --spectra 100 --rounds 2
 """
 
 from __future__ import annotations
@@ -55,7 +60,7 @@ def fit(y, **options):
         full_output=True,
         log_every=0,
         batch_size=254,
-        **options,
+        **{"rediscoveries": None, **options},
     )
     return time.perf_counter() - t0, popt, info["fits"].result
 
@@ -89,21 +94,36 @@ def main() -> None:
     first, second = spectra.spectra(args.spectra, 0), spectra.spectra(args.spectra, 1)
     _, ref = spectra.scipy_loop(second)
     good = spectra.chi2(ref, second) * (1 + 1e-6)
-    arms = {"n_steps default (800)": {}, "n_steps=100": {"n_steps": 100}}
+    arms = {
+        "every start (800)": {},
+        "n_steps=100": {"n_steps": 100},
+        "rediscoveries=3": {"rediscoveries": 3},
+    }
     for options in arms.values():
         fit(first, **options)  # compiles
+    base = fit(second, **arms["every start (800)"])[1]  # the answers the others are held to
     for r in range(args.rounds):
         for name in list(arms) if r % 2 == 0 else list(arms)[::-1]:
             wall, popt, result = fit(second, **arms[name])
-            ok = int((spectra.chi2(popt, second) <= good).sum())
+            c2, c2_base = spectra.chi2(popt, second), spectra.chi2(base, second)
+            ok = int((c2 <= good).sum())
             steps = int(np.asarray(result.n_steps).sum())
             calls = result.stats["n_chunk_calls"]
-            print(f"{name:<22} {wall:6.2f} s  start-steps {steps}  calls {calls}  ok {ok}")
+            status = np.asarray(result.status)
+            print(
+                f"{name:<18} {wall:6.2f} s  start-steps {steps}  calls {calls}  refound "
+                f"{int(np.sum(status == 'refound'))}  at n_steps "
+                f"{int(np.sum(status == 'max_steps'))}  ok {ok}  χ² change "
+                f"{np.max(np.abs(c2 - c2_base) / c2_base):.1e}  params change "
+                f"{np.max(np.abs(popt - base)):.1e}"
+            )
             if not arms[name]:
                 last = result
     total = int(np.asarray(last.n_steps).sum())
     capped = int(np.sum(np.asarray(last.status) == "max_steps"))
-    print(f"a per-fit rediscovery stop, read off the default's Result ({capped} at n_steps):")
+    print(
+        f"a rule ending at the exact step, read off the first arm's Result ({capped} at n_steps):"
+    )
     for k in (2, 3, 4):
         saved, ended, later = rediscovery(last, 32, k)
         print(
