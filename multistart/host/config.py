@@ -433,7 +433,7 @@ class Stopping(_Group):
         None,
         "end the starts still running once this many settled starts (converged or stalled, "
         "the best's own included) found the best minimum so far, within the tolerances of "
-        "``Result.minima()``: a running start not already below it ends as ``refound`` "
+        "``Result.distinct_minima()``: a running start not already below it ends as ``refound`` "
         f"(its best is kept). Checked every {REFOUND_EVERY} steps. In a stack of fits "
         "(``curve_fit(batched=True)``, where it is 3 by default) each fit's starts on their "
         "own. ``None`` (the default): every start runs to its end. Not with refills "
