@@ -484,6 +484,7 @@ def test_a_batch_resumed_after_its_starts_were_refound_gives_the_uninterrupted_a
     assert stopped["stop_reason"] == "max_evals" and stopped["n_steps_run"] > 16
     assert (np.asarray(first.result.status) == "refound").any()  # in the checkpoint
     popt2, _, resumed = batch(decay, X, Y, resume=True, **folder, **EIGHT)
+    assert resumed.result.stats["resumed_from"] == stopped["checkpoints"][-1] > 16
     np.testing.assert_array_equal(popt2, popt)
     np.testing.assert_array_equal(
         np.asarray(resumed.result.status), np.asarray(whole.result.status)
