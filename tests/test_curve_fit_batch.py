@@ -502,3 +502,18 @@ def test_rediscoveries_is_refused_where_it_cannot_apply():
     with pytest.raises(ValueError, match="rediscoveries=2 .* resurrect"):
         ms.MultiStartAdam(rediscoveries=2, resurrect=1)
     ms.MultiStartLBFGS(rediscoveries=3, start_strategy="band")  # the band: accepted
+
+
+@pytest.mark.parametrize("scale", [1e3, 1e-3])
+def test_the_rediscovery_rule_ends_the_same_starts_at_another_scale_of_chi2(scale):
+    """``sigma`` times ``scale`` divides χ² by ``scale²`` (at 1e3 a χ² of about 1e-5, where the
+    tolerance is absolute): the same starts end ``refound``, at the same steps, and every
+    fit's answer is the one of the batch run to every start's end."""
+    _, _, base = batch(decay, X, Y, **EIGHT, sigma=SIGMA)
+    popt, _, fits = batch(decay, X, Y, **EIGHT, sigma=SIGMA * scale)
+    full, _, _ = batch(decay, X, Y, **EIGHT, sigma=SIGMA * scale, rediscoveries=None)
+    status = np.asarray(fits.result.status)
+    assert (status == "refound").any()
+    np.testing.assert_array_equal(status, np.asarray(base.result.status))
+    np.testing.assert_array_equal(fits.result.n_steps, base.result.n_steps)
+    np.testing.assert_allclose(popt, full, rtol=1e-6)

@@ -160,6 +160,12 @@ TABLE += [
         dict(stop=None, prune=[]),
     ),
     (
+        "below a small best by less than the tolerance: it runs on",
+        reading([C, C, R], best=[2e-5, 2e-5, 1e-5], due=REFOUND, best_u=AT_ZERO[:3]),
+        FOUND_TWICE,
+        dict(stop=None, prune=[]),
+    ),
+    (
         "within the tolerance of the best, but elsewhere: not found",
         reading([C, C, R], best=[1, 1, 3], due=REFOUND, best_u=np.array([[0.0], [0.5], [0]])),
         FOUND_TWICE,

@@ -278,7 +278,9 @@ def refound(r: Reading, rules: Rules) -> np.ndarray:
     ``ftol`` of it and its point within ``xtol`` in every coordinate (both relative above
     magnitude 1, as :class:`multistart.starts.tiktak.Discoveries`). Once ``rediscoveries``
     settled starts found it (itself included), the group's running starts end, but for
-    those already below it by more than ``ftol``. Pure, by the reading alone.
+    those already below it (at any scale of the figure of merit: the tolerance, absolute
+    below magnitude 1, would otherwise end a better start of a small figure of merit). Pure,
+    by the reading alone.
 
     >>> due = Due(refound=True)
     >>> status = np.array([1, 1, 0, 0, 1, 0], np.int8)  # converged x3, running x3
@@ -308,7 +310,7 @@ def refound(r: Reading, rules: Rules) -> np.ndarray:
     near_u = np.abs(u - u_best) <= rules.xtol * np.maximum(1.0, np.abs(u_best))
     found = settled & (np.abs(fom - f_best) <= tol_f) & near_u.all(axis=2)
     done = np.isfinite(f_best[:, 0]) & (found.sum(axis=1) >= rules.rediscoveries)
-    ends = done[:, None] & (status == _RUNNING) & ~(fom < f_best - tol_f)
+    ends = done[:, None] & (status == _RUNNING) & ~(fom < f_best)
     return np.flatnonzero(ends.reshape(-1)[:n])
 
 
