@@ -731,8 +731,8 @@ def _check_output(f, x, names, y_shape, what: str = "ydata's shape") -> _Traced:
 #: history (every step of every row would be ``n_steps x n_fits x n_starts`` floats).
 _BATCH_DEFAULTS = {"start_strategy": "band", "n_candidates": 0, "max_history": 1, "devices": 1}
 # A fit of a batch ends its running starts once 3 of its settled starts found its best minimum
-# (issue 38: 500 spectra at 32 starts a fit in 0.39-0.42x the wall of every start run to its
-# end, every fit's χ² within 2.2e-13 of it; profiling/HISTORY.md "A batch's fits end their
+# (issue 38: 500 spectra at 32 starts a fit in 0.39-0.58x the wall (two runs) of every start run
+# to its end, every fit's χ² within 2.2e-13 of it; profiling/HISTORY.md "A batch's fits end their
 # stragglers")
 BATCH_REDISCOVERIES = 3
 

@@ -22,6 +22,10 @@ re-found one, within ``1e-6``).
 
     python profiling/experiments/batch_tail.py --rounds 2
     python profiling/experiments/batch_tail.py --spectra 100 --rounds 2
+    python profiling/experiments/batch_tail.py --rediscoveries 2,3,4          # the count
+    python profiling/experiments/batch_tail.py --periods 8,16,32              # the period
+
+An arm ``rediscoveries=k /p`` ends a fit's stragglers at every ``p``-th step.
 """
 
 from __future__ import annotations
@@ -42,11 +46,16 @@ import numpy as np  # noqa: E402
 import spectra_batch as spectra  # noqa: E402
 
 import multistart as ms  # noqa: E402
+from multistart.host import iterate  # noqa: E402
+from multistart.host.config import REFOUND_EVERY  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 
 
-def fit(y, **options):
+def fit(y, period: int = REFOUND_EVERY, **options):
+    """A batched fit of ``y`` with the rule's period ``period`` (the host loop's constant,
+    patched for the call: an experiment's knob, not an option)."""
+    iterate.REFOUND_EVERY = period
     t0 = time.perf_counter()
     popt, _, info, _, _ = ms.curve_fit(
         spectra.model,
@@ -90,15 +99,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--spectra", type=int, default=500)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--rediscoveries", default="3", help="comma-separated counts, an arm each (default 3)"
+    )
+    parser.add_argument(
+        "--periods",
+        default=str(REFOUND_EVERY),
+        help=f"comma-separated periods of the rule in steps, an arm each (default {REFOUND_EVERY})",
+    )
     args = parser.parse_args()
     first, second = spectra.spectra(args.spectra, 0), spectra.spectra(args.spectra, 1)
     _, ref = spectra.scipy_loop(second)
     good = spectra.chi2(ref, second) * (1 + 1e-6)
-    arms = {
-        "every start (800)": {},
-        "n_steps=100": {"n_steps": 100},
-        "rediscoveries=3": {"rediscoveries": 3},
-    }
+    arms: dict[str, dict] = {"every start (800)": {}, "n_steps=100": {"n_steps": 100}}
+    for k in (int(v) for v in args.rediscoveries.split(",")):
+        for period in (int(v) for v in args.periods.split(",")):
+            arms[f"rediscoveries={k} /{period}"] = {"rediscoveries": k, "period": period}
     for options in arms.values():
         fit(first, **options)  # compiles
     base = fit(second, **arms["every start (800)"])[1]  # the answers the others are held to
@@ -111,7 +127,7 @@ def main() -> None:
             calls = result.stats["n_chunk_calls"]
             status = np.asarray(result.status)
             print(
-                f"{name:<18} {wall:6.2f} s  start-steps {steps}  calls {calls}  refound "
+                f"{name:<22} {wall:6.2f} s  start-steps {steps}  calls {calls}  refound "
                 f"{int(np.sum(status == 'refound'))}  at n_steps "
                 f"{int(np.sum(status == 'max_steps'))}  ok {ok}  χ² change "
                 f"{np.max(np.abs(c2 - c2_base) / c2_base):.1e}  params change "
