@@ -12,6 +12,7 @@ import multistart  # loads every module below
 MODULES = [
     "common.checks",
     "common.status",
+    "common.tolerance",
     "device.cache",
     "device.chunking",
     "device.distributed",

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..common.status import Status
+from ..common.tolerance import same_minimum
 from ..starts.queues import refill_slots
 from .config import TAIL_MIN_WIDTH, TAIL_RATIO
 from .schedule import Halving, Rungs, prune
@@ -306,9 +307,8 @@ def refound(r: Reading, rules: Rules) -> np.ndarray:
     at = np.argmin(f_settled, axis=1)
     f_best = np.take_along_axis(f_settled, at[:, None], axis=1)  # (groups, 1)
     u_best = np.take_along_axis(u, at[:, None, None], axis=1)  # (groups, 1, p)
-    tol_f = rules.ftol * np.maximum(1.0, np.abs(np.where(np.isfinite(f_best), f_best, 0.0)))
-    near_u = np.abs(u - u_best) <= rules.xtol * np.maximum(1.0, np.abs(u_best))
-    found = settled & (np.abs(fom - f_best) <= tol_f) & near_u.all(axis=2)
+    same = same_minimum(fom, u, f_best, u_best, xtol=rules.xtol, ftol=rules.ftol)
+    found = settled & same  # (a group with no settled start is not done, whatever it says)
     done = np.isfinite(f_best[:, 0]) & (found.sum(axis=1) >= rules.rediscoveries)
     ends = done[:, None] & (status == _RUNNING) & ~(fom < f_best)
     return np.flatnonzero(ends.reshape(-1)[:n])

@@ -47,6 +47,7 @@ import jax
 import numpy as np
 
 from ..common.status import Status
+from ..common.tolerance import same_minimum
 from ..model.priors import Space
 from .queues import StartQueue
 
@@ -223,11 +224,7 @@ class Discoveries:
             tol_f = self.ftol * max(1.0, abs(self.best_f)) if np.isfinite(self.best_f) else 0
             if r.best_fom < self.best_f - tol_f:
                 self.best_f, self.best_u, self.count = r.best_fom, u, 1
-            elif (
-                self.best_u is not None
-                and abs(r.best_fom - self.best_f) <= tol_f
-                and np.all(
-                    np.abs(u - self.best_u) <= self.xtol * np.maximum(1.0, np.abs(self.best_u))
-                )
+            elif self.best_u is not None and same_minimum(
+                r.best_fom, u, self.best_f, self.best_u, xtol=self.xtol, ftol=self.ftol
             ):
                 self.count += 1
