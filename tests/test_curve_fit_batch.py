@@ -493,8 +493,11 @@ def test_a_batch_resumed_after_its_starts_were_refound_gives_the_uninterrupted_a
 
 
 def test_rediscoveries_is_refused_where_it_cannot_apply():
-    with pytest.raises(ValueError, match="rediscoveries must be an int >= 2; got 1"):
-        ms.MultiStartLeastSquares(rediscoveries=1)
+    for bad in (1, 0, -1, 2.5, "3", True):
+        with pytest.raises(ValueError, match=f"rediscoveries must be an int >= 2; got {bad!r}"):
+            ms.MultiStartLeastSquares(rediscoveries=bad)
+    with NoCompile(), pytest.raises(ValueError, match="rediscoveries must be an int >= 2"):
+        batch(decay, X, Y, **{**EIGHT, "rediscoveries": 1})  # a batch: before any compile
     with pytest.raises(ValueError, match="rediscoveries=3 .* start_strategy='tiktak'"):
         ms.MultiStartLeastSquares(rediscoveries=3, start_strategy="tiktak")
     with pytest.raises(ValueError, match="rediscoveries=3 .* schedule='halving'"):
@@ -517,3 +520,18 @@ def test_the_rediscovery_rule_ends_the_same_starts_at_another_scale_of_chi2(scal
     np.testing.assert_array_equal(status, np.asarray(base.result.status))
     np.testing.assert_array_equal(fits.result.n_steps, base.result.n_steps)
     np.testing.assert_allclose(popt, full, rtol=1e-6)
+
+
+def test_the_rediscovery_rule_adds_no_program_and_ends_a_call_at_every_16th_step():
+    """The rule is host-side: a batch with it compiles nothing a batch without it did not,
+    and with ``steps_per_call=64`` its calls end at steps 16, 32, ...: one chunk of 32 rows,
+    so the chunk calls are the steps run over 16, rounded up (a call stops early once its
+    starts have all ended); without it, the first call's 64 steps."""
+    kw = {**EIGHT, "batch_size": 32, "steps_per_call": 64}
+    _, _, every = batch(decay, X, Y, **kw, rediscoveries=None)
+    with NoCompile():
+        _, _, fits = batch(decay, X, Y, **kw)
+    assert (np.asarray(fits.result.status) == "refound").any()
+    run = fits.result.stats["n_steps_run"]
+    assert fits.result.stats["n_chunk_calls"] == -(-run // 16) > 1
+    assert every.result.stats["n_chunk_calls"] == -(-every.result.stats["n_steps_run"] // 64)
