@@ -12,6 +12,9 @@ import pytest
 from conftest import PARABOLA_SPACE, NoCompile, assert_same_result, parabola
 
 import multistart as ms
+import multistart.host.driver as driver_module
+import multistart.host.engine as engine_module
+import multistart.host.identity as identity_module
 
 KW = dict(n_starts=4, batch_size=2, n_steps=300, seed=0, log_every=0, n_candidates=0)
 # The Adam searches of this file share one program (one compile): the default Adam, 50 steps,
@@ -219,3 +222,32 @@ def test_budgets_may_change_on_resume(tmp_path, fits):
     assert resumed.stats["resumed_from"] == 10
     assert resumed.stats["stop_reason"] == "n_steps"
     assert_same_result(full, resumed)
+
+
+def _identities_made(fit) -> list[str]:
+    """The configurations (their hash) of the identities a call of ``fit`` makes."""
+    made: list[str] = []
+    real = identity_module.search_identity
+
+    def spy(*args, **kwargs):
+        out = real(*args, **kwargs)
+        made.append(out.config)
+        return out
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(engine_module, "search_identity", spy)
+        patch.setattr(driver_module, "search_identity", spy)
+        fit()
+    return made
+
+
+def test_a_fit_makes_its_identity_once_and_a_resumed_one_once_more_early(tmp_path):
+    """Issue 39's "identity entered once": a fit makes its identity once, after its starts are
+    planned, and the Result and the checkpoints record that one; only a resumed fit makes one
+    more, before the plan (without the starts), to refuse another search's checkpoint early."""
+    search = ms.MultiStartAdam(**ADAM, **_ck(tmp_path))
+    made = _identities_made(lambda: search.fit(parabola, PARABOLA_SPACE))
+    result = search.fit(parabola, PARABOLA_SPACE)  # (what the Result records)
+    assert len(made) == 1 and made[0] == result.stats["identity"]["config"]
+    made = _identities_made(lambda: search.fit(parabola, PARABOLA_SPACE, resume=True))
+    assert len(made) == 2 and made[1] == result.stats["identity"]["config"] != made[0]

@@ -133,7 +133,7 @@ def stats(
         width_choice=choice.info,  # how that width was chosen
         backoffs=list(sweeper.backoffs),
         history_stride=engine.options.history_stride,
-        identity=engine.identity.hashes(),
+        identity=dict(engine.identity.hashes),
     )
     if "plan" in start_plan.stats:  # a part: the whole run's configuration hash, for the merge
         out["whole_config"] = config_hash({**setup.config, "starts": start_plan.stats["plan"]})

@@ -284,8 +284,11 @@ class SearchCheckpoints:
     stride: int
 
     @classmethod
-    def in_folder(cls, directory, every: int, identity, *, n_steps: int, stride: int):
-        return cls(Checkpointer(directory), every, identity, n_steps, stride)
+    def of(cls, store: Checkpointer, identity: SearchIdentity, options) -> SearchCheckpoints:
+        """The checkpoints in ``store`` of the search of ``identity`` under ``options``
+        (a :class:`multistart.SearchConfig`)."""
+        o = options
+        return cls(store, o.checkpoint_every, identity, o.n_steps, o.history_stride)
 
     def vet(self, meta: dict, step: int, ignore=()) -> None:
         """Raise :class:`CheckpointMismatch` unless this search may continue ``meta``'s

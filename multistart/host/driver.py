@@ -3,8 +3,8 @@
 :func:`run` is the whole of a fit, each stage a function of the typed values before it::
 
     setup = prepare(...)                    # every check that needs no compile
-    traced = identify(setup)                # the step traced (no compile) for the search's
-                                            # identity: another search's checkpoint refused
+    traced = identify(setup)                # the step traced (no compile); when resuming,
+                                            # another search's checkpoint refused
     start_plan = plan(setup)                # the starts (the broad-start filter compiles here)
     engine, state = build(setup, ...)       # what never changes while it runs (the sweeper at
                                             # its width, refills, checkpoints), its first state
@@ -122,8 +122,8 @@ def prepare(search, objective, space, starts, resume, part, *, every_process) ->
 
 
 def identify(setup: Setup) -> Traced:
-    """Trace the step (no compile) for the search's identity, and refuse a checkpoint of
-    another model, rule or configuration now, before the filter or the step compiles."""
+    """Trace the step (no compile), and when resuming refuse a checkpoint of another model,
+    rule or configuration now, before the filter or the step compiles."""
     o, problem = setup.options, setup.problem
     # The step captures the model's functions and space, never the problem (its data): a
     # refit's data are arguments, and kept steps must not keep the first fit's data alive.
@@ -165,19 +165,13 @@ def identify(setup: Setup) -> Traced:
 
     # A refit of the same model reuses its steps (and so its compiled programs) and traces.
     start_step, chunk_step, traces = setup.programs.get("steps", steps)
-    identity = search_identity(problem, setup.layout.dtype, traces, setup.identity_config())
-    checkpoints = None
-    if o.checkpoint_dir is not None:
-        checkpoints = SearchCheckpoints.in_folder(
-            o.checkpoint_dir,
-            o.checkpoint_every,
-            identity,
-            n_steps=o.n_steps,
-            stride=o.history_stride,
-        )
-        if setup.resume:
-            checkpoints.check(ignore=("starts",))  # the starts are known once planned
-    return Traced(start_step, chunk_step, identity, checkpoints)
+    store = None if o.checkpoint_dir is None else Checkpointer(o.checkpoint_dir)
+    if store is not None and setup.resume:
+        # the identity less the plan's starts (build() makes the whole one, once they are
+        # planned): another search's checkpoint is refused before the filter compiles
+        early = search_identity(problem, setup.layout.dtype, traces, setup.identity_config())
+        SearchCheckpoints.of(store, early, o).check(ignore=("starts",))
+    return Traced(start_step, chunk_step, traces, store)
 
 
 def plan(setup: Setup) -> StartPlan:

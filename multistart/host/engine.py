@@ -34,10 +34,10 @@ from ..starts.strategies import StartPlan
 from ..starts.tiktak import Discoveries, TikTakQueue
 from ..width.choice import WidthChoice, resolve_width
 from ..width.env import auto_mode_from_env, budget_from_env, max_batch_from_env
-from .checkpoint import SearchCheckpoints
+from .checkpoint import Checkpointer, SearchCheckpoints
 from .config import TIKTAK_EXPLORE_EVERY, TIKTAK_SHORT_SEARCH, SearchConfig
 from .decide import Rules
-from .identity import SearchIdentity
+from .identity import SearchIdentity, Traces, search_identity
 from .run_state import RunState
 from .split import Part
 
@@ -74,12 +74,12 @@ class Setup:
 
 @dataclass(frozen=True)
 class Traced:
-    """The search's step, traced but not compiled, and its identity."""
+    """The search's step, traced but not compiled, and where its checkpoints go."""
 
     start_step: Any  # one start's step
     chunk_step: Any  # the compiled chunk's body
-    identity: SearchIdentity  # without the plan's starts until build() adds them
-    checkpoints: SearchCheckpoints | None
+    traces: Traces  # the lowered figure of merit and step: what the identity hashes
+    store: Checkpointer | None  # the checkpoint folder (checkpoint_dir), if any
 
 
 @dataclass(frozen=True)
@@ -127,16 +127,19 @@ def build(setup: Setup, start_plan: StartPlan, traced: Traced) -> tuple[Engine, 
     the checkpoints) and the state before the first step."""
     o, layout = setup.options, setup.layout
     n = start_plan.started.size  # a part's slots
-    identity = traced.identity.with_config(setup.identity_config(start_plan))
-    checkpoints = traced.checkpoints
-    if checkpoints is not None:
-        checkpoints = replace(checkpoints, identity=identity)
+    # the search's identity, made once its starts are planned (checkpoints, tuning record)
+    identity = search_identity(
+        setup.problem, layout.dtype, traced.traces, setup.identity_config(start_plan)
+    )
+    checkpoints = None
+    if traced.store is not None:
+        checkpoints = SearchCheckpoints.of(traced.store, identity, o)
         if setup.resume:
             checkpoints.check()  # other starts (user starts=) than the checkpoint's
     u0 = layout.starts(start_plan.x0)
     status0 = np.where(start_plan.started, Status.RUNNING.code, Status.UNSTARTED.code)
     pop, backend = _population(setup, traced.chunk_step, u0, status0)
-    choice = _width(setup, backend, pop, traced, n)
+    choice = _width(setup, backend, pop, traced, n, identity.program)
     sweeper = Sweeper(backend, choice.width)
     _log_start(setup, n, choice, sweeper)
     sweep = start_plan.sweep
@@ -208,7 +211,9 @@ def _population(setup: Setup, chunk_step, u0, status0) -> tuple[PopState, Backen
     return backend.place(pop), backend
 
 
-def _width(setup: Setup, backend: Backend, pop, traced: Traced, n: int) -> WidthChoice:
+def _width(
+    setup: Setup, backend: Backend, pop, traced: Traced, n: int, program_hash: str
+) -> WidthChoice:
     """The batch width (per device), the same in every process of a job."""
     o = setup.options
     n_starts = math.ceil(n / backend.n_devices)  # per device
@@ -226,7 +231,7 @@ def _width(setup: Setup, backend: Backend, pop, traced: Traced, n: int) -> Width
             device=device,
             start_step=traced.start_step,
             backend_name=o.backend,
-            program_hash=traced.identity.program,  # lowered once, for the identity
+            program_hash=program_hash,  # the step lowered once, for the identity
             n_steps=o.n_steps,  # "auto" times widths only where the fit pays for it
         )
 

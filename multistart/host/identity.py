@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import jax
@@ -47,18 +47,11 @@ class SearchIdentity:
     config: str
     program: str  # the lowered step's hash alone (the tuning record's key uses it)
     values: dict[str, Any] = field(default_factory=dict)
-
-    def hashes(self) -> dict[str, str]:
-        return {"model": self.model, "rule": self.rule, "config": self.config}
+    hashes: dict[str, str] = field(default_factory=dict)  # model, rule, config: the Result's
 
     def record(self) -> dict[str, Any]:
         """What a checkpoint stores: the hashes and the readable values."""
-        return {**self.hashes(), "values": self.values}
-
-    def with_config(self, config: dict) -> SearchIdentity:
-        """The same model and rule under another configuration (the plan's starts added)."""
-        values = json.loads(json.dumps(config, default=str))
-        return replace(self, config=config_hash(values), values=values)
+        return {**self.hashes, "values": self.values}
 
 
 def _comparable(config: dict, ignore=()) -> dict:
@@ -93,7 +86,11 @@ def trace_search(problem, dtype, start_step, one_start) -> tuple[Traces, Any]:
 
 
 def search_identity(problem, dtype, traces: Traces, config: dict) -> SearchIdentity:
-    """The identity of fitting ``problem`` with the step of ``traces`` under ``config``."""
+    """The identity of fitting ``problem`` with the step of ``traces`` under ``config``.
+
+    A fit makes it once, when its starts are planned (:func:`multistart.host.engine.build`);
+    a resumed fit makes one more before the plan, without the starts, to refuse another
+    search's checkpoint before the filter compiles."""
     model = hashlib.sha256()
     model.update(repr(problem.space).encode())
     model.update(str(np.dtype(dtype)).encode())
@@ -110,13 +107,12 @@ def search_identity(problem, dtype, traces: Traces, config: dict) -> SearchIdent
     for const in consts:
         hash_array(rule, const)
     values = json.loads(json.dumps(config, default=str))
-    return SearchIdentity(
-        model=model.hexdigest()[:32],
-        rule=rule.hexdigest()[:32],
-        config=config_hash(values),
-        program=program,
-        values=values,
-    )
+    hashes = {
+        "model": model.hexdigest()[:32],
+        "rule": rule.hexdigest()[:32],
+        "config": config_hash(values),
+    }
+    return SearchIdentity(**hashes, program=program, values=values, hashes=hashes)
 
 
 def describe_difference(old: dict, new: SearchIdentity, ignore=()) -> str | None:
