@@ -33,7 +33,8 @@ thread (``harness.one_blas_thread``). Solved means the suite's own test, ``|f - 
 Per arm: solved functions (summed over seeds), the fraction of runs, the median evaluations per
 run (gradients counted as evaluations: one value-and-grad is one; our arms' count includes the
 filter's candidates, value-only as DE's are), wall seconds summed, and the functions it missed
-on any seed.
+on any seed; then every missed run, how far above ``fglob`` its best ended (``f - fglob`` by
+seed; in ``--json``'s runs each run is ``(solved, evaluations, wall s, f - fglob)``).
 
 ``--budget N`` compares the arms at equal evaluation budgets: each is stopped at ``N``
 evaluations of a function and sized to spend them (ours: ``N // 4`` filter candidates and
@@ -287,12 +288,18 @@ def solved(problem: Problem, x: np.ndarray) -> bool:
     try:
         return bool(problem.bench.success(np.asarray(x, dtype=np.float64)))
     except Exception:  # noqa: BLE001 - success() calls fun, which may need numpy input
-        f = float(problem.value(jnp.asarray(x)))
-        return bool(abs(f - problem.fglob) < 1e-5)
+        return bool(gap(problem, x) < 1e-5)
+
+
+def gap(problem: Problem, x: np.ndarray) -> float:
+    """How far above the recorded global minimum ``x`` is: ``f(x) - fglob`` (the function as
+    traced for the arms; negative where ``x`` is below the recorded ``fglob``)."""
+    return float(problem.value(jnp.asarray(x, dtype=jnp.float64))) - problem.fglob
 
 
 def run(problems, arms, seeds, budget=None) -> dict:
-    """Every arm on every problem and seed: ``{arm: {name: [(solved, evals, wall), ...]}}``."""
+    """Every arm on every problem and seed:
+    ``{arm: {name: [(solved, evals, wall, f - fglob), ...]}}``."""
     out: dict = {a: {} for a in arms}
     for problem in problems:
         for arm in arms:
@@ -301,11 +308,12 @@ def run(problems, arms, seeds, budget=None) -> dict:
                 try:
                     with harness.one_blas_thread():
                         x, evals = ARMS[arm](problem, seed, budget)
-                    ok = solved(problem, x)
+                    ok, above = solved(problem, x), gap(problem, x)
                 except Exception as e:  # noqa: BLE001 - one function's failure is one miss
                     print(f"  {arm} {problem.name} seed {seed}: {type(e).__name__}: {e}")
-                    ok, evals = False, 0
-                out[arm].setdefault(problem.name, []).append((ok, evals, time.perf_counter() - t0))
+                    ok, evals, above = False, 0, float("nan")
+                wall = time.perf_counter() - t0
+                out[arm].setdefault(problem.name, []).append((ok, evals, wall, above))
         line = "  ".join(
             f"{a} {sum(r[0] for r in out[a][problem.name])}/{len(seeds)}" for a in arms
         )
@@ -329,6 +337,22 @@ def table(out, n_problems, seeds) -> str:
             f"{' ...' if len(missed) > 12 else ''} |"
         )
     return "\n".join(rows)
+
+
+def missed_runs(out, seeds) -> str:
+    """Each arm's missed runs, a function a line: how far above ``fglob`` each seed's best
+    ended (``f - fglob``; the suite solves below 1e-5)."""
+    lines = []
+    for arm, per in out.items():
+        for name, rs in sorted(per.items()):
+            if all(r[0] for r in rs):
+                continue
+            gaps = ", ".join(
+                f"{seed}: {'solved' if r[0] else f'{r[3]:.2g}'}"
+                for seed, r in zip(seeds, rs, strict=True)
+            )
+            lines.append(f"{arm:10s} {name:20s} {gaps}")
+    return "\n".join(lines)
 
 
 def write_record(path: str, args, out: dict, skipped: dict) -> None:
@@ -394,6 +418,8 @@ def main(argv=None) -> None:
         problems = problems[::2]
     out = run(problems, arms, seeds, args.budget)
     print(table(out, len(problems), seeds))
+    print("missed runs, f - fglob by seed:")
+    print(missed_runs(out, seeds))
     if args.json:
         write_record(args.json, args, out, skipped)
 

@@ -69,6 +69,17 @@ class OnBound(Benchmark):  # a slope: its minimum -2 at the upper corner (1, 1)
         return -sum(x)
 
 
+class OutOfReach(Benchmark):  # its recorded minimum -1 lies outside the box (as Meyer's)
+    def __init__(self, dimensions=2):
+        Benchmark.__init__(self, dimensions)
+        self._bounds = list(zip([1.0] * self.N, [2.0] * self.N))
+        self.fglob = -1.0
+
+    def fun(self, x, *args):
+        self.nfev += 1
+        return sum(x ** 2)
+
+
 class Stairs(Benchmark):  # piecewise constant: no gradient to follow
     def __init__(self, dimensions=2):
         Benchmark.__init__(self, dimensions)
@@ -121,13 +132,20 @@ def test_the_runner_loads_the_suite_and_says_why_it_skips(suite, tmp_path):
     out = _run("--go-dir", str(suite), "--arms", "lbfgsb32", "--json", str(tmp_path / "r.json"))
     assert out.returncode == 0, out.stderr
     record = json.loads((tmp_path / "r.json").read_text())
-    assert sorted(record["runs"]["lbfgsb32"]) == ["Inside", "OnBound"]
+    runs = record["runs"]["lbfgsb32"]
+    assert sorted(runs) == ["Inside", "OnBound", "OutOfReach"]
     assert record["skipped"]["Stairs"] == "zero gradient at a random point (piecewise constant)"
     assert record["skipped"]["Branchy"].startswith("does not trace")
     assert record["skipped"]["Wide"] == "N = 12 > 10"
     # L-BFGS-B's projection lands on the corner: the suite's own success() at its point
-    assert record["runs"]["lbfgsb32"]["OnBound"][0][0] is True
-    assert "| lbfgsb32 | 2 | 2 | 1.000 |" in out.stdout
+    assert runs["OnBound"][0][0] is True
+    assert "| lbfgsb32 | 2 | 3 | 0.667 |" in out.stdout
+    # each run records how far above fglob its best ended: the corner (1, 1) of OutOfReach is
+    # 2 - (-1) = 3 above its recorded minimum, and the missed run is listed with it
+    assert abs(runs["OnBound"][0][3]) < 1e-5 and abs(runs["Inside"][0][3]) < 1e-5
+    assert runs["OutOfReach"][0][0] is False and runs["OutOfReach"][0][3] == pytest.approx(3.0)
+    missed = out.stdout.split("missed runs, f - fglob by seed:")[1].strip().splitlines()
+    assert [line.split() for line in missed] == [["lbfgsb32", "OutOfReach", "0:", "3"]]
 
 
 @pytest.mark.slow
@@ -139,6 +157,8 @@ def test_every_arm_of_ours_reaches_an_optimum_inside_and_on_a_bound(suite, tmp_p
         "ours,ours_tiktak,ours_box_tiktak",
         "--seeds",
         "0,1",
+        "--only",
+        "Inside,OnBound",
         "--json",
         str(tmp_path / "r.json"),
     )
