@@ -13,13 +13,14 @@ the box built from NIST's starting values:
   over the same 32 starts, its first call (compile included) and a second.
 
 Every wall is the fit call alone, in a fresh cache folder (cold: no persistent compilation
-cache, no tuning record; the curve_fit child shares it); the table gives each wall as a ratio
+cache, no tuning record); the table gives each wall as a ratio
 against the peers' measured in the same run. Beside it: the traces of the user's residual
 function (a Python counter inside it) and the compile requests (JAX's monitoring events,
 ``multistart.common.monitor.CompileCounter``) of our first and second fit. Printed last, one small
-``ms.curve_fit`` (3 parameters, 50 points) in a fresh subprocess: its wall, traces and
-compiles, against one compile-and-call of the hand-written vmap of the same model (run first,
-before this process starts JAX's backend: a TPU is held by one process at a time).
+``ms.curve_fit`` (3 parameters, 50 points) in a fresh subprocess with an empty cache folder:
+its wall, traces and compiles, against one compile-and-call of the hand-written vmap of the
+same model in another (the two in turns, ``--repeats`` rounds, medians; run first, before this
+process starts JAX's backend: a TPU is held by one process at a time).
 
 The second passes of the three arms take turns (``--repeats`` rounds, medians); ``--json PATH``
 writes the run's record (``profiling/harness.py``), for ``python -m profiling.compare``.
@@ -161,16 +162,13 @@ def hand_vmap(problem):
     return call(), call
 
 
-def curve_fit_child() -> None:
-    """The fresh process of the curve_fit arm: one small ``ms.curve_fit``, then one compile
-    and call of the hand-written vmap of the same model."""
+def curve_fit_child(arm: str) -> None:
+    """A fresh process of the curve_fit arms: one small ``ms.curve_fit`` (``arm="ours"``), or
+    one compile and call of the hand-written vmap of the same model (``"vmap"``); each arm in
+    its own process, so neither finds JAX warmed by the other."""
     t0 = time.perf_counter()
     import jax
     import jax.numpy as jnp
-    import optimistix as optx
-
-    import multistart as ms
-    from multistart.common.monitor import CompileCounter
 
     jax.devices()  # the backend started (a TPU client takes seconds) before anything is timed
     out: dict = {"import_s": time.perf_counter() - t0}
@@ -182,11 +180,18 @@ def curve_fit_child() -> None:
         traces[0] += 1
         return a * jnp.exp(-x / tau) + c
 
-    with CompileCounter() as compiles:
-        t0 = time.perf_counter()
-        ms.curve_fit(f, x, y, p0=[1.0, 1.0, 0.0])
-        out["ours_s"] = time.perf_counter() - t0
-    out.update(traces=traces[0], compiles=compiles.total, names=dict(compiles.counts))
+    if arm == "ours":
+        import multistart as ms
+        from multistart.common.monitor import CompileCounter
+
+        with CompileCounter() as compiles:
+            t0 = time.perf_counter()
+            ms.curve_fit(f, x, y, p0=[1.0, 1.0, 0.0])
+            out["seconds"] = time.perf_counter() - t0
+        out.update(traces=traces[0], compiles=compiles.total, names=dict(compiles.counts))
+        harness.child_result(out)
+        return
+    import optimistix as optx
 
     def fn(p, args):
         return f(x, *p) - y
@@ -200,8 +205,28 @@ def curve_fit_child() -> None:
             )
         )
         jax.block_until_ready(v(jnp.asarray([[1.0, 1.0, 0.0]], jnp.float64)))
-        out["vmap_s"] = time.perf_counter() - t0
+        out["seconds"] = time.perf_counter() - t0
     harness.child_result(out)
+
+
+def curve_fit_arms(rounds: int) -> dict:
+    """The curve_fit arms, each in a fresh process with an empty cache folder, in turns over
+    ``rounds`` (medians): our wall, traces and compiles, and the vmap's wall."""
+    runs: dict[str, list] = {"ours": [], "vmap": []}
+    for _ in range(rounds):
+        for arm in runs:
+            with tempfile.TemporaryDirectory() as folder:
+                env = {"MULTISTART_CACHE_DIR": folder}
+                runs[arm].append(harness.fresh_process(__file__, "--child", arm, env=env))
+    ours = runs["ours"][-1]
+    return {
+        "ours_s": harness.median([r["seconds"] for r in runs["ours"]]),
+        "vmap_s": harness.median([r["seconds"] for r in runs["vmap"]]),
+        "traces": ours["traces"],
+        "compiles": ours["compiles"],
+        "names": ours["names"],
+        "process_s": harness.median([r["process_s"] for r in runs["ours"]]),
+    }
 
 
 HEADER = (
@@ -280,11 +305,11 @@ def main(argv=None) -> None:
     p.add_argument("--problems", default=None, help="comma-separated NIST names, or all")
     p.add_argument("--repeats", type=int, default=None, help="second fits timed (median)")
     p.add_argument("--profile", action="store_true", help="cProfile one more second fit")
-    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)  # curve_fit's process
+    p.add_argument("--child", choices=("ours", "vmap"), help=argparse.SUPPRESS)  # curve_fit's
     harness.add_arguments(p)
     args = p.parse_args(argv)
     if args.child:
-        return curve_fit_child()
+        return curve_fit_child(args.child)
     names = (
         args.problems or ("DanWood,Misra1a" if args.quick else "DanWood,Misra1a,Chwirut2,MGH09")
     ).split(",")
@@ -296,9 +321,9 @@ def main(argv=None) -> None:
     repeats = args.repeats or (1 if args.quick else 3)
     # cold means cold: a fresh cache folder (JAX's persistent compilation cache, tuning records)
     os.environ["MULTISTART_CACHE_DIR"] = tempfile.mkdtemp(prefix="fixed_cost_")
-    # the curve_fit child first: on an accelerator this process holds the device once it
+    # the curve_fit arms first: on an accelerator this process holds the device once it
     # starts JAX's backend, and a TPU is held by one process at a time
-    c = harness.fresh_process(__file__, "--child")
+    c = curve_fit_arms(repeats)
     import jax
 
     jax.config.update("jax_enable_x64", True)
@@ -312,7 +337,8 @@ def main(argv=None) -> None:
     print(
         f"ms.curve_fit (3 parameters, 50 points) in a fresh process: {c['ours_s']:.3f} s, "
         f"{c['traces']} traces, {c['compiles']} compiles {c['names']}; one compile and call "
-        f"of the hand-written vmap: {c['vmap_s']:.3f} s (ratio {ratio:.2f})"
+        f"of the hand-written vmap in another: {c['vmap_s']:.3f} s (ratio {ratio:.2f}; "
+        f"medians of {repeats})"
     )
     for key in ("ours_s", "vmap_s", "traces", "compiles", "process_s"):
         record.figure(f"curve_fit child {key}", c[key])
