@@ -21,7 +21,7 @@ from typing import Any
 
 import jax
 
-from .config import require_orbax
+from .config import SearchConfig, require_orbax
 from .identity import SearchIdentity, describe_difference
 
 __all__ = [
@@ -284,11 +284,10 @@ class SearchCheckpoints:
     stride: int
 
     @classmethod
-    def of(cls, store: Checkpointer, identity: SearchIdentity, options) -> SearchCheckpoints:
-        """The checkpoints in ``store`` of the search of ``identity`` under ``options``
-        (a :class:`multistart.SearchConfig`)."""
-        o = options
-        return cls(store, o.checkpoint_every, identity, o.n_steps, o.history_stride)
+    def of(cls, store: Checkpointer, identity: SearchIdentity, options: SearchConfig):
+        """The checkpoints in ``store`` of the search of ``identity`` under ``options``."""
+        every, stride = options.checkpoint_every, options.history_stride
+        return cls(store, every, identity, options.n_steps, stride)
 
     def vet(self, meta: dict, step: int, ignore=()) -> None:
         """Raise :class:`CheckpointMismatch` unless this search may continue ``meta``'s
