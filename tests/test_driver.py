@@ -231,7 +231,7 @@ def _identities_made(fit) -> list[str]:
 
     def spy(*args, **kwargs):
         out = real(*args, **kwargs)
-        made.append(out.config)
+        made.append(out.hashes["config"])
         return out
 
     with pytest.MonkeyPatch.context() as patch:

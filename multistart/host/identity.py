@@ -42,12 +42,9 @@ __all__ = [
 class SearchIdentity:
     """The three hashes of a search, and what a person needs to read a difference."""
 
-    model: str
-    rule: str
-    config: str
+    hashes: dict[str, str]  # "model", "rule", "config": what the Result and checkpoints record
     program: str  # the lowered step's hash alone (the tuning record's key uses it)
     values: dict[str, Any] = field(default_factory=dict)
-    hashes: dict[str, str] = field(default_factory=dict)  # model, rule, config: the Result's
 
     def record(self) -> dict[str, Any]:
         """What a checkpoint stores: the hashes and the readable values."""
@@ -112,7 +109,7 @@ def search_identity(problem, dtype, traces: Traces, config: dict) -> SearchIdent
         "rule": rule.hexdigest()[:32],
         "config": config_hash(values),
     }
-    return SearchIdentity(**hashes, program=program, values=values, hashes=hashes)
+    return SearchIdentity(hashes, program, values)
 
 
 def describe_difference(old: dict, new: SearchIdentity, ignore=()) -> str | None:
@@ -120,11 +117,11 @@ def describe_difference(old: dict, new: SearchIdentity, ignore=()) -> str | None
 
     ``ignore``: configuration keys not compared (``"starts"`` before the plan is made).
     """
-    if old.get("model") != new.model:
+    if old.get("model") != new.hashes["model"]:
         return "another model (its figure of merit, data, space or dtype differ)"
     before = _comparable(old.get("values", {}), ignore)
     after = _comparable(new.values, ignore)
-    same = before == after if ignore else old.get("config") == new.config
+    same = before == after if ignore else old.get("config") == new.hashes["config"]
     if not same:
         keys = sorted(set(before) | set(after))
         changed = [
@@ -133,7 +130,7 @@ def describe_difference(old: dict, new: SearchIdentity, ignore=()) -> str | None
             if before.get(k) != after.get(k)
         ]
         return "another configuration (" + ("; ".join(changed) or "its settings differ") + ")"
-    if old.get("rule") != new.rule:
+    if old.get("rule") != new.hashes["rule"]:
         return (
             f"another rule or hyperparameters ({before.get('rule')!r} "
             f"{before.get('hyperparameters')!r} -> {after.get('rule')!r} "
