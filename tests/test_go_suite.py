@@ -269,8 +269,9 @@ def _ursem_waves(x):  # scipy's UrsemWaves: its minimum -8.5536 on the corner (1
 def test_a_corner_minimum_outside_the_band_is_missed_by_the_band_found_by_the_box_and_refills(x64):
     """docs/starts.md: the central band holds no start in the corner minimum's basin, on any
     seed (``"band"``); nearly the whole box finds it on every seed; the default
-    (``"band_tiktak"``, the same first wave) finds it on every seed too, from a refill of its
-    second pool (the best is a later incarnation of its slot, started beyond the band)."""
+    (``"band_tiktak"``, the band's first wave from its own candidates) finds it on every seed
+    too, from a refill of its second pool (the best is a later incarnation of its slot, started
+    beyond the band)."""
     space = {"x": ms.Uniform(np.array([-0.9, -1.2]), np.array([1.2, 1.2]))}
     arms = {
         "band": dict(start_strategy="band"),

@@ -500,13 +500,13 @@ def test_options_are_one_frozen_configuration():
     search = ms.MultiStartLBFGS(n_starts=8, memory=4)
     assert isinstance(search.options, ms.SearchConfig)
     assert search.n_starts == search.options.n_starts == 8
-    assert search.options.n_candidates == 80  # derived defaults are resolved
+    assert search.options.n_candidates == 120  # derived defaults (15 a slot under band_tiktak)
     with pytest.raises(AttributeError, match=r"search.replace\(n_steps=5\)"):
         search.n_steps = 5
     with pytest.raises(dataclasses.FrozenInstanceError):
         search.options.n_steps = 5  # type: ignore[misc]
     bigger = search.replace(n_starts=16)
-    assert bigger.options.n_candidates == 160 and bigger.solver.memory == 4
+    assert bigger.options.n_candidates == 240 and bigger.solver.memory == 4
     assert type(bigger) is ms.MultiStartLBFGS and search.n_starts == 8
     assert search.config() == {**search.config(), **{"n_starts": 8}}
     assert set(search.options.record()) <= set(search.config())

@@ -15,6 +15,7 @@ import multistart as ms
 from multistart.common.monitor import CompileCounter
 from multistart.common.status import Status
 from multistart.device.evaluator import FILTER_NAME
+from multistart.host.config import BAND_TIKTAK_CANDIDATES_PER_START
 from multistart.model.priors import Space
 from multistart.model.problem import as_problem
 from multistart.starts.strategies import CandidateReserve, Explore, StartStream, plan_starts
@@ -313,28 +314,32 @@ def _first_starts(result) -> np.ndarray:
 
 
 def test_lbfgs_default_keeps_the_bands_first_wave_and_refills_short_searches(x64):
-    """L-BFGS's default (``"band_tiktak"``): the band's 8 starts run as they are, and the
-    slots that end get TikTak's blended starts while the local searches are short (Rastrigin's
-    take a few dozen evaluations): a better best than the band's 8 alone (never a worse one: they
-    are among its local searches)."""
-    band = ms.MultiStartLBFGS(**KW, start_strategy="band").fit(rastrigin, SPACE)
+    """L-BFGS's default (``"band_tiktak"``): the band's 8 starts (the filter's pick of its
+    ``15 x n_starts`` candidates) run as they are, and the slots that end get TikTak's blended
+    starts while the local searches are short (Rastrigin's take a few dozen evaluations): a
+    better best than the band's 8 alone (never a worse one: they are among its local
+    searches)."""
+    n_candidates = BAND_TIKTAK_CANDIDATES_PER_START * KW["n_starts"]
+    band = ms.MultiStartLBFGS(**KW, start_strategy="band", n_candidates=n_candidates)
+    band = band.fit(rastrigin, SPACE)
     auto = ms.MultiStartLBFGS(**KW).fit(rastrigin, SPACE)
     assert auto.stats["start_strategy"] == "band_tiktak"
+    assert auto.config["n_candidates"] == 15 * KW["n_starts"]
     np.testing.assert_allclose(_first_starts(auto), band.start_params["x"], rtol=1e-12)
     assert auto.stats["short_searches"] and auto.stats["n_local"] > KW["n_starts"]
-    assert auto.config["n_local"] == 2 * 4 * KW["n_starts"]  # two of TikTak's cycles
+    assert auto.config["n_local"] == 3 * 4 * KW["n_starts"]  # three of TikTak's cycles
     assert auto.best_fom < band.best_fom  # a deeper minimum than any of the band's 8 found
 
 
-def test_lbfgs_defaults_second_round_keeps_the_first_rounds_searches_and_never_a_worse_best(x64):
-    """L-BFGS's default runs two rounds of TikTak's weights (``n_local = 8 x n_starts``); its
-    first round is the one-round search's (``n_local = 4 x n_starts``), local search for local
-    search, so its best is never worse (docs/starts.md, issue 41). The rediscovery stop is off
-    here, so both run every local search."""
+def test_lbfgs_defaults_later_rounds_keep_the_first_rounds_searches_and_never_a_worse_best(x64):
+    """L-BFGS's default runs three rounds of TikTak's weights (``n_local = 12 x n_starts``);
+    its first round is the one-round search's (``n_local = 4 x n_starts``), local search for
+    local search, so its best is never worse (docs/starts.md, issue 41). The rediscovery stop is
+    off here, so both run every local search."""
     kw = dict(KW, n_steps=200, max_discoveries=None)
     two = ms.MultiStartLBFGS(**kw).fit(rastrigin, SPACE)
     one = ms.MultiStartLBFGS(**kw, n_local=4 * KW["n_starts"]).fit(rastrigin, SPACE)
-    assert (one.stats["n_local"], two.stats["n_local"]) == (32, 64)
+    assert (one.stats["n_local"], two.stats["n_local"]) == (32, 96)
 
     def searches(result):
         return {(i["slot"], i["incarnation"]): i for i in result.incarnations}

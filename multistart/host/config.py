@@ -40,13 +40,17 @@ __all__ += [
 __all__ += ["BATCH_SIZE_HELP"]
 
 CANDIDATES_PER_START = 10
+# start_strategy="band_tiktak" (L-BFGS's default) draws this many candidates a slot instead:
+# its BAND_TIKTAK_CYCLES rounds of local searches each start from a candidate of their own
+# (issue 41; profiling/HISTORY.md)
+BAND_TIKTAK_CANDIDATES_PER_START = 15
 DEFAULT_FILTER_BATCH_SIZE = 64
 TIKTAK_LOCAL_PER_START = 4  # TikTak's default n_local: this many local searches per slot
 # start_strategy="band_tiktak" (L-BFGS's default) runs up to this many of TikTak's weight
 # schedules of TIKTAK_LOCAL_PER_START x n_starts local searches, one after another (n_local's
 # default): a search whose best keeps moving (many minima) gets another round of blends from
 # far to near it; one that re-finds its best ends by max_discoveries as before (issue 41)
-BAND_TIKTAK_CYCLES = 2
+BAND_TIKTAK_CYCLES = 3
 # TikTak's default max_discoveries: its best re-found this often, no new local search starts
 # (issue 41: 81 of 81 NIST fits over 3 seeds at 0.44x the median evaluations without it;
 # profiling/HISTORY.md)
@@ -287,8 +291,9 @@ class Starts(_Group):
         "is evaluated (batched, one compile); the best finite ones that are not within "
         "multi-level single linkage's critical distance of a better kept one become the starts "
         "(:func:`multistart.starts.strategies.diverse_candidates`). ``None`` (default) is "
-        "``10 * n_starts``; ``0`` turns the filter off (the first ``n_starts`` draws are the "
-        "starts).",
+        f'``{CANDIDATES_PER_START} * n_starts`` (``"band_tiktak"``: '
+        f"``{BAND_TIKTAK_CANDIDATES_PER_START} * n_starts``); ``0`` turns the filter off (the "
+        "first ``n_starts`` draws are the starts).",
         program=False,
     )
     max_candidates: int | None = option(
@@ -326,15 +331,15 @@ class Starts(_Group):
         self._set("start_strategy", check_strategy(self.start_strategy))
         n, given = self.n_starts, self.n_candidates
         if given is None:
-            given = CANDIDATES_PER_START * n
+            given = self._candidates_per_start * n
         elif (
             isinstance(given, bool)
             or not isinstance(given, numbers.Integral)
             or (given != 0 and given < n)
         ):
             raise ValueError(
-                f"n_candidates must be None ({CANDIDATES_PER_START} x n_starts), 0 (no filter) "
-                f"or an int >= n_starts ({n}); got {given!r}"
+                f"n_candidates must be None ({self._candidates_per_start} x n_starts), 0 (no "
+                f"filter) or an int >= n_starts ({n}); got {given!r}"
             )
         self._set("n_candidates", int(given))
         self._set("max_candidates", check_max_candidates(self.max_candidates, int(given), n))
@@ -350,6 +355,14 @@ class Starts(_Group):
     def tiktak(self) -> bool:
         return self.start_strategy in ("tiktak", "band_tiktak")
 
+    @property
+    def _candidates_per_start(self) -> int:
+        """``n_candidates``'s default, a slot: more under ``"band_tiktak"``, whose rounds of
+        local searches each take a candidate."""
+        if self.start_strategy == "band_tiktak":
+            return BAND_TIKTAK_CANDIDATES_PER_START
+        return CANDIDATES_PER_START
+
 
 @dataclass(frozen=True, kw_only=True)
 class TikTak(_Group):
@@ -361,7 +374,8 @@ class TikTak(_Group):
         "TikTak only: local searches in all, the first wave of ``n_starts`` included (default "
         f'``{TIKTAK_LOCAL_PER_START} * n_starts``; ``"band_tiktak"``: '
         f"``{BAND_TIKTAK_CYCLES * TIKTAK_LOCAL_PER_START} * n_starts``, TikTak's weights run "
-        f"twice over ``{TIKTAK_LOCAL_PER_START} * n_starts`` each; at most ``n_candidates``).",
+        f"{BAND_TIKTAK_CYCLES} times over ``{TIKTAK_LOCAL_PER_START} * n_starts`` each; at most "
+        "``n_candidates``).",
         program=False,
     )
     local_steps: int | None = option(

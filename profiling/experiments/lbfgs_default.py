@@ -15,6 +15,7 @@ NIST's 27 problems: how long a local search is, against the gate's 300.
 ``--gate N -- GO_SUITE_ARGS``: ``profiling/go_suite.py`` with the gate patched to ``N``.
 
     python profiling/experiments/lbfgs_default.py --image
+    python profiling/experiments/lbfgs_default.py --image --arms default  # the default alone
     python profiling/experiments/lbfgs_default.py --lengths --go-dir PATH
     python profiling/experiments/lbfgs_default.py --gate 100 -- --go-dir PATH --half --arms ours
 """
@@ -49,7 +50,7 @@ def _engine(objective, space, n_starts: int, n_steps: int, **kw) -> tuple[dict, 
     return row, r
 
 
-def image(n_starts: int, n_steps: int) -> None:
+def image(n_starts: int, n_steps: int, arms: str = "all") -> None:
     import harness
     import image_model
     import scipy.optimize
@@ -60,6 +61,14 @@ def image(n_starts: int, n_steps: int) -> None:
         threads = harness.blas_threads()
         rows: dict[str, dict] = {}
         rows["default"], _ = _engine(objective, space, n_starts, n_steps)
+        if arms == "default":
+            d = rows["default"]
+            print(
+                f"image fit, {n_starts} starts, n_steps {n_steps}; {threads}; the default: "
+                f"evals {d['evals']}, wall {d['wall_s']:.1f} s, best {d['best']:.6g}, "
+                f"local searches {d['n_local']}"
+            )
+            return
         rows["band"], band = _engine(objective, space, n_starts, n_steps, start_strategy="band")
         vg, x0s, bounds = scipy_problem(objective, space, band.start_params)
         t0, evals, best = time.perf_counter(), 0, np.inf
@@ -118,6 +127,12 @@ def main(argv=None) -> None:
     p.add_argument("--go-dir", default=os.environ.get("MULTISTART_GO_DIR"))
     p.add_argument("--starts", type=int, default=32)
     p.add_argument("--n-steps", type=int, default=1000)
+    p.add_argument(
+        "--arms",
+        choices=("all", "default"),
+        default="all",
+        help="--image: every arm, or the default alone (to set beside another commit's)",
+    )
     args = p.parse_args(argv)
     jax.config.update("jax_enable_x64", True)
     if args.gate is not None:
@@ -130,7 +145,7 @@ def main(argv=None) -> None:
     elif args.lengths:
         lengths(args.go_dir)
     else:
-        image(args.starts, args.n_steps)
+        image(args.starts, args.n_steps, args.arms)
 
 
 if __name__ == "__main__":
