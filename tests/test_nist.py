@@ -53,6 +53,8 @@ LBFGS_STALLS = {
     "decrease to find before its decrement test passes: stalled, with the right answer",
     "Lanczos3": "the same valley: L-BFGS's default (band_tiktak) refills the first slots that "
     "end, and the best start is such a refill, stalled with the right answer",
+    "MGH10": "its curved, badly scaled valley: since the default draws 15 x n_starts candidates "
+    "(2026-12-06), the best of its starts ends stalled, with the right answer (9 digits)",
 }
 
 
