@@ -337,16 +337,16 @@ def test_lbfgs_defaults_later_rounds_keep_the_first_rounds_searches_and_never_a_
     local search, so its best is never worse (docs/starts.md, issue 41). The rediscovery stop is
     off here, so both run every local search."""
     kw = dict(KW, n_steps=200, max_discoveries=None)
-    two = ms.MultiStartLBFGS(**kw).fit(rastrigin, SPACE)
+    three = ms.MultiStartLBFGS(**kw).fit(rastrigin, SPACE)
     one = ms.MultiStartLBFGS(**kw, n_local=4 * KW["n_starts"]).fit(rastrigin, SPACE)
-    assert (one.stats["n_local"], two.stats["n_local"]) == (32, 96)
+    assert (one.stats["n_local"], three.stats["n_local"]) == (32, 96)
 
     def searches(result):
         return {(i["slot"], i["incarnation"]): i for i in result.incarnations}
 
-    first, both = searches(one), searches(two)
+    first, both = searches(one), searches(three)
     assert len(first) == 32 and set(first) < set(both)
     for key, a in first.items():  # the same start, the same end
         np.testing.assert_array_equal(both[key]["start_params"]["x"], a["start_params"]["x"])
         assert both[key]["fom"] == a["fom"]
-    assert two.best_fom <= one.best_fom
+    assert three.best_fom <= one.best_fom
