@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import logging
 
 import jax.numpy as jnp
@@ -251,3 +252,52 @@ def test_a_fit_makes_its_identity_once_and_a_resumed_one_once_more_early(tmp_pat
     assert len(made) == 1 and made[0] == result.stats["identity"]["config"]
     made = _identities_made(lambda: search.fit(parabola, PARABOLA_SPACE, resume=True))
     assert len(made) == 2 and made[1] == result.stats["identity"]["config"] != made[0]
+
+
+_IDENTITIES = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import test_driver
+print(json.dumps(test_driver.identities()))
+"""
+
+
+def identities() -> dict:
+    """The identity hashes of three fits of different rules and steps (the L-BFGS rule, Adam,
+    least squares behind its bounds), each a few steps; the same in every process."""
+    t = np.linspace(0.0, 3.0, 12)
+
+    def residuals(p):
+        return p["a"] * jnp.exp(-t / p["tau"]) - 2.0 * jnp.exp(-t / 0.7)
+
+    space = {"a": ms.Uniform(0.1, 5.0), "tau": ms.LogUniform(0.1, 3.0)}
+    fits = {
+        "lbfgs": lambda: ms.MultiStartLBFGS(**{**KW, "n_steps": 3}).fit(parabola, PARABOLA_SPACE),
+        "adam": lambda: ms.MultiStartAdam(**{**ADAM, "n_steps": 3}).fit(parabola, PARABOLA_SPACE),
+        "least_squares": lambda: ms.MultiStartLeastSquares(**{**KW, "n_steps": 3}).fit(
+            residuals, space
+        ),
+    }
+    return {name: fit().stats["identity"] for name, fit in fits.items()}
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_a_fits_identity_is_the_same_in_another_process():
+    """The identity hashes lowered text (no object address in it), so a checkpoint is resumed,
+    and a tuned width found, by another process: the same three fits hash alike in a fresh
+    process and in this one."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parent
+    env = {**os.environ, "MULTISTART_LOG_LEVEL": "WARNING", "PYTHONPATH": str(here.parent)}
+    out = subprocess.run(
+        [sys.executable, "-c", _IDENTITIES, str(here)], capture_output=True, text=True, env=env
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    theirs, ours = json.loads(out.stdout.strip().splitlines()[-1]), identities()
+    assert theirs == ours
+    assert len({v["rule"] for v in ours.values()}) == 3  # three steps, three hashes
