@@ -378,6 +378,15 @@ def test_bad_start_arguments(kwargs, match):
         ms.MultiStartAdam(**kwargs)
 
 
+def test_the_candidates_error_names_the_default_of_the_strategy_in_use():
+    """L-BFGS's default strategy ("band_tiktak") draws 15 candidates a slot, the others 10: the
+    refusal of too few names the default that applies."""
+    with pytest.raises(ValueError, match=r"n_candidates must be None \(15 x n_starts\), 0"):
+        ms.MultiStartLBFGS(n_starts=4, n_candidates=3)
+    with pytest.raises(ValueError, match=r"n_candidates must be None \(10 x n_starts\), 0"):
+        ms.MultiStartLBFGS(n_starts=4, n_candidates=3, start_strategy="band")
+
+
 def test_config_records_the_start_options():
     config = ms.MultiStartAdam(n_starts=4, start_strategy="lhs", resurrect=2).config()
     assert config["start_strategy"] == "lhs" and config["n_candidates"] == 40
