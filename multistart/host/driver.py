@@ -78,15 +78,15 @@ def prepare(search, objective, space, starts, resume, part, *, every_process) ->
 
     ``every_process``: the search runs on one mesh over every process's devices.
     """
-    o: SearchConfig = search.options
-    part = check_part(part, o)
-    if resume and o.checkpoint_dir is None:
+    options: SearchConfig = search.options
+    part = check_part(part, options)
+    if resume and options.checkpoint_dir is None:
         raise ValueError("resume=True needs checkpoint_dir to be set on the search")
     t_start = time.perf_counter()
     log.configure()
     check_env()
     problem = as_problem(objective, space)
-    absolute = o.absolute_sigma  # how its covariance is scaled: resolved by the search's rule
+    absolute = options.absolute_sigma  # how its covariance is scaled: resolved by the search's rule
     assert absolute is not None  # (config.resolve_absolute_sigma)
     dtype = jax.dtypes.canonicalize_dtype(jnp.float64)  # float32 unless x64 is on
     forget_other_float_types(dtype)  # before the trace: see there
@@ -94,15 +94,15 @@ def prepare(search, objective, space, starts, resume, part, *, every_process) ->
     # A model with no key of its own is keyed by its trace: a refit reuses its programs.
     key = problem.program_key if problem.program_key is not None else traced_key(problem, dtype)
     problem = dataclasses.replace(
-        problem, absolute_sigma=absolute, n_data=o.n_data, program_key=key
+        problem, absolute_sigma=absolute, n_data=options.n_data, program_key=key
     )
-    check_strategy_space(o.start_strategy, problem.space)
-    user = None if starts is None else user_starts(problem.space, starts, o.n_starts)
-    check_stack(problem, o, part)
-    programs = programs_for(programs_key(problem, search.solver, o, dtype))
+    check_strategy_space(options.start_strategy, problem.space)
+    user = None if starts is None else user_starts(problem.space, starts, options.n_starts)
+    check_stack(problem, options, part)
+    programs = programs_for(programs_key(problem, search.solver, options, dtype))
     # the trace's verdict holds for every refit of the same model and data shapes
     programs.get("checked", lambda: check_objective(problem, dtype, repr(search)))
-    if o.checkpoint_dir is not None:
+    if options.checkpoint_dir is not None:
         if jax.process_count() > 1 and part is not None:  # orbax wants global arrays there
             raise ValueError(
                 "checkpoint_dir with part= is not supported in a job of several JAX processes "
@@ -110,21 +110,31 @@ def prepare(search, objective, space, starts, resume, part, *, every_process) ->
                 "job's processes and checkpoints as one), or run the parts as independent "
                 "tasks (a job array, each with its own checkpoint_dir)"
             )
-        Checkpointer.check_folder(o.checkpoint_dir)
-    devices = resolve_devices(o.devices, every_process=every_process)
-    check_stack(problem, o, part, n_devices=len(devices))
+        Checkpointer.check_folder(options.checkpoint_dir)
+    devices = resolve_devices(options.devices, every_process=every_process)
+    check_stack(problem, options, part, n_devices=len(devices))
     configure_compilation_cache()
-    layout = Layout(problem.space, o.flat, dtype)
+    layout = Layout(problem.space, options.flat, dtype)
     config = search.config()
     return Setup(
-        o, search.solver, config, problem, layout, user, resume, t_start, part, devices, programs
+        options,
+        search.solver,
+        config,
+        problem,
+        layout,
+        user,
+        resume,
+        t_start,
+        part,
+        devices,
+        programs,
     )
 
 
 def identify(setup: Setup) -> Traced:
     """Trace the step (no compile), and when resuming refuse a checkpoint of another model,
     rule or configuration now, before the filter or the step compiles."""
-    o, problem = setup.options, setup.problem
+    options, problem = setup.options, setup.problem
     # The step captures the model's functions and space, never the problem (its data): a
     # refit's data are arguments, and kept steps must not keep the first fit's data alive.
     fom, space = problem.fom, problem.space
@@ -145,56 +155,60 @@ def identify(setup: Setup) -> Traced:
         start_step = make_start_step(
             fom_u,
             setup.solver,
-            o.guard,
-            o.give_up,
-            max_start_steps=o.local_steps,
+            options.guard,
+            options.give_up,
+            max_start_steps=options.local_steps,
             residual_u=residual_u,
             bounded=space.logistic_mask(),
         )
-        one = setup.layout.one_start_state(setup.solver, o.window)
+        one = setup.layout.one_start_state(setup.solver, options.window)
         traces, traced = trace_search(problem, setup.layout.dtype, start_step, one)
         # the identity's trace of the step, replayed: the step's Python is traced once
         chunk_step = make_chunk_step(
             replay(traced, start_step),
-            functools.partial(init_rows, setup.solver, o.window),
+            functools.partial(init_rows, setup.solver, options.window),
             problem.rows_per_datum,
-            o.history_stride,
+            options.history_stride,
         )
         chunk_step.__name__ = chunk_step.__qualname__ = CHUNK_STEP_NAME
         return start_step, chunk_step, traces
 
     # A refit of the same model reuses its steps (and so its compiled programs) and traces.
     start_step, chunk_step, traces = setup.programs.get("steps", steps)
-    store = None if o.checkpoint_dir is None else Checkpointer(o.checkpoint_dir)
+    store = None if options.checkpoint_dir is None else Checkpointer(options.checkpoint_dir)
     if store is not None and setup.resume:
         # the identity less the plan's starts (build() makes the whole one, once they are
         # planned): another search's checkpoint is refused before the filter compiles
         early = search_identity(problem, setup.layout.dtype, traces, setup.identity_config())
-        SearchCheckpoints.of(store, early, o).check(ignore=("starts",))
+        SearchCheckpoints.of(store, early, options).check(ignore=("starts",))
     return Traced(start_step, chunk_step, traces, store)
 
 
 def plan(setup: Setup) -> StartPlan:
     """Every slot's start: the user's, then the strategy's (filtered by default); the whole
     plan, then a part's slots of it."""
-    o = setup.options
-    assert o.n_candidates is not None and o.filter_batch_size is not None  # resolved by o
+    options = setup.options
+    assert (
+        options.n_candidates is not None and options.filter_batch_size is not None
+    )  # resolved by the options
     with CompileCounter() as compiles:
         start_plan = plan_starts(
             setup.problem,
             setup.layout.dtype,
-            n_starts=o.n_starts,
-            strategy=o.start_strategy,
-            band=o.start_band,
-            n_candidates=o.n_candidates,
-            max_candidates=o.max_candidates,
+            n_starts=options.n_starts,
+            strategy=options.start_strategy,
+            band=options.start_band,
+            n_candidates=options.n_candidates,
+            max_candidates=options.max_candidates,
             # MULTISTART_MAX_BATCH caps the filter's width too: the retry knob after a memory
             # failure
-            filter_width=cap_width(o.filter_batch_size, o.n_candidates, max_batch_from_env()),
-            seed=o.seed,
+            filter_width=cap_width(
+                options.filter_batch_size, options.n_candidates, max_batch_from_env()
+            ),
+            seed=options.seed,
             user=setup.user,
             programs=setup.programs,
-            explore=_explore(o),
+            explore=_explore(options),
         )
     if start_plan.sweep is not None:  # no second device copy of the data while the search runs
         start_plan.sweep.release()
@@ -206,12 +220,12 @@ def plan(setup: Setup) -> StartPlan:
     return select_part(start_plan, setup.part)
 
 
-def _explore(o: SearchConfig) -> Explore | None:
+def _explore(options: SearchConfig) -> Explore | None:
     """band_tiktak's second pool: the candidates over the box the filter also ranks."""
-    if o.start_strategy != "band_tiktak":
+    if options.start_strategy != "band_tiktak":
         return None
-    n_bound = int(TIKTAK_EXPLORE_BOUND_PER_START * o.n_starts)
-    n = TIKTAK_EXPLORE_PER_START * o.n_starts
+    n_bound = int(TIKTAK_EXPLORE_BOUND_PER_START * options.n_starts)
+    n = TIKTAK_EXPLORE_PER_START * options.n_starts
     return Explore(n, TIKTAK_EXPLORE_BOX, n_bound, TIKTAK_EXPLORE_ON_BOUND)
 
 

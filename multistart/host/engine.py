@@ -125,7 +125,7 @@ class Engine:
 def build(setup: Setup, start_plan: StartPlan, traced: Traced) -> tuple[Engine, RunState]:
     """The engine (the population's sweeper at its chosen width, what refills ended starts,
     the checkpoints) and the state before the first step."""
-    o, layout = setup.options, setup.layout
+    options, layout = setup.options, setup.layout
     n = start_plan.started.size  # a part's slots
     # the search's identity, made once its starts are planned (checkpoints, tuning record)
     identity = search_identity(
@@ -133,7 +133,7 @@ def build(setup: Setup, start_plan: StartPlan, traced: Traced) -> tuple[Engine, 
     )
     checkpoints = None
     if traced.store is not None:
-        checkpoints = SearchCheckpoints.of(traced.store, identity, o)
+        checkpoints = SearchCheckpoints.of(traced.store, identity, options)
         if setup.resume:
             checkpoints.check()  # other starts (user starts=) than the checkpoint's
     u0 = layout.starts(start_plan.x0)
@@ -156,25 +156,25 @@ def build(setup: Setup, start_plan: StartPlan, traced: Traced) -> tuple[Engine, 
         checkpoints,
         identity,
         choice,
-        o,
+        options,
         setup.t_start,
         physical,
     )
     lineage = None if refiller is None else Lineage.start(u0)
-    return engine, RunState.start(pop, o.halving, lineage)
+    return engine, RunState.start(pop, options.halving, lineage)
 
 
 def _rules(setup: Setup, refiller: Refiller | None, checkpoints: bool) -> Rules:
     """The search's rules for its syncs, from its options."""
-    o = setup.options
+    options = setup.options
     xtol, ftol = default_tolerances(setup.layout.dtype, setup.config["convergence"])
     return Rules(
-        target_fom=o.target_fom,
-        max_evals=o.max_evals,
+        target_fom=options.target_fom,
+        max_evals=options.max_evals,
         refills=frozenset() if refiller is None else refiller.refills,
         checkpoints=checkpoints,
-        halving=o.halving,
-        rediscoveries=o.rediscoveries,
+        halving=options.halving,
+        rediscoveries=options.rediscoveries,
         group=setup.problem.rows_per_datum or 0,  # a stack of fits: each fit's own starts
         xtol=xtol,
         ftol=ftol,
@@ -187,19 +187,19 @@ def _population(setup: Setup, chunk_step, u0, status0) -> tuple[PopState, Backen
     On several devices each holds an equal block of rows: the population is padded with inert
     rows (never started, never in the Result).
     """
-    o = setup.options
+    options = setup.options
     n, n_dev = len(status0), len(setup.devices)
     n_pop = n_dev * math.ceil(n / n_dev)
     if n_pop > n:
         u0 = jax.tree_util.tree_map(lambda a: pad_rows(np.asarray(a), n_pop - n), u0)
     status = np.concatenate([status0, np.full(n_pop - n, Status.UNSTARTED.code)]).astype(np.int8)
-    n_rows = math.ceil(o.n_steps / o.history_stride)  # of history
+    n_rows = math.ceil(options.n_steps / options.history_stride)  # of history
 
     # made on the host, no program: each running row's state is set by its first chunk call
-    pop = host_population(setup.solver, u0, n_rows, o.window, status)
+    pop = host_population(setup.solver, u0, n_rows, options.window, status)
     if n_dev == 1:  # (a mesh's backend places it)
         pop = jax.device_put(pop)
-    backend = BACKENDS[o.backend](
+    backend = BACKENDS[options.backend](
         chunk_step,
         n_total=n_pop,
         data=setup.problem.data,  # the backend places it on its device(s)
@@ -215,7 +215,7 @@ def _width(
     setup: Setup, backend: Backend, pop, traced: Traced, n: int, program_hash: str
 ) -> WidthChoice:
     """The batch width (per device), the same in every process of a job."""
-    o = setup.options
+    options = setup.options
     n_starts = math.ceil(n / backend.n_devices)  # per device
     device = next(d for d in setup.devices if d.process_index == jax.process_index())
     env = (max_batch_from_env(), budget_from_env(), auto_mode_from_env())
@@ -224,18 +224,18 @@ def _width(
     def choose() -> WidthChoice:
         made.append(True)
         return resolve_width(
-            o.batch_size,
+            options.batch_size,
             backend,
             pop,
             n_starts=n_starts,
             device=device,
             start_step=traced.start_step,
-            backend_name=o.backend,
+            backend_name=options.backend,
             program_hash=program_hash,  # the step lowered once, for the identity
-            n_steps=o.n_steps,  # "auto" times widths only where the fit pays for it
+            n_steps=options.n_steps,  # "auto" times widths only where the fit pays for it
         )
 
-    first = setup.programs.get(("width", o.batch_size, n_starts, str(device), env), choose)
+    first = setup.programs.get(("width", options.batch_size, n_starts, str(device), env), choose)
     # A refit of the same model keeps the width its first fit chose (and so its program).
     choice = first if made else _kept(first)
     if backend.spans_processes:  # every process must step the same program: process 0's width
@@ -254,20 +254,24 @@ def _kept(choice: WidthChoice) -> WidthChoice:
 
 
 def _log_start(setup: Setup, n: int, choice: WidthChoice, sweeper: Sweeper) -> None:
-    o, n_dev = setup.options, len(setup.devices)
-    how = "" if choice.info.get("selected_by") == "explicit" else f" (batch_size={o.batch_size!r})"
+    options, n_dev = setup.options, len(setup.devices)
+    how = (
+        ""
+        if choice.info.get("selected_by") == "explicit"
+        else f" (batch_size={options.batch_size!r})"
+    )
     log.logger.log(
         log.routine_level(),
         "fitting %s: %d starts%s x %d parameters, %s, %d starts a chunk%s%s%s%s",
         setup.problem.name,
         n,
-        "" if setup.part is None else setup.part.words(o.n_starts),
+        "" if setup.part is None else setup.part.words(options.n_starts),
         setup.problem.space.n_dims,
         setup.config["search"],
         choice.width,
         how,
         " per device" if n_dev > 1 else "",
-        ", scan backend" if o.backend == "scan" else "",
+        ", scan backend" if options.backend == "scan" else "",
         f", {n_dev} {setup.devices[0].platform} devices" if n_dev > 1 else "",
     )
     log.logger.debug(
@@ -281,29 +285,31 @@ def _log_start(setup: Setup, n: int, choice: WidthChoice, sweeper: Sweeper) -> N
 def _refiller(setup: Setup, start_plan: StartPlan, write, physical) -> Refiller | None:
     """What gives ended starts' slots new starts: resurrection's reserve, TikTak's queue, or
     nothing. A slot the halving schedule pruned takes the next start too."""
-    o, layout = setup.options, setup.layout
+    options, layout = setup.options, setup.layout
     reserve = start_plan.reserve
-    if not (o.resurrect or o.tiktak) or reserve is None:
+    if not (options.resurrect or options.tiktak) or reserve is None:
         return None
     kw: dict[str, Any] = dict(write=write, to_u=layout.to_unconstrained, to_x=physical)
     ended = {Status.NONFINITE.code, Status.PRUNED.code}
-    if not o.tiktak:
+    if not options.tiktak:
         return Refiller(reserve, ended, **kw)
     discoveries = None
-    if o.max_discoveries is not None:
+    if options.max_discoveries is not None:
         xtol, ftol = default_tolerances(layout.dtype, setup.config["convergence"])
-        discoveries = Discoveries(int(o.max_discoveries), xtol=xtol, ftol=ftol)  # "auto" resolved
-    band = o.start_strategy == "band_tiktak"
+        discoveries = Discoveries(
+            int(options.max_discoveries), xtol=xtol, ftol=ftol
+        )  # "auto" resolved
+    band = options.start_strategy == "band_tiktak"
     queue = TikTakQueue(  # the filter's other finite candidates, best first, blended
         getattr(reserve, "x", None),
         layout.space,
-        n_local=o.n_local or 0,  # resolved with start_strategy="tiktak"
+        n_local=options.n_local or 0,  # resolved with start_strategy="tiktak"
         n_first=int(np.sum(start_plan.started)),
         discoveries=discoveries,
         short=TIKTAK_SHORT_SEARCH if band else None,
         explore=start_plan.explore,  # band_tiktak's ranking over the box (None otherwise)
         explore_every=TIKTAK_EXPLORE_EVERY,
-        cycle=o.tiktak_cycle,  # band_tiktak: the weights restart every round
+        cycle=options.tiktak_cycle,  # band_tiktak: the weights restart every round
     )
     local_search_ended = {Status.CONVERGED.code, Status.STALLED.code, Status.MAX_STEPS.code}
     return Refiller(queue, ended | local_search_ended, **kw)

@@ -123,23 +123,25 @@ class Calls:
     """
 
     def __init__(self, engine: Engine):
-        o = engine.options
-        self.auto = o.steps_per_call == "auto" and not engine.together  # no clock on a mesh
-        self.k = 1 if o.steps_per_call == "auto" else int(o.steps_per_call)
-        others = o.halving is not None or engine.together
-        others = others or o.target_fom is not None or o.max_evals is not None
+        options = engine.options
+        self.auto = options.steps_per_call == "auto" and not engine.together  # no clock on a mesh
+        self.k = 1 if options.steps_per_call == "auto" else int(options.steps_per_call)
+        others = options.halving is not None or engine.together
+        others = others or options.target_fom is not None or options.max_evals is not None
         # Refills alone, at every step: a call of one chunk on one device ends at the first
         # step where one of its starts ends (what the refill acts on), not after every step.
-        self.until_end = engine.refiller is not None and o.sync_every == 1 and not others
+        self.until_end = engine.refiller is not None and options.sync_every == 1 and not others
         self._queue = engine.refiller.queue if self.until_end and engine.refiller else None
         self._sweeper = engine.sweeper
         decides = engine.refiller is not None or others
-        self.periods = [o.n_steps] + ([o.sync_every] if decides and not self.until_end else [])
+        self.periods = [options.n_steps] + (
+            [options.sync_every] if decides and not self.until_end else []
+        )
         if engine.checkpoints is not None:
-            self.periods.append(o.checkpoint_every)
-        if o.log_every:  # a line every that many steps
-            self.periods.append(o.log_every)
-        if o.rediscoveries is not None:  # the rule ends starts at these steps
+            self.periods.append(options.checkpoint_every)
+        if options.log_every:  # a line every that many steps
+            self.periods.append(options.log_every)
+        if options.rediscoveries is not None:  # the rule ends starts at these steps
             self.periods.append(REFOUND_EVERY)
 
     def next(self, step: int) -> tuple[int, bool]:

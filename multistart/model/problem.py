@@ -434,11 +434,11 @@ def check_scalar(out, subject: str) -> None:
         )
 
 
-def check_stack(problem, o, part, n_devices: int = 1) -> None:
+def check_stack(problem, options, part, n_devices: int = 1) -> None:
     """A stack of datasets (``problem.rows_per_datum``) runs only where every row is its own
     start of its own dataset, on one device: not in parts, without the broad-start filter (it
     ranks candidates across rows) and with none of the options that couple slots
-    (:meth:`multistart.SearchConfig.couplings`) but a shared budget. ``o`` is the search's
+    (:meth:`multistart.SearchConfig.couplings`) but a shared budget. ``options`` is the search's
     ``SearchConfig``."""
     if problem.rows_per_datum is None:
         return
@@ -449,8 +449,8 @@ def check_stack(problem, o, part, n_devices: int = 1) -> None:
             "its own device)"
         )
     given = ["part"] if part is not None else []
-    given += ["n_candidates (the broad-start filter)"] if o.n_candidates else []
-    given += [c.option for c in o.couplings() if not c.stack_may_keep]
+    given += ["n_candidates (the broad-start filter)"] if options.n_candidates else []
+    given += [c.option for c in options.couplings() if not c.stack_may_keep]
     if given:
         raise ValueError(
             f"a stack of datasets (curve_fit(..., batched=True)) fits every dataset apart from "
@@ -460,7 +460,7 @@ def check_stack(problem, o, part, n_devices: int = 1) -> None:
         )
 
 
-def programs_key(problem, solver, o, dtype):
+def programs_key(problem, solver, options, dtype):
     """What the jitted functions of a fit of ``problem`` depend on but take as no argument,
     and the shapes they are compiled for (:func:`multistart.device.programs.programs_for`); ``None``
     when the problem has no ``program_key`` or the rule is not described by plain values."""
@@ -480,7 +480,7 @@ def programs_key(problem, solver, o, dtype):
         jax.tree_util.tree_structure(problem.data),
         shapes,
         problem.rows_per_datum,
-        o.program_key(),  # every option the programs may depend on (SearchConfig's fields)
+        options.program_key(),  # every option the programs may depend on (SearchConfig's fields)
         jax.process_count(),
     )
 

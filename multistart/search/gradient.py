@@ -138,10 +138,10 @@ class MultiStartGradient:
         return type(self)(*args, **{**kwargs, **changes})
 
     def __repr__(self) -> str:
-        o = self.options
+        options = self.options
         return (
-            f"{type(self).__name__}(n_starts={o.n_starts}, batch_size={o.batch_size!r}, "
-            f"n_steps={o.n_steps}, seed={o.seed})"
+            f"{type(self).__name__}(n_starts={options.n_starts}, "
+            f"batch_size={options.batch_size!r}, n_steps={options.n_steps}, seed={options.seed})"
         )
 
     def config(self) -> dict[str, Any]:

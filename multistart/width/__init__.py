@@ -37,7 +37,7 @@ on models whose starts cost about as much (:data:`PRIOR_GAINS`, this device's re
 widths timed so far). Otherwise the bound is kept, and the fit pays one compile. The widths
 ``"auto"`` times are a sparse ladder (:func:`time_auto`: the bound, 1, narrower by factors of
 8, one width between the best and its better neighbour; only the bound and 1 when width 1 is
-far faster, see :data:`AUTO_UNBATCHED_WINS`); ``"tune"`` times a denser one
+far faster, see :data:`AUTO_WIDTH_ONE_FASTER`); ``"tune"`` times a denser one
 (:func:`time_tune`: 1 and every power of two) whatever it costs, because it was asked for.
 
 Either way a width is timed on a bounded number of chunk calls (never every start): a step's
@@ -96,7 +96,7 @@ from .machine import quota_cores as quota_cores
 from .machine import shared_ram_device_count as shared_ram_device_count
 from .machine import usable_cpu_count as usable_cpu_count
 from .record import tune_key as tune_key
-from .timing import AUTO_UNBATCHED_WINS as AUTO_UNBATCHED_WINS
+from .timing import AUTO_WIDTH_ONE_FASTER as AUTO_WIDTH_ONE_FASTER
 from .timing import CALL_FLOOR_S as CALL_FLOOR_S
 from .timing import PRIOR_DECADES as PRIOR_DECADES
 from .timing import PRIOR_GAINS as PRIOR_GAINS
@@ -116,7 +116,7 @@ from .widths import width_for_budget as width_for_budget
 
 __all__ = [
     "AUTO_MODES",
-    "AUTO_UNBATCHED_WINS",
+    "AUTO_WIDTH_ONE_FASTER",
     "Budget",
     "CALL_FLOOR_S",
     "CGROUP_ROOT",

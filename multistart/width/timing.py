@@ -17,7 +17,7 @@ from ..device.oom import is_out_of_memory
 from .widths import auto_candidates, balanced_width, candidate_widths
 
 __all__ = [
-    "AUTO_UNBATCHED_WINS",
+    "AUTO_WIDTH_ONE_FASTER",
     "CALL_FLOOR_S",
     "Gate",
     "PRIOR_DECADES",
@@ -44,7 +44,7 @@ TUNE_AGAIN_RATIO = 1.25
 # "auto" times the widest width, then width 1. When width 1 steps at least this many times as
 # fast (an expensive model, whose single evaluation keeps the cores busy), the narrower widths
 # are not timed: each is a compile, and on the models measured the best width was then 1.
-AUTO_UNBATCHED_WINS = 1.5
+AUTO_WIDTH_ONE_FASTER = 1.5
 # What "auto" expects timing to gain before this device has measured anything: pairs of
 # (seconds a start cost in one chunk call at the memory bound, the bound's step / the best
 # width's step), measured on this project's 2-core CPU (profiling/README.md), weighed by how
@@ -339,7 +339,7 @@ def _descend(
         if w == 1:
             if upper in timings.per_call:
                 ratio = timings.step_s(upper) / timings.step_s(w)
-                if ratio >= AUTO_UNBATCHED_WINS:
+                if ratio >= AUTO_WIDTH_ONE_FASTER:
                     why = f"width 1 steps {ratio:.3g}x as fast as width {upper}"
                     return _finish(timings, why), False
             continue
