@@ -706,7 +706,7 @@ def test_the_program_key_is_made_of_the_configuration_s_own_fields():
 def test_parts_and_stacks_refuse_the_one_list_of_couplings():
     """``SearchConfig.couplings`` is the one list: a part refuses every coupling, a stack of
     fits every one that ranks or replaces starts (it may share a budget)."""
-    from multistart.host.split import check_part
+    from multistart.host.parts import check_part
     from multistart.model.problem import Problem, check_stack
 
     couplings = dict(

@@ -797,7 +797,7 @@ class SearchConfig(Output, Uncertainty, Execution, Stopping, TikTak, Starts):
 
     def couplings(self) -> list[Coupling]:
         """The options given that couple the search's slots: the one list that parts
-        (:func:`multistart.host.split.coupling`) and a stack of fits
+        (:func:`multistart.host.parts.coupling`) and a stack of fits
         (:func:`multistart.model.problem.check_stack`) refuse."""
         halving = "schedule='halving'"
         coupled = [

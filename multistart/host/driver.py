@@ -16,7 +16,7 @@ The search object (:mod:`multistart.search.gradient`) holds only its rule and it
 (:class:`multistart.SearchConfig`), read once into the :class:`Setup`; the per-start numerics
 live in :mod:`multistart.device.step`, the rules in :mod:`multistart.solvers`, the host loop in
 :mod:`multistart.host.iterate`, its decisions in :mod:`multistart.host.decide`, parts and
-processes in :mod:`multistart.host.split`.
+processes in :mod:`multistart.host.parts`.
 """
 
 from __future__ import annotations
@@ -67,8 +67,8 @@ from .config import (
 from .engine import Engine, Setup, Traced, build
 from .identity import search_identity, trace_search
 from .iterate import iterate, resume, signals_to_flag
+from .parts import check_part, first_process_logs, merge_over_processes, over_processes, select_part
 from .run_state import RunState
-from .split import check_part, first_process_logs, merge_over_processes, over_processes, select_part
 
 __all__ = ["run"]
 
@@ -246,7 +246,7 @@ def run(search, objective, space=None, *, starts=None, resume: bool = False, par
     In a job of several JAX processes (:func:`multistart.device.distributed.initialize`) a fit
     without ``part=`` either runs part ``(process_index, process_count)`` in each process and
     merges them, or runs on one mesh over every process's devices
-    (:func:`multistart.host.split.over_processes`); either way every process returns the
+    (:func:`multistart.host.parts.over_processes`); either way every process returns the
     whole Result.
     """
     mode, why = over_processes(search.options) if part is None else (None, None)

@@ -38,8 +38,8 @@ from .checkpoint import Checkpointer, SearchCheckpoints
 from .config import TIKTAK_EXPLORE_EVERY, TIKTAK_SHORT_SEARCH, SearchConfig
 from .decide import Rules
 from .identity import SearchIdentity, Traces, search_identity
+from .parts import Part
 from .run_state import RunState
-from .split import Part
 
 __all__ = ["Setup", "Traced", "Engine", "build"]
 

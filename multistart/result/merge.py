@@ -1,7 +1,7 @@
 """The merge of a search's parts (``fit(..., part=(i, k))``): the Result one run would have given.
 
 Starts never interact, so each start's record in a part is the one the whole run gives that
-slot (:mod:`multistart.host.split`), and the merge is a concatenation in slot order: histories
+slot (:mod:`multistart.host.parts`), and the merge is a concatenation in slot order: histories
 joined, the best fit chosen again, the statistics added up where each part paid them. The
 bookkeeping here is NumPy on saved values: nothing compiles.
 """
