@@ -30,6 +30,7 @@ writes the run's record (``profiling/harness.py``), for ``python -m profiling.co
     python profiling/fixed_cost.py --quick --json fixed_cost.json
     python profiling/fixed_cost.py --problems all   # the 27, and their totals (the targets)
     python profiling/fixed_cost.py --problems DanWood --profile   # cProfile of a second fit
+    python profiling/fixed_cost.py --quick --repeats 7 --no-curve-fit   # the NIST arms alone
 """
 
 from __future__ import annotations
@@ -305,6 +306,7 @@ def main(argv=None) -> None:
     p.add_argument("--problems", default=None, help="comma-separated NIST names, or all")
     p.add_argument("--repeats", type=int, default=None, help="second fits timed (median)")
     p.add_argument("--profile", action="store_true", help="cProfile one more second fit")
+    p.add_argument("--no-curve-fit", action="store_true", help="the NIST problems' arms alone")
     p.add_argument("--child", choices=("ours", "vmap"), help=argparse.SUPPRESS)  # curve_fit's
     harness.add_arguments(p)
     args = p.parse_args(argv)
@@ -323,7 +325,7 @@ def main(argv=None) -> None:
     os.environ["MULTISTART_CACHE_DIR"] = tempfile.mkdtemp(prefix="fixed_cost_")
     # the curve_fit arms first: on an accelerator this process holds the device once it
     # starts JAX's backend, and a TPU is held by one process at a time
-    c = curve_fit_arms(repeats)
+    c = None if args.no_curve_fit else curve_fit_arms(repeats)
     import jax
 
     jax.config.update("jax_enable_x64", True)
@@ -333,6 +335,8 @@ def main(argv=None) -> None:
     walls = [one_problem(record, name, repeats, args.profile) for name in names]
     if len(walls) > 1:
         totals(record, walls)
+    if c is None:
+        return record.write(args.json)
     ratio = c["ours_s"] / c["vmap_s"]
     print(
         f"ms.curve_fit (3 parameters, 50 points) in a fresh process: {c['ours_s']:.3f} s, "

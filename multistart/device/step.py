@@ -336,18 +336,18 @@ def init_rows(solver: Solver, window: int, u) -> StartState:
     return init_population(solver, u, 1, window).starts
 
 
-def host_population(solver: Solver, u0, n_steps: int, window: int, status) -> PopState:
-    """The initial population made on the host (NumPy; no program): each row's start ``u0``
-    and ``status``, its solver state zeros until its first chunk call sets it
-    (:func:`make_chunk_step`; a row that is not running never steps, and its solver state
-    is never read)."""
+def host_population(opt_state, u0, n_steps: int, window: int, status) -> PopState:
+    """The initial population made on the host (NumPy; no program, no trace): each row's start
+    ``u0`` and ``status``, its solver state zeros of one start's ``opt_state`` shapes (a tree
+    of ``jax.ShapeDtypeStruct``, :meth:`multistart.device.layout.Layout.one_start_state`'s)
+    until its first chunk call sets it (:func:`make_chunk_step`; a row that is not running
+    never steps, and its solver state is never read)."""
     u0 = jax.tree_util.tree_map(np.asarray, u0)
     leaves = jax.tree_util.tree_leaves(u0)
     n, dtype = leaves[0].shape[0], leaves[0].dtype
-    shapes = jax.eval_shape(jax.vmap(solver.init), u0)
     fields: dict[str, Any] = dict(  # NumPy leaves
         u=u0,
-        opt_state=jax.tree_util.tree_map(lambda a: np.zeros(a.shape, a.dtype), shapes),
+        opt_state=jax.tree_util.tree_map(lambda a: np.zeros((n, *a.shape), a.dtype), opt_state),
         fom=np.full(n, np.nan, dtype),
         best_fom=np.full(n, np.inf, dtype),
         best_u=jax.tree_util.tree_map(np.copy, u0),  # each leaf its own buffer (donated)

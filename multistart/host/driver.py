@@ -171,17 +171,17 @@ def identify(setup: Setup) -> Traced:
             options.history_stride,
         )
         chunk_step.__name__ = chunk_step.__qualname__ = CHUNK_STEP_NAME
-        return start_step, chunk_step, traces
+        return start_step, chunk_step, traces, one
 
     # A refit of the same model reuses its steps (and so its compiled programs) and traces.
-    start_step, chunk_step, traces = setup.programs.get("steps", steps)
+    start_step, chunk_step, traces, one = setup.programs.get("steps", steps)
     store = None if options.checkpoint_dir is None else Checkpointer(options.checkpoint_dir)
     if store is not None and setup.resume:
         # the identity less the plan's starts (build() makes the whole one, once they are
         # planned): another search's checkpoint is refused before the filter compiles
         early = search_identity(problem, setup.layout.dtype, traces, setup.identity_config())
         SearchCheckpoints.of(store, early, options).check(ignore=("starts",))
-    return Traced(start_step, chunk_step, traces, store)
+    return Traced(start_step, chunk_step, traces, store, one)
 
 
 def plan(setup: Setup) -> StartPlan:

@@ -80,6 +80,7 @@ class Traced:
     chunk_step: Any  # the compiled chunk's body
     traces: Traces  # the lowered figure of merit and step: what the identity hashes
     store: Checkpointer | None  # the checkpoint folder (checkpoint_dir), if any
+    one_start: Any  # one start's state, its shapes (the host makes the population from them)
 
 
 @dataclass(frozen=True)
@@ -138,7 +139,7 @@ def build(setup: Setup, start_plan: StartPlan, traced: Traced) -> tuple[Engine, 
             checkpoints.check()  # other starts (user starts=) than the checkpoint's
     u0 = layout.starts(start_plan.x0)
     status0 = np.where(start_plan.started, Status.RUNNING.code, Status.UNSTARTED.code)
-    pop, backend = _population(setup, traced.chunk_step, u0, status0)
+    pop, backend = _population(setup, traced, u0, status0)
     choice = _width(setup, backend, pop, traced, n, identity.program)
     sweeper = Sweeper(backend, choice.width)
     _log_start(setup, n, choice, sweeper)
@@ -181,7 +182,7 @@ def _rules(setup: Setup, refiller: Refiller | None, checkpoints: bool) -> Rules:
     )
 
 
-def _population(setup: Setup, chunk_step, u0, status0) -> tuple[PopState, Backend]:
+def _population(setup: Setup, traced: Traced, u0, status0) -> tuple[PopState, Backend]:
     """The initial population on the search's devices, and its backend (no width yet).
 
     On several devices each holds an equal block of rows: the population is padded with inert
@@ -196,11 +197,11 @@ def _population(setup: Setup, chunk_step, u0, status0) -> tuple[PopState, Backen
     n_rows = math.ceil(options.n_steps / options.history_stride)  # of history
 
     # made on the host, no program: each running row's state is set by its first chunk call
-    pop = host_population(setup.solver, u0, n_rows, options.window, status)
+    pop = host_population(traced.one_start.opt_state, u0, n_rows, options.window, status)
     if n_dev == 1:  # (a mesh's backend places it)
         pop = jax.device_put(pop)
     backend = BACKENDS[options.backend](
-        chunk_step,
+        traced.chunk_step,
         n_total=n_pop,
         data=setup.problem.data,  # the backend places it on its device(s)
         pop=pop,
