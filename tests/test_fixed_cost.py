@@ -35,6 +35,23 @@ def _fit(search, residuals):
     return result, residuals.n, compiles.total
 
 
+def _jax_traces(fit) -> int:
+    """How many functions JAX traced (to a jaxpr) while ``fit()`` ran."""
+    import jax.monitoring
+
+    events: list[str] = []
+
+    def listen(name, duration, **kwargs):
+        events.append(name)
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        fit()
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+    return events.count("/jax/core/compile/jaxpr_trace_duration")
+
+
 def test_a_second_fit_of_the_same_function_traces_once_and_compiles_nothing():
     y = 2.0 * np.exp(-0.7 * T) + 1e-3 * np.sin(7.0 * T)  # a model no other test fits
     residuals, search = Counted(y), _search()
@@ -43,6 +60,8 @@ def test_a_second_fit_of_the_same_function_traces_once_and_compiles_nothing():
     second, traces, n_compiles = _fit(search, residuals)
     assert traces == 1  # the one trace that tells the same model from another
     assert n_compiles == 0
+    # and JAX traces nothing else: not the rule's init for the population's shapes
+    assert _jax_traces(lambda: _fit(search, residuals)) == 1
     np.testing.assert_array_equal(second.best_fom, first.best_fom)
     assert second.stats["batch_size"] == first.stats["batch_size"]
     # a new closure over the same arrays, in a new search of the same options: the same programs
