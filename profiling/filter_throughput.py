@@ -3,8 +3,8 @@
 Arms, in one process, on the same candidates (drawn by the library's Sobol' stream), repeated
 and interleaved; medians reported as ratios to the one-at-a-time loop:
 
-  batched W    the filter's evaluator (``multistart.starts.strategies.filter_sweep``): one compiled
-               ``vmap`` over chunks of W candidates, the ragged last chunk padded
+  batched W    the filter's evaluator (``multistart.starts.strategies.filter_evaluator``): one
+               compiled ``vmap`` over chunks of W candidates, the ragged last chunk padded
   one_by_one   ``jax.jit`` of the single-point objective, called per candidate, each value
                read back (``float``) as a per-candidate filter loop does
   one_async    the same jitted single-point objective, every call dispatched before any value
@@ -36,7 +36,7 @@ import numpy as np  # noqa: E402
 
 import multistart as ms  # noqa: E402
 from multistart.model.problem import as_problem  # noqa: E402
-from multistart.starts.strategies import StartStream, filter_sweep  # noqa: E402
+from multistart.starts.strategies import StartStream, filter_evaluator  # noqa: E402
 
 
 def rastrigin(p):
@@ -62,9 +62,9 @@ def main() -> None:
 
     arms, compile_s = {}, {}
     for w in (int(s) for s in args.widths.split(",")):
-        sweep = filter_sweep(problem, dtype, w)
-        compile_s[f"batched {w}"] = sweep.compile_s
-        arms[f"batched {w}"] = sweep
+        evaluator = filter_evaluator(problem, dtype, w)
+        compile_s[f"batched {w}"] = evaluator.compile_s
+        arms[f"batched {w}"] = evaluator
 
     def fom_u(x, data):
         return problem.fom(sp.unravel(sp.forward_flat(x)), data)

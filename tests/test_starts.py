@@ -541,7 +541,7 @@ def test_the_filters_program_maps_the_results_rows_as_the_layout_does_bit_for_bi
     from multistart.device.layout import Layout, physical_map
     from multistart.device.programs import Programs
     from multistart.model.problem import as_problem
-    from multistart.starts.strategies import filter_sweep
+    from multistart.starts.strategies import filter_evaluator
 
     space = {
         "w": ms.Uniform(0.0, 1e4, shape=(2,)),
@@ -556,8 +556,8 @@ def test_the_filters_program_maps_the_results_rows_as_the_layout_does_bit_for_bi
     rows = rng.normal(size=(11, problem.space.n_dims)) * 12.0  # far into the logistic tails
     if not flat:  # the unconstrained pytree (the fixed leaf's value unused)
         rows = problem.space.unravel_rows(rows)
-    sweep = filter_sweep(problem, np.float64, 4, Programs())
-    by_filter = physical_map(layout, 5, Programs(), sweep.points)(rows)
+    evaluator = filter_evaluator(problem, np.float64, 4, Programs())
+    by_filter = physical_map(layout, 5, Programs(), evaluator.points)(rows)
     own = physical_map(layout, 5, Programs())(rows)
     reference = jax.jit(jax.vmap(layout.to_physical))(rows)
     for a, b, c in zip(*map(jax.tree_util.tree_leaves, (by_filter, own, reference)), strict=True):

@@ -114,7 +114,7 @@ class Backend:
         """Index arguments with the shapes of one call at ``width`` (for lowering)."""
         raise NotImplementedError
 
-    def layout(self, rows: np.ndarray, width: int, u_new=None) -> tuple[list, Any]:
+    def chunk_calls(self, rows: np.ndarray, width: int, u_new=None) -> tuple[list, Any]:
         """``(chunks, args)``: one entry per chunk call of ``rows``, and the device arguments;
         with ``u_new`` (a row per row of ``rows``), calls that give ``rows`` those new
         starts."""
@@ -140,7 +140,7 @@ class Backend:
         """``pop`` with new starts ``u_new`` written into ``rows`` by ``compiled`` (the chunk
         step at ``width``, taking no step: it sets their initial state), one call per chunk of
         them: a refill compiles no program of its own."""
-        _, args = self.layout(np.asarray(rows), width, u_new)
+        _, args = self.chunk_calls(np.asarray(rows), width, u_new)
         return self.run(compiled, pop, args, clock(0, 0))
 
     def run(self, compiled, pop, args, clock):
@@ -217,7 +217,7 @@ class Backend:
         compiled = self.compiled_for(width)
         k = max(1, min(calls, self.calls_per_step(width)))
         first = self.placement.join([r[: k * width] for r in self.placement.split(self.rows)])
-        _, args = self.layout(first, width)
+        _, args = self.chunk_calls(first, width)
         p = self.run(compiled, copy_tree(self.place(pop)), args, clock(0))
         jax.block_until_ready(p)
         seconds: list[float] = []
@@ -273,7 +273,7 @@ class LoopBackend(Backend):
         table = self.placement.put_rows([np.zeros(width, np.int32)] * self.n_devices)
         return table, table, self._idle_new(width), clock(0)
 
-    def layout(self, rows, width, u_new=None):
+    def chunk_calls(self, rows, width, u_new=None):
         split = self.placement.split(rows)
         per = [chunk_indices(r, width, self.n_local) for r in split]
         n_calls = max(len(c) for c in per)
@@ -397,7 +397,7 @@ class ScanBackend(Backend):
             news = jax.tree_util.tree_map(lambda *t: np.stack(t), *rows_of)
         return len(chunks), gathers, scatters, news
 
-    def layout(self, rows, width, u_new=None):
+    def chunk_calls(self, rows, width, u_new=None):
         split = self.placement.split(rows)
         us = [None] * len(split) if u_new is None else self.placement.split_values(rows, u_new)
         idle = None if u_new is None else self._new_rows((width,))  # made once per layout

@@ -112,7 +112,7 @@ class Sweeper:
     def set_rows(self, rows: np.ndarray) -> None:
         """Sweep only ``rows`` from now on (repacked into full chunks)."""
         self.rows = np.asarray(rows)
-        self.chunks, self._args = self.backend.layout(self.rows, self.width)
+        self.chunks, self._args = self.backend.chunk_calls(self.rows, self.width)
 
     def sweep(self, pop, step: int, n: int = 1, until_end: bool = False):
         """``n`` steps of every swept row, ``step`` steps taken before (one call per chunk);

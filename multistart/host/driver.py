@@ -210,8 +210,8 @@ def plan(setup: Setup) -> StartPlan:
             programs=setup.programs,
             explore=_explore(options),
         )
-    if start_plan.sweep is not None:  # no second device copy of the data while the search runs
-        start_plan.sweep.release()
+    if start_plan.evaluator is not None:  # no second device copy of the data while the search runs
+        start_plan.evaluator.release()
     start_plan.stats.update(
         n_filter_compiles=compiles.count(FILTER_NAME),
         n_cache_hits=sum(compiles.cache_hits.values()),

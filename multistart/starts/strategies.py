@@ -532,7 +532,7 @@ class StartPlan:
       stats: figures for the Result (filter counts and times).
       explore: a second queue: the filter's ranking of candidates drawn over a wider box
         (``plan_starts(explore=...)``), or ``None``.
-      sweep: the filter's compiled evaluator (``None``: no filter ran), whose program also
+      evaluator: the filter's compiled evaluator (``None``: no filter ran), whose program also
         maps the search's rows to physical parameters.
     """
 
@@ -541,7 +541,7 @@ class StartPlan:
     reserve: StartQueue | None = None
     stats: dict = field(default_factory=dict)
     explore: StartQueue | None = None
-    sweep: ValueEvaluator | None = None
+    evaluator: ValueEvaluator | None = None
 
 
 def _concat(a, b):
@@ -554,7 +554,7 @@ def _take(x, rows):
     return jax.tree_util.tree_map(lambda a: a[rows], x)
 
 
-def filter_sweep(problem: Problem, dtype, width: int, programs=None) -> ValueEvaluator:
+def filter_evaluator(problem: Problem, dtype, width: int, programs=None) -> ValueEvaluator:
     """The filter's evaluator: the figure of merit at flat unconstrained points, compiled.
 
     It maps points the way a flat search step does (``forward_flat``), so a start's filter
@@ -568,9 +568,9 @@ def filter_sweep(problem: Problem, dtype, width: int, programs=None) -> ValueEva
         x = space.forward_flat(u)
         return fom(space.unravel(x), data), x  # the point too: the Result's map of its rows
 
-    sweep = ValueEvaluator(fom_u, width=width, data=problem.data, programs=programs)
-    sweep.compile(space.n_dims, dtype)
-    return sweep
+    evaluator = ValueEvaluator(fom_u, width=width, data=problem.data, programs=programs)
+    evaluator.compile(space.n_dims, dtype)
+    return evaluator
 
 
 def plan_starts(
@@ -611,7 +611,7 @@ def plan_starts(
         return StartPlan(x0, started, StreamReserve(stream), stats)
 
     limits = (n_candidates, max_candidates, filter_width)
-    cand, foms, chosen, rest, filtered, sweep = _run_filter(
+    cand, foms, chosen, rest, filtered, evaluator = _run_filter(
         problem, dtype, stream, free, limits, band, diverse, programs
     )
     stats.update(filtered)
@@ -631,8 +631,8 @@ def plan_starts(
     _log_filter(stats, foms[chosen], free, k, strategy)
     stats["n_unstarted"] = int(np.sum(~started))
     reserve = CandidateReserve(_take(cand, rest), foms[rest])
-    pool = None if explore is None else _explore_pool(space, dtype, sweep, seed, explore, stats)
-    return StartPlan(_concat(user, picked), started, reserve, stats, pool, sweep)
+    pool = None if explore is None else _explore_pool(space, dtype, evaluator, seed, explore, stats)
+    return StartPlan(_concat(user, picked), started, reserve, stats, pool, evaluator)
 
 
 class Explore(NamedTuple):
@@ -647,8 +647,8 @@ class Explore(NamedTuple):
     on_bound: float = 0.0
 
 
-def _explore_pool(space, dtype, sweep, seed, explore: Explore, stats: dict) -> CandidateReserve:
-    """The pool's draws (:class:`Explore`), ranked by the filter's compiled ``sweep``: the
+def _explore_pool(space, dtype, evaluator, seed, explore: Explore, stats: dict) -> CandidateReserve:
+    """The pool's draws (:class:`Explore`), ranked by the filter's compiled ``evaluator``: the
     finite ones, spread first (:func:`spread_first`)."""
     m, box = explore.n + explore.n_bound, explore.box
     stats["n_explore_candidates"] = m
@@ -659,7 +659,7 @@ def _explore_pool(space, dtype, sweep, seed, explore: Explore, stats: dict) -> C
     x = space.from_unit(
         [np.concatenate(pair) for pair in zip(inside.unit_leaves(explore.n), q, strict=True)]
     )
-    foms = sweep(space.ravel(space.to_unconstrained(x, dtype=np.dtype(dtype))))
+    foms = evaluator(space.ravel(space.to_unconstrained(x, dtype=np.dtype(dtype))))
     radius = critical_distance(m, space.n_dims)
     reduced = math.ceil(MLSL_GAMMA * int(np.isfinite(foms).sum()))
     order = spread_first(unit_coords(space, x, box), foms, radius, reduced)
@@ -712,7 +712,7 @@ def spread_first(unit: np.ndarray, foms: np.ndarray, radius: float, reduced: int
 
 
 def _run_filter(problem, dtype, stream, free, limits, band, diverse, programs):
-    """``(candidates, foms, chosen, rest, stats, sweep)``: the broad-start filter's draws,
+    """``(candidates, foms, chosen, rest, stats, evaluator)``: the broad-start filter's draws,
     their figures of merit, the rows chosen for the free slots, the other finite ones, and the
     compiled evaluator that ranked them.
     ``limits``: ``(n_candidates, max_candidates, width)``."""
@@ -720,8 +720,8 @@ def _run_filter(problem, dtype, stream, free, limits, band, diverse, programs):
     space = problem.space
     max_candidates = n_candidates if max_candidates is None else max(max_candidates, n_candidates)
     t0 = time.perf_counter()
-    sweep = filter_sweep(problem, dtype, width, programs)
-    cand, foms = _draw_finite(stream, sweep, space, dtype, free, n_candidates, max_candidates)
+    evaluator = filter_evaluator(problem, dtype, width, programs)
+    cand, foms = _draw_finite(stream, evaluator, space, dtype, free, n_candidates, max_candidates)
     n_drawn = len(foms)
     radius = critical_distance(n_drawn, space.n_dims) if diverse else 0.0
     unit = unit_coords(space, cand, band)
@@ -735,12 +735,12 @@ def _run_filter(problem, dtype, stream, free, limits, band, diverse, programs):
         filter_rule="mlsl" if diverse else "rank",
         critical_distance=radius,
         n_diverse=n_kept,
-        filter_batch_size=sweep.width,
-        filter_compile_s=sweep.compile_s,
+        filter_batch_size=evaluator.width,
+        filter_compile_s=evaluator.compile_s,
         filter_s=time.perf_counter() - t0,
-        filter_backoffs=list(sweep.backoffs),
+        filter_backoffs=list(evaluator.backoffs),
     )
-    return cand, foms, chosen, rest, stats, sweep
+    return cand, foms, chosen, rest, stats, evaluator
 
 
 def _log_filter(stats: dict, kept: np.ndarray, free: int, k: int, strategy: str) -> None:
@@ -774,18 +774,18 @@ def _log_filter(stats: dict, kept: np.ndarray, free: int, k: int, strategy: str)
     )
 
 
-def _draw_finite(stream, sweep, space, dtype, free, block, max_candidates):
+def _draw_finite(stream, evaluator, space, dtype, free, block, max_candidates):
     """Candidates and their figures of merit, drawn in blocks until ``free`` are finite.
 
     The first block always runs; further ones (the top-up) only while fewer than ``free`` are
     finite and fewer than ``max_candidates`` have been drawn. Every block goes through the
-    same compiled ``sweep`` (its width is fixed, the ragged block padded): no second compile.
+    same compiled ``evaluator`` (its width is fixed, the ragged block padded): no second compile.
     """
     cand, foms, n_finite = None, None, 0
     while True:
         m = block if foms is None else min(block, max_candidates - len(foms))
         x = stream.draw(m)
-        f = sweep(space.ravel(space.to_unconstrained(x, dtype=np.dtype(dtype))))
+        f = evaluator(space.ravel(space.to_unconstrained(x, dtype=np.dtype(dtype))))
         cand, foms = _concat(cand, x), f if foms is None else np.concatenate([foms, f])
         n_finite += int(np.isfinite(f).sum())
         if n_finite >= free or len(foms) >= max_candidates:

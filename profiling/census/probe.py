@@ -179,17 +179,17 @@ def _pyloop_vag(fom_u, u_all, data, width, n_starts) -> Program:
     start_step = make_start_step(fom_u, solver, None, 8)
     chunk_step = make_chunk_step(start_step, functools.partial(init_rows, solver, 1))
     pop = jax.jit(lambda u: init_population(solver, u, 1, 1))(u_all)
-    sweep = LoopBackend(chunk_step, n_total=n_starts, data=data, pop=pop)
-    chunks, args = sweep.layout(sweep.rows, width)  # every start, in chunks of this width
+    backend = LoopBackend(chunk_step, n_total=n_starts, data=data, pop=pop)
+    chunks, args = backend.chunk_calls(backend.rows, width)  # every start, in chunks of this width
     state = {"pop": pop}
 
     def run(compiled):  # the program measured is the one swept: one step of every start
-        state["pop"] = jax.block_until_ready(sweep.run(compiled, state["pop"], args, clock(0)))
+        state["pop"] = jax.block_until_ready(backend.run(compiled, state["pop"], args, clock(0)))
 
     class AtWidth:  # what the census traces: the sweep's program at this width
         @staticmethod
         def trace(pop):
-            return sweep.trace(pop, width)
+            return backend.trace(pop, width)
 
     extra = {"chunk_calls_per_sweep": len(chunks)}
     return Program(AtWidth, (pop,), run, n_starts, extra)
