@@ -29,6 +29,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from functools import partial
 
 os.environ.setdefault("MULTISTART_CACHE_DIR", "")  # no tuning records, no persistent cache
 os.environ.setdefault("MULTISTART_LOG_LEVEL", "WARNING")
@@ -186,6 +187,23 @@ def _fits(folder: str) -> dict:
             ]
         ),
     }
+    # The same kinds of fit in one chunk as wide as the population (stepped where it lies)
+    one_chunk = dict(n_starts=8, batch_size=8, n_steps=80, seed=1, **quiet)
+    fits.update(
+        whole_lbfgs=lambda: ms.MultiStartLBFGS(**one_chunk).fit(rosenbrock, rosen_space),
+        whole_least_squares=lambda: ms.MultiStartLeastSquares(**one_chunk).fit(residuals, ls_space),
+        whole_halving=lambda: adam(schedule=halving, batch_size=12).fit(bowls, bowl_space),
+        whole_tiktak=lambda: ms.MultiStartLBFGS(
+            **{**one_chunk, "n_starts": 5, "batch_size": 5},
+            start_strategy="tiktak",
+            n_local=16,
+            local_steps=6,
+            max_discoveries=4,
+        ).fit(multimodal, multi_space),
+        whole_resurrect=lambda: ms.MultiStartAdam(**{**nan, "batch_size": 6}, resurrect=2).fit(
+            nan_right, nan_space
+        ),
+    )
     out = {name: digest(fit()) for name, fit in fits.items()}
 
     def resumed(name, make, stop_at, fit_args):
@@ -212,6 +230,7 @@ def _fits(folder: str) -> dict:
         ("resume_halving_mid_rung", halved, 17, (bowls, bowl_space)),
         ("resume_resurrect_pending", resurrecting, 30, (nan_right, nan_space)),
         ("resume_tiktak", tiktak, 25, (multimodal, multi_space)),
+        ("whole_resume_tiktak", partial(tiktak, batch_size=5), 25, (multimodal, multi_space)),
     ):
         out[name] = digest(resumed(name, make, stop_at, args))
 

@@ -730,3 +730,51 @@ def test_parts_and_stacks_refuse_the_one_list_of_couplings():
             with pytest.raises(ValueError, match=f"{c.option} would rank or replace"):
                 check_stack(stack, o, None)
     assert ms.SearchConfig().couplings() == []
+
+
+def test_a_chunk_as_wide_as_the_population_steps_it_where_it_lies_bit_for_bit():
+    """A chunk as wide as the population is stepped without a gather or a scatter: the rows
+    named are stepped where they lie and the others held. Every row and the history come out
+    bit for bit as a gathered chunk of the same width leaves them (its population one row
+    longer), through a refill, a start ending mid-call and a running row no call names."""
+    from multistart.device.chunking import chunk_indices
+    from multistart.device.step import (
+        clock,
+        init_population,
+        init_rows,
+        make_chunk_step,
+        make_start_step,
+    )
+    from multistart.solvers import LBFGS
+
+    solver, window, n = LBFGS(), 4, 6
+    scales = jnp.array([1.0, 3.0, 0.3, 10.0, 1.0, 2.0, 1.0])
+
+    def fom_u(u, data):
+        return jnp.sum(data * (u - 1.0) ** 2) + 0.1 * jnp.sum(u**4)
+
+    start_step = make_start_step(fom_u, solver, ms.Convergence(window=window), 8)
+    chunk_step = jax.jit(make_chunk_step(start_step, functools.partial(init_rows, solver, window)))
+    u0 = scales[:, None] * jnp.linspace(-2.0, 2.0, 3)[None, :]
+    data = jnp.array([1.0, 4.0, 0.5])
+    rows = np.array([4, 0, 2, 1, 3])  # row 5 runs but is never named; row 6: the gathered's
+    refill = (jnp.arange(n) == 3).astype(jnp.int8), jnp.full((n, 3), 0.7)  # to row rows[3]
+
+    def run(n_total):
+        pop = init_population(solver, u0[:n_total], 12, window)
+        ((g, s),) = chunk_indices(rows, n, n_total)
+        pop = chunk_step(pop, g, s, refill, clock(0, 0), data)  # row 1 starts anew from 0.7
+        for t in range(0, 12, 4):
+            pop = chunk_step(pop, g, s, (refill[0] * 0, refill[1]), clock(t, 4, t == 4), data)
+        starts = jax.tree_util.tree_map(lambda a: np.asarray(a)[:n], pop.starts)
+        return pop._replace(starts=starts, history=np.asarray(pop.history)[:, :n])
+
+    in_place, gathered = run(n), run(n + 1)
+    leaves = jax.tree_util.tree_leaves
+    for a, b in zip(leaves(in_place), leaves(gathered), strict=True):
+        np.testing.assert_array_equal(a, b)
+    starts = in_place.starts
+    assert starts.status[5] == ms.Status.RUNNING.code and starts.n_steps[5] == 0
+    assert np.isnan(in_place.history[:, 5]).all() and not np.isnan(in_place.history[0, :5]).any()
+    assert len(set(starts.n_steps[:5].tolist())) > 1  # the starts ended at different steps
+    np.testing.assert_array_equal(starts.u[1] != 0.7, True)  # the refilled row has stepped

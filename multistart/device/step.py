@@ -50,6 +50,7 @@ __all__ = [
 
 _RUNNING, _CONVERGED, _NONFINITE = Status.RUNNING.code, Status.CONVERGED.code, Status.NONFINITE.code
 _MAX_STEPS, _STALLED = Status.MAX_STEPS.code, Status.STALLED.code
+_HELD = -1  # no status's code: a row a call does not step, for the call's length
 
 
 class StartState(NamedTuple):
@@ -254,7 +255,9 @@ def make_chunk_step(
     none of its starts is running (an ended start is frozen: the steps it skips would not
     change it), and scattered once; step ``t + j`` writes row ``(t + j) // history_stride``
     of ``history``. The loop's body is the one step whatever ``n``, so a start's arithmetic
-    does not depend on how many steps a call takes (the suite checks it bit for bit).
+    does not depend on how many steps a call takes (the suite checks it bit for bit). A chunk
+    as wide as the population (a fit in one chunk) is not gathered: its named rows are stepped
+    where they lie and the rest held, bit for bit as a gathered chunk would step them.
 
     ``rows_per_datum``: ``data`` is a stack of datasets (every leaf with a leading axis of
     them), and rows ``i * rows_per_datum`` to ``(i + 1) * rows_per_datum - 1`` fit dataset
@@ -265,8 +268,7 @@ def make_chunk_step(
     vstep = jax.vmap(start_step, in_axes=(0, 0 if per_row else None))
 
     def multistart_chunk_step(pop: PopState, gather, scatter, new, clock, data) -> PopState:
-        chunk = jax.tree_util.tree_map(lambda a: a[gather], pop.starts)
-        chunk = _started(chunk, new, init_rows)
+        chunk, columns, held, gather = _taken(pop.starts, gather, scatter, new, init_rows)
         if per_row:
             datum = gather // rows_per_datum
             data = jax.tree_util.tree_map(lambda d: d[datum], data)
@@ -284,16 +286,52 @@ def make_chunk_step(
             # so recompute, possibly rounding differently) the same value into two uses.
             out = jax.lax.optimization_barrier(vstep(chunk, data))
             row = (t + j) // history_stride
-            return j + 1, out, history.at[row, scatter].set(out.best_fom, mode="drop")
+            return j + 1, out, history.at[row, columns].set(out.best_fom, mode="drop")
 
         first = (jnp.zeros((), jnp.int32), chunk, pop.history)
         _, chunk, history = jax.lax.while_loop(running, one_step, first)
-        starts = jax.tree_util.tree_map(
-            lambda a, b: a.at[scatter].set(b, mode="drop"), pop.starts, chunk
-        )
-        return PopState(starts, history)
+        return PopState(_put_back(pop.starts, chunk, scatter, columns, held), history)
 
     return multistart_chunk_step
+
+
+def _taken(starts: StartState, gather, scatter, new, init_rows):
+    """``(chunk, columns, held, rows)``: the chunk's starts (new ones written, fresh ones
+    started), each one's column of ``history``, the statuses a chunk as wide as the population
+    holds aside (:func:`_in_place`; None for a gathered chunk), and its rows' indices."""
+    n_rows = starts.status.shape[0]
+    if gather.shape[0] == n_rows:  # the chunk is the population: not gathered
+        chunk, columns, held = _in_place(starts, scatter, new, init_rows)
+        return chunk, columns, held, jnp.arange(n_rows, dtype=gather.dtype)
+    chunk = jax.tree_util.tree_map(lambda a: a[gather], starts)
+    return _started(chunk, new, init_rows), scatter, None, gather
+
+
+def _put_back(starts: StartState, chunk: StartState, scatter, columns, held) -> StartState:
+    """The population's starts after the chunk's call: the gathered chunk scattered back, or
+    the rows a chunk as wide as the population held given their own status back."""
+    if held is not None:
+        return chunk._replace(status=jnp.where(columns < held.shape[0], chunk.status, held))
+    return jax.tree_util.tree_map(lambda a, b: a.at[scatter].set(b, mode="drop"), starts, chunk)
+
+
+def _in_place(starts: StartState, scatter, new, init_rows):
+    """``(chunk, columns, held)`` for a chunk as wide as the population: no row is gathered
+    or scattered (a gather and a scatter per leaf of the state are a large part of the
+    program's compile). The rows ``scatter`` names are stepped where they lie; every other row
+    is held, its status set aside (``held``) and replaced by one that does not run, so the step
+    leaves it as it is. ``new``'s rows, in ``scatter``'s order, are written to their rows.
+    ``columns`` is each row's column of ``history``: its own if named, else one past the end
+    (dropped)."""
+    n_rows = starts.status.shape[0]
+    named = jnp.zeros(n_rows, bool).at[scatter].set(True, mode="drop")
+    columns = jnp.where(named, jnp.arange(n_rows, dtype=scatter.dtype), n_rows)
+    take, u_new = new
+    take = jnp.zeros(n_rows, take.dtype).at[scatter].set(take, mode="drop")
+    u_new = jax.tree_util.tree_map(lambda a, b: a.at[scatter].set(b, mode="drop"), starts.u, u_new)
+    held = starts.status
+    chunk = starts._replace(status=jnp.where(named, held, jnp.int8(_HELD)))
+    return _started(chunk, (take, u_new), init_rows), columns, held
 
 
 def _rows_select(pred, on_true, on_false):
