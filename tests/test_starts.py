@@ -565,3 +565,29 @@ def test_the_filters_program_maps_the_results_rows_as_the_layout_does_bit_for_bi
         np.testing.assert_array_equal(a, np.asarray(c))
         np.testing.assert_array_equal(b, np.asarray(c))
     assert np.all(by_filter["held"] == 0.25)
+
+
+def test_the_filter_backs_off_after_its_data_is_released(monkeypatch):
+    """The Result's physical map runs the filter's program after the fit let go of the data's
+    device copy: a back-off there compiles a narrower program that takes the data as before
+    (it once compiled it for ``None`` and failed on the data's own structure)."""
+    from multistart.device.evaluator import ValueEvaluator
+
+    def fom_u(u, data):
+        return jnp.sum((u - data["c"]) ** 2), 2.0 * u + data["c"]
+
+    u = np.random.default_rng(0).normal(size=(10, 2))
+    evaluator = ValueEvaluator(fom_u, width=8, data={"c": np.array([0.5, -1.0])})
+    evaluator.compile(2, u.dtype)
+    expected = evaluator.points(u)
+    evaluator.release()
+    original = ValueEvaluator._evaluate
+
+    def evaluate(self, rows):
+        if self.width > 2:
+            raise RuntimeError("RESOURCE_EXHAUSTED: Out of memory allocating 8 bytes.")
+        return original(self, rows)
+
+    monkeypatch.setattr(ValueEvaluator, "_evaluate", evaluate)
+    np.testing.assert_array_equal(evaluator.points(u), expected)
+    assert evaluator.backoffs == [{"from": 8, "to": 4}, {"from": 4, "to": 2}]

@@ -75,7 +75,7 @@ class ValueEvaluator:
             self.compiled, seconds = compiled[self.width][0], 0.0
             return seconds
         self.compiled, seconds = lower_and_compile(
-            self._jit, "the broad-start filter", example, self.data
+            self._jit, "the broad-start filter", example, self._device_data()
         )
         compiled[self.width] = (self.compiled, seconds)
         self.compile_s += seconds
@@ -128,8 +128,13 @@ class ValueEvaluator:
         puts the data on the device again, for that call."""
         self.data = None
 
+    def _device_data(self):
+        """The data on the device: the kept copy, or (after :meth:`release`) a new one. A
+        program compiled by a back-off after the release takes the data as any other does."""
+        return jax.device_put(self._host_data) if self.data is None else self.data
+
     def _evaluate(self, u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        data = jax.device_put(self._host_data) if self.data is None else self.data
+        data = self._device_data()
         outs = [(self.compiled(c, data), hi - lo) for lo, hi, c in padded_chunks(u, self.width)]
         if not outs:
             return np.zeros((0,), dtype=u.dtype), np.zeros(u.shape, dtype=u.dtype)
