@@ -203,6 +203,9 @@ def _fits(folder: str) -> dict:
         whole_resurrect=lambda: ms.MultiStartAdam(**{**nan, "batch_size": 6}, resurrect=2).fit(
             nan_right, nan_space
         ),
+        whole_scan=lambda: ms.MultiStartAdam(
+            n_starts=6, batch_size=6, n_steps=400, seed=2, backend="scan", **quiet
+        ).fit(multimodal, multi_space),
     )
     out = {name: digest(fit()) for name, fit in fits.items()}
 
