@@ -10,6 +10,7 @@ from multistart.host.decide import (
     Reading,
     Rules,
     StopReason,
+    TailPrice,
     decide,
     describe,
     resumed,
@@ -39,6 +40,8 @@ def reading(status, *, best=None, evals=None, due=SYNC, **kw) -> Reading:
 
 
 RESURRECT = Rules(refills=frozenset({N}))
+# a tail decision at step 64 of a sweep 250 wide: one start of 250 runs, as it did at step 32
+TAIL_READ = reading([R] + [C] * 249, step=64, due=Due(tail=True), width=250, tail_since=32)
 TIKTAK = Rules(refills=frozenset({N, C, M}), checkpoints=True)
 
 # (name, reading, rules, expected decision as plain values)
@@ -197,6 +200,31 @@ TABLE += [
         Rules(rediscoveries=2, xtol=1e-3, ftol=1e-3),
         dict(stop="n_steps", prune=[2]),
     ),
+    # the tail (issue 38): one straggler of 250 rows, a tail that lasted since step 32
+    (
+        "a lasting tail narrows, unpriced",
+        TAIL_READ,
+        Rules(),
+        dict(stop=None, width=16),
+    ),
+    (
+        "a lasting tail that could repay its compile narrows",
+        TAIL_READ,
+        Rules(tail=TailPrice(start_s=2e-5, compile_s=1.0, n_steps=400)),
+        dict(stop=None, width=16),
+    ),
+    (
+        "a cheap model's straggler steps on at the width swept",
+        TAIL_READ,
+        Rules(tail=TailPrice(start_s=2e-6, compile_s=1.0, n_steps=400)),
+        dict(stop=None, width=None),
+    ),
+    (
+        "too few steps left to repay it",
+        TAIL_READ,
+        Rules(tail=TailPrice(start_s=2e-5, compile_s=1.0, n_steps=200)),
+        dict(stop=None, width=None),
+    ),
 ]
 
 
@@ -205,6 +233,17 @@ def test_decide(name, r, rules, expected):
     got = describe(decide(r, rules))
     want = {k: got[k] for k in expected}
     assert want == expected, got
+
+
+def test_a_tail_price_is_read_from_a_width_choice_that_priced_its_fit():
+    prices = {"n_steps": 400, "fit_s": 1.6, "compile_s": 1.4, "start_s": 2e-6}
+    assert TailPrice.of({"prices": prices}) == TailPrice(2e-6, 1.4, 400)
+    # an explicit width, "tune", a record from before the seconds a start were kept: unpriced
+    assert TailPrice.of(None) is None and TailPrice.of({"table": []}) is None
+    assert TailPrice.of({"prices": {"n_steps": 400, "fit_s": 1.6, "compile_s": 1.4}}) is None
+    # 336 steps left x 234 starts x 2 us = 0.16 s: below the compile, above it at 20 us
+    assert not TailPrice(2e-6, 1.4, 400).pays(64, 250, 16)
+    assert TailPrice(2e-5, 1.4, 400).pays(64, 250, 16)
 
 
 def test_decisions_report_when_the_log_or_bar_is_due():

@@ -4,12 +4,17 @@ by the step count alone, so a seed's results are deterministic and resume bit fo
 
 from __future__ import annotations
 
+import collections
+import dataclasses
+
 import jax
 import numpy as np
 import pytest
 from conftest import assert_same_result
 
 import multistart as ms
+from multistart.device import programs
+from multistart.host import engine
 from multistart.host.config import TAIL_EVERY, TAIL_MIN_WIDTH
 
 SPACE = {"x": ms.Uniform(-100.0, 100.0)}
@@ -81,3 +86,30 @@ def test_the_scan_backend_narrows_its_tail_alike(tailed):
     scanned = _fit(backend="scan")
     assert scanned.stats["narrowed"] == tailed.stats["narrowed"]
     assert_same_result(tailed, scanned, exact=False, rtol=1e-12)
+
+
+@pytest.mark.parametrize("start_s, narrows", [(1e-3, True), (1e-9, False)])
+def test_an_auto_width_narrows_only_where_its_prices_say_the_compile_is_repaid(
+    tailed, monkeypatch, start_s, narrows
+):
+    """``"auto"``'s width choice prices the fit (seconds a start, a compile): with a start's
+    step that dear, the ~500 steps left after the tail decision repay the narrow program; at a
+    nanosecond they cannot, and the straggler steps on at the width swept (one program), its
+    result as the narrowed run's to rounding. The price is injected, so nothing here is timed."""
+    real = engine.resolve_width
+
+    def priced(spec, *args, **kw):
+        choice = real(256, *args, **kw)  # the width the tailed fit ran at, then its prices
+        prices = {"n_steps": 600, "fit_s": 1.0, "compile_s": 1.0, "start_s": start_s}
+        return dataclasses.replace(choice, tuning={"prices": prices})
+
+    monkeypatch.setattr(engine, "resolve_width", priced)
+    monkeypatch.setattr(programs, "_kept", collections.OrderedDict())  # no earlier choice
+    fit = _fit(batch_size="auto")
+    assert fit.stats["batch_size"] == 256
+    if narrows:
+        assert fit.stats["narrowed"] == tailed.stats["narrowed"]
+        assert_same_result(tailed, fit)
+    else:
+        assert "narrowed" not in fit.stats and fit.stats["n_compiles"] == 1
+        assert_same_result(tailed, fit, exact=False, rtol=1e-12)

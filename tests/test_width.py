@@ -222,6 +222,8 @@ def test_a_short_fit_keeps_the_bound_untimed_and_remembers_its_price(monkeypatch
     second = fit(batch_size="auto")
     assert second.stats["width_choice"]["selected_by"] == "auto (cache)"
     assert second.stats["batch_size"] == 12 and identical(first, second)
+    # the record's prices come back with it: the tail's narrowing weighs the same values
+    assert second.stats["tuning"]["prices"] == prices
 
 
 def test_auto_on_a_cpu_leaves_the_sweep_chunks_to_drop(monkeypatch, tmp_path):

@@ -25,6 +25,7 @@ __all__ = [
     "Due",
     "Reading",
     "Rules",
+    "TailPrice",
     "Decision",
     "decide",
     "resumed",
@@ -132,6 +133,44 @@ class Reading:
 
 
 @dataclass(frozen=True)
+class TailPrice:
+    """What narrowing a search's tail is weighed on: the width choice's measured prices
+    (``stats["tuning"]["prices"]``), fixed for the search, so the decision stays a function of
+    the step count, the running rows and these values (a record reused gives the same).
+
+    Attributes:
+      start_s: the seconds a start cost in a chunk call when the width was chosen.
+      compile_s: the seconds a chunk step's compile was priced at.
+      n_steps: the steps the search takes at most.
+    """
+
+    start_s: float
+    compile_s: float
+    n_steps: int
+
+    @classmethod
+    def of(cls, tuning) -> TailPrice | None:
+        """The price in a width choice's ``tuning`` record, or ``None`` where it holds none
+        (an explicit width, ``"tune"``, an accelerator's memory bound)."""
+        prices = (tuning or {}).get("prices") or {}
+        if not {"start_s", "compile_s", "n_steps"} <= prices.keys():
+            return None
+        return cls(float(prices["start_s"]), float(prices["compile_s"]), int(prices["n_steps"]))
+
+    def pays(self, step: int, width: int, narrow: int) -> bool:
+        """Could the steps left (at most ``n_steps - step``), each ``width - narrow`` starts'
+        seconds cheaper, repay the narrower program's compile?
+
+        >>> price = TailPrice(start_s=2e-6, compile_s=1.4, n_steps=400)
+        >>> price.pays(64, 250, 16)  # a cheap model: 336 x 234 x 2 us = 0.16 s < 1.4 s
+        False
+        >>> TailPrice(start_s=2e-5, compile_s=2.0, n_steps=800).pays(224, 2000, 128)
+        True
+        """
+        return (self.n_steps - step) * self.start_s * (width - narrow) > self.compile_s
+
+
+@dataclass(frozen=True)
 class Rules:
     """The search's rules for its syncs (from its options).
 
@@ -147,6 +186,8 @@ class Rules:
         or all of them (0).
       xtol, ftol: the tolerances within which a settled start found the best minimum
         (:func:`multistart.result.minima.default_tolerances`).
+      tail: what narrowing the tail is weighed on (:func:`tail_width`), or ``None``: the
+        tail narrows by the step count and the running rows alone.
     """
 
     target_fom: float | None = None
@@ -158,6 +199,7 @@ class Rules:
     group: int = 0
     xtol: float = 0.0
     ftol: float = 0.0
+    tail: TailPrice | None = None
 
     @property
     def settles(self) -> bool:
@@ -244,7 +286,9 @@ def _budget(r: Reading, rules: Rules) -> StopReason | None:
     return None
 
 
-def tail_width(r: Reading, n_running: int) -> tuple[int | None, int]:
+def tail_width(
+    r: Reading, n_running: int, price: TailPrice | None = None
+) -> tuple[int | None, int]:
     """``(width, tail_since)``: the narrower width the sweep takes at a tail decision
     (``r.due.tail``), or ``None``, and the next :attr:`Reading.tail_since`.
 
@@ -252,7 +296,9 @@ def tail_width(r: Reading, n_running: int) -> tuple[int | None, int]:
     ``TAIL_MIN_WIDTH``; when ``w`` is at most ``1 / TAIL_RATIO`` of the width swept (of the
     power of two at least it: a width balanced over the rows, 254 for 256, counts as 256), and
     was at the decision before (a tail that lasted, worth a program of its own), the sweep
-    narrows to ``w``. By the step count and the running rows alone: deterministic.
+    narrows to ``w``, unless ``price`` says the steps left could not repay ``w``'s compile
+    (:meth:`TailPrice.pays`: a cheap model's few stragglers step on at the width swept). By
+    the step count, the running rows and the price alone: deterministic.
 
     >>> due = Due(tail=True)
     >>> r = Reading(64, np.zeros(0), np.zeros(0), np.zeros(0), due, width=2000)
@@ -262,13 +308,20 @@ def tail_width(r: Reading, n_running: int) -> tuple[int | None, int]:
     (None, -1)
     >>> tail_width(replace(r, tail_since=32, width=254), 20)  # 32 x 8 <= 256
     (32, -1)
+    >>> cheap = TailPrice(start_s=2e-6, compile_s=1.4, n_steps=400)
+    >>> tail_width(replace(r, tail_since=32, width=250), 1, cheap)  # not repaid: it lasts on
+    (None, 32)
     """
     if not r.due.tail:
         return None, r.tail_since
     width = max(TAIL_MIN_WIDTH, 1 << max(0, n_running - 1).bit_length())
     if width * TAIL_RATIO > 1 << max(0, r.width - 1).bit_length():
         return None, -1
-    return (None, r.step) if r.tail_since < 0 else (width, -1)
+    if r.tail_since < 0:
+        return None, r.step
+    if price is not None and not price.pays(r.step, r.width, width):
+        return None, r.tail_since
+    return width, -1
 
 
 def refound(r: Reading, rules: Rules) -> np.ndarray:
@@ -346,7 +399,9 @@ def decide(r: Reading, rules: Rules) -> Decision:
     elif stop is None and r.due.last:
         stop = StopReason.N_STEPS
     ends_here = stop is not None
-    width, tail_since = (None, r.tail_since) if ends_here else tail_width(r, running.size)
+    width, tail_since = (
+        (None, r.tail_since) if ends_here else tail_width(r, running.size, rules.tail)
+    )
     return Decision(
         stop=stop,
         pending=due and not settling,

@@ -36,7 +36,7 @@ from ..width.choice import WidthChoice, resolve_width
 from ..width.env import auto_mode_from_env, budget_from_env, max_batch_from_env
 from .checkpoint import Checkpointer, SearchCheckpoints
 from .config import TIKTAK_EXPLORE_EVERY, TIKTAK_SHORT_SEARCH, SearchConfig
-from .decide import Rules
+from .decide import Rules, TailPrice
 from .identity import SearchIdentity, Traces, search_identity
 from .parts import Part
 from .run_state import RunState
@@ -146,7 +146,7 @@ def build(setup: Setup, start_plan: StartPlan, traced: Traced) -> tuple[Engine, 
     points = None if start_plan.evaluator is None else start_plan.evaluator.points
     physical = physical_map(layout, n, setup.programs, points)  # the filter's program maps
     refiller = _refiller(setup, start_plan, sweeper.write, physical)
-    rules = _rules(setup, refiller, checkpoints is not None)
+    rules = _rules(setup, refiller, checkpoints is not None, choice)
     engine = Engine(
         sweeper,
         layout,
@@ -165,8 +165,10 @@ def build(setup: Setup, start_plan: StartPlan, traced: Traced) -> tuple[Engine, 
     return engine, RunState.start(pop, options.halving, lineage)
 
 
-def _rules(setup: Setup, refiller: Refiller | None, checkpoints: bool) -> Rules:
-    """The search's rules for its syncs, from its options."""
+def _rules(
+    setup: Setup, refiller: Refiller | None, checkpoints: bool, choice: WidthChoice
+) -> Rules:
+    """The search's rules for its syncs, from its options and its width choice's prices."""
     options = setup.options
     xtol, ftol = default_tolerances(setup.layout.dtype, setup.config["convergence"])
     return Rules(
@@ -179,6 +181,7 @@ def _rules(setup: Setup, refiller: Refiller | None, checkpoints: bool) -> Rules:
         group=setup.problem.rows_per_datum or 0,  # a stack of fits: each fit's own starts
         xtol=xtol,
         ftol=ftol,
+        tail=TailPrice.of(choice.tuning),
     )
 
 

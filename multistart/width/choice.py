@@ -319,4 +319,6 @@ def _recorded(spec, record, backend, footprint: Footprint, n_starts, device, n_s
     record.update(
         source="cache", method=saved.get("method"), width=width, table=saved.get("table", [])
     )
+    if saved.get("prices"):  # what the tail's narrowing is weighed on (decide.TailPrice)
+        record["prices"] = saved["prices"]
     return width, compile_s
