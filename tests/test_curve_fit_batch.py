@@ -236,6 +236,30 @@ def test_a_refit_keeps_the_batch_width_its_first_fit_chose(monkeypatch):
     )
 
 
+def test_a_batch_prices_its_width_at_the_share_of_steps_a_stack_runs(monkeypatch):
+    """The width choice is told a stack's fits end early (STACK_RUN_SHARE of n_steps); a
+    single fit is priced at all its steps (the gate's arithmetic: test_width.py)."""
+    from multistart.host import engine
+    from multistart.width.timing import STACK_RUN_SHARE
+
+    shares = []
+    real = engine.resolve_width
+
+    def spy(*args, **kwargs):
+        shares.append(kwargs["run_share"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(engine, "resolve_width", spy)
+
+    def priced(x, a, tau, c):  # this test's own f: its fits choose their widths
+        return decay(x, a, tau, c)
+
+    kw = dict(p0=P0, bounds=BOX, n_starts=3, seed=0, log_every=0, batch_size="auto")
+    ms.curve_fit(priced, X, Y, batched=True, **kw)
+    ms.curve_fit(priced, X, Y[0], **kw)
+    assert shares == [STACK_RUN_SHARE, 1.0]
+
+
 def test_a_kept_program_is_never_another_models():
     """Programs are kept per f, bounds and options: a change in any runs its own program."""
     kw = dict(p0=P0, **FAST)

@@ -522,6 +522,29 @@ def test_a_short_fit_of_an_expensive_model_times_what_it_is_expected_to_save():
     assert best == 3200 and cheap.timed == [3200] and "expected to save" in reason
 
 
+def test_a_stack_of_fits_is_priced_at_the_share_of_its_steps_it_runs():
+    """A stack's fits end early (STACK_RUN_SHARE of n_steps, measured): 16,000 starts of a
+    cheap peak, a compile of 1.6 s. At every step of 400 the fit looks worth timing two more
+    widths; at the steps a stack runs it keeps the bound it had to compile anyway."""
+    from multistart.width import Gate
+    from multistart.width.timing import STACK_RUN_SHARE
+
+    def call_s(w):  # 1.6 us a start, narrower widths as fast a start (6e-7 s: the prior's 3x)
+        return 50e-6 + 1.6e-6 * w
+
+    whole = Gate(n_steps=400, measured=((1.6e-6, 3.0),) * 4)
+    sweep = CostModelSweep(16_000, call_s, compile_s=1.6)
+    _, timings, _ = _auto(sweep, 254, whole)
+    assert len(timings.per_call) > 1 and whole.refused is None
+    stack = Gate(n_steps=400, measured=((1.6e-6, 3.0),) * 4, run_share=STACK_RUN_SHARE)
+    sweep = CostModelSweep(16_000, call_s, compile_s=1.6)
+    best, timings, reason = _auto(sweep, 254, stack)
+    assert best == 254 and sweep.timed == [254] and "at 5%: a stack of fits" in reason
+    assert stack.fit_s(timings, 254) == pytest.approx(STACK_RUN_SHARE * whole.fit_s(timings, 254))
+    assert stack.prices(timings)["run_share"] == STACK_RUN_SHARE
+    assert "run_share" not in whole.prices(timings)
+
+
 def test_what_this_device_measured_before_steers_the_gate():
     """The same fit and compile: untimed on the prior alone, timed when this device's records
     show models whose starts cost as much gained from another width; and a width timed in

@@ -34,6 +34,7 @@ from ..starts.strategies import StartPlan
 from ..starts.tiktak import Discoveries, TikTakQueue
 from ..width.choice import WidthChoice, resolve_width
 from ..width.env import auto_mode_from_env, budget_from_env, max_batch_from_env
+from ..width.timing import STACK_RUN_SHARE
 from .checkpoint import Checkpointer, SearchCheckpoints
 from .config import TIKTAK_EXPLORE_EVERY, TIKTAK_SHORT_SEARCH, SearchConfig
 from .decide import Rules, TailPrice
@@ -237,6 +238,8 @@ def _width(
             backend_name=options.backend,
             program_hash=program_hash,  # the step lowered once, for the identity
             n_steps=options.n_steps,  # "auto" times widths only where the fit pays for it
+            # a stack's small fits end early: priced at the share of n_steps they run
+            run_share=STACK_RUN_SHARE if setup.problem.rows_per_datum else 1.0,
         )
 
     first = setup.programs.get(("width", options.batch_size, n_starts, str(device), env), choose)

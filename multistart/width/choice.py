@@ -56,6 +56,7 @@ def resolve_width(
     backend_name: str = "loop",
     program_hash: str | None = None,
     n_steps: int | None = None,
+    run_share: float = 1.0,
 ) -> WidthChoice:
     """Choose the batch width for ``spec`` (``backend.at(choice.width)`` then steps at it).
 
@@ -73,9 +74,9 @@ def resolve_width(
       backend_name: ``"loop"`` or ``"scan"``, for the tuning key.
       program_hash: the per-start step's hash when the caller has it, so the key does not
         lower the step a second time.
-      n_steps: the steps the search will take at most: with it ``"auto"`` prices the fit and
-        times widths only where deciding pays (:class:`Gate`); without it, it times its
-        ladder whatever the fit.
+      n_steps, run_share: the steps the search will take at most, and the share of them it
+        is priced at: with them ``"auto"`` times widths only where deciding pays
+        (:class:`Gate`); without ``n_steps``, it times its ladder whatever the fit.
 
     Returns:
       A :class:`WidthChoice`. Its ``info`` (``result.stats["width_choice"]``) says how:
@@ -86,15 +87,15 @@ def resolve_width(
       figures, ``memory_width`` when computed, and for a priced ``"auto"``
       ``fit_estimate_s``; ``tuning`` holds the timing table and the record's key and path.
     """
-    t0 = time.perf_counter()
-    max_batch = max_batch_from_env()
+    t0, max_batch = time.perf_counter(), max_batch_from_env()
     info: dict[str, Any] = {"spec": spec, "max_batch": max_batch}
     tuning = None
     if spec is None or isinstance(spec, int):
         width = _explicit(spec, n_starts, max_batch, info)
     else:
         keyed = dict(start_step=start_step, backend=backend_name, program_hash=program_hash)
-        width, tuning = _by_word(spec, backend, pop, info, n_starts, device, n_steps, keyed)
+        steps = (n_steps, run_share)  # what "auto" prices the fit at
+        width, tuning = _by_word(spec, backend, pop, info, n_starts, device, steps, keyed)
         info["selected_by"] = spec if tuning is None else f"{spec} ({tuning['source']})"
     n_tune = len([w for w in backend.compiled_widths() if w != width])
     backend.release(keep=_kept(backend, width))
@@ -127,9 +128,10 @@ def _explicit(spec, n_starts: int, max_batch, info) -> int:
     return width
 
 
-def _by_word(spec, backend, pop, info, n_starts, device, n_steps, keyed):
+def _by_word(spec, backend, pop, info, n_starts, device, steps, keyed):
     """``(width, tuning)`` for ``"auto"`` or ``"tune"``: a record, else the memory bound and,
-    where it is worth it, timing."""
+    where it is worth it, timing. ``steps``: ``(n_steps, run_share)``."""
+    n_steps, run_share = steps
     footprint = Footprint.of(backend, pop)
     info["checkpoint_bytes"] = footprint.checkpoint_bytes
     if not (spec == "tune" or _auto_measures(device)):
@@ -149,7 +151,9 @@ def _by_word(spec, backend, pop, info, n_starts, device, n_steps, keyed):
         tuning = {**record, "source": "measured", "method": spec}
     else:
         measured = records.device_gains(device)
-        gate = None if n_steps is None else Gate(n_steps, compile_s=compile_s, measured=measured)
+        gate = None
+        if n_steps is not None:
+            gate = Gate(n_steps, compile_s=compile_s, measured=measured, run_share=run_share)
         info["reason"] = time_auto(timings, bound.width, gate)
         priced = gate is not None and len(timings.per_call) == 1
         tuning = {**record, "source": "priced" if priced else "measured"}

@@ -52,6 +52,12 @@ AUTO_WIDTH_ONE_FASTER = 1.5
 PRIOR_GAINS = ((6e-7, 3.0), (7e-6, 1.0), (5e-5, 1.0), (8e-4, 2.0), (1e-2, 2.5))
 # The width of that weighting, in decades of seconds a start (a Gaussian kernel in log10).
 PRIOR_DECADES = 0.5
+# A stack of fits (ms.curve_fit(batched=True)) is priced at this share of n_steps x every start:
+# its small independent fits end on their own tests and the rediscovery rule, and the sweep drops
+# their chunks. Measured (the mean steps a start took over n_steps): 2,000 peak fits, 1 and 8
+# starts a fit, centred and anywhere, 0.024-0.051; 500 spectra, 1 and 32 starts, 0.019
+# (profiling/HISTORY.md, "A stack of fits priced at the steps it runs").
+STACK_RUN_SHARE = 0.05
 # No chunk call costs less than this on a CPU (dispatch, gathers and scatters): a width needing
 # more calls a step than the best step's seconds allow at this price cannot win.
 CALL_FLOOR_S = 20e-6
@@ -192,27 +198,36 @@ class Gate:
     """Whether ``"auto"`` times one more width: when the seconds it is expected to save the fit
     exceed what timing it costs.
 
-    The fit is priced at ``n_steps`` x the memory bound's step (an upper bound when starts
-    converge early). A width not yet timed costs one compile, at ``compile_s`` (the memory
-    bound's, or a slower one a record remembers: a compile served from JAX's persistent cache
-    says nothing of a compile's price), plus its timed calls. It is expected to save
-    ``n_steps`` x how much faster than the best so far its step would be, were the bound's
-    step ``gain`` times its step, averaged over :meth:`gains` (:func:`expected_share`'s
-    weights), never faster than its chunk calls at :data:`CALL_FLOOR_S` each.
+    The fit is priced at ``n_steps`` x ``run_share`` x the memory bound's step (with a share
+    of 1, an upper bound when starts converge early). A width not yet timed costs one compile,
+    at ``compile_s`` (the memory bound's, or a slower one a record remembers: a compile served
+    from JAX's persistent cache says nothing of a compile's price), plus its timed calls. It is
+    expected to save ``n_steps`` x ``run_share`` x how much faster than the best so far its
+    step would be, were the bound's step ``gain`` times its step, averaged over :meth:`gains`
+    (:func:`expected_share`'s weights), never faster than its chunk calls at
+    :data:`CALL_FLOOR_S` each.
 
     Args:
       n_steps: the steps the search takes at most.
       compile_s: the seconds one compile is priced at (at least; the first compile may raise it).
       measured: ``(seconds a start at the bound, gain)`` pairs this device recorded before.
+      run_share: the share of ``n_steps`` the fit's starts are expected to run
+        (:data:`STACK_RUN_SHARE` for a stack of fits; 1 otherwise).
     """
 
     n_steps: int
     compile_s: float = 0.0
     measured: tuple[tuple[float, float], ...] = ()
+    run_share: float = 1.0
     refused: str | None = field(default=None, init=False)
 
+    @property
+    def steps(self) -> float:
+        """The steps the fit is priced at: ``n_steps`` x ``run_share``."""
+        return self.n_steps * self.run_share
+
     def fit_s(self, timings: Timings, width: int) -> float:
-        return self.n_steps * timings.step_s(width)
+        return self.steps * timings.step_s(width)
 
     def cost_s(self, timings: Timings, width: int) -> float:
         """The price of timing ``width``: a compile and its timed calls."""
@@ -238,7 +253,7 @@ class Gate:
         def saved(gain: float) -> float:
             return max(0.0, best - max(at_bound / gain, floor))
 
-        return self.n_steps * _weighted(start_s, self.gains(timings), saved)
+        return self.steps * _weighted(start_s, self.gains(timings), saved)
 
     def allows(self, timings: Timings, width: int) -> bool:
         """Is timing ``width`` worth it? When not, :attr:`refused` says why."""
@@ -251,7 +266,7 @@ class Gate:
         self.refused = (
             f"timing width {width} would cost about {cost:.3g} s and is expected to save "
             f"about {saving:.3g} s of a fit of about {self.fit_s(timings, best):.3g} s at "
-            f"width {best} ({self.n_steps} steps)"
+            f"width {best} ({self.n_steps} steps{self._share()})"
         )
         return False
 
@@ -260,7 +275,11 @@ class Gate:
         width, a compile, and the seconds a start cost at the bound."""
         _, start_s = _bound_of(timings)
         fit_s = self.fit_s(timings, timings.best())
-        return dict(n_steps=self.n_steps, fit_s=fit_s, compile_s=self.compile_s, start_s=start_s)
+        prices = dict(n_steps=self.n_steps, fit_s=fit_s, compile_s=self.compile_s, start_s=start_s)
+        return prices if self.run_share == 1.0 else {**prices, "run_share": self.run_share}
+
+    def _share(self) -> str:
+        return "" if self.run_share == 1.0 else f" at {self.run_share:.0%}: a stack of fits"
 
 
 def _bound_of(timings: Timings) -> tuple[int, float]:
