@@ -237,10 +237,12 @@ def test_decide(name, r, rules, expected):
 
 def test_a_tail_price_is_read_from_a_width_choice_that_priced_its_fit():
     prices = {"n_steps": 400, "fit_s": 1.6, "compile_s": 1.4, "start_s": 2e-6}
-    assert TailPrice.of({"prices": prices}) == TailPrice(2e-6, 1.4, 400)
+    assert TailPrice.of({"prices": prices}, 400) == TailPrice(2e-6, 1.4, 400)
+    # a record written by a fit of 40 steps prices a fit of 4,000 at its own steps
+    assert TailPrice.of({"prices": {**prices, "n_steps": 40}}, 4000).n_steps == 4000
     # an explicit width, "tune", a record from before the seconds a start were kept: unpriced
-    assert TailPrice.of(None) is None and TailPrice.of({"table": []}) is None
-    assert TailPrice.of({"prices": {"n_steps": 400, "fit_s": 1.6, "compile_s": 1.4}}) is None
+    assert TailPrice.of(None, 400) is None and TailPrice.of({"table": []}, 400) is None
+    assert TailPrice.of({"prices": {"n_steps": 400, "fit_s": 1.6, "compile_s": 1.4}}, 400) is None
     # 336 steps left x 234 starts x 2 us = 0.16 s: below the compile, above it at 20 us
     assert not TailPrice(2e-6, 1.4, 400).pays(64, 250, 16)
     assert TailPrice(2e-5, 1.4, 400).pays(64, 250, 16)

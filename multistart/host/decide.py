@@ -149,13 +149,14 @@ class TailPrice:
     n_steps: int
 
     @classmethod
-    def of(cls, tuning) -> TailPrice | None:
-        """The price in a width choice's ``tuning`` record, or ``None`` where it holds none
-        (an explicit width, ``"tune"``, an accelerator's memory bound)."""
+    def of(cls, tuning, n_steps: int) -> TailPrice | None:
+        """The price in a width choice's ``tuning`` record for a search of ``n_steps`` (a
+        record may come from a fit of other length), or ``None`` where it holds none (an
+        explicit width, ``"tune"``, an accelerator's memory bound)."""
         prices = (tuning or {}).get("prices") or {}
-        if not {"start_s", "compile_s", "n_steps"} <= prices.keys():
+        if not {"start_s", "compile_s"} <= prices.keys():
             return None
-        return cls(float(prices["start_s"]), float(prices["compile_s"]), int(prices["n_steps"]))
+        return cls(float(prices["start_s"]), float(prices["compile_s"]), int(n_steps))
 
     def pays(self, step: int, width: int, narrow: int) -> bool:
         """Could the steps left (at most ``n_steps - step``), each ``width - narrow`` starts'

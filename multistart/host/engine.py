@@ -182,7 +182,7 @@ def _rules(
         group=setup.problem.rows_per_datum or 0,  # a stack of fits: each fit's own starts
         xtol=xtol,
         ftol=ftol,
-        tail=TailPrice.of(choice.tuning),
+        tail=TailPrice.of(choice.tuning, options.n_steps),
     )
 
 
