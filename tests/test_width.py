@@ -685,6 +685,24 @@ def test_a_priced_record_of_a_cheap_model_serves_a_longer_fit_than_an_expensive_
         assert (width is None) == set_aside, start_s
 
 
+def test_a_record_priced_with_junk_is_ignored_not_a_traceback(monkeypatch, tmp_path, caplog):
+    """A record edited or corrupted on disk: its prices price a timing decision and the tail's
+    narrowing, so anything but finite numbers sets the record aside (timed again), with a
+    warning naming it, rather than raising from inside a fit."""
+    monkeypatch.setenv("MULTISTART_CACHE_DIR", str(tmp_path))
+    sweep, pop = MeshSweep(), Pop(Starts(np.zeros(8)), np.zeros((100, 8)))
+    good = {"n_steps": 100, "fit_s": 1.0, "compile_s": 2.0, "start_s": 1e-5}
+    for junk in ({"start_s": "fast"}, {"compile_s": None}, {"fit_s": float("nan")}, ["x"]):
+        prices = {**good, **junk} if isinstance(junk, dict) else junk
+        rec = _write_record(sweep, pop, width=2, method="auto (priced)", prices=prices)
+        with caplog.at_level("WARNING", logger="multistart"):
+            assert _read_record("auto", rec, sweep, pop, n_steps=100) == (None, 0.0), junk
+        assert "ignoring the unreadable tuning record" in caplog.text
+        caplog.clear()
+    rec = _write_record(sweep, pop, width=2, method="auto (priced)", prices=good)
+    assert _read_record("auto", rec, sweep, pop, n_steps=100) == (2, 2.0)
+
+
 def test_device_gains_reads_what_this_kind_of_device_measured(monkeypatch, tmp_path):
     from multistart.width import record
 

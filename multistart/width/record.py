@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import tempfile
 import time
@@ -68,13 +69,16 @@ def record_path(key: str) -> Path | None:
 
 def read_width(path: Path) -> tuple[int, dict[str, Any]] | None:
     """``(width, record)`` from the file at ``path``; ``None`` (with a warning) when it cannot
-    be read or holds no positive width."""
+    be read, holds no positive width, or prices it with anything but finite numbers."""
     try:
         saved = json.loads(path.read_text())
         width = int(saved["width"])
         if width < 1:
             raise ValueError(width)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+        prices = saved.get("prices") or {}  # what a priced choice and the tail are weighed on
+        if not all(math.isfinite(float(v)) for v in prices.values()):
+            raise ValueError(f"prices {prices}")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         log.logger.warning("ignoring the unreadable tuning record %s (%s)", path, exc)
         return None
     return width, saved
