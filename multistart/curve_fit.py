@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from scipy.optimize import Bounds, OptimizeWarning
 
-from .common import log
+from .common import log, xla
 from .common.digest import Replay
 from .common.status import Status
 from .device.programs import programs_for
@@ -1084,4 +1084,4 @@ def _curvature(f, names, stacked: bool):
     def multistart_curve_fit_covariance(popt, data):
         return jax.vmap(one, in_axes=(0, 0 if stacked else None))(popt, data)
 
-    return jax.jit(multistart_curve_fit_covariance)
+    return xla.jit(multistart_curve_fit_covariance)

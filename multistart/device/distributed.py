@@ -24,6 +24,8 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from ..common import xla
+
 __all__ = [
     "initialize",
     "CPU_COLLECTIVES",
@@ -183,7 +185,7 @@ def to_host(tree):
 @functools.cache
 def _replicated(mesh):
     """The identity, its outputs replicated on every device of ``mesh`` (all-gathers)."""
-    return jax.jit(lambda tree: tree, out_shardings=NamedSharding(mesh, P()))
+    return xla.jit(lambda tree: tree, out_shardings=NamedSharding(mesh, P()))
 
 
 def agree_max(values) -> np.ndarray:
@@ -206,7 +208,7 @@ def _max_over_processes():
         for p in range(jax.process_count())
     ]
     mesh = Mesh(np.array(first), ("process",))
-    program = jax.jit(lambda x: x.max(0), out_shardings=NamedSharding(mesh, P()))
+    program = xla.jit(lambda x: x.max(0), out_shardings=NamedSharding(mesh, P()))
     return NamedSharding(mesh, P("process")), program
 
 

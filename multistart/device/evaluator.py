@@ -15,7 +15,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from ..common import log
+from ..common import log, xla
 from .oom import is_out_of_memory
 from .programs import Programs, lower_and_compile, padded_chunks, retry_narrower
 
@@ -52,7 +52,7 @@ class ValueEvaluator:
                 return jax.vmap(fom_u, in_axes=(0, None))(u, data)
 
             chunk.__name__ = chunk.__qualname__ = name
-            return jax.jit(chunk)
+            return xla.jit(chunk)
 
         self._programs = programs or Programs()
         self._jit = self._programs.get(("values", name), jitted)

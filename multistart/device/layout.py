@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..common import xla
 from ..model.priors import Space
 from .programs import Programs, padded_chunks
 from .step import init_population
@@ -84,7 +85,7 @@ def physical_map(layout: Layout, width: int, programs: Programs, points=None):
         return lambda rows: space.unravel_rows(
             points(np.asarray(rows) if layout.flat else space.ravel(rows))
         )
-    jitted = programs.get("to_physical", lambda: jax.jit(jax.vmap(layout.to_physical)))
+    jitted = programs.get("to_physical", lambda: xla.jit(jax.vmap(layout.to_physical)))
 
     def physical(rows):
         parts = [

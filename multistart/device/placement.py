@@ -19,6 +19,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from ..common import xla
 from .distributed import put, spans_processes
 from .step import PopState
 
@@ -100,7 +101,7 @@ class OneDevice(Placement):
     """Everything on JAX's default device: the plain compiled program."""
 
     def jit(self, program, local, n_index_args):
-        return jax.jit(program, donate_argnums=0)
+        return xla.jit(program, donate_argnums=0)
 
     def put_data(self, data):
         return jax.device_put(data)
@@ -153,7 +154,7 @@ class DeviceMesh(Placement):
         pop_sh = self.pop_shardings()
         rows = NamedSharding(self.mesh, P(AXIS))
         rep = NamedSharding(self.mesh, P())
-        return jax.jit(
+        return xla.jit(
             sharded,
             in_shardings=(pop_sh, *[rows] * k, rep, rep),
             out_shardings=pop_sh,

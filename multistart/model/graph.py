@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
+from ..common import xla
 from .priors import Space
 from .problem import Problem, add_note, check_scalar
 
@@ -426,7 +427,7 @@ class FactorGraphModel:
     def _jit(self, fn: Callable) -> Callable:
         key = _fn_key(fn)
         if key not in self._jitted:
-            self._jitted[key] = jax.jit(fn)
+            self._jitted[key] = xla.jit(fn)
         return self._jitted[key]
 
     def __repr__(self) -> str:

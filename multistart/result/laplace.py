@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
+from ..common import xla
 from ..model.problem import Problem, as_problem, check_objective
 
 __all__ = [
@@ -189,7 +190,7 @@ def hessian_function(problem: Problem):
     def curvature(vec, data):
         return jax.hessian(fom_flat)(vec, data), fom_flat(vec, data)
 
-    return jax.jit(curvature)
+    return xla.jit(curvature)
 
 
 def laplace_problem(
@@ -278,7 +279,7 @@ def _residual_curvature(problem):
             return jax.hessian(lambda v: jnp.sum(flat(v, data) ** 2))(vec), ssr, r
         return jac, ssr, r
 
-    return jax.jit(curvature)
+    return xla.jit(curvature)
 
 
 def residual_laplace(problem, params, curvature_fn=None, *, warn: bool = True) -> Laplace:

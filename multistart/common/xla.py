@@ -1,0 +1,68 @@
+"""The options XLA compiles this library's programs with: :func:`jit` is ``jax.jit`` with them.
+
+On a CPU, XLA writes each fused kernel's code with its fusion emitters (MLIR) by default; its
+elemental emitters, still in it, write the same kernels in about two thirds of the time. A small
+fit's fixed cost is mostly its compiles: the chunk step of a 2-parameter NIST fit compiled in
+0.55 s with ``xla_cpu_use_fusion_emitters=False`` against 0.80 s without, and the kernels ran
+as fast (the image fit's and a batch of 2,000 curve fits' steady steps: profiling/HISTORY.md,
+"The elemental emitters: a third off every compile"). So on a CPU every program compiled here
+(the chunk step, the broad-start filter, the physical map, the curvature and the covariance)
+sets that option. The two emitters may round a transcendental function differently in its
+last bit, so a fit's digits can differ in the last place from a fit compiled without it (as
+between two jaxlib versions); a fit stays deterministic.
+
+Nothing is set on a GPU or TPU, where the option means nothing; where the user's own
+``XLA_FLAGS`` name the option (theirs is kept); or where this jaxlib does not know it (a later
+XLA may drop it: one tiny compile a process finds out, :func:`options`).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import Any
+
+import jax
+import numpy as np
+
+__all__ = ["OPTIONS", "PROBE_NAME", "jit", "options"]
+
+#: The compile options of every program on a CPU.
+OPTIONS: dict[str, Any] = {"xla_cpu_use_fusion_emitters": False}
+#: The name of the one-off probe :func:`options` compiles (not one of a fit's programs:
+#: :class:`~multistart.common.monitor.CompileCounter` does not count it: its _NOT_COUNTED).
+PROBE_NAME = "multistart_compile_options_probe"
+
+
+def options(platform: str | None = None) -> dict[str, Any] | None:
+    """The compile options for a program on ``platform`` (default: JAX's default backend's),
+    or ``None`` where none are set (the module's docstring says where)."""
+    platform = platform or jax.default_backend()
+    if platform != "cpu" or _named_by_user() or not _accepted():
+        return None
+    return dict(OPTIONS)
+
+
+def jit(fn, **kwargs):
+    """``jax.jit(fn, **kwargs)``, compiled with :func:`options`."""
+    return jax.jit(fn, compiler_options=options(), **kwargs)
+
+
+def _named_by_user() -> bool:
+    flags = os.environ.get("XLA_FLAGS", "")
+    return any(name in flags for name in OPTIONS)
+
+
+@functools.cache
+def _accepted() -> bool:
+    """Does this jaxlib know :data:`OPTIONS`? One compile of the identity finds out."""
+
+    def probe(x):
+        return x
+
+    probe.__name__ = probe.__qualname__ = PROBE_NAME
+    try:
+        jax.jit(probe, compiler_options=OPTIONS).lower(np.float32(0)).compile()
+    except jax.errors.JaxRuntimeError:
+        return False
+    return True

@@ -1,0 +1,80 @@
+"""The compile options of the library's programs (multistart.common.xla)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import multistart as ms
+from multistart.common import xla
+from multistart.common.monitor import CompileCounter
+
+
+@pytest.fixture
+def no_user_flags(monkeypatch):
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
+
+
+def test_a_cpu_program_is_compiled_with_the_elemental_emitters(no_user_flags):
+    assert jax.default_backend() == "cpu"
+    assert xla.options() == {"xla_cpu_use_fusion_emitters": False}
+    assert xla.options("cpu") == xla.OPTIONS
+
+
+def test_no_option_is_set_off_a_cpu_or_where_the_users_flags_name_it(monkeypatch):
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
+    assert xla.options("gpu") is None and xla.options("tpu") is None
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_use_fusion_emitters=true")
+    assert xla.options() is None
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
+    assert xla.options() == xla.OPTIONS
+
+
+def test_a_jaxlib_that_refuses_the_option_gets_none_and_still_fits(monkeypatch, no_user_flags):
+    """A later XLA may drop the option: the probe's refusal sets nothing, and a fit runs."""
+    monkeypatch.setattr(xla, "OPTIONS", {"xla_cpu_no_such_option_for_this_test": False})
+    xla._accepted.cache_clear()
+    try:
+        assert xla.options() is None
+        jitted = xla.jit(lambda v: jnp.sum(v**2))
+        assert float(jitted(jnp.arange(3.0))) == 5.0
+    finally:
+        xla._accepted.cache_clear()
+    assert xla.options() is None or xla._accepted()  # the real options probed afresh
+
+
+def test_the_probe_is_not_counted_as_a_program_of_a_fit(no_user_flags):
+    xla._accepted.cache_clear()
+    with CompileCounter() as compiles:
+        assert xla.options() == xla.OPTIONS
+        jax.jit(lambda v: v + 1.0)(np.float32(1.0))
+    assert xla.PROBE_NAME not in " ".join(compiles.counts)
+    assert compiles.total == 1
+
+
+def test_a_fits_programs_are_jitted_with_the_options(monkeypatch, no_user_flags):
+    """The chunk step, the filter and the physical map of a fit all go through xla.jit with
+    the options (a spy on jax.jit inside xla.jit)."""
+    seen: dict[str, object] = {}
+    real = jax.jit
+
+    def spy(fn, **kwargs):
+        name = getattr(fn, "__name__", "?")
+        seen[name] = kwargs.get("compiler_options")
+        return real(fn, **kwargs)
+
+    monkeypatch.setattr(xla.jax, "jit", spy)
+    space = {"x": ms.Uniform(-2.0, 2.0)}
+    ms.MultiStartAdam(n_starts=4, n_steps=3, batch_size=4, seed=0).fit(
+        lambda p: (p["x"] - 0.5) ** 2, space
+    )
+    assert seen.get("multistart_chunk_step") == xla.OPTIONS
+    assert seen.get("multistart_filter_chunk") == xla.OPTIONS
+
+
+def test_the_counter_skips_the_probe_by_the_name_xla_gives_it():
+    from multistart.common import monitor
+
+    assert monitor._NOT_COUNTED == xla.PROBE_NAME
