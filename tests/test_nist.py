@@ -55,6 +55,9 @@ LBFGS_STALLS = {
     "end, and the best start is such a refill, stalled with the right answer",
     "MGH10": "its curved, badly scaled valley: since the default draws 15 x n_starts candidates "
     "(2026-12-06), the best of its starts ends stalled, with the right answer (9 digits)",
+    "Bennett5": "its flat valley: compiled with XLA's elemental emitters (2026-12-06), the best "
+    "start, 2e-13 (relative) below a converged one, ends stalled with the right answer "
+    "(6.4 digits; the converged start has 9.6)",
 }
 
 
