@@ -32,26 +32,40 @@ def test_no_option_is_set_off_a_cpu_or_where_the_users_flags_name_it(monkeypatch
     assert xla.options() == xla.OPTIONS
 
 
-def test_a_jaxlib_that_refuses_the_option_gets_none_and_still_fits(monkeypatch, no_user_flags):
-    """A later XLA may drop the option: the probe's refusal sets nothing, and a fit runs."""
+def test_a_jaxlib_that_refuses_the_option_gets_none_and_still_compiles(monkeypatch, no_user_flags):
+    """A later XLA may drop the option: a release not known to take it is probed, its refusal
+    sets nothing, and a program compiles and runs without it."""
     monkeypatch.setattr(xla, "OPTIONS", {"xla_cpu_no_such_option_for_this_test": False})
+    monkeypatch.setattr(xla, "KNOWN_TO_ACCEPT", set())
     xla._accepted.cache_clear()
     try:
         assert xla.options() is None
         jitted = xla.jit(lambda v: jnp.sum(v**2))
         assert float(jitted(jnp.arange(3.0))) == 5.0
     finally:
-        xla._accepted.cache_clear()
-    assert xla.options() is None or xla._accepted()  # the real options probed afresh
+        monkeypatch.undo()
+        xla._accepted.cache_clear()  # the real options' answer, for the tests after this one
+    assert xla.options() == xla.OPTIONS
 
 
 def test_the_probe_is_not_counted_as_a_program_of_a_fit(no_user_flags):
-    xla._accepted.cache_clear()
     with CompileCounter() as compiles:
-        assert xla.options() == xla.OPTIONS
+        assert xla._probe()
         jax.jit(lambda v: v + 1.0)(np.float32(1.0))
     assert xla.PROBE_NAME not in " ".join(compiles.counts)
     assert compiles.total == 1
+
+
+def test_a_release_known_to_take_the_option_is_not_probed(monkeypatch):
+    assert xla._release("0.10.2") == (0, 10) and xla._release("dev") == ()
+    monkeypatch.setattr(xla, "_probe", lambda: pytest.fail("probed a known release"))
+    monkeypatch.setattr(xla.jaxlib, "__version__", "0.10.7")
+    xla._accepted.cache_clear()
+    try:
+        assert xla._accepted()
+    finally:
+        monkeypatch.undo()
+        xla._accepted.cache_clear()
 
 
 def test_a_fits_programs_are_jitted_with_the_options(monkeypatch, no_user_flags):

@@ -13,7 +13,8 @@ between two jaxlib versions); a fit stays deterministic.
 
 Nothing is set on a GPU or TPU, where the option means nothing; where the user's own
 ``XLA_FLAGS`` name the option (theirs is kept); or where this jaxlib does not know it (a later
-XLA may drop it: one tiny compile a process finds out, :func:`options`).
+XLA may drop it: for a jaxlib release not known to take it, one tiny compile a process finds
+out, :func:`options`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import os
 from typing import Any
 
 import jax
+import jaxlib
 import numpy as np
 
 __all__ = ["OPTIONS", "PROBE_NAME", "jit", "options"]
@@ -53,9 +55,29 @@ def _named_by_user() -> bool:
     return any(name in flags for name in OPTIONS)
 
 
+#: jaxlib releases (major, minor) known to take :data:`OPTIONS`: no probe compile for them
+KNOWN_TO_ACCEPT = {(0, 10)}
+
+
 @functools.cache
 def _accepted() -> bool:
-    """Does this jaxlib know :data:`OPTIONS`? One compile of the identity finds out."""
+    """Does this jaxlib know :data:`OPTIONS`? A release in :data:`KNOWN_TO_ACCEPT` does;
+    for any other, one compile of the identity finds out (about 40 ms in a fresh process)."""
+    if _release(jaxlib.__version__) in KNOWN_TO_ACCEPT:
+        return True
+    return _probe()
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """``(major, minor)`` of a version string (``()`` where it does not parse)."""
+    try:
+        return tuple(int(v) for v in version.split(".")[:2])
+    except ValueError:
+        return ()
+
+
+def _probe() -> bool:
+    """Compile the identity with :data:`OPTIONS`: does this jaxlib take them?"""
 
     def probe(x):
         return x
