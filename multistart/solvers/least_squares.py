@@ -239,15 +239,12 @@ class LeastSquaresSolver(LeastSquaresRule):
             # projected trial that failed on the other coordinates' step leaves the next its own
             unprojected=st.unprojected | (retry & leaves),
         )
-        # one select per array of the packed state (three), not per field (twelve): each is a
-        # kernel of the chunk step to compile (profiling/HISTORY.md, "The elemental emitters")
-        packed = jax.tree_util.tree_map(lambda p, q: jnp.where(idle, p, q), state, out.pack())
-        out = LeastSquaresFields.unpack(packed)
+        out = jax.tree_util.tree_map(lambda p, q: jnp.where(idle, p, q), st, out)
         # the first trial from a newly accepted point may go to the bounds (bounds.to_bounds)
         fresh = accept & ~out.unprojected
         trial = bounds.to_bounds(out.x, out.d, fresh, bounded)
         u_next = jnp.where(idle | (out.done != 0), out.x, trial)
-        return SolverStep(unravel(u_next.astype(dtype)), packed, 0)
+        return SolverStep(unravel(u_next.astype(dtype)), out.pack(), 0)
 
     def _stops_at(self, st: LeastSquaresFields, u_flat, cost, g, a, rho, bounded):
         """scipy's ``ftol``, ``xtol`` and ``gtol`` tests at a point just evaluated (they count
