@@ -208,10 +208,16 @@ TABLE += [
         dict(stop=None, width=16),
     ),
     (
-        "a lasting tail that could repay its compile narrows",
+        "a tail that has cost a compile and could repay one narrows",
+        TAIL_READ,
+        Rules(tail=TailPrice(start_s=2e-4, compile_s=1.0, n_steps=400)),
+        dict(stop=None, width=16),
+    ),
+    (
+        "a tail that could repay its compile but has not yet cost one steps on",
         TAIL_READ,
         Rules(tail=TailPrice(start_s=2e-5, compile_s=1.0, n_steps=400)),
-        dict(stop=None, width=16),
+        dict(stop=None, width=None),
     ),
     (
         "a cheap model's straggler steps on at the width swept",
@@ -222,7 +228,7 @@ TABLE += [
     (
         "too few steps left to repay it",
         TAIL_READ,
-        Rules(tail=TailPrice(start_s=2e-5, compile_s=1.0, n_steps=200)),
+        Rules(tail=TailPrice(start_s=2e-4, compile_s=1.0, n_steps=64 + 21)),
         dict(stop=None, width=None),
     ),
 ]
@@ -243,9 +249,12 @@ def test_a_tail_price_is_read_from_a_width_choice_that_priced_its_fit():
     # an explicit width, "tune", a record from before the seconds a start were kept: unpriced
     assert TailPrice.of(None, 400) is None and TailPrice.of({"table": []}, 400) is None
     assert TailPrice.of({"prices": {"n_steps": 400, "fit_s": 1.6, "compile_s": 1.4}}, 400) is None
-    # 336 steps left x 234 starts x 2 us = 0.16 s: below the compile, above it at 20 us
-    assert not TailPrice(2e-6, 1.4, 400).pays(64, 250, 16)
-    assert TailPrice(2e-5, 1.4, 400).pays(64, 250, 16)
+    # 336 steps left x 234 starts x 2 us = 0.16 s: below the compile, above it at 20 us; but
+    # at 20 us the 32 steps of the tail so far cost 0.15 s, not yet a compile: 200 us have
+    assert not TailPrice(2e-6, 1.4, 400).pays(64, 250, 16, 32)
+    assert not TailPrice(2e-5, 1.4, 400).pays(64, 250, 16, 32)
+    assert TailPrice(2e-4, 1.4, 400).pays(64, 250, 16, 32)
+    assert not TailPrice(2e-4, 1.4, 400).pays(64, 250, 16, 63)  # one step of tail: 0.047 s
 
 
 def test_decisions_report_when_the_log_or_bar_is_due():

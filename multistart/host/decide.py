@@ -158,17 +158,26 @@ class TailPrice:
             return None
         return cls(float(prices["start_s"]), float(prices["compile_s"]), int(n_steps))
 
-    def pays(self, step: int, width: int, narrow: int) -> bool:
-        """Could the steps left (at most ``n_steps - step``), each ``width - narrow`` starts'
-        seconds cheaper, repay the narrower program's compile?
+    def pays(self, step: int, width: int, narrow: int, since: int) -> bool:
+        """Narrow now? Each step at ``narrow`` instead of ``width`` saves ``width - narrow``
+        starts' seconds. The sweep narrows once the steps of the tail so far (since step
+        ``since``) have cost what the narrower program's compile does, and the steps left (at
+        most ``n_steps - step``) could still repay it: the rule of renting skis until the rent
+        paid would have bought them, never more than twice the best choice made knowing when
+        the stragglers end. Most end soon after the tail is seen (the spectra's slowest of 500
+        one-start fits at step 131, the tail seen at 64); one that runs on is narrowed a
+        compile's worth of steps late.
 
         >>> price = TailPrice(start_s=2e-6, compile_s=1.4, n_steps=400)
-        >>> price.pays(64, 250, 16)  # a cheap model: 336 x 234 x 2 us = 0.16 s < 1.4 s
+        >>> price.pays(64, 250, 16, 32)  # a cheap model: 336 x 234 x 2 us = 0.16 s < 1.4 s
         False
-        >>> TailPrice(start_s=2e-5, compile_s=2.0, n_steps=800).pays(224, 2000, 128)
-        True
+        >>> dear = TailPrice(start_s=2e-4, compile_s=2.0, n_steps=800)
+        >>> dear.pays(224, 2000, 128, 192), dear.pays(224, 2000, 128, 223)  # 32 steps, 1 step
+        (True, False)
         """
-        return (self.n_steps - step) * self.start_s * (width - narrow) > self.compile_s
+        saving = self.start_s * (width - narrow)  # seconds a step at the narrower width saves
+        paid, left = (step - since) * saving, (self.n_steps - step) * saving
+        return paid >= self.compile_s and left > self.compile_s
 
 
 @dataclass(frozen=True)
@@ -297,9 +306,10 @@ def tail_width(
     ``TAIL_MIN_WIDTH``; when ``w`` is at most ``1 / TAIL_RATIO`` of the width swept (of the
     power of two at least it: a width balanced over the rows, 254 for 256, counts as 256), and
     was at the decision before (a tail that lasted, worth a program of its own), the sweep
-    narrows to ``w``, unless ``price`` says the steps left could not repay ``w``'s compile
-    (:meth:`TailPrice.pays`: a cheap model's few stragglers step on at the width swept). By
-    the step count, the running rows and the price alone: deterministic.
+    narrows to ``w``, unless ``price`` says not yet (:meth:`TailPrice.pays`: the tail so far
+    has not cost ``w``'s compile, or the steps left could not repay it; a cheap model's few
+    stragglers step on at the width swept). By the step count, the running rows and the price
+    alone: deterministic.
 
     >>> due = Due(tail=True)
     >>> r = Reading(64, np.zeros(0), np.zeros(0), np.zeros(0), due, width=2000)
@@ -320,7 +330,7 @@ def tail_width(
         return None, -1
     if r.tail_since < 0:
         return None, r.step
-    if price is not None and not price.pays(r.step, r.width, width):
+    if price is not None and not price.pays(r.step, r.width, width, r.tail_since):
         return None, r.tail_since
     return width, -1
 
