@@ -17,7 +17,7 @@ def no_user_flags(monkeypatch):
     monkeypatch.delenv("XLA_FLAGS", raising=False)
 
 
-def test_a_cpu_program_is_compiled_with_the_elemental_emitters(no_user_flags):
+def test_on_a_cpu_the_options_are_the_elemental_emitters(no_user_flags):
     assert jax.default_backend() == "cpu"
     assert xla.options() == {"xla_cpu_use_fusion_emitters": False}
     assert xla.options("cpu") == xla.OPTIONS
@@ -68,24 +68,35 @@ def test_a_release_known_to_take_the_option_is_not_probed(monkeypatch):
         xla._accepted.cache_clear()
 
 
-def test_a_fits_programs_are_jitted_with_the_options(monkeypatch, no_user_flags):
-    """The chunk step, the filter and the physical map of a fit all go through xla.jit with
-    the options (a spy on jax.jit inside xla.jit)."""
+def test_every_program_a_fit_compiles_is_jitted_with_the_options(monkeypatch, no_user_flags):
+    """The chunk step, the filter, the physical map, curve_fit's covariance and the Result's
+    curvature all go through xla.jit with the options (a spy on jax.jit inside xla.jit); the
+    step's traces for the identity are never compiled."""
     seen: dict[str, object] = {}
     real = jax.jit
 
     def spy(fn, **kwargs):
-        name = getattr(fn, "__name__", "?")
-        seen[name] = kwargs.get("compiler_options")
+        seen[getattr(fn, "__name__", "?")] = kwargs.get("compiler_options")
         return real(fn, **kwargs)
 
     monkeypatch.setattr(xla.jax, "jit", spy)
-    space = {"x": ms.Uniform(-2.0, 2.0)}
-    ms.MultiStartAdam(n_starts=4, n_steps=3, batch_size=4, seed=0).fit(
-        lambda p: (p["x"] - 0.5) ** 2, space
+    x = np.linspace(0.0, 1.0, 20)
+    ms.curve_fit(
+        lambda x, a, b: a * x + b, x, np.stack([2 * x + 1, 3 * x - 1]), p0=[1.0, 0.0],
+        bounds=([0.0, -5.0], [5.0, 5.0]), batched=True, n_starts=1, log_every=0,
+    )  # fmt: skip
+    result = ms.MultiStartAdam(n_starts=4, n_steps=3, batch_size=4, seed=0, log_every=0).fit(
+        lambda p: (p["x"] - 0.5) ** 2, {"x": ms.Uniform(-2.0, 2.0)}
     )
-    assert seen.get("multistart_chunk_step") == xla.OPTIONS
-    assert seen.get("multistart_filter_chunk") == xla.OPTIONS
+    assert np.isfinite(result.errors["x"])
+    programs = (
+        "multistart_chunk_step",
+        "multistart_filter_chunk",
+        "to_physical",
+        "multistart_curve_fit_covariance",
+        "curvature",
+    )
+    assert {name: seen.get(name) for name in programs} == dict.fromkeys(programs, xla.OPTIONS)
 
 
 def test_the_counter_skips_the_probe_by_the_name_xla_gives_it():

@@ -3,9 +3,10 @@
 On a CPU, XLA writes each fused kernel's code with its fusion emitters (MLIR) by default; its
 elemental emitters, still in it, write the same kernels in about two thirds of the time. A small
 fit's fixed cost is mostly its compiles: the chunk step of a 2-parameter NIST fit compiled in
-0.55 s with ``xla_cpu_use_fusion_emitters=False`` against 0.80 s without, and the kernels ran
-as fast (the image fit's and a batch of 2,000 curve fits' steady steps: profiling/HISTORY.md,
-"The elemental emitters: a third off every compile"). So on a CPU every program compiled here
+0.54 s with ``xla_cpu_use_fusion_emitters=False`` against 0.91 s without
+(``profiling/experiments/compile_options.py``), and the kernels ran as fast (the image fit's
+and a batch of 2,000 curve fits' steady steps: profiling/HISTORY.md, "The elemental emitters:
+a third off every compile"). So on a CPU every program compiled here
 (the chunk step, the broad-start filter, the physical map, the curvature and the covariance)
 sets that option. The two emitters may round a transcendental function differently in its
 last bit, so a fit's digits can differ in the last place from a fit compiled without it (as
