@@ -165,7 +165,7 @@ class TailPrice:
         most ``n_steps - step``) could still repay it: the rule of renting skis until the rent
         paid would have bought them, never more than twice the best choice made knowing when
         the stragglers end. Most end soon after the tail is seen (the spectra's slowest of 500
-        one-start fits at step 131, the tail seen at 64); one that runs on is narrowed a
+        one-start fits at step 131, the tail first seen at 32); one that runs on is narrowed a
         compile's worth of steps late.
 
         >>> price = TailPrice(start_s=2e-6, compile_s=1.4, n_steps=400)
