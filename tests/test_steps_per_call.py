@@ -114,6 +114,26 @@ def test_many_steps_a_call_cut_the_calls_and_the_host_reads():
         assert fitted(name, 1).stats["n_resurrections"] > 0  # refills were made
 
 
+def test_a_refit_of_the_model_starts_from_the_steps_a_call_reached():
+    # residuals of this test alone (its constant): no earlier fit in the process taught their
+    # programs a k
+    def shifted(p):
+        return jnp.stack([10.0 * (p["x"][1] - p["x"][0] ** 2), 1.2345 - p["x"][0]])
+
+    def search(k):
+        return ms.MultiStartLeastSquares(n_starts=4, batch_size=4, seed=0, steps_per_call=k)
+
+    auto = search("auto")
+    with jax.enable_x64(True):
+        first, second = (auto.fit(shifted, ROSEN) for _ in range(2))
+        fixed = search(1).fit(shifted, ROSEN)  # the option's k, whatever a fit before reached
+    calls = [r.stats["n_chunk_calls"] for r in (first, second, fixed)]
+    # the first fit's calls take 1, 2, 4, ... steps; the second's start where those ended
+    assert calls[1] < calls[0] < calls[2], calls
+    assert_same_result(first, second, exact=True)
+    assert_same_result(first, fixed, exact=True)
+
+
 def test_a_fixed_k_makes_exactly_its_calls():
     def calls(k, **kw):
         base = dict(n_starts=4, batch_size=4, n_steps=20, seed=0, convergence=None, log_every=0)

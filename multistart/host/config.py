@@ -525,7 +525,8 @@ class Execution(_Group):
     steps_per_call: int | str = option(
         "auto",
         'steps a compiled call takes before the host reads the starts again. ``"auto"`` '
-        "(the default): from 1, doubled while a call takes under 20 ms (at most 256), so the "
+        "(the default): from 1, doubled while a call takes under 20 ms (at most 256; a refit "
+        "of the same model starts where the fit before it reached), so the "
         "host's dispatch and read stay a few per cent of a cheap objective's time and cost "
         "an expensive one nothing; an int ``k >= 1``: ``k``. A call stops early once every "
         "start in it has ended, and ends wherever the host decides something (each "

@@ -72,6 +72,9 @@ from .run_state import RunState
 
 __all__ = ["run"]
 
+#: where a model's programs keep the steps a call reached (``steps_per_call="auto"``)
+STEPS_LEARNED = "steps per call"
+
 
 def prepare(search, objective, space, starts, resume, part, *, every_process) -> Setup:
     """Validate the call: every error here is raised before any compile.
@@ -268,7 +271,7 @@ def run(search, objective, space=None, *, starts=None, resume: bool = False, par
             engine, state = build(setup, start_plan, traced)
             state = restore(setup, engine, state)
             with signals_to_flag() as flag:
-                state = iterate(engine, state, flag)
+                state = iterate(engine, state, flag, setup.programs.get(STEPS_LEARNED, dict))
             result = assemble(setup, start_plan, engine, state, compiles)
         if mode == "split":
             result = merge_over_processes(result, setup.problem)

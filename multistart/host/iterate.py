@@ -53,11 +53,13 @@ _SIGNAL_CODES = {"SIGINT": 1, "SIGTERM": 2}  # agreed across processes as the la
 _SIGNAL_NAMES = {v: k for k, v in _SIGNAL_CODES.items()}
 
 
-def iterate(engine: Engine, state: RunState, flag: SignalFlag) -> RunState:
+def iterate(engine: Engine, state: RunState, flag: SignalFlag, learned=None) -> RunState:
     """Step until every start ended, ``n_steps``, a budget or a signal; the state returned says
-    why it stopped (``state.stop``). ``flag`` is where the signal handler notes a signal."""
+    why it stopped (``state.stop``). ``flag`` is where the signal handler notes a signal;
+    ``learned``, where ``steps_per_call="auto"`` keeps the steps a call reached for the next
+    fit of the model (:class:`Calls`)."""
     display = Display(engine.options, n=engine.n, initial=state.step)
-    calls, first = Calls(engine), True
+    calls, first = Calls(engine, learned), True
     try:
         while state.stop is None and state.step < engine.options.n_steps:
             t_call, (asked, until_end), before = (
@@ -120,12 +122,20 @@ class Calls:
     pace of ``k`` steps), to at most :data:`AUTO_MAX_STEPS`. Where the calls end changes no
     result (an ended start is frozen, and a call's body is the one step), only when the host
     learns of it.
+
+    ``learned`` (a dict kept with the model's programs, :func:`multistart.device.programs.
+    programs_for`): a fit of the same model at the same width and chunks starts from the ``k``
+    the fits before it reached, not from 1 again (the same program at the same pace).
     """
 
-    def __init__(self, engine: Engine):
+    def __init__(self, engine: Engine, learned: dict | None = None):
         options = engine.options
         self.auto = options.steps_per_call == "auto" and not engine.together  # no clock on a mesh
         self.k = 1 if options.steps_per_call == "auto" else int(options.steps_per_call)
+        self._learned = learned if self.auto else None
+        self._pace = (engine.sweeper.width, len(engine.sweeper.chunks))  # what sets a call's
+        if self._learned is not None:
+            self.k = self._learned.get(self._pace, self.k)
         others = options.halving is not None or engine.together
         others = others or options.target_fom is not None or options.max_evals is not None
         # Refills alone, at every step: a call of one chunk on one device ends at the first
@@ -162,6 +172,8 @@ class Calls:
         sync, ``seconds``: grow ``k`` if ``k`` steps at that pace would have been cheap."""
         if self.auto and synced and asked == self.k and seconds * self.k < AUTO_CALL_S * n:
             self.k = min(2 * self.k, AUTO_MAX_STEPS)
+            if self._learned is not None:
+                self._learned[self._pace] = self.k
 
 
 def _narrows(sweeper) -> bool:
