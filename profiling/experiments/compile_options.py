@@ -1,5 +1,5 @@
 """XLA's CPU options against a chunk step's compile (issue 38; profiling/HISTORY.md, "The
-elemental emitters: a third off every compile").
+elemental emitters: a third off every compile", and "A fit's compile, taken apart once more").
 
 One cold ``MultiStartLeastSquares(n_starts=32, seed=0)`` fit of a NIST problem (default
 Misra1a) runs once, and the chunk step's StableHLO is kept as it goes to XLA. That same
@@ -31,11 +31,22 @@ sys.path.insert(0, str(HERE.parent.parent / "tests"))  # nist
 
 import harness  # noqa: E402
 
+ELEMENTAL = {"xla_cpu_use_fusion_emitters": False}  # what the library sets on a CPU
 SETS = {
     "XLA's defaults": {},
-    "elemental emitters": {"xla_cpu_use_fusion_emitters": False},
+    "elemental emitters": ELEMENTAL,
     "LLVM level 0": {"xla_backend_optimization_level": 0},
     "fast min and max": {"xla_cpu_enable_fast_min_max": True},
+    # on top of the elemental emitters: the other CPU options a compile accepts (stop 67)
+    "+ cheap LLVM passes": {**ELEMENTAL, "xla_llvm_disable_expensive_passes": True},
+    "+ codegen split 1": {**ELEMENTAL, "xla_cpu_parallel_codegen_split_count": 1},
+    "+ codegen split 4": {**ELEMENTAL, "xla_cpu_parallel_codegen_split_count": 4},
+    "+ no XNNPACK": {**ELEMENTAL, "xla_cpu_use_xnnpack": False},
+    "+ plain scheduler": {
+        **ELEMENTAL,
+        "xla_cpu_enable_concurrency_optimized_scheduler": False,
+    },
+    "+ vectors of 128 bits": {**ELEMENTAL, "xla_cpu_prefer_vector_width": 128},
 }
 
 
