@@ -53,7 +53,9 @@ _SIGNAL_CODES = {"SIGINT": 1, "SIGTERM": 2}  # agreed across processes as the la
 _SIGNAL_NAMES = {v: k for k, v in _SIGNAL_CODES.items()}
 
 
-def iterate(engine: Engine, state: RunState, flag: SignalFlag, learned=None) -> RunState:
+def iterate(
+    engine: Engine, state: RunState, flag: SignalFlag, learned: dict | None = None
+) -> RunState:
     """Step until every start ended, ``n_steps``, a budget or a signal; the state returned says
     why it stopped (``state.stop``). ``flag`` is where the signal handler notes a signal;
     ``learned``, where ``steps_per_call="auto"`` keeps the steps a call reached for the next
@@ -133,7 +135,8 @@ class Calls:
         self.auto = options.steps_per_call == "auto" and not engine.together  # no clock on a mesh
         self.k = 1 if options.steps_per_call == "auto" else int(options.steps_per_call)
         self._learned = learned if self.auto else None
-        self._pace = (engine.sweeper.width, len(engine.sweeper.chunks))  # what sets a call's
+        # what sets a call's pace: its width and how many chunks a step runs
+        self._pace = (engine.sweeper.width, len(engine.sweeper.chunks))
         if self._learned is not None:
             self.k = self._learned.get(self._pace, self.k)
         others = options.halving is not None or engine.together
