@@ -591,3 +591,60 @@ def test_the_filter_backs_off_after_its_data_is_released(monkeypatch):
     monkeypatch.setattr(ValueEvaluator, "_evaluate", evaluate)
     np.testing.assert_array_equal(evaluator.points(u), expected)
     assert evaluator.backoffs == [{"from": 8, "to": 4}, {"from": 4, "to": 2}]
+
+
+def test_the_filter_maps_rows_on_the_steps_copy_of_the_data_once_shared(monkeypatch):
+    """After the fit lets go of the filter's device copy of the data, the Result's and the
+    refills' map of rows puts the whole data on the device again at every call, unless it is
+    given the steps' own copy of the same data (``share``); another object's data, or a copy
+    that does not lie on the program's device, is not taken."""
+    import multistart.device.evaluator as evaluator_mod
+    from multistart.device.evaluator import ValueEvaluator
+
+    def fom_u(u, data):
+        return jnp.sum((u - data["c"]) ** 2), 2.0 * u + data["c"]
+
+    host = {"c": np.array([0.5, -1.0])}
+    u = np.random.default_rng(0).normal(size=(10, 2))
+    evaluator = ValueEvaluator(fom_u, width=8, data=host)
+    evaluator.compile(2, u.dtype)
+    expected = evaluator.points(u)
+    evaluator.release()
+    puts = []
+    real = jax.device_put
+    monkeypatch.setattr(
+        evaluator_mod.jax, "device_put", lambda *a, **k: puts.append(1) or real(*a, **k)
+    )
+    np.testing.assert_array_equal(evaluator.points(u), expected)
+    assert len(puts) == 1  # released: the data put again for the call
+    steps_copy = real(host)
+    assert not evaluator.share({"c": np.array([0.5, -1.0])}, steps_copy)  # not its data
+    assert not evaluator.share(host, {"c": np.array([0.5, -1.0])})  # not on a device
+    assert evaluator.share(host, steps_copy)
+    puts.clear()
+    np.testing.assert_array_equal(evaluator.points(u), expected)
+    np.testing.assert_array_equal(evaluator(u), evaluator(u))
+    assert puts == []  # the steps' copy serves every call
+
+
+def test_a_fits_filter_shares_the_steps_copy_of_its_data(monkeypatch):
+    """In a fit (curve_fit's data are the model's), the filter's evaluator takes the steps'
+    device copy of the data when the search is built, and the fit's answer is the same."""
+    import multistart.device.evaluator as evaluator_mod
+
+    taken = []
+    share = evaluator_mod.ValueEvaluator.share
+    monkeypatch.setattr(
+        evaluator_mod.ValueEvaluator,
+        "share",
+        lambda self, host, device: taken.append(share(self, host, device)) or taken[-1],
+    )
+    x = np.linspace(0.0, 4.0, 30)
+    y = 2.0 * np.exp(-x / 1.3) + 0.1
+
+    def f(x, a, tau, c):
+        return a * jnp.exp(-x / tau) + c
+
+    popt, _ = ms.curve_fit(f, x, y, p0=[1.0, 1.0, 0.0], n_starts=4)
+    assert taken == [True]
+    np.testing.assert_allclose(popt, [2.0, 1.3, 0.1], rtol=1e-6)

@@ -60,6 +60,8 @@ class ValueEvaluator:
         self.width = int(width)
         self._host_data = data
         self.data = jax.device_put(data)
+        placed = jax.tree_util.tree_leaves(self.data)
+        self._devices = placed[0].devices() if placed else None  # where the program runs
         self.compiled: Any = None
         self.compile_s = 0.0
         self.backoffs: list[dict[str, int]] = []
@@ -125,8 +127,25 @@ class ValueEvaluator:
 
     def release(self) -> None:
         """Let go of the data's device copy (the search's steps hold their own): a later call
-        puts the data on the device again, for that call."""
+        puts the data on the device again, for that call (unless :meth:`share` gave it the
+        steps' copy)."""
         self.data = None
+
+    def share(self, host_data, device_data) -> bool:
+        """Evaluate on ``device_data``, the search's own device copy of ``host_data``, from now
+        on: after :meth:`release`, the Result's and each refill's map of rows would otherwise
+        put the whole data on the device again at every call. Taken only where ``host_data``
+        is this evaluator's data and ``device_data`` lies whole on the device its program was
+        compiled for (the steps on one device; on a mesh it is spread over several). Returns
+        whether it was taken."""
+        leaves = jax.tree_util.tree_leaves(device_data)
+        mine = host_data is self._host_data and self._devices is not None
+        mine = mine and all(
+            isinstance(a, jax.Array) and a.devices() == self._devices for a in leaves
+        )
+        if mine:
+            self.data = device_data
+        return mine
 
     def _device_data(self):
         """The data on the device: the kept copy, or (after :meth:`release`) a new one. A

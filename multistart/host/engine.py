@@ -144,7 +144,10 @@ def build(setup: Setup, start_plan: StartPlan, traced: Traced) -> tuple[Engine, 
     choice = _width(setup, backend, pop, traced, n, identity.program)
     sweeper = Sweeper(backend, choice.width)
     _log_start(setup, n, choice, sweeper)
-    points = None if start_plan.evaluator is None else start_plan.evaluator.points
+    points = None
+    if start_plan.evaluator is not None:  # its map of rows evaluates on the steps' data copy
+        start_plan.evaluator.share(setup.problem.data, backend.data)
+        points = start_plan.evaluator.points
     physical = physical_map(layout, n, setup.programs, points)  # the filter's program maps
     refiller = _refiller(setup, start_plan, sweeper.write, physical)
     rules = _rules(setup, refiller, checkpoints is not None, choice)
