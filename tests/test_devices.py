@@ -89,6 +89,17 @@ print("ok resume")
 auto = search(batch_size="auto", resurrect=0).fit(nan_right, SPACE)
 assert 1 <= auto.stats["batch_size"] <= 3, auto.stats["batch_size"]  # ceil(10 / 4)
 print("ok auto")
+
+# the filter's evaluator takes the steps' copy of the data on one device, not a mesh's (spread
+# over the devices: each of its maps of rows puts the data again, as before)
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from multistart.device.evaluator import ValueEvaluator
+host = {"c": np.array([0.5, -1.0])}
+evaluator = ValueEvaluator(lambda u, d: (jnp.sum((u - d["c"]) ** 2), u), width=4, data=host)
+mesh = Mesh(np.array(jax.devices()), ("d",))
+assert not evaluator.share(host, jax.device_put(host, NamedSharding(mesh, PartitionSpec())))
+assert evaluator.share(host, jax.device_put(host))
+print("ok share")
 """
 
 
@@ -109,7 +120,7 @@ def test_four_logical_devices_give_the_one_device_result_with_one_compile():
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.split("\n").count("ok tiktak") == 1, out.stdout
-    for word in ("ok loop", "ok scan", "ok halving", "ok resume", "ok auto"):
+    for word in ("ok loop", "ok scan", "ok halving", "ok resume", "ok auto", "ok share"):
         assert word in out.stdout, out.stdout
 
 
