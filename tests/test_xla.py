@@ -70,8 +70,7 @@ def test_a_release_known_to_take_the_option_is_not_probed(monkeypatch):
 
 def test_every_program_a_fit_compiles_is_jitted_with_the_options(monkeypatch, no_user_flags):
     """The chunk step, the filter, the physical map, curve_fit's covariance and the Result's
-    curvature all go through xla.jit with the options (a spy on jax.jit inside xla.jit); the
-    step's traces for the identity are never compiled."""
+    curvature all go through xla.jit with the options (a spy on jax.jit inside xla.jit)."""
     seen: dict[str, object] = {}
     real = jax.jit
 
