@@ -10,6 +10,12 @@ and, as the peer, the hand-written optimistix vmap of ``fixed_cost.py`` (its who
 Printed per arm: compile seconds, the ratio to the whole chunk step's, XLA's fusions.
 
     python profiling/experiments/chunk_step_parts.py Misra1a DanWood
+    python profiling/experiments/chunk_step_parts.py Misra1a DanWood --library-options --rounds 5
+
+``--library-options``: the library's arms compile with the options every program of a fit
+has (``multistart.common.xla.options()``: on a CPU, XLA's elemental emitters) and the peer
+with JAX's defaults, as a user compiles it; without it, every arm has JAX's defaults.
+``--rounds``: each arm compiled that many times, the arms in turns, the median printed.
 
 The variants are for timing only (never run): their arithmetic is the chunk step's, their
 bookkeeping is not.
@@ -17,6 +23,7 @@ bookkeeping is not.
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import tempfile
@@ -31,8 +38,10 @@ sys.path.insert(0, str(HERE.parent.parent / "tests"))  # nist
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
 
 import multistart.host.driver as driver  # noqa: E402
+from multistart.common import xla  # noqa: E402
 from multistart.device.step import PopState, _started  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
@@ -79,15 +88,15 @@ def variant(start_step, init_rows, *, gs=True, start=True, history=True, loop=Tr
     return body
 
 
-def compiled(f, *args) -> tuple[float, int]:
+def compiled(f, *args, options=None) -> tuple[float, int]:
     jax.clear_caches()
-    lowered = jax.jit(f).lower(*args)
+    lowered = jax.jit(f, compiler_options=options).lower(*args)
     t0 = time.perf_counter()
     exe = lowered.compile()
     return time.perf_counter() - t0, exe.as_text().count(" fusion(")
 
 
-def one_problem(name: str) -> None:
+def one_problem(name: str, library_options: bool, rounds: int) -> None:
     import fixed_cost
     import nist
     import optimistix as optx
@@ -95,6 +104,11 @@ def one_problem(name: str) -> None:
     problem = nist.load(name)
     fixed_cost.ours(problem, False)  # one fit: the library's own program, and the capture
     jax.config.update("jax_enable_compilation_cache", False)
+    # JAX decides once a process whether its persistent cache is used: decided again, so
+    # every arm's every round compiles
+    from jax.experimental.compilation_cache import compilation_cache
+
+    compilation_cache.reset_cache()
     step, init_rows = _grab["start_step"], _grab["init_rows"]
     n = len(problem.names)
     pop = PopState(init_rows(jnp.zeros((ROWS, n))), jnp.zeros((10, ROWS)))
@@ -108,8 +122,9 @@ def one_problem(name: str) -> None:
         "without the while_loop": dict(loop=False),
         "the vmapped step alone": dict(gs=False, start=False, history=False, loop=False),
     }
-    out = {
-        k: compiled(variant(step, init_rows, **v), pop, rows, rows, new) for k, v in arms.items()
+    ours = xla.options() if library_options else None
+    programs = {
+        k: (variant(step, init_rows, **v), (pop, rows, rows, new), ours) for k, v in arms.items()
     }
     vector = fixed_cost.Counted(problem).vector
     solver = optx.LevenbergMarquardt(rtol=1e-10, atol=1e-12)
@@ -120,14 +135,26 @@ def one_problem(name: str) -> None:
             ).value
         )
     )
-    out["optimistix's vmap (peer)"] = compiled(peer, jnp.zeros((WIDTH, n)))
+    programs["optimistix's vmap (peer)"] = (peer, (jnp.zeros((WIDTH, n)),), None)
+    runs: dict[str, list[tuple[float, int]]] = {k: [] for k in programs}
+    for i in range(rounds):
+        for arm in list(programs)[:: 1 if i % 2 == 0 else -1]:
+            f, args, options = programs[arm]
+            runs[arm].append(compiled(f, *args, options=options))
+    out = {k: (float(np.median([s for s, _ in v])), v[0][1]) for k, v in runs.items()}
     whole = out["the chunk step"][0]
-    print(f"{name}: compile s, / the chunk step, fusions")
+    how = "the library's options, the peer JAX's defaults" if library_options else "JAX's defaults"
+    print(f"{name} ({how}; median of {rounds}): compile s, / the chunk step, fusions")
     for arm, (seconds, fusions) in out.items():
         print(f"  {arm:<28}{seconds:7.3f}{seconds / whole:7.2f}x{fusions:6d}")
     jax.config.update("jax_enable_compilation_cache", True)
 
 
 if __name__ == "__main__":
-    for problem_name in sys.argv[1:] or ["Misra1a"]:
-        one_problem(problem_name)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("problems", nargs="*", default=["Misra1a"])
+    parser.add_argument("--library-options", action="store_true")
+    parser.add_argument("--rounds", type=int, default=1)
+    cli = parser.parse_args()
+    for problem_name in cli.problems:
+        one_problem(problem_name, cli.library_options, cli.rounds)
