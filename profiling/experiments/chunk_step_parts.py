@@ -33,12 +33,12 @@ from pathlib import Path
 os.environ.setdefault("MULTISTART_LOG_LEVEL", "ERROR")
 os.environ.setdefault("MULTISTART_CACHE_DIR", tempfile.mkdtemp(prefix="chunk-parts-"))
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))  # profiling/: fixed_cost
+sys.path.insert(0, str(HERE.parent))  # profiling/: fixed_cost, harness
 sys.path.insert(0, str(HERE.parent.parent / "tests"))  # nist
 
+import harness  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
 
 import multistart.host.driver as driver  # noqa: E402
 from multistart.common import xla  # noqa: E402
@@ -141,7 +141,7 @@ def one_problem(name: str, library_options: bool, rounds: int) -> None:
         for arm in list(programs)[:: 1 if i % 2 == 0 else -1]:
             f, args, options = programs[arm]
             runs[arm].append(compiled(f, *args, options=options))
-    out = {k: (float(np.median([s for s, _ in v])), v[0][1]) for k, v in runs.items()}
+    out = {k: (harness.median(s for s, _ in v), v[0][1]) for k, v in runs.items()}
     whole = out["the chunk step"][0]
     how = "the library's options, the peer JAX's defaults" if library_options else "JAX's defaults"
     print(f"{name} ({how}; median of {rounds}): compile s, / the chunk step, fusions")
