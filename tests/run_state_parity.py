@@ -246,6 +246,86 @@ def _fits(folder: str) -> dict:
         return {**digest(loaded), "errors": _hash(loaded.errors)}
 
     out["saved_and_loaded"] = saved_and_loaded()
+    out.update(_curve_fits())
+    return out
+
+
+def _curve_fits() -> dict:
+    """curve_fit's answers (popt, pcov, the record's fields): a single fit, a held one, a
+    batch with a shared and a per-fit sigma, ties and a fixed parameter."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    import multistart as ms
+
+    def peak(x, a, mu, w, b):
+        return a * jnp.exp(-0.5 * ((x - mu) / w) ** 2) + b
+
+    rng = np.random.default_rng(7)
+    x = np.linspace(-3.0, 3.0, 40)
+    truths = rng.uniform((1.0, -1.5, 0.3, -0.5), (3.0, 1.5, 1.0, 0.5), size=(6, 4))
+    y = np.stack([t[0] * np.exp(-0.5 * ((x - t[1]) / t[2]) ** 2) + t[3] for t in truths])
+    y = y + rng.normal(0.0, 0.1, y.shape)
+    box = ([0.0, -3.0, 0.05, -2.0], [10.0, 3.0, 5.0, 2.0])
+    quiet = dict(log_every=0, progress=False)
+    out = {}
+
+    def record(name, popt, pcov, info=None):
+        row = {"popt": _hash(np.asarray(popt)), "pcov": _hash(np.asarray(pcov))}
+        if info is not None and "fits" in info:
+            fits = info["fits"]
+            for key in ("best_fom", "dof", "status", "at_bound", "n_evals", "best_row"):
+                row[key] = _hash(np.asarray(getattr(fits, key)))
+            row["result"] = digest(fits.result)
+        elif info is not None:
+            row["result"] = digest(info["result"])
+        out[name] = row
+
+    popt, pcov, info, _, _ = ms.curve_fit(
+        peak, x, y[0], p0=(1, 0, 1, 0), bounds=box, n_starts=6, seed=1, full_output=True, **quiet
+    )
+    record("curve_fit", popt, pcov, info)
+    popt, pcov = ms.curve_fit(
+        peak,
+        x,
+        y[1],
+        p0=(1, 0, 1, 0),
+        sigma=np.full(x.size, 0.1),
+        absolute_sigma=True,
+        n_starts=4,
+        seed=2,
+        fixed={"b": 0.0},
+        **quiet,
+    )
+    record("curve_fit_fixed_unbounded", popt, pcov)
+    popt, pcov, info, _, _ = ms.curve_fit(
+        peak,
+        x,
+        y,
+        p0=(1, 0, 1, 0),
+        bounds=box,
+        n_starts=3,
+        batched=True,
+        seed=3,
+        full_output=True,
+        **quiet,
+    )
+    record("curve_fit_batch", popt, pcov, info)
+    popt, pcov, info, _, _ = ms.curve_fit(
+        peak,
+        x,
+        y,
+        p0=(1, 0, 1, 0),
+        bounds=box,
+        sigma=np.full(y.shape, 0.1),
+        n_starts=2,
+        batched=True,
+        seed=4,
+        tied={"b": lambda p: 0.1 * p["a"]},
+        full_output=True,
+        **quiet,
+    )
+    record("curve_fit_batch_tied", popt, pcov, info)
     return out
 
 

@@ -127,7 +127,7 @@ def test_each_fits_best_is_its_lowest_finite_start_the_first_on_ties_as_alone():
     """A batch picks each fit's best as a fit alone picks its own (``Result.of``)."""
     from types import SimpleNamespace
 
-    from multistart.curve_fit import _per_fit
+    from multistart.curve_fit.batch import _per_fit
     from multistart.result.merge import best_fit
 
     nan = np.nan

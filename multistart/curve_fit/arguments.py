@@ -1,0 +1,350 @@
+"""scipy's arguments read and checked: ``f``'s parameters, the data and their weights, the
+bounds, ``nan_policy``, and scipy's options that mean something else here, refused."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from scipy.optimize import Bounds
+
+from ..host.config import unknown_options
+from ..search.least_squares import MultiStartLeastSquares
+from .model import _check_output, _trace
+
+N_STARTS = 32
+
+
+#: curve_fit's default ``n_steps`` per parameter (scipy's ``max_nfev`` for ``"trf"``: 100 n).
+STEPS_PER_PARAMETER = 100
+
+
+_METHODS = {None: "lm", "lm": "lm", "dogleg": "dogleg", "gauss-newton": "gauss-newton"}
+
+
+def _check_choices(method, jac, absolute_sigma, full_output, batched=False, resume=False) -> None:
+    if jac is not None:
+        raise ValueError(
+            "jac: the Jacobian comes from JAX's automatic differentiation of f; pass jac=None"
+        )
+    if method not in _METHODS:
+        raise ValueError(
+            f"method must be 'lm' (default), 'dogleg' or 'gauss-newton'; got {method!r} "
+            "(scipy's 'trf' and 'dogbox' exist to respect bounds: every method here does)"
+        )
+    flags = (("absolute_sigma", absolute_sigma), ("full_output", full_output))
+    for name, value in (*flags, ("batched", batched), ("resume", resume)):
+        if not isinstance(value, bool):
+            raise TypeError(f"{name} must be True or False; got {value!r}")
+
+
+def _check_scipy_options(options: dict) -> None:
+    """scipy's budget arguments, which count something else here, refused with the call that
+    works."""
+    for name in ("maxfev", "max_nfev"):
+        if name in options:
+            raise TypeError(
+                f"{name}={options[name]!r}: scipy's budget of evaluations for one start; here "
+                "each start takes at most n_steps steps (one evaluation of the residuals and "
+                f"their Jacobian each; default 100 per parameter): pass n_steps={options[name]!r}"
+                " (max_evals caps the evaluations of every start together, of every fit of a "
+                "batch: not scipy's meaning)"
+            )
+    # a misspelt option named, with the nearest, before anything is traced
+    unknown_options(options, MultiStartLeastSquares)
+
+
+def _array_if_list(xdata):
+    """A list ``xdata`` is an array, as scipy reads it (a tuple or dict stays a pytree)."""
+    return np.asarray(xdata, dtype=np.float64) if isinstance(xdata, list) else xdata
+
+
+def _names(f, n: int | None) -> list[str]:
+    """The parameters' names: ``f``'s arguments after ``x`` (scipy reads their number there)."""
+    try:
+        sig = inspect.signature(f)
+    except (TypeError, ValueError):
+        sig = None
+    if sig is not None:
+        params = list(sig.parameters.values())
+        positional = [
+            p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
+        variadic = any(p.kind is p.VAR_POSITIONAL for p in params)
+        if not variadic and len(positional) < 2:
+            raise ValueError(
+                f"f must take x and at least one parameter, f(x, a, b, ...); got {sig}"
+            )
+        if not variadic:
+            if n is not None and n != len(positional) - 1:
+                raise ValueError(
+                    f"p0 must have one value per parameter of f ({len(positional) - 1}: "
+                    f"{', '.join(positional[1:])}); got {n}"
+                )
+            return positional[1:]
+    if n is None:
+        raise ValueError("p0 is needed to know the number of parameters of f(x, *params)")
+    return [f"p{i}" for i in range(n)]
+
+
+def _enough_points(y: np.ndarray, names) -> None:
+    if y.size < len(names):  # as scipy: no fit of n parameters to fewer points
+        raise ValueError(
+            f"ydata has {y.size} point(s) (per fit), fewer than f's {len(names)} parameters"
+        )
+
+
+def _finite(name: str, a: np.ndarray) -> None:
+    if not np.all(np.isfinite(a)):
+        bad = int(np.size(a) - np.count_nonzero(np.isfinite(a)))
+        raise ValueError(
+            f"{name} holds {bad} non-finite value(s) (nan or inf): clean them, or pass "
+            "nan_policy='omit' to drop those points"
+        )
+
+
+def _data(f, xdata, ydata, sigma, p0, check_finite, nan_policy, *, batched: bool = False):
+    """``((x, y, weight), names, n_fits, f)``: the data as float64 arrays, checked, for one
+    fit or (``batched``) a stack of them, every leaf with a leading axis of fits (a shared
+    ``xdata`` or ``sigma`` repeated), and ``f``: traced (:class:`_Traced`) where a batch's
+    ``xdata`` was read by tracing it, else as given. Both are read here, a single fit as a
+    batch of one."""
+    _check_nan_policy(nan_policy, batched)
+    y = np.asarray(ydata, dtype=np.float64)
+    ys = _fits_y(y, batched)
+    n_fits, shape = ys.shape[0], ys.shape[1:]
+    names = _names(f, None if p0 is None else _n_given(p0, batched))
+    _enough_points(ys[0], names)
+    x = jax.tree_util.tree_map(lambda a: np.asarray(a, dtype=np.float64), _array_if_list(xdata))
+    s = None if sigma is None else np.asarray(sigma, dtype=np.float64)
+    if s is not None and s.ndim == 0:  # scipy: "None or scalar or M-length sequence"
+        s = np.full(y.shape, float(s))
+    if not batched and nan_policy == "omit":
+        x, y, s = _omit(x, y, None if s is None else _fits_sigma(s, 1, shape, False)[0])
+        return (x, y, _weights(None if s is None else s[None], 1, y.shape, False)), names, 1, f
+    per_fit, traced = False, f
+    if batched:
+        x, per_fit, traced = _stack_x(f, x, n_fits, shape, names)
+    if s is not None:
+        s = _fits_sigma(s, n_fits, shape, batched)
+    if check_finite is not False or nan_policy == "raise":
+        _check_finite(x, ys, sigma, s, batched, per_fit)
+    data = (x, ys if batched else y, _weights(s, n_fits, shape, batched))
+    return data, names, n_fits, traced
+
+
+def _check_nan_policy(nan_policy, batched: bool) -> None:
+    if nan_policy not in (None, "raise", "omit"):
+        raise ValueError(f"nan_policy must be None, 'raise' or 'omit'; got {nan_policy!r}")
+    if batched and nan_policy == "omit":
+        raise ValueError(
+            "nan_policy='omit' would give each fit of a batch its own number of points: fit "
+            "the datasets with missing points one by one, or give those points a huge sigma"
+        )
+
+
+def _fits_y(y: np.ndarray, batched: bool) -> np.ndarray:
+    """``ydata`` with a leading axis of fits (one, for a single fit), checked."""
+    if not batched:
+        if y.size == 0:
+            raise ValueError("ydata is empty")
+        return y[None]
+    if y.ndim < 2 or y.shape[0] == 0 or y[0].size == 0:
+        raise ValueError(
+            f"batched=True: ydata must have a leading axis of fits, shape (n_fits, m); got "
+            f"shape {y.shape}"
+        )
+    return y
+
+
+def _n_given(p0, batched: bool) -> int:
+    """How many parameters ``p0`` gives (one fit's, or each fit's of a batch)."""
+    if not batched:
+        return int(np.size(p0))
+    return int(np.shape(p0)[-1] if np.ndim(p0) else 1)
+
+
+def _check_finite(x, ys, sigma, s, batched: bool, per_fit: bool) -> None:
+    """Refuse non-finite data: a single fit's by array, a batch's naming the first fit."""
+    if not batched:
+        for leaf in jax.tree_util.tree_leaves(x):
+            _finite("xdata", leaf)
+        _finite("ydata", ys[0])
+        if s is not None:
+            _finite("sigma", s)
+        return
+    for leaf in jax.tree_util.tree_leaves(x):
+        _finite_by_fit("xdata", leaf) if per_fit else _finite("xdata", leaf[0])
+    _finite_by_fit("ydata", ys)
+    if sigma is not None:
+        given = np.asarray(sigma, dtype=np.float64)
+        shared = given.ndim <= ys.ndim - 1 or given.shape[0] != len(ys)
+        _finite("sigma", given) if shared else _finite_by_fit("sigma", given)
+
+
+def _omit(x, y, s):
+    """Drop the points where ``y``, ``sigma`` or a 1-D ``x`` is not finite."""
+    keep = np.isfinite(y).reshape(-1)
+    if s is not None and s.ndim == 1:
+        keep &= np.isfinite(s)
+    leaves = jax.tree_util.tree_leaves(x)
+    if not all(leaf.shape == y.shape for leaf in leaves) or y.ndim != 1:
+        raise ValueError(
+            "nan_policy='omit' needs 1-D ydata and xdata of ydata's shape, point by point"
+        )
+    for leaf in leaves:
+        keep &= np.isfinite(leaf)
+    if s is not None and s.ndim == 2:
+        if not np.all(np.isfinite(s)):
+            raise ValueError("sigma (a covariance matrix) holds non-finite values")
+        s = s[np.ix_(keep, keep)]
+    elif s is not None:
+        s = s[keep]
+    if not keep.any():
+        raise ValueError("nan_policy='omit' left no finite data point")
+    return jax.tree_util.tree_map(lambda a: a[keep], x), y[keep], s
+
+
+class _Whiten:
+    """``L⁻¹ r`` for a covariance ``L Lᵀ`` (scipy's treatment of a 2-D ``sigma``). A pytree
+    node, so the factor is an argument of the compiled program."""
+
+    def __init__(self, chol):
+        self.chol = chol
+
+    def __call__(self, r):
+        return jax.scipy.linalg.solve_triangular(jnp.asarray(self.chol), r, lower=True)
+
+
+jax.tree_util.register_pytree_node(_Whiten, lambda w: ((w.chol,), None), lambda _, c: _Whiten(*c))
+
+
+def _vector(value, n: int, name: str) -> np.ndarray:
+    v = np.asarray(value, dtype=np.float64)
+    if v.ndim == 0:
+        v = np.full(n, float(v))
+    if v.shape != (n,):
+        raise ValueError(f"{name} must have one value per parameter ({n}); got shape {v.shape}")
+    return v
+
+
+def _bounds(bounds, names) -> tuple[np.ndarray, np.ndarray]:
+    """``(lower, upper)``, one each per parameter; equal bounds are allowed (a fixed
+    parameter, :func:`_hold`), a lower above its upper is refused naming the parameter."""
+    n = len(names)
+    if isinstance(bounds, Bounds):
+        lower, upper = bounds.lb, bounds.ub
+    else:
+        try:
+            lower, upper = bounds
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"bounds must be (lower, upper) or a scipy.optimize.Bounds; got {bounds!r}"
+            ) from None
+    lo, hi = _vector(lower, n, "bounds' lower"), _vector(upper, n, "bounds' upper")
+    bad = np.isnan(lo) | np.isnan(hi) | (lo > hi) | (np.isinf(lo) & (lo == hi))
+    if bad.any():
+        j = int(np.argmax(bad))
+        raise ValueError(
+            f"bounds: each lower must be below its upper (or equal to it: the parameter is "
+            f"then fixed there); parameter {names[j]!r} has lower {float(lo[j])!r} and upper "
+            f"{float(hi[j])!r}" + (f" ({int(bad.sum()) - 1} more)" if bad.sum() > 1 else "")
+        )
+    return lo, hi
+
+
+def _stack_x(f, x, n_fits: int, shape, names):
+    """``(x, per_fit, traced)``: ``xdata`` with a leading axis of fits (one per fit when every
+    leaf has ``n_fits`` rows and ``f`` of one returns one fit's shape, else shared and
+    repeated), and ``f`` traced at one fit's ``x`` (:class:`_Traced`)."""
+    leaves = jax.tree_util.tree_leaves(x)
+    m = int(np.prod(shape))
+    if leaves and all(a.ndim >= 1 and a.shape[0] == n_fits for a in leaves):
+        one = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype), x)
+        try:
+            traced = _trace(f, one, names)
+        except Exception:  # noqa: BLE001 - then it must be shared: checked below
+            traced = None
+        if traced is not None and traced.shape is not None and int(np.prod(traced.shape)) == m:
+            return x, True, traced
+    traced = _check_output(f, x, names, shape, "one fit's ydata shape")
+    stacked = jax.tree_util.tree_map(lambda a: np.broadcast_to(a, (n_fits, *a.shape)), x)
+    return stacked, False, traced
+
+
+def _fits_sigma(s: np.ndarray, n_fits: int, shape, batched: bool) -> np.ndarray:
+    """``sigma`` (not a scalar) as each fit's standard deviations ``(n_fits, m)`` or
+    covariance ``(n_fits, m, m)``: one fit's, or (``batched``) one per fit or shared."""
+    m = int(np.prod(shape))
+    if not batched:
+        if s.shape not in (shape, (m,), (m, m)):
+            raise ValueError(
+                f"sigma must have ydata's shape {tuple(shape)} (standard deviations) or be a "
+                f"({m}, {m}) covariance matrix; got shape {s.shape}"
+            )
+        return s.reshape(1, *(s.shape if s.shape == (m, m) else (m,)))
+    if s.shape in (shape, (m,)):  # one fit's: shared by every fit
+        return np.broadcast_to(s.reshape(m), (n_fits, m))
+    if s.shape in ((n_fits, *shape), (n_fits, m)):
+        if s.shape == (m, m) and np.allclose(s, s.T) and np.ptp(s) > 0:
+            raise ValueError(
+                f"batched=True: sigma of shape {s.shape} with {n_fits} fits of {m} points reads "
+                "as each fit's standard deviations, but it is symmetric, as a covariance is: "
+                f"pass a covariance shared by every fit as np.broadcast_to(sigma, {(n_fits, m, m)})"
+            )
+        return s.reshape(n_fits, m)
+    if s.shape == (n_fits, m, m):
+        return s
+    raise ValueError(
+        f"batched=True: sigma must have ydata's shape {(n_fits, *shape)} (standard "
+        f"deviations per fit), one fit's shape {shape} (shared), or be {(n_fits, m, m)} "
+        f"covariance matrices; got shape {s.shape}"
+    )
+
+
+def _weights(s: np.ndarray | None, n_fits: int, shape, batched: bool):
+    """What multiplies each fit's raw residuals: ``1/sigma`` ``(n_fits, m)``, or a whitening
+    by each covariance (scipy's 2-D ``sigma``); a single fit's without the leading axis."""
+    m = int(np.prod(shape))
+    if s is None:
+        w: Any = np.ones((n_fits, m))
+    elif s.ndim == 3:
+        try:
+            chol = np.linalg.cholesky(s)
+        except np.linalg.LinAlgError:
+            if not batched:
+                raise ValueError("sigma, a covariance matrix, is not positive definite") from None
+            bad = next(i for i in range(n_fits) if not _is_positive_definite(s[i]))
+            raise ValueError(
+                f"sigma of fit {bad}, a covariance matrix, is not positive definite"
+            ) from None
+        return _Whiten(chol if batched else chol[0])
+    else:
+        if np.any(s <= 0):
+            fit = f" (fit {int(np.argmax(np.any(s <= 0, 1)))})" if batched else ""
+            raise ValueError(f"sigma must be positive{fit}")
+        w = 1.0 / s
+    return w if batched else w[0]
+
+
+def _is_positive_definite(a: np.ndarray) -> bool:
+    try:
+        np.linalg.cholesky(a)
+    except np.linalg.LinAlgError:
+        return False
+    return True
+
+
+def _finite_by_fit(name: str, a: np.ndarray) -> None:
+    """Refuse non-finite values, naming the first fit (leading axis) that holds one."""
+    bad = ~np.isfinite(a).reshape(len(a), -1).all(axis=1)
+    if bad.any():
+        first, more = int(np.argmax(bad)), int(bad.sum()) - 1
+        others = f" (and {more} other fit{'s' if more > 1 else ''})" if more else ""
+        raise ValueError(
+            f"{name} of fit {first}{others} holds non-finite values (nan or inf): clean them; "
+            "a batch cannot drop points (nan_policy='omit'), so fit those datasets one by one"
+        )

@@ -1,0 +1,98 @@
+"""``curve_fit``: scipy's signature, one fit or a batch of them, scipy's full output."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..common import log
+from ..common.status import Status
+from ..result.batch import BatchFits
+from .arguments import _METHODS, N_STARTS, _check_choices, _check_scipy_options
+from .batch import _fit_batch
+from .single import _fit
+
+
+def curve_fit(
+    f: Callable,
+    xdata,
+    ydata,
+    p0=None,
+    sigma=None,
+    absolute_sigma: bool = False,
+    check_finite: bool | None = None,
+    bounds=(-np.inf, np.inf),
+    method: str | None = None,
+    jac=None,
+    *,
+    full_output: bool = False,
+    nan_policy: str | None = None,
+    n_starts: int = N_STARTS,
+    batched: bool = False,
+    resume: bool = False,
+    fixed: dict | None = None,
+    tied: dict | None = None,
+    **options,
+):
+    """Fit ``f(xdata, *params)`` to ``ydata`` by least squares from many starts.
+
+    scipy's arguments mean what they mean there (docs/curve-fit.md's table says each); ``f``
+    is traced by JAX, in float64. ``p0`` is the first start; the others are drawn in the box,
+    log-normally inside a one-sided bound, normally around ``p0`` where unbounded (at the
+    spread the data allow, :func:`_spreads`). No step leaves the bounds; a start takes at most
+    ``n_steps`` steps (default ``100 * n``).
+
+    Args:
+      f: ``f(x, *params)`` in ``jax.numpy``; it and ``xdata`` ... ``jac``, ``nan_policy`` are
+        scipy's (``method`` ``"lm"``, ``"dogleg"`` or ``"gauss-newton"``; ``jac`` None: JAX
+        differentiates ``f``; ``sigma`` a scalar, ``ydata``'s shape or ``(m, m)``).
+      full_output: scipy's ``infodict, mesg, ier`` too, the Result in ``infodict``.
+      n_starts: local searches run at once (default 32); with ``batched``, per fit.
+      batched: ``ydata`` (and ``sigma``, ``xdata``, ``p0`` if they do) carry a leading axis of
+        independent fits, fitted in one search, each as alone with ``start_strategy="band"``.
+      resume: continue the search checkpointed in ``checkpoint_dir``, as ``fit(resume=True)``.
+      fixed: ``{name: value}`` held (lmfit's ``vary=False``; equal bounds fix one too).
+      tied: ``{name: other}`` or ``{name: g}``, ``g(params)`` of the free and fixed ones by
+        name (lmfit's ``expr``). ``pcov`` is over the free ones, a held one's rows 0.
+      **options: the search's options (:class:`multistart.MultiStartLeastSquares`).
+
+    Returns:
+      ``(popt, pcov)``, or with ``full_output`` scipy's ``(popt, pcov, infodict, mesg, ier)``
+      (``infodict["result"]``, or batched ``infodict["fits"]``, a :class:`BatchFits`); ``pcov``
+      ``inf``, with an ``OptimizeWarning``, where it cannot be estimated. Bad arguments raise
+      ValueError / TypeError before any compile.
+    """
+    _check_choices(method, jac, absolute_sigma, full_output, batched, resume)
+    _check_scipy_options(options)
+    args = (f, xdata, ydata, p0, sigma, absolute_sigma, check_finite, bounds, nan_policy)
+    fit, hold = _fit_batch if batched else _fit, {"fixed": fixed, "tied": tied}
+    with log.quiet():  # as scipy: nothing printed unless something needs the user
+        popt, pcov, record, fvec = fit(
+            *args, resume, hold, n_starts=n_starts, method=_METHODS[method], **options
+        )
+    if not full_output:
+        return popt, pcov
+    return (popt, pcov, *_full_output(record, fvec))
+
+
+def _full_output(record, fvec) -> tuple[dict, Any, Any]:
+    """scipy's ``(infodict, mesg, ier)``: ``ier`` 1 where the best start settled (converged,
+    or stalled: see ``mesg``), 5 where it took ``n_steps`` (MINPACK's ``maxfev``), 0
+    otherwise; with the Result (``"result"``) or a batch's :class:`BatchFits` (``"fits"``)."""
+    if isinstance(record, BatchFits):
+        statuses = list(record.status)
+        info = {"nfev": np.asarray(record.n_evals), "fvec": fvec, "fits": record}
+        mesg: Any = [Status(s).message for s in statuses]
+        ier: Any = np.array([_ier(s) for s in statuses])
+        return info, mesg, ier
+    best = record.best_index
+    status = Status(record.status[best]) if best >= 0 else Status.NONFINITE
+    info = {"nfev": int(np.sum(record.n_evals)), "fvec": fvec, "result": record}
+    return info, status.message, _ier(status)
+
+
+def _ier(status) -> int:
+    status = Status(status)
+    return 1 if status.settled else 5 if status is Status.MAX_STEPS else 0

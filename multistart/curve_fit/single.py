@@ -1,0 +1,54 @@
+"""One dataset's fit: ``(popt, pcov, result, fvec)``."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+
+from ..search.least_squares import MultiStartLeastSquares
+from .arguments import STEPS_PER_PARAMETER, _bounds, _data, _vector
+from .covariance import _result_covariance, _with_curvature
+from .hold import _hold, _warn_if_tied_outside
+from .model import _check_output, _CurveModel
+from .starts import _first_start, _inside, _space, _spreads
+
+
+def _fit(
+    f,
+    xdata,
+    ydata,
+    p0,
+    sigma,
+    absolute_sigma,
+    check_finite,
+    bounds,
+    nan_policy,
+    resume,
+    hold,
+    **options,
+):
+    """``(popt, pcov, result, fvec)`` of one dataset."""
+    with jax.enable_x64(True):
+        data, all_names, _, f = _data(f, xdata, ydata, sigma, p0, check_finite, nan_policy)
+        f = _check_output(f, data[0], all_names, data[1].shape)  # the one trace of f
+        all_lower, all_upper = _bounds(bounds, all_names)
+        held = _hold(f, all_names, hold, all_lower, all_upper)
+        g, names, keep = held.model, list(held.free), held.keep
+        lower, upper = all_lower[keep], all_upper[keep]
+        p0 = None if p0 is None else _vector(p0, len(all_names), "p0")[keep]
+        first = _first_start(p0, lower, upper, names)
+        if g is not f:
+            _check_output(g, data[0], names, data[1].shape)
+        options = {"n_steps": STEPS_PER_PARAMETER * len(names), **options}
+        search = MultiStartLeastSquares(absolute_sigma=absolute_sigma, **options)
+        spread = _spreads(g, names, data, first[None], lower, upper, stacked=False)
+        space = _space(names, first, lower, upper, spread[0])
+        inside = _inside(first, lower, upper)
+        starts = {name: np.array([v]) for name, v in zip(names, inside, strict=True)}
+        result = search.fit(_CurveModel(g, names, space, data), starts=starts, resume=resume)
+        popt = np.array([float(result.best_params[k]) for k in names])
+        result = _with_curvature(result, g, names, data)
+        pcov, fvec = _result_covariance(result, names, np.asarray(data[1]).size)
+        pcov, popt = held.full_cov(pcov, popt[None]), held.full(popt[None])
+        _warn_if_tied_outside(held, popt, all_lower, all_upper)
+        return popt[0], pcov[0], result, fvec[0]

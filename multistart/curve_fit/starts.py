@@ -1,0 +1,120 @@
+"""Where a curve_fit's starts come from: ``p0`` (or scipy's default), the priors of the box,
+and the draws around ``p0`` where a parameter is unbounded."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..model.priors import HalfBounded, Normal, Space, Uniform
+from ..starts.strategies import BOUND_MARGIN, StartStream
+from .arguments import _vector
+from .covariance import _curvature_at
+
+
+def _first_start(p0, lower, upper, names=None) -> np.ndarray:
+    """``p0``, checked against the bounds, or scipy's default start."""
+    if p0 is not None:
+        _check_p0(p0, lower, upper, names or [f"p{i}" for i in range(len(p0))])
+        return p0
+    lo_open, hi_open = np.isinf(lower), np.isinf(upper)
+    start = np.ones_like(lower)
+    both = ~lo_open & ~hi_open
+    start[both] = 0.5 * (lower[both] + upper[both])
+    start[~lo_open & hi_open] = lower[~lo_open & hi_open] + 1.0
+    start[lo_open & ~hi_open] = upper[lo_open & ~hi_open] - 1.0
+    return start
+
+
+def _check_p0(p0, lower, upper, names) -> None:
+    """``p0`` (``(n,)``, or ``(n_fits, n)``) must be finite and inside the bounds."""
+    bad = np.atleast_2d(~np.isfinite(p0) | (p0 < lower) | (p0 > upper))
+    if bad.any():
+        i = int(np.argmax(bad.any(axis=1)))
+        fit = f" of fit {i}" if np.ndim(p0) > 1 else ""
+        where = [names[j] for j in np.flatnonzero(bad[i])]
+        raise ValueError(f"p0{fit} is not finite or lies outside bounds at parameter(s) {where}")
+
+
+def _inside(p0, lower, upper) -> np.ndarray:
+    """``p0`` moved just inside a bound it sits on, as scipy's trf makes its start strictly
+    feasible (a start on a bound never moves: its coordinate there is infinite)."""
+    span = np.where(np.isfinite(upper - lower), upper - lower, np.maximum(np.abs(p0), 1.0))
+    return np.clip(p0, lower + 4 * BOUND_MARGIN * span, upper - 4 * BOUND_MARGIN * span)
+
+
+def _space(names, first, lower, upper, spread=None) -> dict[str, Any]:
+    """Each parameter's prior: its box, its one open side, or a normal around its start
+    ``first``, ``(n,)`` or one per fit ``(n_fits, n)`` (then the priors are per fit), of width
+    ``spread`` (:func:`_spreads`; default ``max(|first|, 1)``)."""
+    first = np.asarray(first)
+    spread = np.maximum(np.abs(first), 1.0) if spread is None else np.asarray(spread)
+    space: dict[str, Any] = {}
+    for name, x0, width, lo, hi in zip(names, first.T, spread.T, lower, upper, strict=True):
+        if np.isfinite(lo) and np.isfinite(hi):
+            space[name] = Uniform(lo, hi)
+        elif np.isfinite(lo) or np.isfinite(hi):
+            bound, side = (lo, "lower") if np.isfinite(lo) else (hi, "upper")
+            typical = np.where(x0 != bound, x0, bound + (1.0 if side == "lower" else -1.0))
+            space[name] = HalfBounded(bound, typical, side=side)
+        else:
+            space[name] = Normal(x0, width)
+    return space
+
+
+def _spreads(f, names, data, first, lower, upper, *, stacked: bool) -> np.ndarray:
+    """``(k, n)``: how widely the starts of a parameter unbounded on both sides are drawn
+    around ``first``: the change that alone would move the weighted residuals by their norm
+    at ``first``, ``‖r‖ / ‖∂r/∂pⱼ‖`` (the linearised distance the misfit allows), rounded up
+    to a power of ten (so the space, a constant of the program, changes only with that
+    decade) and at most ``max(|first|, 1)`` (where the residuals are 0 or blind to it too).
+    A line centre at 6563 Å with a 2 Å width is drawn within Ångströms, not ±6563."""
+    base = np.maximum(np.abs(first), 1.0)
+    if not np.any(np.isinf(lower) & np.isinf(upper)):
+        return base
+    jac, ssr, _ = _curvature_at(f, names, data, first, stacked=stacked)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        scale = np.sqrt(ssr)[:, None] / np.linalg.norm(jac, axis=1)
+        decade = 10.0 ** np.ceil(np.log10(scale))
+    return np.where(np.isfinite(decade) & (decade > 0), np.minimum(decade, base), base)
+
+
+def _stack_p0(p0, n_fits: int, names, lower, upper, keep) -> np.ndarray:
+    """:func:`_first_start` of each fit's free parameters (``keep``), ``(n_fits, n_free)``;
+    ``p0`` is one for all or one per fit."""
+    n = len(names)
+    lower, upper, free = (
+        lower[keep],
+        upper[keep],
+        [k for k, f in zip(names, keep, strict=True) if f],
+    )
+    if p0 is None or np.ndim(p0) <= 1:
+        one = None if p0 is None else _vector(p0, n, "p0")[keep]
+        return np.tile(_first_start(one, lower, upper, free), (n_fits, 1))
+    first = np.asarray(p0, dtype=np.float64)
+    if first.shape != (n_fits, n):
+        raise ValueError(
+            f"p0 must be one start ({n},) for every fit or one per fit ({n_fits}, {n}); got "
+            f"shape {first.shape}"
+        )
+    first = first[:, keep]
+    _check_p0(first, lower, upper, free)
+    return first
+
+
+def _stack_starts(names, first, bounds, space: Space, k: int, options, spread) -> dict:
+    """Every fit's ``k`` starts (rows ``i * k ..``): its ``p0``, then the draws a single fit
+    with ``start_strategy="band", n_candidates=0`` and the same seed makes in the search's
+    ``space`` (:class:`multistart.starts.strategies.StartStream`), each fit's mapped by its own
+    priors."""
+    n_fits, n = first.shape
+    priors = _space(names, first, bounds[0], bounds[1], spread)
+    stream = StartStream(space, "band", options.start_band, np.random.default_rng(options.seed))
+    out = np.empty((n_fits, k, n))
+    out[:, 0] = _inside(first, *bounds)
+    for name, q in zip(space.paths, stream.unit_leaves(k - 1), strict=True):
+        out[:, 1:, names.index(name)] = np.broadcast_to(
+            priors[name].from_unit(q[:, None]), (k - 1, n_fits)
+        ).T
+    return {name: out[:, :, j].reshape(-1) for j, name in enumerate(names)}
