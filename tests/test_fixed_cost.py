@@ -182,7 +182,7 @@ def test_curve_fit_traces_f_once_and_a_refit_of_it_compiles_nothing():
         popt, _ = ms.curve_fit(decay, x, y, p0=[1.0, 1.0, 0.0], n_starts=4)
     assert len(calls) == 1
     # three programs: the filter (which also maps the Result's rows), the step, pcov's
-    covariance = "multistart_curve_fit_covariance"
+    covariance = "multistart_curvature"
     names = {FILTER, "multistart_chunk_step", covariance}
     assert dict(compiles.counts) == {f"jit({name})": 1 for name in names}
     np.testing.assert_allclose(popt, [2.0, 0.9, 0.3], atol=5e-3)

@@ -92,7 +92,7 @@ def test_every_program_a_fit_compiles_is_jitted_with_the_options(monkeypatch, no
         "multistart_chunk_step",
         "multistart_filter_chunk",
         "to_physical",
-        "multistart_curve_fit_covariance",
+        "multistart_curvature",
         "curvature",
     )
     assert {name: seen.get(name) for name in programs} == dict.fromkeys(programs, xla.OPTIONS)

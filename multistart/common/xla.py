@@ -28,13 +28,24 @@ import jax
 import jaxlib
 import numpy as np
 
-__all__ = ["OPTIONS", "PROBE_NAME", "jit", "options"]
+__all__ = ["OPTIONS", "PROBE_NAME", "jit", "options", "platform"]
 
 #: The compile options of every program on a CPU.
 OPTIONS: dict[str, Any] = {"xla_cpu_use_fusion_emitters": False}
 #: The name of the one-off probe :func:`options` compiles (not one of a fit's programs:
 #: :class:`~multistart.common.monitor.CompileCounter` does not count it: its _NOT_COUNTED).
 PROBE_NAME = "multistart_compile_options_probe"
+
+
+def platform() -> str:
+    """The platform a program traced now runs on: the default device's (``jax.default_device``,
+    when set) or JAX's default backend's. A program traced for one platform may be written
+    differently for another (:func:`multistart.solvers.small.entrywise`), so the keys of kept
+    programs hold it."""
+    device = jax.config.jax_default_device  # type: ignore[attr-defined]
+    if device is None:
+        return jax.default_backend()
+    return device if isinstance(device, str) else device.platform
 
 
 def options(platform: str | None = None) -> dict[str, Any] | None:

@@ -6,23 +6,22 @@ import dataclasses
 import warnings
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from scipy.optimize import OptimizeWarning
 
 from ..common import xla
 from ..device.programs import programs_for
 from ..result import Result, Uncertainty
-from ..result.laplace import gram_inverse, residual_scale
-from ..solvers.base import linearize
-from .model import _model_key
+from ..result.laplace import Curvature, residual_curvature, residual_scale, settle_inverses
+from .model import _CurveModel, _model_key
 
 
 def _with_curvature(result: Result, f, names, data) -> Result:
-    """``result`` with its covariance's Jacobian computed by this model's program at one point
-    (:func:`_curvature`, the one :func:`_spreads` runs), not one more compile of the same
-    ``J``; its columns in the space's order. Where ``f`` cannot key a kept program, or the
-    covariance is the full Hessian (``covariance="hessian"``), the Result's own."""
+    """``result`` with its covariance computed by this model's program at one point
+    (:func:`_curvature_at`, the one :func:`_spreads` runs and a batch's covariance runs), not
+    one more compile of the same ``J``; its columns in the space's order. Where ``f`` cannot
+    key a kept program, or the covariance is the full Hessian (``covariance="hessian"``), the
+    Result's own."""
     problem = result._uncertainty.problem
     if problem is None or _model_key(f, names) is None:
         return result
@@ -30,11 +29,19 @@ def _with_curvature(result: Result, f, names, data) -> Result:
         return result
     perm = np.array([names.index(path) for path in problem.space.paths])
 
-    def curvature(vec, data):
-        point = np.empty((1, len(names)))
-        point[0, perm] = np.asarray(vec)
-        jac, ssr, r = _curvature_at(f, names, data, point, stacked=False)
-        return jac[0][:, perm], ssr[0], r[0]
+    def curvature(vecs, data):
+        points = np.empty((len(vecs), len(names)))
+        points[:, perm] = np.asarray(vecs)
+        out = Curvature(*map(np.asarray, _curvature_at(f, names, data, points, stacked=False)))
+        return Curvature(
+            jac=out.jac[:, :, perm],
+            ssr=out.ssr,
+            r=out.r,
+            norms=out.norms[:, perm],
+            inverse=out.inverse[:, perm][:, :, perm],
+            bad=out.bad[:, perm],
+            sure=out.sure,
+        )
 
     return dataclasses.replace(result, uncertainty=Uncertainty(problem, hessian=curvature))
 
@@ -71,43 +78,35 @@ def _inf_if_undetermined(pcov: np.ndarray, *, stacked: bool) -> np.ndarray:
 
 def _batch_covariances(f, names, data, popt, absolute_sigma: bool):
     """``(pcov, fvec)`` of a batch: each fit's covariance as a single fit's Result has it,
-    ``s² (JᵀJ)⁻¹`` (:func:`multistart.result.laplace.gram_inverse`), ``(n_fits, n, n)``, from
-    one program over every fit, and its weighted residuals ``(n_fits, m)``."""
-    a, ssr, fvec = _curvature_at(f, names, data, popt, stacked=True)
-    s2 = residual_scale(ssr, fvec.shape[1], popt.shape[1], absolute_sigma)
+    ``s² (JᵀJ)⁻¹``, ``(n_fits, n, n)``, from one program over every fit that computes each
+    ``(JᵀJ)⁻¹`` on the device (:func:`multistart.result.laplace.residual_curvature`), and the
+    weighted residuals ``(n_fits, m)`` (scipy's ``fvec``: a device array, read only when
+    asked for)."""
+    out = _curvature_at(f, names, data, popt, stacked=True)
+    ssr = np.asarray(out.ssr, dtype=np.float64)
+    s2 = residual_scale(ssr, out.r.shape[1], popt.shape[1], absolute_sigma)
+    inverse, _ = settle_inverses(out)
     with np.errstate(invalid="ignore"):  # inf * 0 off the diagonal: inf anyway
-        pcov = gram_inverse(a)[0] * s2[:, None, None]
-    return _inf_if_undetermined(pcov, stacked=True), fvec
+        pcov = inverse * s2[:, None, None]
+    return _inf_if_undetermined(pcov, stacked=True), out.r
 
 
-def _curvature_at(f, names, data, points, *, stacked: bool):
-    """``(J, ‖r‖², r)`` of each fit's weighted residuals at ``points`` ``(k, n)``, by the
-    program kept for ``f`` and the data's shapes (:func:`_curvature`). ``stacked``: ``data``
-    has a leading axis of fits."""
+def _curvature_at(f, names, data, points, *, stacked: bool) -> Curvature:
+    """The :class:`~multistart.result.laplace.Curvature` of each fit's weighted residuals at
+    ``points`` ``(k, n)`` (device arrays), by the program kept for ``f`` and the data's shapes.
+    ``stacked``: ``data`` has a leading axis of fits."""
     model = _model_key(f, names)
     leaves, treedef = jax.tree_util.tree_flatten(data)
-    shapes = tuple((a.shape, a.dtype.name) for a in map(np.asarray, leaves))
-    key = None if model is None else (model, "covariance", stacked, treedef, shapes)
-    curvature = programs_for(key).get("covariance", lambda: _curvature(f, names, stacked))
-    points = np.asarray(points, dtype=np.float64)
-    return tuple(np.asarray(v, dtype=np.float64) for v in curvature(points, data))
+    shapes = tuple((np.shape(a), np.result_type(a).name) for a in leaves)
+    key = None
+    if model is not None:
+        key = (model, "covariance", stacked, treedef, shapes, xla.platform())
+    residuals = _CurveModel.weighted(f, names)
 
+    def flat(vec, data):
+        return residuals({k: vec[i] for i, k in enumerate(names)}, data)
 
-def _curvature(f, names, stacked: bool):
-    """``jit(vmap(...))``: ``(J, ‖r‖², r)`` of each fit's weighted residuals at its point
-    (the same Jacobian as a single fit's Result: :func:`multistart.solvers.base.linearize`)."""
-
-    def one(p, data):
-        x, y, weight = data
-
-        def residuals(q):
-            r = jnp.ravel(f(x, *(q[i] for i in range(len(names)))) - y)
-            return weight(r) if callable(weight) else r * weight
-
-        r, jac, _ = linearize(residuals, p)
-        return jac, jnp.vdot(r, r), r
-
-    def multistart_curve_fit_covariance(popt, data):
-        return jax.vmap(one, in_axes=(0, 0 if stacked else None))(popt, data)
-
-    return xla.jit(multistart_curve_fit_covariance)
+    curvature = programs_for(key).get(
+        "covariance", lambda: residual_curvature(flat, stacked=stacked)
+    )
+    return curvature(np.asarray(points, dtype=np.float64), data)

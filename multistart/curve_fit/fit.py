@@ -83,6 +83,7 @@ def _full_output(record, fvec) -> tuple[dict, Any, Any]:
     otherwise; with the Result (``"result"``) or a batch's :class:`BatchFits` (``"fits"``)."""
     if isinstance(record, BatchFits):
         statuses = list(record.status)
+        fvec = np.asarray(fvec, dtype=np.float64)  # read from the device only when asked for
         info = {"nfev": np.asarray(record.n_evals), "fvec": fvec, "fits": record}
         mesg: Any = [Status(s).message for s in statuses]
         ier: Any = np.array([_ier(s) for s in statuses])

@@ -42,15 +42,24 @@ class _CurveModel:
         self.__name__ = _name(f)
 
     def multistart_residual_problem(self):
-        f, names = self.f, self.names
+        extra = {
+            "rows_per_datum": self.rows_per_datum,
+            "program_key": _model_key(self.f, self.names),
+        }
+        residuals = self.weighted(self.f, self.names)
+        return residuals, Space(self.space), self.data, self.__name__, extra
+
+    @staticmethod
+    def weighted(f, names):
+        """``residuals(params, data)``: ``f``'s weighted residuals, ``params`` by name and
+        ``data`` ``(x, y, weight)`` (the search's model and the covariance's alike)."""
 
         def residuals(params, data):
             x, y, weight = data
             r = jnp.ravel(f(x, *(params[k] for k in names)) - y)
             return weight(r) if callable(weight) else r * weight
 
-        extra = {"rows_per_datum": self.rows_per_datum, "program_key": _model_key(f, names)}
-        return residuals, Space(self.space), self.data, self.__name__, extra
+        return residuals
 
 
 class _Traced(Replay):

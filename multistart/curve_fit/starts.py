@@ -73,9 +73,10 @@ def _spreads(f, names, data, first, lower, upper, *, stacked: bool) -> np.ndarra
     base = np.maximum(np.abs(first), 1.0)
     if not np.any(np.isinf(lower) & np.isinf(upper)):
         return base
-    jac, ssr, _ = _curvature_at(f, names, data, first, stacked=stacked)
+    out = _curvature_at(f, names, data, first, stacked=stacked)
+    ssr, norms = np.asarray(out.ssr, np.float64), np.asarray(out.norms, np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
-        scale = np.sqrt(ssr)[:, None] / np.linalg.norm(jac, axis=1)
+        scale = np.sqrt(ssr)[:, None] / norms
         decade = 10.0 ** np.ceil(np.log10(scale))
     return np.where(np.isfinite(decade) & (decade > 0), np.minimum(decade, base), base)
 

@@ -34,7 +34,7 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from ..common.status import Status
-from ..solvers import LeastSquaresRule, Minimiser, Solver
+from ..solvers import LeastSquaresRule, Minimiser, Solver, small
 from ..solvers.convergence import Convergence, window_converged
 
 __all__ = [
@@ -223,7 +223,7 @@ def _evaluate_and_step(solver: Solver, s: StartState, f, residual_u, data, bound
     if isinstance(solver, LeastSquaresRule):
         r, jac, cost = solver.linearize(lambda v: residual_u(v, data), s.u)
         _, unravel = ravel_pytree(s.u)
-        fom, grad = jnp.vdot(r, r), unravel(2.0 * (jac.T @ r))
+        fom, grad = jnp.vdot(r, r), unravel(2.0 * small.transpose_times(jac, r))
         finite = _tree_all_finite((fom, grad))
         out = solver.step(r, jac, s.u, s.opt_state, value=fom, scale=s.scale, value_fn=f, **extra)
         return fom, finite, cost, out

@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.extend import core as jax_core
 
+from ..common import xla
 from ..common.digest import Replay
 from .priors import Space
 
@@ -482,6 +483,7 @@ def programs_key(problem, solver, options, dtype):
         problem.rows_per_datum,
         options.program_key(),  # every option the programs may depend on (SearchConfig's fields)
         jax.process_count(),
+        xla.platform(),  # a chip's programs solve entry by entry (solvers/small.py)
     )
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -21,12 +21,17 @@ from jax.flatten_util import ravel_pytree
 
 from ..common import xla
 from ..model.problem import Problem, as_problem, check_objective
+from ..solvers import small
+from ..solvers.base import linearize
 
 __all__ = [
     "KINDS",
     "Laplace",
     "laplace",
     "residual_laplace",
+    "Curvature",
+    "residual_curvature",
+    "settle_inverses",
     "gram_inverse",
     "residual_scale",
     "laplace_problem",
@@ -261,35 +266,99 @@ def _laplace(point, hess, inverse, bad, scale: float, kind: str, warn: bool, **m
     return Laplace(point, cov[rows], names, hess[rows], scale, errors, kind, **more)
 
 
-def _residual_curvature(problem):
-    """``jit((vec, data) -> (curvature, ‖r‖², r))`` for a least-squares problem: the curvature
-    of its ``covariance`` kind, the Jacobian ``J`` (Gauss-Newton) or the full Hessian of
-    ``‖r‖²``, with the residuals ``r`` at ``vec``."""
-    from ..solvers.base import linearize
+class Curvature(NamedTuple):
+    """A least-squares problem's curvature at ``k`` points (every field a leading axis of
+    them): what its covariance is made of, made by one program (:func:`residual_curvature`).
 
-    space, residuals, kind = problem.space, problem.residuals, problem.covariance
+    For ``kind="hessian"``, ``jac`` is the full Hessian of ``‖r‖²`` and ``inverse``, ``bad``
+    are ``None`` (its inverse is taken on the host, :func:`_safe_inverse`).
+    """
+
+    jac: Any  # (k, m, n) J, or (k, n, n) the Hessian of ‖r‖²
+    ssr: Any  # (k,) ‖r‖²
+    r: Any  # (k, m) the residuals
+    norms: Any  # (k, n) J's column norms
+    inverse: Any  # (k, n, n) (JᵀJ)⁻¹ (:func:`multistart.solvers.small.gram_inverse`)
+    bad: Any  # (k, n) parameters whose column is not finite or zero
+    sure: Any  # (k,) well conditioned, no parameter bad (else: settle_inverses, from J)
+
+
+def residual_curvature(residuals, *, stacked: bool, kind: str = "gauss-newton"):
+    """``jit((points, data) -> Curvature)`` of ``residuals(vec, data) -> (m,)`` at each of
+    ``points`` ``(k, n)``: its Jacobian (:func:`multistart.solvers.base.linearize`, the step's
+    own), ``‖r‖²``, ``r`` and ``(JᵀJ)⁻¹`` with the undetermined parameters, every fit's on the
+    device in one program. ``stacked``: ``data`` has a leading axis of ``k`` datasets, one a
+    point (a batch of fits); else every point is of the one ``data``.
+
+    The one covariance path: a single fit's Result (:func:`residual_laplace`) and a batch of
+    fits (``curve_fit(batched=True)``) both read their ``(JᵀJ)⁻¹`` from here.
+    """
+
+    def one(vec, data):
+        r, jac, _ = linearize(lambda v: residuals(v, data), vec)
+        ssr = jnp.vdot(r, r)
+        norms = jnp.sqrt(jnp.sum(jac * jac, axis=0))
+        if kind == "hessian":
+            hess = jax.hessian(lambda v: jnp.sum(residuals(v, data) ** 2))(vec)
+            return Curvature(hess, ssr, r, norms, None, None, None)
+        inverse, bad, sure = small.gram_inverse(jac)
+        return Curvature(jac, ssr, r, norms, inverse, bad, sure)
+
+    def multistart_curvature(points, data):
+        return jax.vmap(one, in_axes=(0, 0 if stacked else None))(points, data)
+
+    return xla.jit(multistart_curvature)
+
+
+def settle_inverses(curvature: Curvature) -> tuple[np.ndarray, np.ndarray]:
+    """``((JᵀJ)⁻¹, bad)`` of every point of ``curvature``, as NumPy arrays: the device's
+    inverses where they are sure (:func:`multistart.solvers.small.gram_inverse`), and for the
+    others, ill-conditioned or not determined, :func:`gram_inverse` of their ``J`` (the SVD of
+    ``J``, whose precision is ``J``'s: scipy's), only those Jacobians read from the device."""
+    inverse = np.array(curvature.inverse, dtype=np.float64)
+    bad = np.array(curvature.bad, dtype=bool)
+    unsure = np.flatnonzero(~np.asarray(curvature.sure))
+    if unsure.size:
+        jac = _rows(curvature.jac, unsure)
+        inverse[unsure], bad[unsure] = gram_inverse(jac)
+    return inverse, bad
+
+
+def _rows(a, rows: np.ndarray) -> np.ndarray:
+    """``a[rows]`` as float64 NumPy, for a device array read only at those rows: gathered on
+    the device with the rows padded to a power of two, so a batch compiles one gather per
+    size class, not one per count of rows."""
+    if isinstance(a, np.ndarray):
+        return np.asarray(a[rows], dtype=np.float64)
+    padded = np.zeros(max(8, 1 << int(rows.size - 1).bit_length()), dtype=np.int32)
+    padded[: rows.size] = rows
+    return np.asarray(_take(a, padded), dtype=np.float64)[: rows.size]
+
+
+@jax.jit
+def _take(a, rows):
+    return a[rows]
+
+
+def _residual_curvature(problem):
+    """:func:`residual_curvature` of a least-squares problem over one start's raveled vector
+    (its ``covariance`` kind: Gauss-Newton or the full Hessian)."""
+    space, residuals = problem.space, problem.residuals
 
     def flat(vec, data):
         return ravel_pytree(residuals(space.unravel(vec), data))[0]
 
-    def curvature(vec, data):
-        r, jac, _ = linearize(lambda v: flat(v, data), vec)
-        ssr = jnp.vdot(r, r)
-        if kind == "hessian":
-            return jax.hessian(lambda v: jnp.sum(flat(v, data) ** 2))(vec), ssr, r
-        return jac, ssr, r
-
-    return xla.jit(curvature)
+    return residual_curvature(flat, stacked=False, kind=problem.covariance)
 
 
 def residual_laplace(problem, params, curvature_fn=None, *, warn: bool = True) -> Laplace:
     """curve_fit's covariance of a least-squares problem at ``params``.
 
-    ``covariance = s² (JᵀJ)⁻¹`` (``kind="gauss-newton"``, from the SVD of ``J``:
-    :func:`gram_inverse`) or ``2 s² H⁻¹`` with ``H`` the full Hessian of ``‖r‖²``
-    (``kind="hessian"``), in physical coordinates; ``s² = 1`` with the problem's
-    ``absolute_sigma``, else the reduced χ² ``‖r‖² / (m - n)`` (``inf``, with a
-    ``RuntimeWarning``, when ``m <= n``), as curve_fit's ``pcov``.
+    ``covariance = s² (JᵀJ)⁻¹`` (``kind="gauss-newton"``, from ``J`` itself:
+    :func:`multistart.solvers.small.gram_inverse`, :func:`residual_curvature`) or ``2 s² H⁻¹``
+    with ``H`` the full Hessian of ``‖r‖²`` (``kind="hessian"``), in physical coordinates;
+    ``s² = 1`` with the problem's ``absolute_sigma``, else the reduced χ² ``‖r‖² / (m - n)``
+    (``inf``, with a ``RuntimeWarning``, when ``m <= n``), as curve_fit's ``pcov``.
 
     Args:
       problem: a :class:`multistart.search.least_squares.ResidualProblem`.
@@ -302,9 +371,10 @@ def residual_laplace(problem, params, curvature_fn=None, *, warn: bool = True) -
     dtype = jax.dtypes.canonicalize_dtype(jnp.float64)
     vec = _ravel_point(space, params)
     names = tuple(flat_names(space.paths, [p.shape for p in space.priors]))
-    out = fn(jnp.asarray(vec, dtype), problem.data)
-    curv, r = np.asarray(out[0], dtype=np.float64), np.asarray(out[2], dtype=np.float64)
-    m, n, ssr = r.size, vec.size, float(out[1])
+    out = fn(jnp.asarray(vec[None], dtype), problem.data)
+    out = Curvature(*(None if v is None else np.asarray(v) for v in out))  # one point's
+    curv, r = np.asarray(out.jac[0], dtype=np.float64), np.asarray(out.r[0], dtype=np.float64)
+    m, n, ssr = r.size, vec.size, float(out.ssr[0])
     s2 = float(residual_scale(ssr, m, n, problem.absolute_sigma))
     if not problem.absolute_sigma:
         if m <= n and warn:
@@ -321,8 +391,8 @@ def residual_laplace(problem, params, curvature_fn=None, *, warn: bool = True) -
         kind = "hessian"
     else:  # (2 JᵀJ)⁻¹ from J itself, so its precision is J's
         hess = 2.0 * (curv.T @ curv)
-        inverse, bad = (v[0] for v in gram_inverse(curv[None]))
-        inverse, kind = 0.5 * inverse, "gauss-newton"
+        inverses, bads = settle_inverses(out)
+        inverse, bad, kind = 0.5 * inverses[0], bads[0], "gauss-newton"
     more = dict(absolute_sigma=problem.absolute_sigma, dof=m - n, residuals=r)
     more["reduced_chi2"] = ssr / (m - n) if m > n else None
     point = (problem, space, params, vec, names)

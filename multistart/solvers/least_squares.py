@@ -41,7 +41,7 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from ..common import checks
-from . import bounds
+from . import bounds, small
 from .base import LeastSquaresRule, SolverStep, _set
 
 __all__ = [
@@ -191,7 +191,7 @@ class LeastSquaresSolver(LeastSquaresRule):
         u_flat, unravel = ravel_pytree(u)
         st, dtype = LeastSquaresFields.unpack(state), u_flat.dtype
         cost = jnp.asarray(value, dtype)
-        a = jacobian.T @ jacobian
+        a, g = small.normal_equations(jacobian, residuals)
         finite = _finite(cost, a)
         first = ~st.started
         actual = st.cost - cost
@@ -199,7 +199,6 @@ class LeastSquaresSolver(LeastSquaresRule):
         accept = jnp.where(first, finite, finite & (st.pred > 0) & (rho > ACCEPT))
         # a projected trial that failed is tried again unprojected: the same step, not a
         # rejection that grows the damping (bounds.projected)
-        g = jacobian.T @ residuals
         projected, leaves = bounds.on_bounds(
             u_flat, g, bounded, started=st.started, base=st.x, d=st.d
         )
@@ -311,7 +310,7 @@ class LeastSquaresSolver(LeastSquaresRule):
             gn = _solve(a + jnp.diag(floor * jnp.ones(n, g.dtype)), -g)
             d = param * gn if self.method == "gauss-newton" else _dogleg(g, a, gn, param)
         d = scale * d
-        pred = -(2.0 * jnp.vdot(d, g) + jnp.vdot(d, a @ d))
+        pred = -(2.0 * jnp.vdot(d, g) + jnp.vdot(d, small.matvec(a, d)))
         return d, pred
 
 
@@ -335,6 +334,8 @@ def _cosine(g, a, cost, free):
 
 def _solve(m, b):
     """``m⁻¹ b`` for a symmetric positive definite ``m`` (nan when it is not)."""
+    if small.entrywise(m.shape[0]):
+        return small.cho_solve(m, b)
     factor = jax.scipy.linalg.cho_factor(m, lower=True)
     return jax.scipy.linalg.cho_solve(factor, b)
 
@@ -342,7 +343,7 @@ def _solve(m, b):
 def _dogleg(g, a, gn, radius):
     """Powell's dogleg step in a trust region of ``radius``."""
     gg = jnp.vdot(g, g)
-    gag = jnp.vdot(g, a @ g)
+    gag = jnp.vdot(g, small.matvec(a, g))
     cauchy = -(gg / jnp.where(gag > 0, gag, 1.0)) * g
     gn_norm, cauchy_norm = jnp.linalg.norm(gn), jnp.linalg.norm(cauchy)
     # the path cauchy + t (gn - cauchy), t in [0, 1], meets the boundary where ‖·‖ = radius
