@@ -104,7 +104,7 @@ def test_near_bound_names_the_elements():
     params = {"a": np.array([[0.5, 1.0, 0.2], [0.5, 0.5, 0.5]]), "n": np.array([1e9, 0.0])}
     flags, names = space.near_bound(params)
     assert flags.tolist() == [True, False]
-    assert names == [["a[1]"], []]
+    assert names == {0: ["a[1]"]}  # only the starts at a bound
 
 
 def test_progress_bar_is_off_when_output_is_not_a_terminal(capsys):

@@ -113,3 +113,15 @@ def test_an_auto_width_narrows_only_where_its_prices_say_the_compile_is_repaid(
     else:
         assert "narrowed" not in fit.stats and fit.stats["n_compiles"] == 1
         assert_same_result(tailed, fit, exact=False, rtol=1e-12)
+
+
+def test_a_chip_narrows_no_unpriced_tail(tailed, monkeypatch):
+    """On a chip an explicit width's tail (no price: nothing measured the compile it would
+    cost, seconds to a minute there) is swept on at the width: one program, the same
+    results. The CPU's narrowing is the fixture's."""
+    from multistart.common import xla
+
+    monkeypatch.setattr(xla, "platform", lambda: "tpu")
+    chip = _fit()
+    assert "narrowed" not in chip.stats and chip.stats["n_compiles"] == 1
+    assert_same_result(tailed, chip, exact=False, rtol=1e-12)

@@ -22,9 +22,15 @@ __all__ = [
 
 
 def hash_array(h, a) -> None:
+    """Update ``h`` with ``a``'s type, shape and values. A broadcast array (a stride of 0: a
+    batch's shared ``xdata``, repeated for every fit) is hashed by its distinct values, not by
+    a copy of every repeat; a contiguous one from its own memory, with no copy."""
     a = np.asarray(a)
     h.update(f"{a.dtype.str}{a.shape}".encode())
-    h.update(np.ascontiguousarray(a).tobytes())
+    if a.ndim and any(st == 0 and d > 1 for st, d in zip(a.strides, a.shape, strict=True)):
+        h.update(b"broadcast")
+        a = a[tuple(slice(0, 1) if st == 0 else slice(None) for st in a.strides)]
+    h.update(np.ascontiguousarray(a).reshape(-1).view(np.uint8))
 
 
 def numpy_consts(consts) -> list:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import enum
 
-__all__ = ["Status"]
+import numpy as np
+
+__all__ = ["Status", "codes_of", "members", "messages", "counts"]
 
 
 class Status(str, enum.Enum):
@@ -87,3 +89,33 @@ _MESSAGES = {
         "found the best minimum, and this one was not below it (its best is kept)."
     ),
 }
+
+_MEMBER_ARRAY = np.array(_MEMBERS + [None], dtype=object)[:-1]  # an object array of members
+_MESSAGE_ARRAY = np.array([_MESSAGES[s] for s in _MEMBERS] + [None], dtype=object)[:-1]
+
+
+def codes_of(statuses) -> np.ndarray:
+    """The codes (``int8``) of an array of statuses (members, or their words), one dict
+    lookup each: a member is a ``str`` equal to its word, so either finds it."""
+    flat = np.asarray(statuses, dtype=object).reshape(-1)
+    try:
+        codes = np.fromiter(map(_CODES.__getitem__, flat), dtype=np.int8, count=flat.size)
+    except KeyError:  # not a status: the enumeration says which
+        codes = np.array([Status(s).code for s in flat], dtype=np.int8)
+    return codes.reshape(np.shape(statuses))
+
+
+def members(codes) -> np.ndarray:
+    """An object array of the members of ``codes`` (NumPy indexing, no loop over them)."""
+    return _MEMBER_ARRAY[np.asarray(codes, dtype=np.int64)]
+
+
+def messages(codes) -> np.ndarray:
+    """An object array of each code's :attr:`Status.message`."""
+    return _MESSAGE_ARRAY[np.asarray(codes, dtype=np.int64)]
+
+
+def counts(statuses) -> dict[str, int]:
+    """How many of ``statuses`` end each way, in the enumeration's order (none omitted as 0)."""
+    tally = np.bincount(codes_of(statuses).reshape(-1).astype(np.int64), minlength=len(_MEMBERS))
+    return {str(s): int(k) for s, k in zip(_MEMBERS, tally, strict=True) if k}

@@ -20,6 +20,7 @@ out, :func:`options`).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 from typing import Any
@@ -28,7 +29,7 @@ import jax
 import jaxlib
 import numpy as np
 
-__all__ = ["OPTIONS", "PROBE_NAME", "jit", "options", "platform"]
+__all__ = ["OPTIONS", "PROBE_NAME", "jit", "native_float64", "options", "platform", "precision"]
 
 #: The compile options of every program on a CPU.
 OPTIONS: dict[str, Any] = {"xla_cpu_use_fusion_emitters": False}
@@ -46,6 +47,21 @@ def platform() -> str:
     if device is None:
         return jax.default_backend()
     return device if isinstance(device, str) else device.platform
+
+
+def native_float64() -> bool:
+    """Whether the platform of :func:`platform` has float64 arithmetic (a TPU emulates it, at
+    several times float32's cost, and has no float64 factorisations)."""
+    return platform() != "tpu"
+
+
+def precision(dtype: str | None):
+    """The context a computation in ``dtype`` runs in: JAX's float64 on for ``"float64"``, off
+    for ``"float32"`` (arrays made inside, data put on a device included, take that type); as
+    it is for ``None``."""
+    if dtype is None:
+        return contextlib.nullcontext()
+    return jax.enable_x64(dtype == "float64")
 
 
 def options(platform: str | None = None) -> dict[str, Any] | None:

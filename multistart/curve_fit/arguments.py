@@ -11,8 +11,10 @@ import jax.numpy as jnp
 import numpy as np
 from scipy.optimize import Bounds
 
-from ..host.config import unknown_options
+from ..common import xla
+from ..host.config import check_dtype, unknown_options
 from ..search.least_squares import MultiStartLeastSquares
+from ..solvers import small
 from .model import _check_output, _trace
 
 N_STARTS = 32
@@ -23,6 +25,21 @@ STEPS_PER_PARAMETER = 100
 
 
 _METHODS = {None: "lm", "lm": "lm", "dogleg": "dogleg", "gauss-newton": "gauss-newton"}
+
+
+def _precision(dtype, n: int) -> tuple[str, bool]:
+    """``(the search's float type, refine)`` for ``n`` parameters: curve_fit answers in
+    float64, as scipy, unless ``dtype="float32"``. On a chip without float64 arithmetic (a
+    TPU) a float64 answer comes from float32 steps refined in float64 at the end
+    (:func:`multistart.result.laplace.residual_curvature`), for up to
+    :data:`multistart.solvers.small.MAX_N` parameters (solved entry by entry there; more step
+    in the chip's emulated float64)."""
+    dtype = check_dtype(dtype)
+    if dtype == "float32":
+        return "float32", False
+    if xla.native_float64() or n > small.MAX_N:
+        return "float64", False
+    return "float32", True
 
 
 def _check_choices(method, jac, absolute_sigma, full_output, batched=False, resume=False) -> None:
@@ -309,8 +326,8 @@ def _weights(s: np.ndarray | None, n_fits: int, shape, batched: bool):
     """What multiplies each fit's raw residuals: ``1/sigma`` ``(n_fits, m)``, or a whitening
     by each covariance (scipy's 2-D ``sigma``); a single fit's without the leading axis."""
     m = int(np.prod(shape))
-    if s is None:
-        w: Any = np.ones((n_fits, m))
+    if s is None:  # broadcast, not copied: hashed (the identity) and read as one row
+        w: Any = np.broadcast_to(1.0, (n_fits, m))
     elif s.ndim == 3:
         try:
             chol = np.linalg.cholesky(s)
@@ -326,7 +343,8 @@ def _weights(s: np.ndarray | None, n_fits: int, shape, batched: bool):
         if np.any(s <= 0):
             fit = f" (fit {int(np.argmax(np.any(s <= 0, 1)))})" if batched else ""
             raise ValueError(f"sigma must be positive{fit}")
-        w = 1.0 / s
+        shared = s.ndim == 2 and s.strides[0] == 0  # one fit's sigma for every fit
+        w = np.broadcast_to(1.0 / s[:1], s.shape) if shared else 1.0 / s
     return w if batched else w[0]
 
 

@@ -3,16 +3,19 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import jax
 import numpy as np
 
-from ..common import log
+from ..common import log, xla
+from ..device.programs import forget_other_float_types
 from ..host import progress
 from ..model.priors import Space
 from ..result import Result
 from ..result.batch import BatchFits, bound_summary
 from ..search.least_squares import MultiStartLeastSquares
-from .arguments import STEPS_PER_PARAMETER, _bounds, _data
+from .arguments import STEPS_PER_PARAMETER, _bounds, _data, _n_given, _names, _precision
 from .covariance import _batch_covariances
 from .hold import _hold, _warn_if_tied_outside
 from .model import _check_output, _CurveModel
@@ -43,7 +46,11 @@ def _fit_batch(
         raise ValueError(f"n_starts must be an int >= 1; got {n_starts!r}")
     n_starts = int(n_starts)
     options = _batch_options(kw)
-    with jax.enable_x64(True):
+    step, refine = _precision(
+        options.pop("dtype", None), len(_names(f, None if p0 is None else _n_given(p0, True)))
+    )
+    with xla.precision(step):
+        forget_other_float_types(step)
         read = (f, xdata, ydata, sigma, p0, check_finite, nan_policy)
         data, all_names, n_fits, f = _data(*read, batched=True)  # f traced once
         all_lower, all_upper = _bounds(bounds, all_names)
@@ -58,7 +65,7 @@ def _fit_batch(
         first = _stack_p0(p0, n_fits, all_names, all_lower, all_upper, keep)
         options = {"n_steps": STEPS_PER_PARAMETER * len(names), **options}
         search = MultiStartLeastSquares(
-            absolute_sigma=absolute_sigma, n_starts=n_fits * n_starts, **options
+            absolute_sigma=absolute_sigma, n_starts=n_fits * n_starts, dtype=step, **options
         )
         spread = _spreads(g, names, data, first, lower, upper, stacked=True)
         # One space for every fit, as the programs may not depend on p0.
@@ -70,7 +77,9 @@ def _fit_batch(
         with progress.fits_of(n_starts):
             result = search.fit(model, starts=starts, resume=resume)
         popt, rows = _per_fit(result, names, n_fits, n_starts)
-        pcov, fvec = _batch_covariances(g, names, data, popt, absolute_sigma)
+        with jax.enable_x64(True) if refine else contextlib.nullcontext():
+            refined = box if refine else None
+            popt, pcov, fvec = _batch_covariances(g, names, data, popt, absolute_sigma, box=refined)
         popt, pcov = held.full(popt), held.full_cov(pcov, popt)
         _warn_if_tied_outside(held, popt, all_lower, all_upper)
         m = int(np.asarray(data[1]).size // n_fits)

@@ -41,6 +41,7 @@ def _with_curvature(result: Result, f, names, data) -> Result:
             inverse=out.inverse[:, perm][:, :, perm],
             bad=out.bad[:, perm],
             sure=out.sure,
+            at=out.at[:, perm],
         )
 
     return dataclasses.replace(result, uncertainty=Uncertainty(problem, hessian=curvature))
@@ -76,25 +77,30 @@ def _inf_if_undetermined(pcov: np.ndarray, *, stacked: bool) -> np.ndarray:
     return pcov
 
 
-def _batch_covariances(f, names, data, popt, absolute_sigma: bool):
-    """``(pcov, fvec)`` of a batch: each fit's covariance as a single fit's Result has it,
+def _batch_covariances(f, names, data, popt, absolute_sigma: bool, *, box=None, stacked=True):
+    """``(popt, pcov, fvec)`` of a batch: each fit's covariance as a single fit's Result has it,
     ``s² (JᵀJ)⁻¹``, ``(n_fits, n, n)``, from one program over every fit that computes each
     ``(JᵀJ)⁻¹`` on the device (:func:`multistart.result.laplace.residual_curvature`), and the
     weighted residuals ``(n_fits, m)`` (scipy's ``fvec``: a device array, read only when
-    asked for)."""
-    out = _curvature_at(f, names, data, popt, stacked=True)
+    asked for). With ``box``, ``popt`` is refined first (in the program's float type: a
+    float32 search's answer refined in float64) and returned refined. ``stacked=False``: one
+    fit's (``popt`` ``(1, n)``)."""
+    out = _curvature_at(f, names, data, popt, stacked=stacked, box=box)
+    if box is not None:  # (a float32 search's answer, refined: float64 arrays from here)
+        popt = np.where(np.isfinite(popt), np.asarray(out.at, dtype=np.float64), popt)
     ssr = np.asarray(out.ssr, dtype=np.float64)
     s2 = residual_scale(ssr, out.r.shape[1], popt.shape[1], absolute_sigma)
     inverse, _ = settle_inverses(out)
     with np.errstate(invalid="ignore"):  # inf * 0 off the diagonal: inf anyway
         pcov = inverse * s2[:, None, None]
-    return _inf_if_undetermined(pcov, stacked=True), out.r
+    return popt, _inf_if_undetermined(pcov, stacked=stacked), out.r
 
 
-def _curvature_at(f, names, data, points, *, stacked: bool) -> Curvature:
+def _curvature_at(f, names, data, points, *, stacked: bool, box=None) -> Curvature:
     """The :class:`~multistart.result.laplace.Curvature` of each fit's weighted residuals at
     ``points`` ``(k, n)`` (device arrays), by the program kept for ``f`` and the data's shapes.
-    ``stacked``: ``data`` has a leading axis of fits."""
+    ``stacked``: ``data`` has a leading axis of fits; ``box``: ``(lower, upper)`` to refine
+    the points in first."""
     model = _model_key(f, names)
     leaves, treedef = jax.tree_util.tree_flatten(data)
     shapes = tuple((np.shape(a), np.result_type(a).name) for a in leaves)
@@ -109,4 +115,17 @@ def _curvature_at(f, names, data, points, *, stacked: bool) -> Curvature:
     curvature = programs_for(key).get(
         "covariance", lambda: residual_curvature(flat, stacked=stacked)
     )
-    return curvature(np.asarray(points, dtype=np.float64), data)
+    points = np.asarray(points, dtype=np.float64)
+    if box is None:
+        return curvature(points, data)
+    lower, upper = (np.asarray(b, dtype=np.float64) for b in box)
+    points = np.where(np.isfinite(points), points, lower)
+    try:
+        return curvature(points, data, (lower, upper))
+    except (TypeError, ValueError) as e:
+        # f traced again in float64 after the float32 search: a NumPy array it captures is
+        # served as the float32 copy JAX keeps of it (device/programs.forget_other_float_types)
+        if "float32" not in str(e) and "compatible types" not in str(e):
+            raise
+        jax.clear_caches()
+        return curvature(points, data, (lower, upper))

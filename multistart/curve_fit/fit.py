@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from ..common import log
+from ..common import log, status
 from ..common.status import Status
 from ..result.batch import BatchFits
 from .arguments import _METHODS, N_STARTS, _check_choices, _check_scipy_options
@@ -82,18 +82,15 @@ def _full_output(record, fvec) -> tuple[dict, Any, Any]:
     or stalled: see ``mesg``), 5 where it took ``n_steps`` (MINPACK's ``maxfev``), 0
     otherwise; with the Result (``"result"``) or a batch's :class:`BatchFits` (``"fits"``)."""
     if isinstance(record, BatchFits):
-        statuses = list(record.status)
+        codes = status.codes_of(record.status)
         fvec = np.asarray(fvec, dtype=np.float64)  # read from the device only when asked for
         info = {"nfev": np.asarray(record.n_evals), "fvec": fvec, "fits": record}
-        mesg: Any = [Status(s).message for s in statuses]
-        ier: Any = np.array([_ier(s) for s in statuses])
-        return info, mesg, ier
+        return info, list(status.messages(codes)), _IER[codes]
     best = record.best_index
-    status = Status(record.status[best]) if best >= 0 else Status.NONFINITE
+    ended = Status(record.status[best]) if best >= 0 else Status.NONFINITE
     info = {"nfev": int(np.sum(record.n_evals)), "fvec": fvec, "result": record}
-    return info, status.message, _ier(status)
+    return info, ended.message, int(_IER[ended.code])
 
 
-def _ier(status) -> int:
-    status = Status(status)
-    return 1 if status.settled else 5 if status is Status.MAX_STEPS else 0
+#: scipy's ``ier`` of each status (by code): 1 settled, 5 out of steps (``maxfev``), 0 else
+_IER = np.array([1 if s.settled else 5 if s is Status.MAX_STEPS else 0 for s in Status])

@@ -5,9 +5,11 @@ from __future__ import annotations
 import jax
 import numpy as np
 
+from ..common import xla
+from ..device.programs import forget_other_float_types
 from ..search.least_squares import MultiStartLeastSquares
-from .arguments import STEPS_PER_PARAMETER, _bounds, _data, _vector
-from .covariance import _result_covariance, _with_curvature
+from .arguments import STEPS_PER_PARAMETER, _bounds, _data, _n_given, _names, _precision, _vector
+from .covariance import _batch_covariances, _result_covariance, _with_curvature
 from .hold import _hold, _warn_if_tied_outside
 from .model import _check_output, _CurveModel
 from .starts import _first_start, _inside, _space, _spreads
@@ -28,7 +30,11 @@ def _fit(
     **options,
 ):
     """``(popt, pcov, result, fvec)`` of one dataset."""
-    with jax.enable_x64(True):
+    step, refine = _precision(
+        options.pop("dtype", None), len(_names(f, None if p0 is None else _n_given(p0, False)))
+    )
+    with xla.precision(step):
+        forget_other_float_types(step)
         data, all_names, _, f = _data(f, xdata, ydata, sigma, p0, check_finite, nan_policy)
         f = _check_output(f, data[0], all_names, data[1].shape)  # the one trace of f
         all_lower, all_upper = _bounds(bounds, all_names)
@@ -40,7 +46,7 @@ def _fit(
         if g is not f:
             _check_output(g, data[0], names, data[1].shape)
         options = {"n_steps": STEPS_PER_PARAMETER * len(names), **options}
-        search = MultiStartLeastSquares(absolute_sigma=absolute_sigma, **options)
+        search = MultiStartLeastSquares(absolute_sigma=absolute_sigma, dtype=step, **options)
         spread = _spreads(g, names, data, first[None], lower, upper, stacked=False)
         space = _space(names, first, lower, upper, spread[0])
         inside = _inside(first, lower, upper)
@@ -48,7 +54,15 @@ def _fit(
         result = search.fit(_CurveModel(g, names, space, data), starts=starts, resume=resume)
         popt = np.array([float(result.best_params[k]) for k in names])
         result = _with_curvature(result, g, names, data)
-        pcov, fvec = _result_covariance(result, names, np.asarray(data[1]).size)
+        if refine and result.best_index >= 0:  # float32 steps: popt and pcov in float64
+            with jax.enable_x64(True):
+                box = (lower, upper)
+                popt, pcov, fvec = _batch_covariances(
+                    g, names, data, popt[None], absolute_sigma, box=box, stacked=False
+                )
+            popt, fvec = popt[0], np.asarray(fvec, dtype=np.float64)
+        else:
+            pcov, fvec = _result_covariance(result, names, np.asarray(data[1]).size)
         pcov, popt = held.full_cov(pcov, popt[None]), held.full(popt[None])
         _warn_if_tied_outside(held, popt, all_lower, all_upper)
         return popt[0], pcov[0], result, fvec[0]

@@ -83,14 +83,25 @@ def programs_for(key: Hashable | None) -> Programs:
         return programs
 
 
+_last_float_type: list[str] = []  # the float type the last fit traced its model in
+
+
 def forget_other_float_types(dtype) -> None:
-    """Drop the kept programs made under another float type than ``dtype`` (another
-    ``jax_enable_x64``): while they live, a NumPy array their models captured is served as
-    their float type to the next trace of it (a float64 constant in a float32 fit)."""
+    """Before a model is traced in ``dtype``: where the last fit traced in another float type
+    (another ``jax_enable_x64``, or a search's ``dtype``), drop the kept programs made in it
+    and JAX's caches. JAX keeps a NumPy array's canonical copy (its float type as the trace
+    that made it saw ``jax_enable_x64``) for as long as anything refers to it (a kept program,
+    a Result's model), and serves it to the next trace of that array whatever its float type:
+    a float32 constant in a float64 fit, which does not lower. JAX's caches are cleared only
+    at such a switch: a refit in one float type compiles nothing."""
     name = str(np.dtype(dtype))
     with _kept_lock:
+        switched = bool(_last_float_type) and _last_float_type[-1] != name
+        _last_float_type[:] = [name]
         for key in [k for k in _kept if _float_type(k) not in (None, name)]:
             del _kept[key]
+    if switched:
+        jax.clear_caches()
 
 
 def _float_type(key) -> str | None:

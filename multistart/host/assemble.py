@@ -16,7 +16,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from ..common import log
+from ..common import log, status
 from ..common.monitor import CompileCounter
 from ..common.status import Status
 from ..device.distributed import to_host
@@ -45,7 +45,7 @@ def _forward_fill(history: np.ndarray) -> np.ndarray:
     return out
 
 
-def records(setup: Setup, engine: Engine, state: RunState) -> tuple[dict[str, Any], list]:
+def records(setup: Setup, engine: Engine, state: RunState) -> tuple[dict[str, Any], dict]:
     """Every start's record (the Result's per-start fields; refilled slots' earlier starts
     folded in), and each start's parameters at a bound, by name."""
     writable = lambda tree: jax.tree_util.tree_map(np.array, tree)  # noqa: E731
@@ -71,7 +71,7 @@ def records(setup: Setup, engine: Engine, state: RunState) -> tuple[dict[str, An
         "foms": np.asarray(s.best_fom, dtype=np.float64).copy(),
         "params": writable(engine.physical(s.best_u)),
         "start_params": writable(engine.physical(jax.device_get(engine.u0))),
-        "status": np.array([Status.from_code(c) for c in codes], dtype=object),
+        "status": status.members(codes),
         "n_steps": np.asarray(s.n_steps, dtype=np.int64).copy(),
         "n_evals": np.asarray(s.n_evals, dtype=np.int64).copy(),
         "best_step": np.asarray(s.best_step, dtype=np.int64).copy(),

@@ -21,6 +21,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from ..common import checks
 from ..common.log import configure as configure_logging
 from ..device.distributed import check_devices
@@ -35,6 +37,7 @@ __all__ += [
     "ordered_fields",
     "resolve_absolute_sigma",
     "check_batch_size",
+    "check_dtype",
     "require_orbax",
 ]
 __all__ += ["BATCH_SIZE_HELP"]
@@ -207,6 +210,7 @@ ORDER = (
     "checkpoint_dir",
     "checkpoint_every",
     "devices",
+    "dtype",
 )
 
 
@@ -552,6 +556,13 @@ class Execution(_Group):
         on_resume=OnResume.FREE,
         recorded=False,
     )
+    dtype: str | None = option(
+        None,
+        'the floating-point type the starts step in: ``"float32"`` or ``"float64"``; ``None`` '
+        "(the default) JAX's default, float32 unless ``jax_enable_x64`` is on. The search runs "
+        "in it whatever the process's default. A chip without float64 arithmetic (a TPU) "
+        "emulates float64 at several times float32's cost: see ``docs/accelerators.md``.",
+    )
 
     def __post_init__(self):
         self._check_execution()
@@ -570,6 +581,28 @@ class Execution(_Group):
         if not isinstance(self.flat, bool):
             raise ValueError(f"flat must be True or False; got {self.flat!r}")
         self._set("devices", check_devices(self.devices))
+        self._set("dtype", check_dtype(self.dtype))
+
+
+DTYPES = ("float32", "float64")
+
+
+def check_dtype(dtype) -> str | None:
+    """``None``, or ``dtype`` (``"float32"``, ``"float64"``, or a NumPy or JAX float type of
+    those) as its name.
+
+    Raises:
+      ValueError: anything else, naming ``dtype``.
+    """
+    if dtype is None:
+        return None
+    try:
+        name = np.dtype(dtype).name
+    except TypeError:
+        name = None
+    if name not in DTYPES or isinstance(dtype, bool):
+        raise ValueError(f"dtype must be None, 'float32' or 'float64'; got {dtype!r}")
+    return name
 
 
 @dataclass(frozen=True, kw_only=True)

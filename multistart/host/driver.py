@@ -28,7 +28,7 @@ import time
 import jax
 import jax.numpy as jnp
 
-from ..common import log
+from ..common import log, xla
 from ..common.digest import replay
 from ..common.monitor import CompileCounter
 from ..device.cache import configure_compilation_cache
@@ -255,7 +255,7 @@ def run(search, objective, space=None, *, starts=None, resume: bool = False, par
     mode, why = over_processes(search.options) if part is None else (None, None)
     if mode == "split":
         part = (jax.process_index(), jax.process_count())
-    with first_process_logs():
+    with xla.precision(search.options.dtype), first_process_logs():
         mesh = mode == "mesh"
         setup = prepare(search, objective, space, starts, resume, part, every_process=mesh)
         if mesh:

@@ -30,7 +30,7 @@ from contextlib import contextmanager
 import jax
 import numpy as np
 
-from ..common import log
+from ..common import log, xla
 from ..common.status import Status
 from ..device.distributed import agree_max, to_host
 from .checkpoint import CheckpointError
@@ -146,6 +146,7 @@ class Calls:
         self.until_end = engine.refiller is not None and options.sync_every == 1 and not others
         self._queue = engine.refiller.queue if self.until_end and engine.refiller else None
         self._sweeper = engine.sweeper
+        self._engine = engine
         decides = engine.refiller is not None or others
         self.periods = [options.n_steps] + (
             [options.sync_every] if decides and not self.until_end else []
@@ -168,7 +169,7 @@ class Calls:
         return (n, True) if one else (1, False)  # several chunks: a sync every step
 
     def _narrows(self) -> bool:
-        return _narrows(self._sweeper)
+        return _narrows(self._engine)
 
     def took(self, asked: int, n: int, seconds: float, *, synced: bool) -> None:
         """A call asked for ``asked`` steps took ``n`` (fewer where a start ended) and, with its
@@ -179,12 +180,18 @@ class Calls:
                 self._learned[self._pace] = self.k
 
 
-def _narrows(sweeper) -> bool:
+def _narrows(engine: Engine) -> bool:
     """Can the sweep still narrow to its tail (one device, one process, a width at least
-    ``TAIL_RATIO`` times the narrowest)? Its tail decisions are then due every
-    ``TAIL_EVERY`` steps (:func:`multistart.host.decide.tail_width`)."""
+    ``TAIL_RATIO`` times the narrowest, and on a chip a price to weigh it on)? Its tail
+    decisions are then due every ``TAIL_EVERY`` steps
+    (:func:`multistart.host.decide.tail_width`). A chip's compile costs seconds to a minute
+    where a CPU's costs one (issue 70: 26 s for a TPU's narrower program that saved under a
+    second) and a step of a wide chunk little more than a narrow one's, so a chip narrows
+    only where its width choice priced the tail (:class:`multistart.host.decide.TailPrice`)."""
+    sweeper = engine.sweeper
     wide = sweeper.width >= TAIL_RATIO * TAIL_MIN_WIDTH
-    return wide and sweeper.n_devices == 1 and not sweeper.spans_processes
+    priced = engine.rules.tail is not None or xla.platform() == "cpu"
+    return wide and priced and sweeper.n_devices == 1 and not sweeper.spans_processes
 
 
 def _due(engine: Engine, step: int, first: bool, display: Display, flag: SignalFlag) -> Due:
@@ -199,7 +206,7 @@ def _due(engine: Engine, step: int, first: bool, display: Display, flag: SignalF
         checkpoint=checkpoints is not None and (checkpoints.due(step) or last),
         signalled=flag.name is not None and not engine.together,
         on_schedule=step % engine.options.sync_every == 0,
-        tail=step % TAIL_EVERY == 0 and _narrows(engine.sweeper),
+        tail=step % TAIL_EVERY == 0 and _narrows(engine),
         refound=engine.options.rediscoveries is not None and step % REFOUND_EVERY == 0,
     )
 

@@ -562,20 +562,20 @@ class Space:
                 out[i] = _filled(value, batch, like)
         return jax.tree_util.tree_unflatten(self.treedef, out)
 
-    def near_bound(self, params, rtol: float = 1e-4) -> tuple[np.ndarray, list[list[str]]]:
+    def near_bound(self, params, rtol: float = 1e-4) -> tuple[np.ndarray, dict[int, list[str]]]:
         """Which starts sit within ``rtol`` of a bound (NumPy; ``params`` has a leading axis).
 
         Distance is measured in each bounded prior's own unit interval; priors without bounds
         never count (see ``Result.at_bound`` for what it means).
 
         Returns:
-          ``(flags, names)``: a bool per start, and for each start the names of the
-          parameters at a bound (``"path"`` or ``"path[i]"``).
+          ``(flags, names)``: a bool per start, and for each start at a bound (by index) the
+          names of its parameters there (``"path"`` or ``"path[i]"``).
         """
         leaves = self.leaves(params)
         n = int(np.shape(leaves[0])[0])
         flags = np.zeros(n, dtype=bool)
-        names: list[list[str]] = [[] for _ in range(n)]
+        names: dict[int, list[str]] = {}
         for path, prior, x in zip(self.paths, self.priors, leaves, strict=True):
             if not isinstance(prior, Uniform):
                 continue
@@ -583,7 +583,7 @@ class Space:
             q = np.asarray(prior.to_unit(x.reshape((n, *prior.shape)))).reshape(n, -1)
             near = (q <= rtol) | (q >= 1.0 - rtol)
             for i, j in zip(*np.nonzero(near), strict=True):
-                names[i].append(path if prior.shape == () else f"{path}[{j}]")
+                names.setdefault(int(i), []).append(path if prior.shape == () else f"{path}[{j}]")
             flags |= near.any(axis=1)
         return flags, names
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from ..common import status
 from ..common.status import Status
 from .core import Result
 from .plot import PLOTS_HINT
@@ -84,7 +85,7 @@ class BatchFits:
     @property
     def message(self) -> list[str]:
         """Each fit's status in words (:attr:`multistart.Status.message`)."""
-        return [Status(s).message for s in self.status]
+        return list(status.messages(status.codes_of(self.status)))
 
     def on_bound(self) -> np.ndarray:
         """The fits with a parameter on a bound (their indices)."""
@@ -140,7 +141,7 @@ class BatchFits:
         return pd.DataFrame(columns)
 
     def __repr__(self) -> str:
-        counts = ", ".join(f"{k}={v}" for k, v in _status_counts(self.status).items())
+        counts = ", ".join(f"{k}={v}" for k, v in status.counts(self.status).items())
         return (
             f"BatchFits(n_fits={self.n_fits}, n_starts={self.n_starts}, "
             f"params={list(self.names)}, status: {counts}, on a bound: {len(self.on_bound())})"
@@ -164,19 +165,14 @@ def bound_summary(fits: BatchFits) -> str | None:
     )
 
 
-def _status_counts(status) -> dict[str, int]:
-    words = [str(s) for s in status]
-    return {str(s): words.count(str(s)) for s in Status if str(s) in words}
-
-
 def _fit_report(fits: BatchFits, i: int, min_correlation: float) -> str:
-    status = Status(fits.status[i])
+    ended = Status(fits.status[i])
     n_free = int(np.sum(fits.free))
     m = int(fits.dof[i]) + n_free
     lines = [
         f"[[Fit {i} of {fits.n_fits}]]",
-        f"    status             {status}",
-        f"    message            {status.message}",
+        f"    status             {ended}",
+        f"    message            {ended.message}",
         f"    data points        {m}",
         f"    variables          {n_free}"
         + (f" ({len(fits.names)} with those held)" if n_free < len(fits.names) else ""),
@@ -230,7 +226,7 @@ def _correlations(fits: BatchFits, i: int, threshold: float) -> list[str]:
 
 
 def _batch_report(fits: BatchFits) -> str:
-    counts = ", ".join(f"{k} {v}" for k, v in _status_counts(fits.status).items())
+    counts = ", ".join(f"{k} {v}" for k, v in status.counts(fits.status).items())
     hit = fits.on_bound()
     shown = ", ".join(str(i) for i in hit[:FITS_NAMED]) + (", ..." if hit.size > FITS_NAMED else "")
     bound = "none" if not hit.size else f"{hit.size} (fits {shown}; fits.at_bound)"

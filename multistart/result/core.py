@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import logging
 import warnings
-from collections import Counter
 from dataclasses import InitVar, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import jax
 import numpy as np
 
+from ..common import status
 from ..common.status import Status
 from . import file, plot, report
 from .laplace import Laplace, leaf_paths
@@ -173,7 +173,7 @@ class Result:
             normalise("resurrections", np.zeros(np.shape(self.foms)[0], dtype=np.int64))
         normalise("best_fom", Fom(self.best_fom, self.fit_dtype))
         # Members, whatever came in: NumPy turns a list of these str-enums into a str array.
-        normalise("status", np.array([Status(s) for s in self.status], dtype=object))
+        normalise("status", status.members(status.codes_of(self.status)))
 
     @classmethod
     def of(cls, *, foms: np.ndarray, params, **records) -> Result:
@@ -248,8 +248,7 @@ class Result:
         return h.min(axis=1) if h.size else h.reshape(0)
 
     def status_counts(self) -> dict[str, int]:
-        counts = Counter(str(s) for s in self.status)
-        return {str(s): counts[str(s)] for s in Status if counts[str(s)]}
+        return status.counts(self.status)
 
     def ranked(self) -> np.ndarray:
         """Start indices from best to worst figure of merit (non-finite last)."""

@@ -21,6 +21,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from ..common import status
 from ..common.status import Status
 from .laplace import Laplace, errors_by_name
 from .uncertainty import Uncertainty
@@ -163,7 +164,7 @@ def _build(cls, name: str, z: dict[str, np.ndarray]) -> Any:
         foms=z["foms"],
         params=tree("params"),
         start_params=tree("start_params"),
-        status=np.array([Status(s) for s in z["status"]], dtype=object),
+        status=status.members(status.codes_of(z["status"])),
         n_steps=z["n_steps"],
         best_step=z["best_step"],
         history=z["history"],

@@ -151,7 +151,7 @@ def _priors(result: Any) -> tuple[dict[str, str], set[str]]:
             out[name] = _prior_words(prior, name, path)
     one = jax.tree_util.tree_map(lambda a: np.asarray(a)[None], result.best_params)
     _, names = space.near_bound(one)
-    return out, set(names[0])
+    return out, set(names.get(0, []))
 
 
 def _prior_words(prior, name: str, path: str) -> str:

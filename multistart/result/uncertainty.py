@@ -71,7 +71,7 @@ class Uncertainty:
         space = self.problem.space
         one = jax.tree_util.tree_map(lambda a: np.asarray(a)[None], params)
         _, names = space.near_bound(one)
-        if names[0]:
+        if names:
             warnings.warn(
                 f"the best fit has {', '.join(names[0])} on a bound of its prior: the error "
                 "there is the curvature at the bound, not a Gaussian error (the likelihood is "

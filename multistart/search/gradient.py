@@ -92,6 +92,7 @@ class MultiStartGradient:
         checkpoint_dir: str | os.PathLike | None = None,
         checkpoint_every: int = 100,
         devices: int | Sequence[Any] | None = None,
+        dtype: str | None = None,
     ):
         given = _arguments(locals())
         self._hold(as_solver(optimizer), given, optimizer)
@@ -232,6 +233,7 @@ class MultiStartAdam(MultiStartGradient):
         checkpoint_dir: str | os.PathLike | None = None,
         checkpoint_every: int = 100,
         devices: int | Sequence[Any] | None = None,
+        dtype: str | None = None,
     ):
         given = _arguments(locals())
         checks.positive(learning_rate, "learning_rate", schedule=True)
@@ -283,6 +285,7 @@ class MultiStartProdigy(MultiStartGradient):
         checkpoint_dir: str | os.PathLike | None = None,
         checkpoint_every: int = 100,
         devices: int | Sequence[Any] | None = None,
+        dtype: str | None = None,
     ):
         given = _arguments(locals())
         checks.positive(learning_rate, "learning_rate", schedule=True)
@@ -336,6 +339,7 @@ class MultiStartADABelief(MultiStartGradient):
         checkpoint_dir: str | os.PathLike | None = None,
         checkpoint_every: int = 100,
         devices: int | Sequence[Any] | None = None,
+        dtype: str | None = None,
     ):
         given = _arguments(locals())
         checks.positive(learning_rate, "learning_rate", schedule=True)
@@ -388,6 +392,7 @@ class MultiStartLion(MultiStartGradient):
         checkpoint_dir: str | os.PathLike | None = None,
         checkpoint_every: int = 100,
         devices: int | Sequence[Any] | None = None,
+        dtype: str | None = None,
     ):
         given = _arguments(locals())
         checks.positive(learning_rate, "learning_rate", schedule=True)
@@ -454,6 +459,7 @@ class MultiStartLBFGS(MultiStartGradient):
         checkpoint_dir: str | os.PathLike | None = None,
         checkpoint_every: int = 100,
         devices: int | Sequence[Any] | None = None,
+        dtype: str | None = None,
     ):
         given = _arguments(locals())
         self._hold(LBFGS(memory, rtol=rtol, xtol=xtol, ftol=ftol), given)

@@ -17,6 +17,8 @@ import jax
 import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
+from ..common import xla
+from ..device.programs import forget_other_float_types
 from ..host.schedule import Schedule
 from ..model.priors import Space
 from ..model.problem import ModelTrace, Problem, add_note, datum, refuse_space, tracer_hint
@@ -246,6 +248,7 @@ class MultiStartLeastSquares(MultiStartGradient):
         checkpoint_dir: str | os.PathLike | None = None,
         checkpoint_every: int = 100,
         devices: int | Sequence[Any] | None = None,
+        dtype: str | None = None,
     ):
         given = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
         rule = least_squares_rule(method, ftol=ftol, xtol=xtol, gtol=gtol, jacobian=jacobian)
@@ -286,14 +289,16 @@ class MultiStartLeastSquares(MultiStartGradient):
           TypeError: ``residuals`` returns a scalar (pass the residual vector, not its sum of
             squares), a non-float or empty output; raised after one trace, before any compile.
         """
-        problem = self.problem(residuals, space)
-        search = self
-        bind = getattr(self.solver, "bind", None)  # optimistix's states hold the residuals
-        if bind is not None:  # a copy of the search with the rule bound: fit changes no search
-            search = copy.copy(self)
-            object.__setattr__(search, "solver", bind(residual_size(problem)))
-        fit = MultiStartGradient.fit
-        return fit(search, problem, None, starts=starts, resume=resume, part=part)
+        with xla.precision(self.options.dtype):  # the residuals traced in the search's type
+            forget_other_float_types(jax.dtypes.canonicalize_dtype(jnp.float64))
+            problem = self.problem(residuals, space)
+            search = self
+            bind = getattr(self.solver, "bind", None)  # optimistix's states hold the residuals
+            if bind is not None:  # a copy of the search with the rule bound: fit changes none
+                search = copy.copy(self)
+                object.__setattr__(search, "solver", bind(residual_size(problem)))
+            fit = MultiStartGradient.fit
+            return fit(search, problem, None, starts=starts, resume=resume, part=part)
 
 
 def residual_size(problem: ResidualProblem) -> int:

@@ -1,0 +1,128 @@
+"""A precision the user chooses (``dtype``), and float64 answers where a chip lacks float64:
+float32 steps refined in float64 at the end (issue 70). The chip is simulated on the CPU by
+the platform the programs are traced for (``xla.platform``)."""
+
+from __future__ import annotations
+
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import multistart as ms
+from multistart.common import xla
+
+T = np.linspace(0.0, 4.0, 30)
+Y = 2.0 * np.exp(-T / 1.3) + 0.2 + 0.01 * np.sin(7 * T)
+SPACE = {"a": ms.Uniform(0.0, 5.0), "tau": ms.LogUniform(0.1, 10.0), "c": ms.Uniform(-1, 1)}
+QUIET = dict(log_every=0, progress=False)
+
+
+def residuals(p):
+    return (p["a"] * jnp.exp(-T / p["tau"]) + p["c"] - Y) / 0.01
+
+
+def decay(x, a, tau, c):
+    return a * jnp.exp(-x / tau) + c
+
+
+def _search(**kw):
+    return ms.MultiStartLeastSquares(**{"n_starts": 4, "batch_size": 4, "seed": 0, **QUIET, **kw})
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", np.float32, jnp.float64])
+def test_a_search_steps_in_the_dtype_it_is_given_whatever_the_process_default(dtype):
+    want = np.dtype(dtype).name
+    for x64 in (False, True):
+        with jax.enable_x64(x64):
+            result = _search(dtype=dtype).fit(residuals, SPACE)
+        assert result.fit_dtype == np.dtype(want), (dtype, x64)
+        assert result.config["dtype"] == want
+
+
+def test_float64_given_is_the_float64_fit_bit_for_bit():
+    with jax.enable_x64(True):
+        default = _search().fit(residuals, SPACE)
+    with jax.enable_x64(False):
+        given = _search(dtype="float64").fit(residuals, SPACE)
+    np.testing.assert_array_equal(given.foms, default.foms)
+    for name in SPACE:
+        np.testing.assert_array_equal(given.params[name], default.params[name])
+
+
+@pytest.mark.parametrize("bad", ["float16", "double64", 32, True, "complex64"])
+def test_a_bad_dtype_is_refused_naming_it_before_anything_compiles(bad):
+    with pytest.raises(ValueError, match="dtype must be None, 'float32' or 'float64'"):
+        ms.MultiStartLBFGS(dtype=bad)
+    with pytest.raises(ValueError, match="dtype must be"):
+        ms.curve_fit(decay, T, Y, p0=[1.0, 1.0, 0.0], dtype=bad)
+
+
+def test_curve_fit_answers_in_float64_unless_asked_for_float32():
+    kw = dict(p0=[1.0, 1.0, 0.0], n_starts=2, **QUIET)
+    popt, pcov, info, _, _ = ms.curve_fit(decay, T, Y, full_output=True, **kw)
+    assert info["result"].fit_dtype == np.float64
+    popt32, pcov32, info32, _, _ = ms.curve_fit(
+        decay, T, Y, dtype="float32", full_output=True, **kw
+    )
+    assert info32["result"].fit_dtype == np.float32
+    np.testing.assert_allclose(popt32, popt, rtol=1e-4)
+    np.testing.assert_allclose(np.sqrt(np.diag(pcov32)), np.sqrt(np.diag(pcov)), rtol=1e-3)
+
+
+@pytest.fixture
+def a_chip_without_float64(monkeypatch):
+    monkeypatch.setattr(xla, "platform", lambda: "tpu")
+    assert not xla.native_float64()
+
+
+def test_on_a_chip_without_float64_a_fit_steps_in_float32_and_answers_in_float64(
+    a_chip_without_float64, monkeypatch
+):
+    """The search runs in float32 (its Result says so); popt and pcov come from float64
+    Gauss-Newton steps from its answer, and equal the float64 fit's to 1e-6."""
+    kw = dict(p0=[1.0, 1.0, 0.0], n_starts=2, full_output=True, **QUIET)
+    popt, pcov, info, _, _ = ms.curve_fit(decay, T, Y, **kw)
+    assert info["result"].fit_dtype == np.float32
+    f32 = np.array([float(info["result"].best_params[k]) for k in ("a", "tau", "c")])
+    monkeypatch.setattr(xla, "platform", lambda: "cpu")
+    ref, ref_cov = ms.curve_fit(decay, T, Y, **kw)[:2]
+    np.testing.assert_allclose(popt, ref, rtol=1e-7)
+    np.testing.assert_allclose(pcov, ref_cov, rtol=1e-6)
+    assert np.max(np.abs(f32 / ref - 1)) > 1e-9  # the float32 answer itself is not that close
+
+
+def test_a_refined_batch_keeps_every_fit_and_moves_one_on_a_bound_onto_it(
+    a_chip_without_float64, monkeypatch
+):
+    """A batch refined: every determined fit equals its float64 answer to 1e-6; a fit whose
+    optimum lies below a bound (a decay of negative amplitude, bounded at 0) ends on the
+    bound itself, not float32's nearest point to it, with its offset refined there (its decay
+    time, which an amplitude of 0 leaves undetermined, where float32 left it)."""
+    ys = np.stack([decay(T, a, 1.3, 0.2) + 0.01 * np.sin(7 * T + a) for a in (1.0, 2.0, -0.5)])
+    kw = dict(p0=[1.0, 1.0, 0.0], bounds=([0, 0.1, -1], [5, 10, 1]), batched=True, **QUIET)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the third fit's bound and its covariance
+        popt, pcov, info, _, _ = ms.curve_fit(decay, T, ys, n_starts=2, full_output=True, **kw)
+        assert info["fits"].result.fit_dtype == np.float32
+        monkeypatch.setattr(xla, "platform", lambda: "cpu")
+        ref = ms.curve_fit(decay, T, ys, n_starts=2, **kw)[0]
+    np.testing.assert_allclose(popt[:2], ref[:2], rtol=1e-6)
+    assert popt[2, 0] == 0.0 and info["fits"].at_bound[2, 0]
+    np.testing.assert_allclose(popt[2, 2], ref[2, 2], rtol=1e-6)
+    assert not np.isfinite(pcov[2]).all()  # tau undetermined there: curve_fit's inf
+
+
+def test_a_float32_and_a_float64_fit_of_one_model_do_not_share_programs():
+    """Each float type compiles its own step, and a switch of float type re-reads the NumPy
+    arrays the model captures in the new type (docs/accelerators.md: while a Result of the
+    other type lives, JAX serves its copy of them: the first is dropped here)."""
+    first = _search(dtype="float32").fit(residuals, SPACE)
+    assert first.fit_dtype == np.float32
+    del first
+    second = _search(dtype="float64").fit(residuals, SPACE)
+    assert second.stats["n_compiles"] == 1 and second.fit_dtype == np.float64
+    third = _search(dtype="float64", seed=1).fit(residuals, SPACE)
+    assert third.stats["n_compiles"] == 0  # no switch: JAX's caches and the programs kept
