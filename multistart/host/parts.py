@@ -280,6 +280,14 @@ def fit_parts(
         if i not in have:
             futures[i] = submit(run_part, search, objective, space, (i, k), dict(fit_kwargs))
             _check_future(futures[i])
+    failed = _wait(futures, have)
+    if failed:
+        raise PartsFailed(k, dict(sorted(have.items())), failed)
+    return Result.merge([have[i] for i in range(k)])
+
+
+def _wait(futures: dict, have: dict[int, Result]) -> dict[int, BaseException]:
+    """Each part's Result into ``have``, in order; what each failed part raised, returned."""
     failed: dict[int, BaseException] = {}
     for i, future in futures.items():
         try:
@@ -288,9 +296,7 @@ def fit_parts(
         # (SearchInterrupted is a KeyboardInterrupt: the caller's own Ctrl-C still stops this)
         except (Exception, SearchInterrupted) as e:
             failed[i] = e
-    if failed:
-        raise PartsFailed(k, dict(sorted(have.items())), failed)
-    return Result.merge([have[i] for i in range(k)])
+    return failed
 
 
 def _check_k(search, k) -> None:
