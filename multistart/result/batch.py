@@ -219,9 +219,10 @@ def load_fits(path) -> BatchFits:
     Every member of the file is read and checked (its CRC-32) before anything is built.
 
     Example:
+      >>> import multistart as ms
       >>> fits.save("cube-fits.npz")  # doctest: +SKIP
-      >>> fits = ms.load_fits("cube-fits.npz")  # doctest: +SKIP
-      >>> v = fits.map("v", (48, 48))  # doctest: +SKIP
+      >>> fits = ms.load_fits("cube-fits.npz")  # in another session  # doctest: +SKIP
+      >>> v = fits.map("v", (48, 48))  # a 48 x 48 cube's velocity map  # doctest: +SKIP
 
     Raises:
       FileNotFoundError: no file at ``path``.
