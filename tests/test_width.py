@@ -983,6 +983,21 @@ def test_a_refill_write_out_of_memory_backs_off_to_the_same_result(monkeypatch, 
     assert identical(result, reference)
 
 
+def test_a_refill_write_out_of_memory_backs_off_until_the_write_itself_fits(monkeypatch, x64):
+    """A refill's write that runs out of memory where the calls since the population's copy
+    hold no write: their replay at 5 rows fits, and only the write itself shows that 5 does
+    not (it fails again there, in the same back-off, and fits at 2); the result is never
+    failing's. Steps a call are fixed here: which write follows which copy depends on them."""
+    kw = dict(RAGGED_CONVERGING, start_strategy="tiktak", steps_per_call=1)
+    reference = fit(multimodal, MULTIMODAL_SPACE, batch_size=2, **kw)
+    inject_oom(monkeypatch, fits=4, after_calls=3, writes_only=True)
+    result = fit(multimodal, MULTIMODAL_SPACE, batch_size=16, **kw)
+    backoffs = result.stats["backoffs"]
+    assert [(b["from"], b["to"]) for b in backoffs] == [(11, 5), (5, 2)]
+    assert backoffs[0]["step"] == backoffs[1]["step"]  # one write, failing at 11 and at 5
+    assert identical(result, reference)
+
+
 def test_out_of_memory_at_width_one_is_a_clear_error(monkeypatch):
     inject_oom(monkeypatch, fits=0)
     with pytest.raises(RuntimeError, match="ran out of memory even at batch_size 1") as info:
