@@ -33,6 +33,7 @@ from .model.priors import Prior as Prior
 from .model.priors import Uniform as Uniform
 from .result import Minimum as Minimum
 from .result import Result as Result
+from .result.batch import load_fits as load_fits
 from .result.laplace import Laplace as Laplace
 from .result.laplace import laplace as laplace
 from .search.gradient import MultiStartADABelief as MultiStartADABelief
@@ -104,6 +105,7 @@ __all__ = [
     "distributed",
     "fit_parts",
     "laplace",
+    "load_fits",
     "set_log_level",
     "usable_cpu_count",
 ]

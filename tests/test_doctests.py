@@ -19,6 +19,7 @@ MODULES = [
     "host.decide",
     "model.graph",
     "model.priors",
+    "result.batch",
     "result.core",
     "result.laplace",
     "result.minima",

@@ -902,18 +902,28 @@ def inject_oom(monkeypatch, fits: int, after_calls: int = 0, writes_only: bool =
 RAGGED_CONVERGING = dict(
     n_starts=11, n_steps=300, seed=4, convergence=ms.Convergence(window=20, rtol=1e-7, atol=1e-9)
 )
+# steps_per_call="auto" doubles a call's steps while calls are quick on the clock, so the
+# number of chunk calls would depend on the machine's load; a fixed number of steps above one
+# keeps the scan's multi-step calls under test and makes the count a function of the run.
+WIDTH_TWO_STEPS_PER_CALL = 8
 
 
 @pytest.fixture(scope="module")
 def width_two_fit():
     """``width_two_fit(backend)``: the ``RAGGED_CONVERGING`` search on ``multimodal`` at
-    batch_size 2 (chunks 2, 2, 2, 2, 2, 1), float64, fitted once per backend."""
+    batch_size 2 (chunks 2, 2, 2, 2, 2, 1), float64, 8 steps a call, fitted once per
+    backend."""
 
     @functools.cache
     def run(backend):
         with jax.enable_x64(True):
             return fit(
-                multimodal, MULTIMODAL_SPACE, batch_size=2, backend=backend, **RAGGED_CONVERGING
+                multimodal,
+                MULTIMODAL_SPACE,
+                batch_size=2,
+                backend=backend,
+                steps_per_call=WIDTH_TWO_STEPS_PER_CALL,
+                **RAGGED_CONVERGING,
             )
 
     return run
@@ -970,6 +980,21 @@ def test_a_refill_write_out_of_memory_backs_off_to_the_same_result(monkeypatch, 
     backoffs = result.stats["backoffs"]
     assert [(b["from"], b["to"]) for b in backoffs] == [(11, 5), (5, 2)]
     assert backoffs[0]["step"] < RAGGED_CONVERGING["n_steps"]  # at a refill, not the end
+    assert identical(result, reference)
+
+
+def test_a_refill_write_out_of_memory_backs_off_until_the_write_itself_fits(monkeypatch, x64):
+    """A refill's write that runs out of memory where the calls since the population's copy
+    hold no write: their replay at 5 rows fits, and only the write itself shows that 5 does
+    not (it fails again there, in the same back-off, and fits at 2); the result is never
+    failing's. Steps a call are fixed here: which write follows which copy depends on them."""
+    kw = dict(RAGGED_CONVERGING, start_strategy="tiktak", steps_per_call=1)
+    reference = fit(multimodal, MULTIMODAL_SPACE, batch_size=2, **kw)
+    inject_oom(monkeypatch, fits=4, after_calls=3, writes_only=True)
+    result = fit(multimodal, MULTIMODAL_SPACE, batch_size=16, **kw)
+    backoffs = result.stats["backoffs"]
+    assert [(b["from"], b["to"]) for b in backoffs] == [(11, 5), (5, 2)]
+    assert backoffs[0]["step"] == backoffs[1]["step"]  # one write, failing at 11 and at 5
     assert identical(result, reference)
 
 
@@ -1053,7 +1078,8 @@ def test_a_real_allocation_failure_backs_off(tmp_path):
 
 
 def test_scan_equals_loop_bit_for_bit_in_float64(x64, width_two_fit):
-    # 11 starts at batch_size 2, ragged (2, 2, 2, 2, 2, 1), with a convergence test: the
+    # 11 starts at batch_size 2, ragged (2, 2, 2, 2, 2, 1), with a convergence test, 8 steps
+    # a call (fixed, so the chunk calls counted below do not depend on the clock): the
     # back-off tests' references
     loop, scan = width_two_fit("loop"), width_two_fit("scan")
     assert loop.stats["batch_size"] == scan.stats["batch_size"] == 2

@@ -141,13 +141,18 @@ class Sweeper:
         step at the current width, taking no step; see
         :meth:`Backend.write <multistart.device.backends.Backend.write>`)."""
         pop = self.backend.place(pop)
-        try:
+
+        def write(pop):
             return self.backend.write(self.compiled, pop, rows, u_new, self.width)
+
+        try:
+            return write(pop)
         except Exception as exc:
             if self._replaying or not is_out_of_memory(exc):
                 raise  # (a back-off replaying this write halves the width again)
-            pop = self._back_off(exc)  # the steps since the copy, narrower; then the write
-            return self.backend.write(self.compiled, pop, rows, u_new, self.width)
+            # the calls since the copy, narrower, then the write, halving until both fit: where
+            # those calls hold no write, only the write shows whether the narrower width fits
+            return self._back_off(exc, then=write)
 
     def sync(self, pop) -> Synced:
         """Read the starts' status, best figures of merit and evaluation counts on the host
@@ -224,8 +229,9 @@ class Sweeper:
                 break
         return pop
 
-    def _back_off(self, exc: BaseException):
-        """Halve the width until the steps since the saved copy run; returns their result."""
+    def _back_off(self, exc: BaseException, then: Callable[[Any], Any] | None = None):
+        """Halve the width until the steps since the saved copy run (and ``then(pop)`` after
+        them, the call that failed where it is no step); returns their result."""
         if self.backend.spans_processes:
             # One process backing off alone would step other programs than the rest of the
             # job, which waits for it at the next collective: a clear error instead.
@@ -269,7 +275,7 @@ class Sweeper:
             finally:
                 self._replaying = False
             self.set_rows(current)
-            return pop
+            return pop if then is None else jax.block_until_ready(then(pop))
 
         return retry_narrower(
             replay,

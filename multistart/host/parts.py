@@ -20,7 +20,8 @@ Every scheduler people scale out with has a ``submit(fn, *args)`` that returns a
 executors; Ray's is one line (``lambda fn, *a: ray.remote(fn).remote(*a).future()``). The
 part's function, :func:`run_part`, lives here, in the installed package, so a worker process
 imports it by name; the search, the objective and the space travel pickled, as the engine
-sends arguments. A failed part loses only itself: :class:`PartsFailed` carries the others'
+sends arguments. A failed part loses only itself (one that raised, was lost, or was stopped by
+a signal, :class:`multistart.SearchInterrupted`): :class:`PartsFailed` carries the others'
 Results, and a second call with ``done=`` runs only what is missing.
 """
 
@@ -45,7 +46,9 @@ from ..device.chunking import part_slots
 from ..device.distributed import allgather_bytes
 from ..model.problem import Problem
 from ..result import Result
+from ..result.merge import config_difference, difference
 from ..starts.strategies import StartPlan
+from .checkpoint import SearchInterrupted
 
 __all__ = ["Part", "check_part", "coupling", "select_part", "over_processes"]
 __all__ += ["merge_over_processes", "first_process_logs"]
@@ -196,7 +199,9 @@ class PartsFailed(RuntimeError):
     Attributes:
       k: the number of parts.
       done: ``{i: Result}``, every part that finished (the ones passed in ``done=`` included).
-      failed: ``{i: exception}``, what each failed part raised (through its future).
+      failed: ``{i: exception}``, what each failed part raised (through its future); a part
+        stopped by Ctrl-C or SIGTERM raised :class:`multistart.SearchInterrupted`, whose
+        ``.result`` holds that part's starts so far.
       missing: the failed parts' indices, sorted.
 
     Run the missing parts again with ``ms.fit_parts(..., done=error.done)``, which submits only
@@ -255,31 +260,43 @@ def fit_parts(
       The merged :class:`multistart.Result` (``stats["n_parts"] == k``).
 
     Raises:
-      TypeError / ValueError: a bad ``k``, ``submit``, ``done`` or fit argument, or a search
-        that cannot run in parts; before anything is submitted.
-      PartsFailed: some parts failed; it names them and holds the others' Results.
-      ValueError: from the merge, when ``done`` holds parts of another search (it says what
-        differs).
+      TypeError / ValueError: a bad ``k``, ``submit`` (one that cannot take ``(fn, *args)``),
+        ``done`` or fit argument, a search that cannot run in parts, or ``done`` holding parts
+        of different searches or of another configuration than ``search``'s (it says what
+        differs); before anything is submitted.
+      PartsFailed: some parts failed (raised, were lost, or were stopped by a signal:
+        :class:`multistart.SearchInterrupted`); it names them and holds the others' Results.
+      ValueError: from the merge, when ``done`` holds parts of another model or start plan
+        than the one given (other data, other ``starts=``): those need the model traced and
+        the starts planned, which the parts do.
     """
     _check_k(search, k)
-    if not callable(submit):
-        raise TypeError(f"submit must be callable as submit(fn, *args); got {submit!r}")
+    _check_submit(submit)
     _check_fit_kwargs(search, objective, space, k, fit_kwargs)
     have = _done(done, k)
+    _check_done_of(search, have, k)
     futures = {}
     for i in range(k):
         if i not in have:
             futures[i] = submit(run_part, search, objective, space, (i, k), dict(fit_kwargs))
             _check_future(futures[i])
+    failed = _wait(futures, have)
+    if failed:
+        raise PartsFailed(k, dict(sorted(have.items())), failed)
+    return Result.merge([have[i] for i in range(k)])
+
+
+def _wait(futures: dict, have: dict[int, Result]) -> dict[int, BaseException]:
+    """Each part's Result into ``have``, in order; what each failed part raised, returned."""
     failed: dict[int, BaseException] = {}
     for i, future in futures.items():
         try:
             have[i] = future.result()
-        except Exception as e:  # an engine's own errors (a lost worker) included
+        # an engine's own errors (a lost worker) included, and a part stopped by a signal
+        # (SearchInterrupted is a KeyboardInterrupt: the caller's own Ctrl-C still stops this)
+        except (Exception, SearchInterrupted) as e:
             failed[i] = e
-    if failed:
-        raise PartsFailed(k, dict(sorted(have.items())), failed)
-    return Result.merge([have[i] for i in range(k)])
+    return failed
 
 
 def _check_k(search, k) -> None:
@@ -291,6 +308,57 @@ def _check_k(search, k) -> None:
             f"search must be a multistart search (with fit and options); got {search!r}"
         )
     check_part((0, int(k)), options)  # k's range and a search whose slots are coupled
+
+
+#: what fit_parts calls ``submit`` with: the part's function, then its arguments
+_SUBMITTED = "submit(run_part, search, objective, space, (i, k), fit_kwargs)"
+
+
+def _check_submit(submit) -> None:
+    """``submit`` must take ``(fn, *args)``: five arguments after the part's function."""
+    if not callable(submit):
+        raise TypeError(f"submit must be callable as submit(fn, *args); got {submit!r}")
+    try:
+        signature = inspect.signature(submit)
+    except (TypeError, ValueError):  # a builtin without one: its call will tell
+        return
+    try:
+        signature.bind(run_part, None, None, None, (0, 1), {})
+    except TypeError as e:
+        raise TypeError(
+            f"submit must be callable as submit(fn, *args) and return a future (an executor's "
+            f"or Dask client's submit, submitit's executor.submit); {_name(submit)}{signature} "
+            f"cannot take fit_parts' {_SUBMITTED}: {e}"
+        ) from None
+
+
+def _name(fn) -> str:
+    return getattr(fn, "__qualname__", None) or type(fn).__name__
+
+
+def _check_done_of(search, have: dict[int, Result], k: int) -> None:
+    """Parts in ``done`` of another search are refused before any part is submitted: each
+    against the others (model, parameters, configuration, rule and start plan, as the merge
+    compares them) and against ``search``'s configuration. A part of another model or start
+    plan than the one given is found only by the merge: its hashes need the model traced and
+    the starts planned."""
+    if not have:
+        return
+    (first_i, first), *others = sorted(have.items())
+    for i, part in others:
+        what = difference(first, part)
+        if what is not None:
+            raise ValueError(
+                f"done holds parts of different searches: part {i} of {k} is of another "
+                f"search than part {first_i}: {what}"
+            )
+    config = getattr(search, "config", None)
+    what = config_difference(first.config, config()) if callable(config) else None
+    if what is not None:
+        raise ValueError(
+            f"done holds parts of another search than the one given ({what}, from the parts' "
+            "to the search's): pass the search that ran them, or leave done out"
+        )
 
 
 def _check_fit_kwargs(search, objective, space, k, fit_kwargs) -> None:

@@ -4,11 +4,15 @@
 parameters and their errors, its ``pcov``, its χ², reduced χ² and degrees of freedom, how its
 best start ended, a flag per parameter on a bound, and which parameters were fixed or tied.
 ``fits.report(i)`` is fit ``i``'s report (lmfit's ``fit_report``), ``fits.report()`` the
-batch's, ``fits.to_dataframe()`` one row per fit.
+batch's, ``fits.to_dataframe()`` one row per fit, ``fits.map(name, shape)`` a column laid out on
+the fits' grid; ``fits.save(path)`` and :func:`load_fits` keep them
+(:mod:`multistart.result.fits_file`).
 """
 
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,10 +20,12 @@ import numpy as np
 
 from ..common import status
 from ..common.status import Status
+from . import fits_file
 from .core import Result
+from .fits_file import ARRAY, RESULT, STATUS, VALUE, kept
 from .plot import PLOTS_HINT
 
-__all__ = ["BatchFits", "bound_summary"]
+__all__ = ["BatchFits", "bound_summary", "load_fits"]
 
 MIN_CORRELATION = 0.1  # as Result.report: smaller correlations are not listed
 FITS_NAMED = 10  # fits named in the summary of those on a bound
@@ -52,25 +58,48 @@ class BatchFits:
       free: ``(n,)`` which parameters were fitted (``False``: fixed or tied).
       held: what held each parameter that is not free, in words (``"fixed"``, ``"= a1"``).
       result: the :class:`multistart.Result` of the whole search, one row per start.
+
+    ``fits.save(path)`` keeps every field in one file, :func:`multistart.load_fits` reads it.
     """
 
-    names: tuple[str, ...]
-    popt: np.ndarray
-    pcov: np.ndarray
-    best_fom: np.ndarray
-    dof: np.ndarray
-    status: np.ndarray
-    at_bound: np.ndarray
-    n_evals: np.ndarray
-    best_row: np.ndarray
-    n_starts: int
-    free: np.ndarray
-    held: dict
-    result: Result
+    # Each field says how its file keeps it (multistart.result.fits_file): a field added here
+    # with kept(...) is saved and loaded with nothing else to change.
+    names: tuple[str, ...] = kept(VALUE)
+    popt: np.ndarray = kept(ARRAY, per_fit=True)
+    pcov: np.ndarray = kept(ARRAY, per_fit=True)
+    best_fom: np.ndarray = kept(ARRAY, per_fit=True)
+    dof: np.ndarray = kept(ARRAY, per_fit=True)
+    status: np.ndarray = kept(STATUS, per_fit=True)
+    at_bound: np.ndarray = kept(ARRAY, per_fit=True)
+    n_evals: np.ndarray = kept(ARRAY, per_fit=True)
+    best_row: np.ndarray = kept(ARRAY, per_fit=True)
+    n_starts: int = kept(VALUE)
+    free: np.ndarray = kept(ARRAY)
+    held: dict = kept(VALUE)
+    result: Result = kept(RESULT)
+
+    def __post_init__(self):
+        object.__setattr__(self, "names", tuple(self.names))  # a file's JSON gives a list
 
     @property
     def n_fits(self) -> int:
         return int(len(self.popt))
+
+    def save(self, path) -> None:
+        """Write every field (each fit's, and the whole search's :class:`multistart.Result`)
+        to one ``.npz`` file at exactly ``path``; :func:`multistart.load_fits` reads it back,
+        its errors, reports and table the same.
+
+        Arrays are NumPy arrays in the archive, the rest JSON; nothing is pickled. The file is
+        written whole or not at all (a temporary file, renamed). The search's Result is saved
+        without a covariance: a batch's has none, ``pcov`` is each fit's.
+        """
+        fits_file.save(self, path)
+
+    @classmethod
+    def load(cls, path) -> BatchFits:
+        """Read the fits :meth:`save` wrote (:func:`multistart.load_fits`)."""
+        return fits_file.load(cls, path)
 
     @property
     def errors(self) -> np.ndarray:
@@ -120,6 +149,41 @@ class BatchFits:
             raise ImportError(
                 f"BatchFits.to_dataframe() needs pandas; install it with {PLOTS_HINT}"
             ) from e
+        return pd.DataFrame(self._columns())
+
+    def map(self, name: str, shape) -> np.ndarray:
+        """Column ``name`` of :meth:`to_dataframe` (a parameter, ``"error:<name>"``,
+        ``"at_bound:<name>"``, ``"chi2"``, ``"redchi"``, ``"status"``, ...) laid out on the grid
+        the fits came from: fit ``i`` at ``np.unravel_index(i, shape)``, NumPy's (C) order,
+        the order ``cube.reshape(n_y * n_x, n_channels)`` lays a cube's spaxels out in.
+
+        ``fits.map("v", (48, 48))`` is the velocity map of a 48 x 48 cube; a fit with no finite
+        start holds ``nan``. Needs no pandas.
+
+        Args:
+          name: the column, as :meth:`to_dataframe` names it (a parameter's own name first).
+          shape: the grid, an int or a tuple of ints whose product is ``n_fits`` (one of them
+            may be ``-1``, as in :func:`numpy.reshape`).
+
+        Returns:
+          A new array of ``shape``.
+
+        Raises:
+          ValueError: ``name`` is no column (the message lists them), or ``shape`` does not
+            hold ``n_fits`` fits.
+        """
+        columns = self._columns()
+        if not isinstance(name, str) or name not in columns:
+            params = ", ".join(repr(n) for n in self.names)
+            others = ", ".join(repr(c) for c in columns if c not in self.names and ":" not in c)
+            raise ValueError(
+                f"name must be a parameter ({params}), 'error:<name>', 'at_bound:<name>' or "
+                f"one of {others}; got {name!r}"
+            )
+        return np.asarray(columns[name]).reshape(_grid(shape, self.n_fits)).copy()
+
+    def _columns(self) -> dict[str, np.ndarray]:
+        """:meth:`to_dataframe`'s columns, by name."""
         at_bound = np.asarray(self.at_bound, dtype=bool)
         columns: dict[str, Any] = {
             "fit": np.arange(self.n_fits),
@@ -138,7 +202,7 @@ class BatchFits:
             columns[f"error:{name}"] = errors[:, j]
         for j, name in enumerate(self.names):
             columns[f"at_bound:{name}"] = at_bound[:, j]
-        return pd.DataFrame(columns)
+        return columns
 
     def __repr__(self) -> str:
         counts = ", ".join(f"{k}={v}" for k, v in status.counts(self.status).items())
@@ -146,6 +210,50 @@ class BatchFits:
             f"BatchFits(n_fits={self.n_fits}, n_starts={self.n_starts}, "
             f"params={list(self.names)}, status: {counts}, on a bound: {len(self.on_bound())})"
         )
+
+
+def load_fits(path) -> BatchFits:
+    """Read a batch's fits that :meth:`BatchFits.save` wrote: every per-fit field, so its
+    errors, reports and :meth:`~BatchFits.to_dataframe` are the saved fits', and the whole
+    search's :class:`multistart.Result` (``fits.result``). No pickle is ever loaded.
+
+    Every member of the file is read and checked (its CRC-32) before anything is built.
+
+    Example:
+      >>> import multistart as ms
+      >>> fits.save("cube-fits.npz")  # doctest: +SKIP
+      >>> fits = ms.load_fits("cube-fits.npz")  # in another session  # doctest: +SKIP
+      >>> v = fits.map("v", (48, 48))  # a 48 x 48 cube's velocity map  # doctest: +SKIP
+
+    Raises:
+      FileNotFoundError: no file at ``path``.
+      ValueError: the file is not a saved BatchFits: cut short, altered (a changed byte), a
+        member missing or of the wrong length, a saved :class:`multistart.Result` (read it
+        with ``ms.Result.load``), another kind of file or an unknown format version; the
+        message names the file.
+    """
+    return BatchFits.load(path)
+
+
+def _grid(shape, n_fits: int) -> tuple[int, ...]:
+    """``shape`` as a tuple that holds ``n_fits`` fits, checked."""
+    dims = (shape,) if isinstance(shape, numbers.Integral) else shape
+    ints = isinstance(dims, (tuple, list)) and all(
+        isinstance(d, numbers.Integral) and not isinstance(d, bool) for d in dims
+    )
+    if not ints or not dims or any(d == 0 or d < -1 for d in dims) or list(dims).count(-1) > 1:
+        raise ValueError(
+            "shape must be a positive int or a tuple of them (one may be -1), the grid the "
+            f"fits were laid out on; got {shape!r}"
+        )
+    dims = tuple(int(d) for d in dims)
+    known = math.prod(d for d in dims if d != -1)
+    if (-1 in dims and n_fits % known) or (-1 not in dims and known != n_fits):
+        raise ValueError(
+            f"shape {shape!r} holds {known}{' x k' if -1 in dims else ''} fits; this batch "
+            f"has {n_fits}"
+        )
+    return dims
 
 
 def bound_summary(fits: BatchFits) -> str | None:

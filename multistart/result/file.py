@@ -27,17 +27,30 @@ from .laplace import Laplace, errors_by_name
 from .uncertainty import Uncertainty
 
 __all__ = ["FORMAT", "VERSION", "ResultFileError", "save", "load"]
+__all__ += ["members", "build", "write_atomically", "read_archive", "damaged", "check_format"]
 
 FORMAT, VERSION = "multistart.Result", 1
 _TREES = ("params", "start_params", "best_params")
+#: each format's kind and reader, named when a file of one is read as the other
+KINDS = {
+    FORMAT: ("Result", "ms.Result.load"),
+    "multistart.BatchFits": ("BatchFits", "ms.load_fits"),
+}
 
 
 class ResultFileError(ValueError):
-    """A file that is not a readable saved Result: cut short, altered, or another kind."""
+    """A file that is not a readable saved Result (or BatchFits): cut short, altered, or
+    another kind."""
 
 
 def save(result, path, fit: Laplace | None) -> None:
     """Write ``result`` (and the covariance ``fit``, if any) to exactly ``path``, atomically."""
+    write_atomically(Path(os.fspath(path)), members(result, fit))
+
+
+def members(result, fit: Laplace | None) -> dict[str, np.ndarray]:
+    """The archive's members for ``result`` (and the covariance ``fit``): ``__meta__``, the
+    JSON, and every array (a :class:`multistart.BatchFits` file holds them under a prefix)."""
     meta = {
         "format": FORMAT,
         "version": VERSION,
@@ -69,7 +82,7 @@ def save(result, path, fit: Laplace | None) -> None:
     if fit is not None:
         arrays["laplace/covariance"] = fit.covariance
         arrays["laplace/hessian"] = fit.hessian
-    _write_atomically(Path(os.fspath(path)), arrays)
+    return arrays
 
 
 def _record_arrays(result) -> dict[str, np.ndarray]:
@@ -96,7 +109,9 @@ def _record_arrays(result) -> dict[str, np.ndarray]:
     return arrays
 
 
-def _write_atomically(path: Path, arrays: dict[str, np.ndarray]) -> None:
+def write_atomically(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    """``arrays`` as one compressed ``.npz`` at exactly ``path``: written beside it, flushed,
+    then renamed over it."""
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with open(temporary, "wb") as f:
@@ -111,47 +126,64 @@ def _write_atomically(path: Path, arrays: dict[str, np.ndarray]) -> None:
 def load(cls, path) -> Any:
     """Read a Result written by :func:`save` (see :meth:`multistart.Result.load`)."""
     name = os.fspath(path)
-    arrays = _read_archive(name)
+    return build(cls, name, read_archive(name))
+
+
+def build(cls, name: str, arrays: dict[str, np.ndarray]) -> Any:
+    """The Result of the archive members ``arrays`` (:func:`members`) read from file ``name``;
+    a member missing or altered raises :class:`ResultFileError` naming the file."""
     try:
         return _build(cls, name, arrays)
     except ResultFileError:
         raise
     except Exception as e:  # noqa: BLE001 - an altered record can fail any way
-        raise _damaged(name, e) from e
+        raise damaged(name, e) from e
 
 
-def _damaged(name: str, error: BaseException) -> ResultFileError:
+def damaged(name: str, error: BaseException, kind: str = "Result") -> ResultFileError:
+    """The error for file ``name``, a saved ``kind`` that cannot be read because of ``error``."""
     return ResultFileError(
-        f"{name!r} is not a readable multistart Result file: it was cut short or altered, or "
+        f"{name!r} is not a readable multistart {kind} file: it was cut short or altered, or "
         f"it is another kind of file ({type(error).__name__}: {error})"
     )
 
 
-def _read_archive(name: str) -> dict[str, np.ndarray]:
+def read_archive(name: str, kind: str = "Result") -> dict[str, np.ndarray]:
     """Every member of the archive, each read (and its CRC-32 checked) now."""
     with open(name, "rb") as fh:  # a missing file or a folder: the OS's own error
         try:
             archive = np.load(fh, allow_pickle=False)
         except Exception as e:  # noqa: BLE001 - BadZipFile, a pickle refused, zlib.error, ...
-            raise _damaged(name, e) from e
+            raise damaged(name, e, kind) from e
         if not isinstance(archive, np.lib.npyio.NpzFile):
-            raise ResultFileError(f"{name!r} is not a saved multistart Result (one NumPy array)")
+            raise ResultFileError(f"{name!r} is not a saved multistart {kind} (one NumPy array)")
         with archive:
             if "__meta__" not in archive.files:
-                raise ResultFileError(f"{name!r} is not a saved multistart Result")
+                raise ResultFileError(f"{name!r} is not a saved multistart {kind}")
             try:
                 return {key: archive[key] for key in archive.files}
             except Exception as e:  # noqa: BLE001 - BadZipFile (CRC), zlib.error, EOFError
-                raise _damaged(name, e) from e
+                raise damaged(name, e, kind) from e
+
+
+def check_format(name: str, meta: dict, format_: str, version: int) -> None:
+    """Refuse a header of another format or version, naming the reader of another kind."""
+    found = meta.get("format")
+    if found != format_ and found in KINDS:
+        (kind, reader), (wanted, _) = KINDS[found], KINDS[format_]
+        raise ResultFileError(
+            f"{name!r} is a saved {kind}, not a {wanted}: read it with {reader}(path)"
+        )
+    if found != format_ or meta.get("version") != version:
+        raise ResultFileError(
+            f"{name!r}: unknown format {found!r} version "
+            f"{meta.get('version')!r}; this multistart reads {format_} {version}"
+        )
 
 
 def _build(cls, name: str, z: dict[str, np.ndarray]) -> Any:
     meta = json.loads(z["__meta__"].tobytes().decode("utf-8"))
-    if meta.get("format") != FORMAT or meta.get("version") != VERSION:
-        raise ResultFileError(
-            f"{name!r}: unknown format {meta.get('format')!r} version "
-            f"{meta.get('version')!r}; this multistart reads {FORMAT} {VERSION}"
-        )
+    check_format(name, meta, FORMAT, VERSION)
     n = meta["n_leaves"]
 
     def tree(kind, scalars=False):

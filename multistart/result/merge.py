@@ -9,6 +9,7 @@ bookkeeping here is NumPy on saved values: nothing compiles.
 from __future__ import annotations
 
 import copy
+import json
 import numbers
 import os
 from typing import Any
@@ -18,7 +19,7 @@ import numpy as np
 
 from ..device.chunking import part_slots
 
-__all__ = ["merge", "best_fit"]
+__all__ = ["merge", "best_fit", "difference", "config_difference"]
 
 # Per-part statistics the merge adds up (each part paid them) or takes the largest of (the
 # parts ran side by side); the others are kept where every part agrees.
@@ -119,7 +120,7 @@ def _check_together(parts) -> int:
     k = counts[0]
     first = parts[0]
     for j, p in enumerate(parts[1:], start=1):
-        what = _difference(first, p)
+        what = difference(first, p)
         if what is not None:
             raise ValueError(
                 f"parts[{j}] (part {p.stats['part'][0]}) is of another search than parts[0] "
@@ -138,26 +139,51 @@ def _check_together(parts) -> int:
     return k
 
 
-def _difference(a, b) -> str | None:
+def difference(a, b) -> str | None:
     """What makes two parts parts of different searches, in words (``None``: the same)."""
     ia, ib = a.stats.get("identity", {}), b.stats.get("identity", {})
     if ia.get("model") != ib.get("model"):
         return "another model (its figure of merit, data, space or dtype differ)"
     if list(a.paths) != list(b.paths):
         return f"other parameters ({list(a.paths)} -> {list(b.paths)})"
-    if a.config != b.config:
-        keys = sorted(set(a.config) | set(b.config))
-        changed = [
-            f"{key} {a.config.get(key)!r} -> {b.config.get(key)!r}"
-            for key in keys
-            if a.config.get(key) != b.config.get(key)
-        ]
-        return "another configuration (" + "; ".join(changed) + ")"
+    what = config_difference(a.config, b.config)
+    if what is not None:
+        return what
     if ia.get("rule") != ib.get("rule"):
         return "another rule or hyperparameters (the compiled step differs)"
     if a.stats.get("plan") != b.stats.get("plan"):
         return "another start plan (other user starts?)"
     return None
+
+
+def config_difference(a: dict, b: dict) -> str | None:
+    """Two searches' configurations (a Result's ``config``) compared, in words: ``"another
+    configuration (seed 7 -> 8)"``, or ``None`` where they are the same. A saved Result's
+    configuration is JSON (its tuples lists), so both are compared as JSON text (where a
+    ``nan`` equals a ``nan``)."""
+    a, b = _as_json(a), _as_json(b)
+    keys = sorted(set(a) | set(b))
+    changed = [key for key in keys if _text(a.get(key)) != _text(b.get(key))]
+    if not changed:
+        return None
+    words = [f"{key} {a.get(key)!r} -> {b.get(key)!r}" for key in changed]
+    return "another configuration (" + "; ".join(words) + ")"
+
+
+def _as_json(config: dict) -> dict:
+    return json.loads(_text(config))
+
+
+def _text(value) -> str:
+    return json.dumps(value, sort_keys=True, default=_plain)
+
+
+def _plain(x):
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    return str(x)
 
 
 def _holds(part, index: int) -> bool:
