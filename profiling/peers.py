@@ -11,7 +11,7 @@ would set ``OPENBLAS_NUM_THREADS=1`` (or use threadpoolctl, as here), so the ben
 their scipy arms that way; ``time_to_solution.py`` also shows scipy with the default threads.
 
 ``scipy_problem`` hands a search's objective and starts to scipy (``time_to_solution.py``,
-``halving.py``, ``gpu.py``); ``one_blas_thread`` and ``blas_threads`` are the harness's
+``halving.py``, ``accelerator.py``); ``one_blas_thread`` and ``blas_threads`` are the harness's
 (``harness.py``), named here too for the scripts that import them from this module.
 
 Install: ``pip install -e ".[profiling]"`` (threadpoolctl). Run it to see the effect:

@@ -384,3 +384,42 @@ def test_auto_width_size_fallback_when_xla_has_no_analysis(monkeypatch):
     # the size fallback counts 2 * 50 bytes per start: 1000 bytes hold 10 starts
     assert bound.estimate == "io_sizes" and bound.width <= 10
     assert 2 * 50 * bound.width <= 1000
+
+
+def _refusing(limit, fixed=1000, per=1000):
+    """A compiler that refuses (as a TPU's: RESOURCE_EXHAUSTED at compile) any width over
+    ``limit``, and compiles the others as :func:`_compiler`'s."""
+    compile_at, compiled = _compiler(fixed=fixed, per=per)
+
+    def refusing(width):
+        if width > limit:
+            compiled.append(width)
+            raise RuntimeError(
+                "RESOURCE_EXHAUSTED: Ran out of memory in memory space hbm. Used 16.11G of "
+                "15.75G hbm. Exceeded hbm capacity by 368.0M."
+            )
+        return compile_at(width)
+
+    return refusing, compiled
+
+
+def test_auto_width_takes_a_refused_compile_as_too_wide(monkeypatch):
+    """A chip's compiler refuses a program its memory cannot hold before any memory analysis:
+    the bound takes that width as too wide and halves down to one that compiles and fits."""
+    monkeypatch.setenv(m.ENV_BUDGET_GB, "1")
+    compile_at, compiled = _refusing(limit=16)
+    bound = m.auto_width(
+        compile_at, n_starts=64, device=_gpu(80 * GiB, 0), start_bytes=8, checkpoint_bytes=0
+    )
+    assert bound.width == 16
+    assert compiled == [64, 1, 32, 16]  # the cap (refused), width 1, then halving
+    assert [e.source for e in bound.estimates][:2] == ["compile refused", "memory_analysis"]
+
+
+def test_a_refusal_that_is_not_for_memory_is_raised():
+    def broken(width):
+        raise RuntimeError("INVALID_ARGUMENT: something else")
+
+    with pytest.raises(RuntimeError, match="INVALID_ARGUMENT"):
+        m.auto_width(broken, n_starts=8, device=_gpu(80 * GiB, 0), start_bytes=8,
+                     checkpoint_bytes=0)  # fmt: skip

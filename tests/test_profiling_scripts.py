@@ -69,32 +69,40 @@ def test_nist_strd_refuses_nonsense_as_a_usage_error(argv, message):
     assert run.returncode == 2 and message in run.stderr, run.stderr[-2000:]
 
 
-def test_the_gpu_command_runs_every_comparison_at_tiny_sizes_on_a_cpu(tmp_path):
-    """``python -m profiling.gpu --cpu``: the command kept for the day a GPU is lent runs, in
-    its own process (it turns on float64), and prints and records every comparison."""
-    record = tmp_path / "gpu.json"
-    run = _run("-m", "profiling.gpu", "--cpu", "--json", record)
+def test_the_accelerator_command_runs_at_tiny_sizes_on_a_cpu(tmp_path):
+    """``python -m profiling.accelerator --cpu``: the chip's benchmark runs in its own process
+    at tiny sizes, and prints and records each section's arms (here the batch of small fits
+    beside its peers, and the memory bound's widths; ``first``'s fresh processes are the slow
+    tier's, below)."""
+    record = tmp_path / "accelerator.json"
+    run = _run("-m", "profiling.accelerator", "--cpu", "--only", "many,memory", "--json", record)
     assert run.returncode == 0, run.stderr[-3000:]
     figures = json.loads(record.read_text())
-    assert figures["platform"] == "cpu" and figures["sizes"]["starts"] == 4
-    assert figures["benchmark"] == "gpu" and figures["quick"] is True  # the harness's record
-    assert figures["ratios"] and all(np.isfinite(r["value"]) for r in figures["ratios"].values())
-    sections = figures["sections"]
-    assert len(sections) == 4 and all(name in run.stdout for name in sections)
-    for rows in sections.values():
-        assert rows and all(np.isfinite(r["ratio"]) and r["ratio"] > 0 for r in rows), rows
-    auto = sections['"auto" against the best fixed width']
-    assert [r["arm"].split(" ")[0] for r in auto] == [
-        "batch_size=1",
-        "batch_size=4",
-        "batch_size='auto'",
-    ]
-    assert min(r["warm_ratio"] for r in auto[:-1]) == 1.0  # the best fixed width is the peer
-    fits = sections["curve_fit(batched=True) against scipy's loop"]
-    assert fits[1]["compiles"] == 0  # warm: new data of the same shapes compiles nothing
+    assert figures["notes"]["platform"] == "cpu" and figures["notes"]["sizes"]["fits"] == 200
+    assert figures["benchmark"] == "accelerator" and figures["quick"] is True
+    sections = figures["notes"]["sections"]
+    assert list(sections) == ["many", "memory"] and all(name in run.stdout for name in sections)
+    arms = [r["arm"] for r in sections["many"]]
+    assert arms == ["ms.curve_fit, float32", "optimistix LM vmap", "hand-written LM vmap"]
+    assert all(np.isfinite(r["ratio"]) and r["good"] > 0 for r in sections["many"])
+    assert [r["arm"] for r in sections["memory"]] == ["batch_size='auto'", "batch_size=8"]
+    assert all(r["finite"] == 8 for r in sections["memory"])
+
+
+@pytest.mark.slow
+def test_every_section_of_the_accelerator_command_runs_on_a_cpu(tmp_path):
+    record = tmp_path / "accelerator.json"
+    run = _run("-m", "profiling.accelerator", "--cpu", "--json", record, timeout=1800)
+    assert run.returncode == 0, run.stderr[-3000:]
+    sections = json.loads(record.read_text())["notes"]["sections"]
+    assert list(sections) == ["many", "float64", "first", "image", "memory", "scan"]
+    assert all(rows for rows in sections.values())
+    assert sections["float64"][0]["good"] == sections["float64"][1]["good"]
 
 
 @pytest.mark.subprocess
-def test_the_gpu_command_refuses_a_size_that_is_not_positive():
-    run = _run("-m", "profiling.gpu", "--cpu", "--starts", "0")
+def test_the_accelerator_command_refuses_a_size_that_is_not_positive_or_an_unknown_section():
+    run = _run("-m", "profiling.accelerator", "--cpu", "--starts", "0")
     assert run.returncode == 2 and "--starts must be a positive int" in run.stderr, run.stderr
+    run = _run("-m", "profiling.accelerator", "--cpu", "--only", "many,gpu")
+    assert run.returncode == 2 and "unknown section 'gpu'" in run.stderr, run.stderr

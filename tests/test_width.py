@@ -1134,3 +1134,30 @@ def test_scan_ticks_once_per_batch(monkeypatch, caplog):
     ticks = [r.getMessage() for r in caplog.records if "scan batch" in r.getMessage()]
     assert len(ticks) == 3 * 3
     assert {t.split("scan batch ")[1] for t in ticks} == {"1/3", "2/3", "3/3"}
+
+
+def test_an_explicit_width_the_compiler_refuses_runs_at_the_widest_that_compiles(
+    monkeypatch, caplog
+):
+    """A chip's compiler refuses a program too big for its memory (RESOURCE_EXHAUSTED raised
+    by the compile, before any call): an explicit width backs off, halving, to one that
+    compiles, says so, and the fit is the one that width gives."""
+    original = Backend.compiled_for
+
+    def compiled_for(self, width):
+        if width > 3:
+            raise jax.errors.JaxRuntimeError(
+                "RESOURCE_EXHAUSTED: Ran out of memory in memory space hbm. Used 16.11G of "
+                "15.75G hbm."
+            )
+        return original(self, width)
+
+    reference = fit(batch_size=3)
+    monkeypatch.setattr(Backend, "compiled_for", compiled_for)
+    with caplog.at_level("WARNING", logger="multistart"):
+        result = fit(batch_size=12)
+    info = result.stats["width_choice"]
+    assert result.stats["batch_size"] == 3  # 12 -> 6 -> 3
+    assert info["compile_backoffs"] == [{"from": 12, "to": 6}, {"from": 6, "to": 3}]
+    assert "does not fit the device's memory" in caplog.text
+    np.testing.assert_array_equal(result.foms, reference.foms)

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..device.oom import is_out_of_memory
 from . import env, machine
 from .widths import balanced_width, cap_width, count_cap, linear_fit, width_for_budget
 
@@ -197,7 +198,14 @@ def auto_width(
         return WidthBound(upper, upper, "count cap", budget)
 
     def estimate(w):
-        est = step_memory(compile_at(w), w, start_bytes)
+        try:
+            compiled = compile_at(w)
+        except Exception as e:  # a chip's compiler refuses a program its memory cannot hold
+            if not is_out_of_memory(e):
+                raise
+            logger.info("batch_size auto: width %d does not compile within the device's memory", w)
+            return StepMemory(w, 0, 0, "compile refused"), math.inf
+        est = step_memory(compiled, w, start_bytes)
         return est, need(est, checkpoint_bytes)
 
     top, top_need = estimate(upper)
@@ -215,19 +223,25 @@ def _narrow(estimate, n_starts: int, upper: int, top_need, budget: Budget, estim
     assert budget.nbytes is not None  # a width is narrowed only against a known budget
     one, one_need = estimate(1)
     estimates.append(one)
-    fixed, per = linear_fit(1, one_need, upper, top_need)
     hi = upper  # the narrowest width known not to fit
-    width = balanced_width(n_starts, width_for_budget(fixed, per, budget.nbytes, upper - 1))
+    if math.isfinite(top_need):
+        fixed, per = linear_fit(1, one_need, upper, top_need)
+        width = balanced_width(n_starts, width_for_budget(fixed, per, budget.nbytes, upper - 1))
+    else:  # the compile refused it: no estimate to draw a line through; halve
+        fixed, per = one_need, 0.0
+        width = balanced_width(n_starts, max(1, upper // 2))
     while width > 1:
         est, w_need = estimate(width)
         estimates.append(est)
         if w_need <= budget.nbytes:
             break
         hi = width
-        fixed, per = linear_fit(1, one_need, width, w_need)
-        # with no usable slope (XLA's estimate is not monotone in width) halve instead of
-        # creeping down one width and one compile at a time
-        fit = width_for_budget(fixed, per, budget.nbytes, hi - 1) if per > 0 else hi // 2
+        if math.isfinite(w_need):
+            fixed, per = linear_fit(1, one_need, width, w_need)
+        # with no usable slope (XLA's estimate is not monotone in width, or the compile refused
+        # the width) halve instead of creeping down one width and one compile at a time
+        usable = math.isfinite(w_need) and per > 0
+        fit = width_for_budget(fixed, per, budget.nbytes, hi - 1) if usable else hi // 2
         width = balanced_width(n_starts, max(1, fit))
     if width == 1 and one_need > budget.nbytes:
         _warn_over_budget(one_need, budget)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..common import log
+from ..device.oom import is_out_of_memory
 from . import record as records
 from .budget import auto_width, memory_budget, need, step_memory, tree_bytes
 from .env import auto_mode_from_env, max_batch_from_env
@@ -99,12 +100,38 @@ def resolve_width(
         info["selected_by"] = spec if tuning is None else f"{spec} ({tuning['source']})"
     n_tune = len([w for w in backend.compiled_widths() if w != width])
     backend.release(keep=_kept(backend, width))
-    backend.compiled_for(width)  # compiled here, so select_s includes it
+    width = _compiled_within_memory(backend, width, n_starts, info)  # so select_s includes it
     select_s = time.perf_counter() - t0
     info["decide_s"] = max(0.0, select_s - backend.compile_seconds(width))
     why, took = info["reason"], info["decide_s"]
     say(spec, "batch_size %r: width %d (%s); deciding took %.3g s", spec, width, why, took)
     return WidthChoice(width, info, tuning, n_tune, select_s)
+
+
+def _compiled_within_memory(backend, width: int, n_starts: int, info) -> int:
+    """``width``, compiled; narrower (halved, balanced over the starts) while the compiler
+    refuses it for the device's memory (a chip's compiler checks a program's buffers against
+    its memory and raises ``RESOURCE_EXHAUSTED``), each back-off logged and recorded in
+    ``info["compile_backoffs"]``: an explicit width too wide for the chip runs at the widest
+    that compiles instead of failing."""
+    while True:
+        try:
+            backend.compiled_for(width)
+            return width
+        except Exception as e:
+            if width == 1 or not is_out_of_memory(e):
+                raise
+            narrower = balanced_width(n_starts, max(1, width // 2))
+            log.logger.warning(
+                "batch_size: a chunk step of width %d does not fit the device's memory (%s); "
+                "running at width %d",
+                width,
+                str(e).splitlines()[0][:160],
+                narrower,
+            )
+            info.setdefault("compile_backoffs", []).append({"from": width, "to": narrower})
+            info["reason"] = f"{info.get('reason', '')}; narrowed to {narrower} to compile"
+            width = narrower
 
 
 def _kept(backend, width: int) -> tuple[int, ...]:
