@@ -374,8 +374,8 @@ def distance_to_minimum(graph: FactorGraphModel, result: Result) -> float:
     """How far the best fit lies from the minimum of the figure of merit, in units of each
     parameter's error: ``max |δᵢ / σᵢ|`` of the Newton step ``δ = -H⁻¹ g`` there (the step
     that would reach the minimum of the local quadratic; ``nan`` without a finite one)."""
-    if result._uncertainty.problem is None:
-        result.attach_problem(graph)
+    if result.problem is None:
+        result = result.attach_problem(graph)
     lap = result.laplace
     grad = jax.grad(lambda p: graph._fom(p, graph._data))(result.best_params)
     shapes = [np.shape(v) for v in jax.tree_util.tree_leaves(result.best_params)]

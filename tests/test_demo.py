@@ -89,7 +89,8 @@ def test_report_prints_the_library_errors(x64):
     sigma_q = ms.laplace(graph, demo.TRUTH).errors["q"]
     (row,) = [line for line in text.splitlines() if line.startswith("q ")]
     assert f"{sigma_q:.4f}" in row.split()
-    np.testing.assert_array_equal(result.errors["q"], sigma_q)
+    np.testing.assert_array_equal(result.attach_problem(graph).errors["q"], sigma_q)
+    assert result.problem is None  # the report attached its own copy: the Result is unchanged
 
 
 def test_a_stalled_demo_says_why_and_whether_its_errors_hold(x64):

@@ -101,4 +101,4 @@ def test_a_saved_fit_keeps_the_fixed_parameter_and_its_free_errors(tmp_path, x64
     loaded = ms.Result.load(tmp_path / "fit.npz")
     assert loaded.best_params["c"] == 0.4 and loaded.errors["c"] == 0.0
     assert loaded.errors["tau"] == fit.errors["tau"] and loaded.errors["a"] == fit.errors["a"]
-    loaded.attach_problem(residuals, SPACE)  # the space's parameters are the Result's
+    loaded = loaded.attach_problem(residuals, SPACE)  # the space's parameters are the Result's

@@ -132,15 +132,17 @@ def small_fit():
 
 def test_result_covariance_is_lazy_and_needs_a_problem(tmp_path):
     result = small_fit()  # a search attaches its problem, and computes nothing for it
-    assert result._uncertainty.problem is not None and result._uncertainty.laplace is None
+    assert result.problem is not None and result._uncertainty.laplace is None
     small_fit().save(tmp_path / "r.npz")
     loaded = ms.Result.load(tmp_path / "r.npz")
     loaded._uncertainty.laplace = None  # as a Result saved without its covariance
     with pytest.raises(ValueError, match="attach_problem"):
         _ = loaded.covariance
-    with NoCompile():  # attaching computes nothing
-        result.attach_problem(parabola, PARABOLA_SPACE)
-    assert result._uncertainty.laplace is None
+    with NoCompile():  # attaching computes nothing, and changes no Result
+        attached = loaded.attach_problem(parabola, PARABOLA_SPACE)
+        result = result.attach_problem(parabola, PARABOLA_SPACE)
+    assert result._uncertainty.laplace is None and attached is not loaded
+    assert loaded.problem is None and attached.problem is not None
     # parabola = sum (x - 1.5)^2 + (y + 0.5)^2: H = 2 I, covariance 2 H^-1 = I
     np.testing.assert_allclose(result.covariance, np.eye(3), atol=1e-4)
     np.testing.assert_allclose(result.errors["x"], [1.0, 1.0], rtol=1e-4)
@@ -179,15 +181,16 @@ def test_attaching_a_problem_replaces_the_covariance_computed_before(tmp_path):
     def steeper(p):  # four times parabola: H = 8 I, covariance 2 H^-1 = I / 4
         return 4.0 * parabola(p)
 
-    loaded.attach_problem(steeper, PARABOLA_SPACE)
-    np.testing.assert_allclose(loaded.covariance, np.eye(3) / 4, atol=1e-4)
+    steep = loaded.attach_problem(steeper, PARABOLA_SPACE)
+    np.testing.assert_allclose(steep.covariance, np.eye(3) / 4, atol=1e-4)
+    np.testing.assert_allclose(loaded.covariance, np.eye(3), atol=1e-4)  # unchanged
 
 
 def test_each_distinct_minimum_gets_its_errors_with_one_compile(x64):
     result = ms.MultiStartAdam(n_starts=8, batch_size=8, n_steps=600, seed=0).fit(
         multimodal, MULTIMODAL_SPACE
     )
-    result.attach_problem(multimodal, MULTIMODAL_SPACE)
+    result = result.attach_problem(multimodal, MULTIMODAL_SPACE)
     with pytest.raises(ValueError, match="errors=True"):
         _ = result.distinct_minima()[0].errors
     from multistart.common.monitor import CompileCounter

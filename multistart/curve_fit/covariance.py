@@ -22,7 +22,7 @@ def _with_curvature(result: Result, f, names, data) -> Result:
     one more compile of the same ``J``; its columns in the space's order. Where ``f`` cannot
     key a kept program, or the covariance is the full Hessian (``covariance="hessian"``), the
     Result's own."""
-    problem = result._uncertainty.problem
+    problem = result.problem
     if problem is None or _model_key(f, names) is None:
         return result
     if getattr(problem, "covariance", None) == "hessian":  # the full Hessian: its own program
@@ -55,7 +55,9 @@ def _result_covariance(result: Result, names, m: int) -> tuple[np.ndarray, np.nd
     if result.best_index < 0:  # no start reached a finite sum of squares
         pcov, fvec = np.full((1, len(names), len(names)), np.nan), np.full((1, m), np.nan)
     else:
-        fit = result._uncertainty.at_best(result.best_index, result.best_params, warn=False)
+        with warnings.catch_warnings():  # said curve_fit's way: the OptimizeWarning below
+            warnings.simplefilter("ignore", RuntimeWarning)
+            fit = result.laplace
         order = [fit.names.index(name) for name in names]
         assert fit.residuals is not None  # a least-squares problem's Laplace
         pcov, fvec = fit.covariance[np.ix_(order, order)][None], fit.residuals[None]

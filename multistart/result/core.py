@@ -21,6 +21,9 @@ from .merge import best_fit, merge
 from .minima import cluster_minima, default_tolerances
 from .uncertainty import Uncertainty
 
+if TYPE_CHECKING:
+    from ..model.problem import Problem
+
 __all__ = ["Result", "Minimum", "best_fit", "warn_if_no_start_improved"]
 
 
@@ -196,18 +199,22 @@ class Result:
     # -- uncertainties ----------------------------------------------------------------------
 
     def attach_problem(self, objective, space=None) -> Result:
-        """Give the Result what its covariance is computed from; returns the Result.
+        """A copy of the Result with what its covariance is computed from.
 
         A search attaches its problem itself; a loaded Result saved without a covariance
-        needs it again (``Result.load(path).attach_problem(objective, space)``). A covariance
-        computed or loaded before is dropped.
+        needs it again (``result = Result.load(path).attach_problem(objective, space)``). The
+        copy computes its covariance afresh; this Result is unchanged (a Result is a record).
 
         Raises:
           ValueError: the space's parameters are not the Result's ``paths``.
         """
-        # not a record of the fit: the source of its lazy covariance
-        object.__setattr__(self, "_uncertainty", Uncertainty.of(self.paths, objective, space))
-        return self
+        return replace(self, uncertainty=Uncertainty.of(self.paths, objective, space))
+
+    @property
+    def problem(self) -> Problem | None:
+        """The problem the covariance is computed from (the figure of merit and its space):
+        ``None`` for a loaded or hand-made Result without one (:meth:`attach_problem`)."""
+        return self._uncertainty.problem
 
     @property
     def laplace(self) -> Laplace:
