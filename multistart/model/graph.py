@@ -236,7 +236,7 @@ class FactorGraphModel:
         self._groups, self._data = _build_groups(
             self.factors, self.names, self.pad_to_common_shape, self.vmap_factors
         )
-        self._check_log_likelihoods(jnp.zeros(()).dtype)
+        self._check_log_likelihoods(jax.dtypes.canonicalize_dtype(jnp.float64))  # no array made
         self._jitted: dict[Any, Callable] = {}
 
     # -- construction checks -------------------------------------------------------------
