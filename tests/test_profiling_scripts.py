@@ -95,7 +95,8 @@ def test_every_section_of_the_accelerator_command_runs_on_a_cpu(tmp_path):
     run = _run("-m", "profiling.accelerator", "--cpu", "--json", record, timeout=1800)
     assert run.returncode == 0, run.stderr[-3000:]
     sections = json.loads(record.read_text())["notes"]["sections"]
-    assert list(sections) == ["many", "float64", "first", "image", "memory", "scan"]
+    # "first" runs before the parent opens the chip (only one process may hold a TPU)
+    assert list(sections) == ["first", "many", "float64", "image", "memory", "scan"]
     assert all(rows for rows in sections.values())
     assert sections["float64"][0]["good"] == sections["float64"][1]["good"]
 
