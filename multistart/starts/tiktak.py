@@ -33,10 +33,13 @@ filter's ranking of candidates drawn over 1-99 % of each prior's unit interval, 
 with some of their coordinates on a bound (the plan's
 :attr:`~multistart.starts.strategies.StartPlan.explore`), so the search reaches optima near or
 on a bound of the box, which the band's candidates (15-85 %) and their blends never come near.
-Its ``n_local`` is two rounds of TikTak's default, and the weights run their schedule over each
-round (``cycle``): a search that ends within the first round (its best re-found) runs as one of
-``4 * n_starts`` local searches would, one whose best keeps moving blends from far to near it
-again.
+Its ``n_local`` is three rounds of TikTak's default, and the weights run their schedule over
+each round (``cycle``): a search that ends within the first round (its best re-found) runs as one
+of ``4 * n_starts`` local searches would, one whose best keeps moving blends from far to near it
+again. Under ``schedule="halving"`` the gate counts only the local searches that ended on their
+own (a pruned one's length is where the race cut it), and a slot the race pruned takes a start
+only once those were short (:attr:`TikTakQueue.refills_pruned`): where local searches are long,
+the race keeps the evaluations it saved.
 """
 
 from __future__ import annotations
