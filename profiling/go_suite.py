@@ -17,6 +17,8 @@ thread (``harness.one_blas_thread``). Solved means the suite's own test, ``|f - 
                 before 2026-12-05, which runs two)
   ours_band     ``MultiStartLBFGS(n_starts=32, start_strategy="band")`` (the default before
                 2026-12-03)
+  ours_halving  the defaults with ``schedule="halving"``: the race of the local searches
+  ours_band_halving  ``start_strategy="band"`` with ``schedule="halving"``
   ours_sobol    the same with ``start_strategy="sobol"``
   ours_tiktak   the same with ``start_strategy="tiktak"``
   ours_box      the defaults with ``start_band=(0, 1)``: candidates over the whole box
@@ -265,6 +267,8 @@ ARMS: dict[str, Callable] = {
     "ours": _ours(),
     "ours_round1": _ours(n_local=128),
     "ours_band": _ours(start_strategy="band"),
+    "ours_halving": _ours(schedule="halving"),
+    "ours_band_halving": _ours(start_strategy="band", schedule="halving"),
     "ours_sobol": _ours(start_strategy="sobol"),
     "ours_tiktak": _ours(start_strategy="tiktak"),
     "ours_box": _ours(start_band=(0.0, 1.0)),

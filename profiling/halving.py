@@ -3,31 +3,39 @@
 Two questions, each answered by arms run side by side in one process (ratios are the figure;
 seconds on a shared machine are not):
 
-``image`` (issue 22's figures 1 and 2): the 48-parameter image fit (``image_model.py``,
-float64) from ``--starts`` starts drawn uniformly in the central band (the same starts for
-every arm, as in ``time_to_solution.py``), at most ``--cap`` evaluations a start. Arms:
+``image`` (issues 22 and 73): the 48-parameter image fit (``image_model.py``, float64;
+``--data`` its truth and noise seed), at most ``--cap`` evaluations a start. scipy's loop runs
+from ``--starts`` starts drawn uniformly in the central band; the engine's arms run as a user
+calls them, from their own starts (the broad-start filter's), unless named ``drawn``. Arms
+(``--arms``, comma-separated; scipy always runs):
 
 - ``scipy``: ``scipy.optimize.minimize(method="L-BFGS-B", jac=True, bounds=...,
-  options={"maxfun": cap})`` over a jitted value-and-grad, looped over the starts, one BLAS
+  options={"maxfun": cap})`` over a jitted value-and-grad, looped over its starts, one BLAS
   thread (``peers.py``), its jit compile included. Every ratio is against this arm.
-- ``halving``: ``MultiStartLBFGS(schedule="halving", n_steps=cap)`` (the default
-  :class:`multistart.Halving`, or ``--r0/--eta/--grace/--keep``).
-- ``all``: ``MultiStartLBFGS(n_steps=cap)``, every start to its end (``--no-all``: left out).
+- ``halving``: ``MultiStartLBFGS(n_starts, schedule="halving", n_steps=cap)`` with the default
+  start strategy (``"band_tiktak"``: the band's first wave, TikTak's refills while the local
+  searches are short) and the default :class:`multistart.Halving` (or ``--r0/--eta/--grace/
+  --keep``).
+- ``band``: the same with ``start_strategy="band"`` (one wave, no refills).
+- ``all``, ``all_band``: the same two with ``schedule="all"``, every start to its end.
+- ``drawn``: ``halving`` with ``start_strategy="band"`` from scipy's own starts (issue 22's
+  figure 1).
 
-The engine's arms run with ``batch_size="auto"`` after an untimed fit of one step of the same
-model has chosen and remembered the width and cached the compiled step (a user's second fit);
-loading it is in their wall, as scipy's jit compile is in its own.
-Per seed and arm: wall / scipy's, evaluations / scipy's, best χ² relative to scipy's best, and
-the evaluations made when the final best was first seen (``evals_to_best``; scipy's counted the
-same way, over its loop).
+The engine's arms run with ``batch_size="auto"`` after an untimed fit of one step a start of
+the same model (its filter included) has chosen and remembered the width and cached the
+compiled programs (a user's second fit); loading them is in their wall, as scipy's jit compile
+is in its own. Per seed and arm: wall / scipy's, evaluations / scipy's, best χ² relative to
+scipy's best, the evaluations made when the final best was first seen (``evals_to_best``;
+scipy's counted the same way, over its loop), the starts pruned and the local searches run.
 
 ``sines`` (figure 3): the sum of three sinusoids of ``multimodal.py`` (9 parameters, float64),
 ``--starts`` starts from the engine's default filter, ``MultiStartLBFGS`` with ``"halving"``
 and with ``"all"``: successes (starts that end within 1 of the truth's χ²), wall, successes
 per second, and whether the fit's best is the global minimum.
 
-    python profiling/halving.py image --seeds 0 1 2               # figure 1 (32 starts)
-    python profiling/halving.py image --starts 128 --seeds 0 --no-all   # figure 2
+    python profiling/halving.py image --seeds 0 1 2               # issue 73: the default starts
+    python profiling/halving.py image --seeds 0 1 2 --arms drawn,all    # figure 1 (32 starts)
+    python profiling/halving.py image --starts 128 --seeds 0 --arms drawn   # figure 2
     python profiling/halving.py sines --seeds 0 1 2 3 4           # figure 3
 """
 
@@ -96,6 +104,7 @@ def engine_arm(search, objective, space, starts=None) -> dict:
         "width": r.stats["batch_size"],
         "select_s": round(r.stats["select_s"], 2),
         "compile_s": round(r.stats["compile_s"], 2),
+        "local": int(r.stats.get("n_local", r.n_starts)),
         "result": r,
     }
 
@@ -110,34 +119,47 @@ def halving_from(args) -> ms.Halving:
     )
 
 
+IMAGE_ARMS = ("scipy", "halving", "band", "all", "all_band", "drawn")
+
+
 def image(args) -> None:
     import image_model
     from central_starts import draw_starts
 
-    objective, space, _ = image_model.make_problem()
+    objective, space, _ = image_model.make_problem(args.data)
     halving, n, cap = halving_from(args), args.starts, args.cap
     common = {"n_starts": n, "n_steps": cap, "log_every": 0, "progress": False, "devices": 1}
-    # An untimed fit of one step chooses and remembers the width ("auto") and puts the chunk
-    # step in the compilation cache, as a user's earlier fit of the model would (the same
-    # n_steps: the history's length is part of the program), so no arm pays the first compile.
-    ms.MultiStartLBFGS(**common, max_evals=n).fit(objective, space, starts=draw_starts(space, n, 0))
+    # An untimed fit of one step per start chooses and remembers the width ("auto"), runs the
+    # broad-start filter and puts the chunk step and the filter's program in the compilation
+    # cache, as a user's earlier fit of the model would (the same n_steps: the history's
+    # length is part of the program), so no arm pays the first compile.
+    ms.MultiStartLBFGS(**common, max_evals=n).fit(objective, space)
     print(
-        f"image fit, {n} starts, at most {cap} evaluations each; {halving}; jax {jax.__version__}"
+        f"image fit (data seed {args.data}), {n} starts, at most {cap} evaluations each; "
+        f"{halving}; jax {jax.__version__}"
     )
     print(f"BLAS: {harness.blas_threads()}; every arm runs with one BLAS thread")
     rows = []
     for seed in args.seeds:
         starts = draw_starts(space, n, seed)
+        engine = {**common, "seed": seed}
+
+        def lbfgs(start_strategy=None, schedule=halving, user=None, engine=engine):
+            chosen = {} if start_strategy is None else {"start_strategy": start_strategy}
+            search = ms.MultiStartLBFGS(**engine, **chosen, schedule=schedule)
+            return engine_arm(search, objective, space, user)
+
         arms = {
             "scipy": lambda s=starts: scipy_arm(objective, space, s, cap),
-            "halving": lambda s=starts, seed=seed: engine_arm(
-                ms.MultiStartLBFGS(**common, seed=seed, schedule=halving), objective, space, s
-            ),
+            # a user's call: the default start strategy and its filter, racing
+            "halving": lambda: lbfgs(),
+            "band": lambda: lbfgs("band"),
+            "all": lambda: lbfgs(schedule="all"),
+            "all_band": lambda: lbfgs("band", schedule="all"),
+            # the race on scipy's own starts (the figures before issue 73)
+            "drawn": lambda s=starts: lbfgs("band", user=s),
         }
-        if not args.no_all:
-            arms["all"] = lambda s=starts, seed=seed: engine_arm(
-                ms.MultiStartLBFGS(**common, seed=seed), objective, space, s
-            )
+        arms = {name: arm for name, arm in arms.items() if name in args.arms}
         names = list(arms) if seed % 2 == 0 else list(arms)[::-1]  # a slow spell hits all
         out = {}
         for name in names:
@@ -153,12 +175,12 @@ def print_image(rows) -> None:
     print()
     print(
         f"{'seed':>4} {'arm':8s}{'wall/scipy':>11}{'CPU/scipy':>10}{'evals/scipy':>12}"
-        f"{'best-scipy (rel)':>18}{'to best/scipy evals':>21}{'pruned':>8}"
+        f"{'best-scipy (rel)':>18}{'to best/scipy evals':>21}{'pruned':>8}{'local':>7}"
     )
     ratios: dict[str, list[tuple]] = {}
     for seed, out in rows:
         ref = out["scipy"]
-        for name in ("scipy", "halving", "all"):
+        for name in IMAGE_ARMS:
             if name not in out:
                 continue
             r = out[name]
@@ -168,6 +190,7 @@ def print_image(rows) -> None:
             print(
                 f"{seed:>4} {name:8s}{ratio[0]:>11.3f}{ratio[1]:>10.3f}{ratio[2]:>12.3f}"
                 f"{rel:>18.2e}{r['to_best'] / ref['evals']:>21.3f}{r.get('pruned', 0):>8}"
+                f"{r.get('local', 32):>7}"
             )
     print("\nmedians over the seeds; best within 0.1 % of scipy's (or better): seeds")
     for name, rs in ratios.items():
@@ -230,10 +253,19 @@ def main(argv=None) -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--starts", type=int, default=None, help="default: 32 (image), 128 (sines)")
     ap.add_argument("--cap", type=int, default=1500, help="evaluations a start at most")
-    ap.add_argument("--no-all", action="store_true", help='leave the "all" arm out (image)')
+    ap.add_argument(
+        "--arms",
+        default="scipy,halving,band",
+        help=f"image: comma-separated, of {', '.join(IMAGE_ARMS)} (scipy always runs)",
+    )
+    ap.add_argument("--data", type=int, default=0, help="image: the model's data seed")
     for key, kind in (("--r0", int), ("--eta", int), ("--grace", float), ("--keep", int)):
         ap.add_argument(key, type=kind, default=None, help="the Halving setting (default: its)")
     args = ap.parse_args(argv)
+    args.arms = ["scipy", *(a for a in args.arms.split(",") if a and a != "scipy")]
+    for arm in args.arms:
+        if arm not in IMAGE_ARMS:
+            ap.error(f"--arms: {arm!r} is not one of {', '.join(IMAGE_ARMS)}")
     if args.starts is None:
         args.starts = 32 if args.problem == "image" else 128
     {"image": image, "sines": sines}[args.problem](args)

@@ -15,10 +15,12 @@ from multistart.host.decide import (
     describe,
     resumed,
 )
+from multistart.host.schedule import Halving, Rungs
 from multistart.starts.queues import refill_slots
 
-R, C, N, M = (
-    s.code for s in (Status.RUNNING, Status.CONVERGED, Status.NONFINITE, Status.MAX_STEPS)
+R, C, N, M, P = (
+    s.code
+    for s in (Status.RUNNING, Status.CONVERGED, Status.NONFINITE, Status.MAX_STEPS, Status.PRUNED)
 )
 SYNC = Due(on_schedule=True)
 
@@ -137,6 +139,43 @@ TABLE = [
         reading([C]),
         Rules(),
         dict(stop="all ended", checkpoint=False),
+    ),
+]
+
+# A race under a queue (issue 73): rung 0 at 10 evaluations keeps the better half. Slot 0 (4.0)
+# falls outside the cut of 1.0, 2.0 and the converged slot 3's 3.0, slot 3 is refilled.
+RACE = Rules(refills=frozenset({N, C, M, P}), halving=Halving(r0=10, eta=2, grace=0.0, keep=1))
+AT_RUNG_0 = dict(best=[4.0, 1.0, 2.0, 3.0], evals=[10, 10, 10, 5], rungs=Rungs.start(4))
+TABLE += [
+    (
+        "a race's pruned slot takes the queue's next start with the ended one",
+        reading([R, R, R, C], **AT_RUNG_0, available=5, n_swept=4),
+        RACE,
+        dict(stop=None, prune=[0], refill=[0, 3], rows=None),
+    ),
+    (
+        "a queue that does not take pruned slots now: the ended one alone",
+        reading([R, R, R, C], **AT_RUNG_0, available=5, n_swept=4, refill_pruned=False),
+        RACE,
+        dict(stop=None, prune=[0], refill=[3], short=0, rows=[1, 2, 3]),
+    ),
+    (
+        "a slot pruned before takes a start once the queue takes pruned slots",
+        reading([P, R, C], rungs=Rungs.start(3), available=5, n_swept=1),
+        RACE,
+        dict(stop=None, prune=[], refill=[0, 2], rows=[0, 1, 2]),
+    ),
+    (
+        "... and waits while it does not",
+        reading([P, R, C], rungs=Rungs.start(3), available=5, n_swept=1, refill_pruned=False),
+        RACE,
+        dict(stop=None, prune=[], refill=[2], rows=[1, 2]),
+    ),
+    (
+        "waiting pruned slots keep no search going: all ended",
+        reading([P, C], rungs=Rungs.start(2), available=0, refill_pruned=False),
+        RACE,
+        dict(stop="all ended", refill=[], short=1),
     ),
 ]
 

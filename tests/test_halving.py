@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import functools
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import NoCompile, assert_same_result
+from conftest import NoCompile, assert_same_result, signal_at_step
 
 import multistart as ms
 
@@ -270,3 +271,121 @@ def test_the_figure_shows_the_rungs(fits):
     labels = [t.get_text() for t in fig.axes[0].texts]
     plt.close(fig)
     assert labels[:2] == ["rung 0: 4 pruned", "rung 1: 4 pruned"], labels
+
+
+# -- the race with L-BFGS's default starts (band_tiktak's refills), issue 73 -------------------
+
+
+def _image(n_blobs: int, side: int, elliptical: bool):
+    """``(chi2, space)`` of ``n_blobs`` Gaussians on a ``side`` x ``side`` image (noise 0.05):
+    a small cousin of ``profiling/image_model.py``."""
+    c = (np.arange(side) + 0.5) / side * 2.0 - 1.0
+    yy, xx = np.meshgrid(c, c, indexing="ij")
+    rng = np.random.default_rng(1)
+    k = n_blobs
+    truth = {
+        "x": rng.uniform(-0.6, 0.6, k),
+        "y": rng.uniform(-0.6, 0.6, k),
+        "flux": rng.uniform(1.0, 5.0, k),
+        "size": rng.uniform(0.08, 0.2, k),
+    }
+    space = {
+        "x": ms.Uniform(-0.8, 0.8, shape=(k,)),
+        "y": ms.Uniform(-0.8, 0.8, shape=(k,)),
+        "flux": ms.LogUniform(0.2, 20.0, shape=(k,)),
+        "size": ms.LogUniform(0.03, 0.4, shape=(k,)),
+    }
+    if elliptical:
+        truth.update(q=rng.uniform(0.3, 0.9, k), theta=rng.uniform(0.1, 3.0, k))
+        space.update(q=ms.Uniform(0.2, 1.0, shape=(k,)), theta=ms.Uniform(0.0, np.pi, shape=(k,)))
+
+    def render(p):
+        dx, dy = xx[..., None] - p["x"], yy[..., None] - p["y"]
+        if elliptical:
+            c, s = jnp.cos(p["theta"]), jnp.sin(p["theta"])
+            dx, dy = c * dx + s * dy, (-s * dx + c * dy) / p["q"]
+        return jnp.sum(p["flux"] * jnp.exp(-0.5 * (dx**2 + dy**2) / p["size"] ** 2), -1)
+
+    img = np.asarray(render(truth)) + rng.normal(0.0, 0.05, xx.shape)
+
+    def chi2(p):
+        return jnp.sum(((render(p) - img) / 0.05) ** 2)
+
+    return chi2, space
+
+
+# Four elliptical blobs (24 parameters): L-BFGS's local searches run hundreds of evaluations,
+# most to n_steps (the 48-parameter image fit's regime). Five round ones (20 parameters): most
+# end on their own within 60-170, so band_tiktak's refills run (the global suite's regime).
+LONG, SHORT = _image(4, 16, elliptical=True), _image(5, 20, elliptical=False)
+DEFAULTS = dict(n_starts=8, batch_size=4, n_steps=400, seed=0, log_every=0)
+
+
+@pytest.fixture(scope="module")
+def default_fits():
+    @functools.cache
+    def fit(problem: str, schedule: str = "all", **kw):
+        chi2, space = {"long": LONG, "short": SHORT}[problem]
+        with jax.enable_x64(True):
+            search = ms.MultiStartLBFGS(**DEFAULTS, **kw, schedule=schedule)
+            return search.fit(chi2, space)
+
+    return fit
+
+
+def test_a_race_with_the_default_starts_spends_fewer_evaluations_and_keeps_the_best(
+    default_fits,
+):
+    """Long local searches: the race keeps the evaluations it saves (its pruned slots take no
+    start, as no search that ended on its own was short), where refilling them spent the
+    whole budget and more (3,700 evaluations against 3,200 before issue 73); the start that
+    ends best is kept, so the best is ``"all"``'s, bit for bit."""
+    full, raced = default_fits("long"), default_fits("long", "halving")
+    assert raced.stats["start_strategy"] == full.stats["start_strategy"] == "band_tiktak"
+    assert raced.best_fom == full.best_fom
+    assert raced.stats["n_evals"] < 0.5 * full.stats["n_evals"]
+    assert raced.stats["n_pruned"] > 0 and np.sum(raced.status == "pruned") > 0
+    assert raced.stats["n_local"] == raced.n_starts  # no pruned slot took a start
+
+
+def test_pruned_slots_take_starts_once_searches_that_ended_on_their_own_were_short(
+    default_fits,
+):
+    raced = default_fits("short", "halving")
+    incs = raced.incarnations
+    own = [q for q in incs if q["status"] != "pruned" and q["replaced_at"] is not None]
+    pruned = [q for q in incs if q["status"] == "pruned" and q["replaced_at"] is not None]
+    assert own and pruned and raced.stats["short_searches"]
+    first_own_end = min(q["replaced_at"] for q in own)
+    assert np.mean([q["n_evals"] for q in own]) <= 300  # band_tiktak's gate
+    # the queue learns a search's length when its slot is refilled: pruned slots wait for it
+    assert min(q["replaced_at"] for q in pruned) > first_own_end
+    # (pruned at step started_at + n_evals: one evaluation a step)
+    assert any(q["replaced_at"] > q["started_at"] + q["n_evals"] for q in pruned)
+    assert raced.stats["n_local"] > raced.n_starts
+    # the same minimum as "all" (found by another search: equal to rounding)
+    assert raced.best_fom == pytest.approx(default_fits("short").best_fom, rel=1e-12)
+
+
+@pytest.mark.parametrize("problem, stop_at", [("short", 60), ("short", 150), ("long", 35)])
+def test_a_race_with_refills_resumes_bit_identically(
+    tmp_path, monkeypatch, default_fits, problem, stop_at
+):
+    """Interrupted while pruned slots wait for the queue (60), among the refills of pruned and
+    ended slots (150), and on the long fit after its rungs (35): the resumed Result is the
+    uninterrupted one's."""
+    pytest.importorskip("orbax.checkpoint")
+    full = default_fits(problem, "halving")
+    chi2, space = {"long": LONG, "short": SHORT}[problem]
+    ck = dict(checkpoint_dir=str(tmp_path / "ck"), checkpoint_every=25)
+    with jax.enable_x64(True):
+        with monkeypatch.context() as mp, pytest.raises(ms.SearchInterrupted):
+            signal_at_step(mp, stop_at)
+            ms.MultiStartLBFGS(**DEFAULTS, **ck, schedule="halving").fit(chi2, space)
+        resumed = ms.MultiStartLBFGS(**DEFAULTS, **ck, schedule="halving").fit(
+            chi2, space, resume=True
+        )
+    assert resumed.stats["resumed_from"] == stop_at
+    assert_same_result(full, resumed)
+    assert resumed.stats["rungs"] == full.stats["rungs"]
+    assert resumed.stats["n_local"] == full.stats["n_local"]

@@ -211,10 +211,8 @@ def test_the_defaults_explore_refills_resume_bit_identically(tmp_path, monkeypat
     assert same_result(full, resumed)
 
 
-def _ended(n_evals: int):
-    return SimpleNamespace(
-        n_evals=n_evals, status=Status.CONVERGED.code, best_fom=1.0, best_u=np.zeros(1)
-    )
+def _ended(n_evals: int, status: Status = Status.CONVERGED):
+    return SimpleNamespace(n_evals=n_evals, status=status.code, best_fom=1.0, best_u=np.zeros(1))
 
 
 def test_band_tiktak_hands_out_starts_only_while_the_local_searches_are_short():
@@ -230,6 +228,36 @@ def test_band_tiktak_hands_out_starts_only_while_the_local_searches_are_short():
     plain = TikTakQueue({"a": np.linspace(0.1, 0.9, 9)}, space, n_local=12, n_first=3)
     plain.observe([_ended(10_000)])
     assert plain.short_searches and plain.available() == 9  # "tiktak": however long
+
+
+# (records the queue observes, in turn; then: mean_evals, short_searches, refills_pruned)
+RACED = [
+    ("nothing ended yet: open, but no pruned slot taken", [], (None, True, False)),
+    (
+        "pruned starts are the race's cuts, not lengths",
+        [(4, "pruned"), (40, "pruned")],
+        (None, True, False),
+    ),
+    ("a short search that ended on its own", [(4, "pruned"), (8, "converged")], (8, True, True)),
+    ("one that died counts as its own end", [(6, "nonfinite")], (6, True, True)),
+    ("long ones, with the pruned left out", [(4, "pruned"), (30, "max_steps")], (30, False, False)),
+    ("short on average", [(30, "stalled"), (2, "converged"), (400, "pruned")], (16, True, True)),
+]
+
+
+@pytest.mark.parametrize("name, records, expected", RACED, ids=[r[0] for r in RACED])
+def test_the_length_gate_counts_searches_that_ended_on_their_own(name, records, expected):
+    """Under a race, band_tiktak's gate measures the local searches' own lengths: a pruned
+    start's evaluations are where the race cut it. A slot the race pruned takes a start only
+    once searches that ended on their own have shown they are short (issue 73)."""
+    space = Space({"a": ms.Uniform(0.0, 1.0)})
+    queue = TikTakQueue({"a": np.linspace(0.1, 0.9, 9)}, space, n_local=12, n_first=3, short=20)
+    queue.observe([_ended(n, Status(word)) for n, word in records])
+    assert (queue.mean_evals, queue.short_searches, queue.refills_pruned) == expected
+    assert queue.available() == (9 if expected[1] else 0)
+    plain = TikTakQueue({"a": np.linspace(0.1, 0.9, 9)}, space, n_local=12, n_first=3)
+    plain.observe([_ended(n, Status(word)) for n, word in records])
+    assert plain.refills_pruned  # TikTak's own n_local: every freed slot, as without a race
 
 
 def test_every_second_start_comes_from_the_explore_pool_as_is_and_a_replay_advances_it():

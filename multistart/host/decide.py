@@ -108,6 +108,9 @@ class Reading:
       signal: ``"SIGINT"`` or ``"SIGTERM"`` once one arrived (in any process), else ``None``.
       out_of_time: ``max_time_s`` has passed (in any process).
       available: new starts the queue can still hand out (``None``: no end; 0 without one).
+      refill_pruned: slots the halving schedule pruned may take new starts now (the queue's
+        :attr:`~multistart.starts.queues.StartQueue.refills_pruned`); otherwise they stay
+        pruned, and only slots whose start ended on its own are refilled.
       rungs: the halving schedule's record so far (``None`` without the schedule).
       width: the width the sweep steps at now.
       tail_since: the step of the tail decision at which the running rows first fitted a
@@ -126,6 +129,7 @@ class Reading:
     signal: str | None = None
     out_of_time: bool = False
     available: int | None = 0
+    refill_pruned: bool = True
     rungs: Rungs | None = None
     width: int = 0
     tail_since: int = -1
@@ -265,7 +269,9 @@ def settle(r: Reading, rules: Rules) -> dict[str, Any]:
     :class:`Decision`'s ``prune``, ``refill``, ``short``, ``ended``, ``status`` and ``rungs``
     (refilled slots start again before rung 0). Pure.
 
-    A slot pruned here may be refilled at once (a queue refills ``pruned`` slots).
+    A slot pruned here may be refilled at once (a queue refills ``pruned`` slots), when the
+    queue takes pruned slots now (``r.refill_pruned``); one it does not take stays pruned, and
+    a later sync refills it once the queue does.
     """
     status, rungs, pruned = r.status, r.rungs, _NONE
     if rules.halving is not None and rungs is not None:
@@ -275,7 +281,8 @@ def settle(r: Reading, rules: Rules) -> dict[str, Any]:
             status[pruned] = _PRUNED
     refill, short, ended = _NONE, 0, _NONE
     if rules.refills:
-        refill, short = refill_slots(status, rules.refills, r.available)
+        codes = rules.refills if r.refill_pruned else rules.refills - {_PRUNED}
+        refill, short = refill_slots(status, codes, r.available)
         if refill.size:
             ended = status[refill]
             status = status.copy()

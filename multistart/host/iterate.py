@@ -277,6 +277,7 @@ def _reading(engine: Engine, state: RunState, synced, due: Due, **seen) -> Readi
         evals_replaced=0 if lineage is None else lineage.evals_replaced,
         n_swept=engine.sweeper.rows.size,
         available=0 if refiller is None else refiller.queue.available(),
+        refill_pruned=refiller is None or refiller.queue.refills_pruned,
         rungs=state.rungs,
         width=engine.sweeper.width,
         tail_since=state.tail_since,

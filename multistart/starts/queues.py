@@ -59,6 +59,14 @@ class StartQueue:
         """The local searches whose slots were just refilled, in the order they ended."""
 
     @property
+    def refills_pruned(self) -> bool:
+        """May a slot the halving schedule pruned take a start now? A queue hands its starts
+        to any freed slot (this default); one whose refills pay only where local searches are
+        short waits until they have shown it
+        (:attr:`multistart.starts.tiktak.TikTakQueue.refills_pruned`)."""
+        return True
+
+    @property
     def stop_reason(self) -> str | None:
         """The rule by which this queue hands out no more starts before it is empty (``None``:
         none did). The local searches running then still run to their ends, and the search

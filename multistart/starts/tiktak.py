@@ -33,10 +33,13 @@ filter's ranking of candidates drawn over 1-99 % of each prior's unit interval, 
 with some of their coordinates on a bound (the plan's
 :attr:`~multistart.starts.strategies.StartPlan.explore`), so the search reaches optima near or
 on a bound of the box, which the band's candidates (15-85 %) and their blends never come near.
-Its ``n_local`` is two rounds of TikTak's default, and the weights run their schedule over each
-round (``cycle``): a search that ends within the first round (its best re-found) runs as one of
-``4 * n_starts`` local searches would, one whose best keeps moving blends from far to near it
-again.
+Its ``n_local`` is three rounds of TikTak's default, and the weights run their schedule over
+each round (``cycle``): a search that ends within the first round (its best re-found) runs as one
+of ``4 * n_starts`` local searches would, one whose best keeps moving blends from far to near it
+again. Under ``schedule="halving"`` the gate counts only the local searches that ended on their
+own (a pruned one's length is where the race cut it), and a slot the race pruned takes a start
+only once those were short (:attr:`TikTakQueue.refills_pruned`): where local searches are long,
+the race keeps the evaluations it saved.
 """
 
 from __future__ import annotations
@@ -52,6 +55,8 @@ from ..model.priors import Space
 from .queues import StartQueue
 
 __all__ = ["TikTakQueue", "Discoveries", "theta"]
+
+_PRUNED = Status.PRUNED.code
 
 
 def theta(i: int, n_local: int) -> float:
@@ -171,12 +176,16 @@ class TikTakQueue(StartQueue):
     def observe(self, records) -> None:
         if self.discoveries is not None:
             self.discoveries.observe(records)
-        self.ended_evals += sum(int(r.n_evals) for r in records)
-        self.n_ended += len(records)
+        # A start the halving schedule pruned stopped where the race cut it: its length says
+        # how far the race let it run, not how long a local search is, so it is not counted.
+        own = [r for r in records if int(r.status) != _PRUNED]
+        self.ended_evals += sum(int(r.n_evals) for r in own)
+        self.n_ended += len(own)
 
     @property
     def mean_evals(self) -> float | None:
-        """Evaluations a local search took on average, over those ended (``None``: none yet)."""
+        """Evaluations a local search took on average, over those that ended on their own
+        (converged, stalled, died or at their cap; not pruned), ``None``: none yet."""
         return self.ended_evals / self.n_ended if self.n_ended else None
 
     @property
@@ -184,6 +193,15 @@ class TikTakQueue(StartQueue):
         """Are the local searches short enough to start more (always, without ``short``)?"""
         mean = self.mean_evals
         return self.short is None or mean is None or mean <= self.short
+
+    @property
+    def refills_pruned(self) -> bool:
+        """May a slot the halving schedule pruned take a start now? Under ``short`` only once
+        local searches that ended on their own have shown they are short (their mean within
+        ``short``): a race on long local searches keeps the evaluations it saved, where
+        refilling its pruned slots would spend them all (``docs/schedule.md``). Without
+        ``short`` (TikTak's own ``n_local``), always."""
+        return self.short is None or (self.n_ended > 0 and self.short_searches)
 
     @property
     def stop_reason(self) -> str | None:
