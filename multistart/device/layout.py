@@ -38,9 +38,10 @@ class Layout:
     dtype: Any
 
     def to_physical(self, u):
-        """One start's unconstrained parameters to its physical pytree (traceable)."""
+        """One start's unconstrained parameters to its physical pytree (traceable): the
+        space's params pytree, never the view a model may be called with."""
         if self.flat:
-            return self.space.unravel(self.space.forward_flat(u))
+            return self.space.unravel_tree(self.space.forward_flat(u))
         return self.space.to_physical(u)
 
     def starts(self, x):
@@ -61,7 +62,7 @@ class Layout:
         if self.flat:
             u1 = jax.ShapeDtypeStruct((1, self.space.n_dims), dtype)
         else:  # the unconstrained pytree has the physical one's shapes
-            u1 = self.space.example(dtype, batch=(1,))
+            u1 = self.space.example_tree(dtype, batch=(1,))
         status = jax.ShapeDtypeStruct((1,), np.int8)
         pop = jax.eval_shape(
             lambda u, st: init_population(solver, u, 1, window, status=st), u1, status

@@ -3,7 +3,9 @@
 A :class:`Factor` is a log-likelihood, its data and (optionally) parameters of its own. A
 :class:`FactorGraphModel` joins factors under shared parameters. Each distinct data shape is its
 own computation in the compiled program; padded to one grid and stacked under one ``vmap``,
-factors compile as one (the figures: ``profiling/README.md``, "Graph padding").
+factors compile as one (the figures: ``profiling/README.md``, "Graph padding"), and their own
+parameters reach the model stacked too (:mod:`multistart.model.plates`), so the program does not
+grow with the number of factors of one kind (``docs/factor-graphs.md``, "Cohorts").
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from ..common import xla
-from .priors import Space
+from .plates import GraphParams, GraphSpace, Plate, prior_kind
+from .priors import Prior, Space
 from .problem import Problem, add_note, check_scalar
 
 __all__ = ["Factor", "FactorGraphModel", "FactorView"]
@@ -189,8 +192,9 @@ class FactorGraphModel:
         weight, inverse-sigma or mask array in the data and multiply by it
         (:meth:`check_padding` checks).
       vmap_factors: stack each group of two or more factors with identical layouts (after any
-        padding) and ``jax.vmap`` the log-likelihood over it: the same to rounding, a shorter
-        compile.
+        padding), their own parameters as one array a parameter with a factor axis, and
+        ``jax.vmap`` the log-likelihood over it: the same to rounding, and a program whose size
+        does not grow with the number of factors in the group.
       name: a short name for logs and errors.
 
     Raises:
@@ -231,10 +235,14 @@ class FactorGraphModel:
         if not isinstance(name, str) or not name:
             raise TypeError(f"name must be a non-empty str; got {name!r}")
         self.name = name
-        self.space = Space(self._graph_space_tree(), argname="the graph's parameters")
         self._by_name = dict(zip(self.names, self.factors, strict=True))
         self._groups, self._data = _build_groups(
             self.factors, self.names, self.pad_to_common_shape, self.vmap_factors
+        )
+        plates = [Plate(g.names, g.own, g.stacked) for g in self._groups]
+        shared = tuple(self.shared.tree) if self.shared else ()
+        self.space = GraphSpace(
+            self._graph_space_tree(), shared, plates, argname="the graph's parameters"
         )
         self._check_log_likelihoods(jnp.zeros(()).dtype)
         self._jitted: dict[Any, Callable] = {}
@@ -268,7 +276,7 @@ class FactorGraphModel:
         return tree
 
     def _check_log_likelihoods(self, dtype) -> None:
-        example = self.space.example(dtype)
+        example = self.space.example_tree(dtype)
         for name, f in zip(self.names, self.factors, strict=True):
             params = self.factor_params(example, name)
             try:
@@ -287,6 +295,7 @@ class FactorGraphModel:
         return Problem(fom=self._fom, space=self.space, data=self._data, name=self.name)
 
     def _fom(self, params, data):
+        params = self.space.view(params)
         return -2.0 * (self._total_log_likelihood(params, data) + self.space.log_prob(params))
 
     def _total_log_likelihood(self, params, data):
@@ -315,7 +324,11 @@ class FactorGraphModel:
         return tuple(self._terms(params, data, lambda group: group.fn.residuals))
 
     def _terms(self, params, data, fn_of: Callable) -> list:
-        """``fn_of(group)`` of each factor (one vmapped term for a stacked group), in order."""
+        """``fn_of(group)`` of each factor (one vmapped term for a stacked group), in order;
+        ``params`` the params pytree or its :class:`GraphParams`."""
+        params = self.space.view(params)
+        if isinstance(params, GraphParams):
+            return self._stacked_terms(params, data, fn_of)
         shared = self._shared_params(params)
         out = []
         for group, gdata in zip(self._groups, data, strict=True):
@@ -330,6 +343,23 @@ class FactorGraphModel:
             else:
                 for n, d in zip(group.names, gdata, strict=True):
                     out.append(fn({**shared, **(params[n] if group.own else {})}, d))
+        return out
+
+    def _stacked_terms(self, params: GraphParams, data, fn_of: Callable) -> list:
+        """:meth:`_terms` at the model's view: a stacked group's own parameters arrive
+        stacked, so its term is one ``vmap`` whatever the number of its factors."""
+        shared, out = params.shared, []
+        for group, own, gdata in zip(self._groups, params.own, data, strict=True):
+            fn = fn_of(group)
+            if group.stacked:
+
+                def one(o, d, fn=fn):
+                    return fn({**shared, **o}, d)
+
+                out.append(jax.vmap(one)(own, gdata))
+            else:
+                for o, d in zip(own, gdata, strict=True):
+                    out.append(fn({**shared, **o}, d))
         return out
 
     def _shared_params(self, params) -> dict:
@@ -352,12 +382,12 @@ class FactorGraphModel:
 
     def log_prior(self, params) -> float:
         """Sum of every prior's ``log_prob`` at graph ``params`` (physical)."""
-        return float(self._jit(self.space.log_prob)(params))
+        return float(self._jit(self.space.log_prob)(self.space.view(params)))
 
     def fom(self, params) -> float:
         """The figure of merit a search minimises, at graph ``params``, as the search sees it
         (padded and stacked as configured)."""
-        return float(self._jit(self._fom)(params, self._data))
+        return float(self._jit(self._fom)(self.space.view(params), self._data))
 
     def factor_views(self, fit, start: int | None = None) -> dict[str, FactorView]:
         """Per-factor views of a fit: each factor's parameters and log-likelihood.
@@ -476,10 +506,15 @@ def _factor_names(factors: list[Factor]) -> list[str]:
 
 
 def _layout_key(f: Factor, exact_shapes: bool):
-    """Factors with equal keys can share a kernel (after padding when ``exact_shapes`` is off)."""
+    """Factors with equal keys can share a kernel (after padding when ``exact_shapes`` is off):
+    one log-likelihood, one data layout, and own parameters of one structure whose priors are
+    of one kind, parameter by parameter (so that they stack: :func:`prior_kind`)."""
     leaves, treedef = jax.tree_util.tree_flatten(f.data)
     data = tuple((a.shape if exact_shapes else a.ndim, a.dtype.str) for a in leaves)
-    own = None if f.space is None else (f.space.treedef, tuple(p.shape for p in f.space.priors))
+    own = None
+    if f.space is not None:
+        priors = jax.tree_util.tree_leaves(f.space.tree, is_leaf=lambda x: isinstance(x, Prior))
+        own = (f.space.treedef, tuple(prior_kind(p) for p in priors))
     return (_fn_key(f.log_likelihood), treedef, data, own)
 
 
