@@ -86,6 +86,18 @@ def physical_map(layout: Layout, width: int, programs: Programs, points=None):
         return lambda rows: space.unravel_rows(
             points(np.asarray(rows) if layout.flat else space.ravel(rows))
         )
+    if layout.flat:
+        # flat rows out, the pytree made in NumPy: a program of one output, not one a leaf
+        # (a factor graph's thousands of leaves made a compile of minutes)
+        flat = programs.get("to_physical_flat", lambda: xla.jit(jax.vmap(space.forward_flat)))
+
+        def physical_rows(rows):
+            parts = [
+                np.asarray(flat(chunk))[: hi - lo] for lo, hi, chunk in padded_chunks(rows, width)
+            ]
+            return space.unravel_rows(np.concatenate(parts))
+
+        return physical_rows
     jitted = programs.get("to_physical", lambda: xla.jit(jax.vmap(layout.to_physical)))
 
     def physical(rows):
