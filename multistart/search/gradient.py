@@ -11,7 +11,14 @@ import optax
 
 from ..common import checks
 from ..host import driver
-from ..host.config import ORDER, SearchConfig, options_doc, resolve_absolute_sigma, unknown_options
+from ..host.config import (
+    DEFAULT_STEPS,
+    ORDER,
+    SearchConfig,
+    options_doc,
+    resolve_absolute_sigma,
+    unknown_options,
+)
 from ..host.schedule import Schedule
 from ..result import Result
 from ..solvers import LBFGS, LeastSquaresRule, OptaxSolver, Solver, as_solver
@@ -63,7 +70,7 @@ class MultiStartGradient:
         n_starts: int = 32,
         batch_size: int | str | None = "auto",
         backend: str = "loop",
-        n_steps: int = 1000,
+        n_steps: int | str = "auto",
         seed: int = 0,
         convergence: Convergence | None | str = "auto",
         max_nonfinite: int = 8,
@@ -203,7 +210,7 @@ class MultiStartAdam(MultiStartGradient):
         n_starts: int = 32,
         batch_size: int | str | None = "auto",
         backend: str = "loop",
-        n_steps: int = 1000,
+        n_steps: int | str = "auto",
         seed: int = 0,
         convergence: Convergence | None | str = "auto",
         max_nonfinite: int = 8,
@@ -254,7 +261,7 @@ class MultiStartProdigy(MultiStartGradient):
         n_starts: int = 32,
         batch_size: int | str | None = "auto",
         backend: str = "loop",
-        n_steps: int = 1000,
+        n_steps: int | str = "auto",
         seed: int = 0,
         convergence: Convergence | None | str = "auto",
         max_nonfinite: int = 8,
@@ -307,7 +314,7 @@ class MultiStartADABelief(MultiStartGradient):
         n_starts: int = 32,
         batch_size: int | str | None = "auto",
         backend: str = "loop",
-        n_steps: int = 1000,
+        n_steps: int | str = "auto",
         seed: int = 0,
         convergence: Convergence | None | str = "auto",
         max_nonfinite: int = 8,
@@ -359,7 +366,7 @@ class MultiStartLion(MultiStartGradient):
         n_starts: int = 32,
         batch_size: int | str | None = "auto",
         backend: str = "loop",
-        n_steps: int = 1000,
+        n_steps: int | str = "auto",
         seed: int = 0,
         convergence: Convergence | None | str = "auto",
         max_nonfinite: int = 8,
@@ -425,7 +432,7 @@ class MultiStartLBFGS(MultiStartGradient):
         n_starts: int = 32,
         batch_size: int | str | None = "auto",
         backend: str = "loop",
-        n_steps: int = 1000,
+        n_steps: int | str = "auto",
         seed: int = 0,
         convergence: Convergence | None | str = "auto",
         max_nonfinite: int = 8,
@@ -483,6 +490,8 @@ def _resolve_auto(solver: Solver, options: dict) -> None:
             options["start_strategy"] = "band_tiktak"
         else:
             options["start_strategy"] = "band"
+    if _is_auto(options.get("n_steps", "auto")) and not isinstance(solver, LBFGS):
+        options["n_steps"] = DEFAULT_STEPS  # L-BFGS's is sized by the problem when it is fitted
     options["absolute_sigma"] = resolve_absolute_sigma(
         options.get("absolute_sigma"),
         least_squares=isinstance(solver, LeastSquaresRule),
