@@ -292,7 +292,7 @@ class FactorGraphModel:
 
     def multistart_problem(self) -> Problem:
         """The :class:`multistart.model.problem.Problem` a search fits (data as an argument)."""
-        return Problem(fom=self._fom, space=self.space, data=self._data, name=self.name)
+        return Problem(fom=self._fom, space=self.space, data=self._data, name=self.name, model=self)
 
     def _fom(self, params, data):
         params = self.space.view(params)
@@ -389,29 +389,103 @@ class FactorGraphModel:
         (padded and stacked as configured)."""
         return float(self._jit(self._fom)(self.space.view(params), self._data))
 
-    def factor_views(self, fit, start: int | None = None) -> dict[str, FactorView]:
+    def factor_views(
+        self, fit, start: int | None = None, *, names: Sequence[str] | None = None
+    ) -> dict[str, FactorView]:
         """Per-factor views of a fit: each factor's parameters and log-likelihood.
 
         Args:
           fit: a :class:`multistart.Result` of this graph, or a graph params pytree.
           start: with a Result, view this start's best parameters instead of the best fit.
+          names: only these factors (default: every one; a cohort's thousands take a call
+            each).
 
         Returns:
-          ``{factor name: FactorView}`` in graph order.
+          ``{factor name: FactorView}`` in graph order (or in the order of ``names``).
         """
         params = _params_of(fit, start)
-        lls = self.log_likelihoods(params)
-        return {
-            name: FactorView(
+        out = {}
+        for name in self.names if names is None else names:
+            f = self._factor(name)
+            p = self.factor_params(params, name)
+            out[name] = FactorView(
                 name=name,
-                params=self.factor_params(params, name),
+                params=p,
                 own_params=params[name] if f.space is not None else {},
-                log_likelihood=lls[name],
+                log_likelihood=float(self._jit(f.log_likelihood)(p, f.data)),
                 data=f.data,
                 factor=f,
             )
-            for name, f in zip(self.names, self.factors, strict=True)
+        return out
+
+    def factor_rows(self, params) -> dict[str, np.ndarray]:
+        """Each factor's row of a table at graph ``params``, as columns in graph order.
+
+        Columns: ``factor`` (the name), ``group`` (which of the graph's kernels evaluates it,
+        0, 1, ...: factors of one group were stacked), ``log_likelihood`` (on the data as the
+        search sees it, padded: equal to :meth:`log_likelihoods` where the padding is exact,
+        :meth:`check_padding`), ``log_prior`` (its own parameters' priors), ``fom`` (its
+        contribution to the figure of merit, ``-2 (log_likelihood + log_prior)``: the column
+        sums to the figure of merit less ``-2`` times the shared priors' log-density), then each
+        own parameter by name (``"flux"``, ``"tilt[1]"``; ``nan`` for a factor without it).
+        One compiled call a kind of factor (and one a distinct own prior): no per-factor loop
+        on the device.
+        """
+        view = self.space.view(jax.tree_util.tree_map(np.asarray, params))
+        terms = self._jit(self._term_list)(view, self._data)
+        ll, group = {}, {}
+        for g, (grp, term) in enumerate(zip(self._groups, terms, strict=True)):
+            values = np.atleast_1d(np.asarray(term, dtype=np.float64))
+            for n, v in zip(grp.names, values, strict=True):
+                ll[n], group[n] = float(v), g
+        prior = self._own_log_priors(params)
+        names = list(self.names)
+        rows: dict[str, Any] = {
+            "factor": np.array(names, dtype=object),
+            "group": np.array([group[n] for n in names]),
+            "log_likelihood": np.array([ll[n] for n in names]),
+            "log_prior": np.array([prior.get(n, 0.0) for n in names]),
         }
+        rows["fom"] = -2.0 * (rows["log_likelihood"] + rows["log_prior"])
+        own: dict[str, dict[str, float]] = {}
+        for n, f in zip(names, self.factors, strict=True):
+            if f.space is not None:
+                own[n] = _flat_dict(params[n])
+        columns = list(dict.fromkeys(c for values in own.values() for c in values))
+        for c in columns:
+            if c in rows:
+                raise ValueError(
+                    f"own parameter {c!r} collides with the table's column {c!r}; rename the "
+                    "parameter to tabulate this graph"
+                )
+            rows[c] = np.array([own.get(n, {}).get(c, np.nan) for n in names])
+        return rows
+
+    def _term_list(self, params, data):
+        return self._terms(params, data, lambda group: group.fn)
+
+    def _own_log_priors(self, params) -> dict[str, float]:
+        """Each factor's own priors' log-density at ``params``: one ``vmap`` a distinct prior
+        (a cohort's thousands of ``Normal(0, 0.3)`` are one call)."""
+        calls: dict[Any, tuple[Prior, list[str], list]] = {}
+        for n, f in zip(self.names, self.factors, strict=True):
+            if f.space is None:
+                continue
+            for path, prior, leaf in zip(
+                f.space.paths, f.space.priors, f.space.leaves(params[n]), strict=True
+            ):
+                key = (type(prior), repr(prior), path)
+                calls.setdefault(key, (prior, [], []))
+                calls[key][1].append(n)
+                calls[key][2].append(np.asarray(leaf, dtype=np.float64))
+        out: dict[str, float] = {}
+        for key, (prior, names, values) in calls.items():
+            if ("log_prior", key) not in self._jitted:
+                self._jitted["log_prior", key] = xla.jit(jax.vmap(prior.log_prob))
+            got = np.asarray(self._jitted["log_prior", key](np.stack(values)), dtype=np.float64)
+            for n, v in zip(names, got, strict=True):
+                out[n] = out.get(n, 0.0) + float(v)
+        return out
 
     def check_padding(self, params=None, *, rtol: float = 1e-5, atol: float = 1e-6) -> float:
         """Check that padding leaves each factor's log-likelihood unchanged.
@@ -574,6 +648,20 @@ def _build_groups(factors, names, pad: bool, stack: bool):
             jax.tree_util.tree_map(lambda *xs: np.stack(xs), *datas) if stacked else tuple(datas)
         )
     return groups, tuple(data)
+
+
+def _flat_dict(tree) -> dict[str, float]:
+    """A params (sub)tree as ``{flat name: value}``: ``"b"``, ``"tilt[1]"``, ``"g.flux"``."""
+    out: dict[str, float] = {}
+    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        name = _leaf_name(path)
+        a = np.asarray(leaf, dtype=np.float64)
+        if a.shape == ():
+            out[name] = float(a)
+        else:
+            for i in np.ndindex(a.shape):
+                out[f"{name}[{','.join(map(str, i))}]"] = float(a[i])
+    return out
 
 
 def _params_of(fit, start):

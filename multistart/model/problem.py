@@ -63,6 +63,8 @@ class Problem:
       program_key: a hashable value equal only for problems whose ``fom`` and residuals are
         the same functions of ``(params, data)``: a search then reuses programs compiled for
         data of the same shapes (:mod:`multistart.device.programs`). ``None``: none.
+      model: the model the problem came from (a :class:`multistart.FactorGraphModel`), for
+        what a Result reads off it (``Result.factor_table``); ``None`` for a plain objective.
     """
 
     fom: Callable[[Any, Any], jax.Array]
@@ -74,6 +76,7 @@ class Problem:
     rows_per_datum: int | None = None
     program_key: Any = None
     model_trace: Any = None  # the ModelTrace fom (or a least-squares problem's residuals) replays
+    model: Any = None  # the model it came from (a factor graph), for what a Result reads off it
 
 
 def datum(problem: Problem):
