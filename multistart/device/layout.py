@@ -89,7 +89,10 @@ def physical_map(layout: Layout, width: int, programs: Programs, points=None):
     if layout.flat:
         # flat rows out, the pytree made in NumPy: a program of one output, not one a leaf
         # (a factor graph's thousands of leaves made a compile of minutes)
-        flat = programs.get("to_physical_flat", lambda: xla.jit(jax.vmap(space.forward_flat)))
+        def to_physical(u):  # the program's name, as the pytree's was
+            return space.forward_flat(u)
+
+        flat = programs.get("to_physical_flat", lambda: xla.jit(jax.vmap(to_physical)))
 
         def physical_rows(rows):
             parts = [
