@@ -34,6 +34,7 @@ from .model.priors import Uniform as Uniform
 from .result import Minimum as Minimum
 from .result import Result as Result
 from .result.batch import load_fits as load_fits
+from .result.laplace import ArrowLaplace as ArrowLaplace
 from .result.laplace import Laplace as Laplace
 from .result.laplace import laplace as laplace
 from .search.gradient import MultiStartADABelief as MultiStartADABelief
@@ -61,6 +62,7 @@ _sys.modules[__name__ + ".distributed"] = distributed
 __version__ = "0.1.0"
 
 __all__ = [
+    "ArrowLaplace",
     "BatchFits",
     "CheckpointError",
     "CheckpointMismatch",

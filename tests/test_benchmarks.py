@@ -21,6 +21,7 @@ QUICK = {
     "fixed_cost": ["profiling/fixed_cost.py", "--quick", "--problems", "DanWood"],
     "curve_fit_many": ["profiling/curve_fit_many.py", "--quick"],
     "nist_strd": ["profiling/nist_strd.py", "--quick", "--problems", "DanWood", "--seeds", "0,2"],
+    "cohort": ["profiling/cohort.py", "--quick"],
 }
 
 
@@ -139,3 +140,17 @@ def test_the_profiling_index_names_every_script_and_every_section_of_the_history
     sections = [line[3:] for line in history.splitlines() if line.startswith("## ")]
     links = re.findall(r"^- \[(.+)\]\(HISTORY\.md#([\w-]+)\)$", index, flags=re.M)
     assert links == [(s, _anchor(s)) for s in sections]
+
+
+@pytest.mark.subprocess
+def test_cohort_records_compile_fit_and_errors_against_their_peers(records):
+    _, record, stdout = records["cohort"]
+    assert set(record["ratios"]) == {
+        "compile 200 / 50",
+        "fit ours / scipy",
+        "errors arrow / dense",
+    }
+    assert record["notes"]["errors peer"] == "jax.hessian"
+    # the arrow's errors are jax.hessian's (a correctness check riding on the benchmark)
+    assert record["figures"]["errors largest relative difference"] < 1e-8
+    assert "the whole fit of 200 patients, 2 starts" in stdout

@@ -16,6 +16,7 @@ MODULES = [
     "device.cache",
     "device.chunking",
     "device.distributed",
+    "host.config",
     "host.decide",
     "model.graph",
     "model.priors",

@@ -107,3 +107,17 @@ def test_the_accelerator_command_refuses_a_size_that_is_not_positive_or_an_unkno
     assert run.returncode == 2 and "--starts must be a positive int" in run.stderr, run.stderr
     run = _run("-m", "profiling.accelerator", "--cpu", "--only", "many,gpu")
     assert run.returncode == 2 and "unknown section 'gpu'" in run.stderr, run.stderr
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--patients", "0"], "--patients must be a positive int"),
+        (["--steps", "-3"], "--steps must be a positive int"),
+        (["--hessian-chunk", "-1"], "--hessian-chunk must be >= 0"),
+    ],
+)
+def test_the_cohort_benchmark_refuses_nonsense_as_a_usage_error(argv, message):
+    run = _run("profiling/cohort.py", *argv)
+    assert run.returncode == 2 and message in run.stderr, run.stderr[-2000:]

@@ -38,9 +38,10 @@ class Layout:
     dtype: Any
 
     def to_physical(self, u):
-        """One start's unconstrained parameters to its physical pytree (traceable)."""
+        """One start's unconstrained parameters to its physical pytree (traceable): the
+        space's params pytree, never the view a model may be called with."""
         if self.flat:
-            return self.space.unravel(self.space.forward_flat(u))
+            return self.space.unravel_tree(self.space.forward_flat(u))
         return self.space.to_physical(u)
 
     def starts(self, x):
@@ -61,7 +62,7 @@ class Layout:
         if self.flat:
             u1 = jax.ShapeDtypeStruct((1, self.space.n_dims), dtype)
         else:  # the unconstrained pytree has the physical one's shapes
-            u1 = self.space.example(dtype, batch=(1,))
+            u1 = self.space.example_tree(dtype, batch=(1,))
         status = jax.ShapeDtypeStruct((1,), np.int8)
         pop = jax.eval_shape(
             lambda u, st: init_population(solver, u, 1, window, status=st), u1, status
@@ -85,6 +86,21 @@ def physical_map(layout: Layout, width: int, programs: Programs, points=None):
         return lambda rows: space.unravel_rows(
             points(np.asarray(rows) if layout.flat else space.ravel(rows))
         )
+    if layout.flat:
+        # flat rows out, the pytree made in NumPy: a program of one output, not one a leaf
+        # (a factor graph's thousands of leaves made a compile of minutes)
+        def to_physical(u):  # the program's name, as the pytree's was
+            return space.forward_flat(u)
+
+        flat = programs.get("to_physical_flat", lambda: xla.jit(jax.vmap(to_physical)))
+
+        def physical_rows(rows):
+            parts = [
+                np.asarray(flat(chunk))[: hi - lo] for lo, hi, chunk in padded_chunks(rows, width)
+            ]
+            return space.unravel_rows(np.concatenate(parts))
+
+        return physical_rows
     jitted = programs.get("to_physical", lambda: xla.jit(jax.vmap(layout.to_physical)))
 
     def physical(rows):

@@ -219,12 +219,16 @@ def assemble(
 
 def log_end(result: Result) -> None:
     """The end-of-search log line: the time, the width, the compiles, the best and the minima
-    (for a stack of fits, how many: their minima are not one search's)."""
+    (for a stack of fits, how many: their minima are not one search's; where no start
+    converged, that, and the statuses say how they stopped)."""
     st = result.stats
     counts = ", ".join(f"{k} {v}" for k, v in result.status_counts().items())
     if "rows_per_datum" in st:
         k = st["rows_per_datum"]
         found = f"{len(result.foms) // k} datasets x {k} starts"
+    elif not any(s.settled for s in result.status):
+        # no start ended by a test: their last points are not minima, however many differ
+        found = f"best figure of merit {result.best_fom:.6g}; no start converged"
     else:
         minima = result.distinct_minima()
         each = ", ".join(str(m.n_starts) for m in minima[:MINIMA_SHOWN])

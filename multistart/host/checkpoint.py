@@ -287,7 +287,7 @@ class SearchCheckpoints:
     def of(cls, store: Checkpointer, identity: SearchIdentity, options: SearchConfig):
         """The checkpoints in ``store`` of the search of ``identity`` under ``options``."""
         every, stride = options.checkpoint_every, options.history_stride
-        return cls(store, every, identity, options.n_steps, stride)
+        return cls(store, every, identity, options.steps, stride)
 
     def vet(self, meta: dict, step: int, ignore=()) -> None:
         """Raise :class:`CheckpointMismatch` unless this search may continue ``meta``'s

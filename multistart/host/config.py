@@ -40,7 +40,7 @@ __all__ += [
     "check_dtype",
     "require_orbax",
 ]
-__all__ += ["BATCH_SIZE_HELP"]
+__all__ += ["BATCH_SIZE_HELP", "DEFAULT_STEPS", "steps_for"]
 
 CANDIDATES_PER_START = 10
 # start_strategy="band_tiktak" (L-BFGS's default) draws this many candidates a slot instead:
@@ -132,6 +132,23 @@ def require_orbax():
         ) from e
     configure_logging()  # absl, imported with orbax, may have just given the root logger a handler
     return ocp
+
+
+#: ``n_steps="auto"``: L-BFGS's steps to converge grew with the parameters on the cohort of
+#: ``profiling/cohort.py`` (4,010 at 3,005 parameters, 5,389 at 9,005; docs/profiling.md,
+#: "Cohorts"): twice the parameters covers them, between today's 1,000 and scipy's maxfun.
+STEPS_PER_PARAMETER = 2
+STEPS_AT_LEAST, STEPS_AT_MOST = 1000, 15_000
+DEFAULT_STEPS = STEPS_AT_LEAST  # n_steps="auto" of every rule but L-BFGS
+
+
+def steps_for(n_dims: int) -> int:
+    """``n_steps="auto"`` for ``n_dims`` free parameters.
+
+    >>> steps_for(10), steps_for(3005), steps_for(9005)
+    (1000, 6010, 15000)
+    """
+    return max(STEPS_AT_LEAST, min(STEPS_AT_MOST, STEPS_PER_PARAMETER * int(n_dims)))
 
 
 def option(
@@ -403,7 +420,13 @@ class TikTak(_Group):
 class Stopping(_Group):
     """When a start, and the search, ends."""
 
-    n_steps: int = option(1000, "maximum steps per start.", on_resume=OnResume.GROWS)
+    n_steps: int | str = option(
+        "auto",
+        'maximum steps per start. ``"auto"`` (default): 1000; for L-BFGS, sized by the '
+        "number of free parameters ``n`` when the fit starts, ``max(1000, min(15000, 2 n))`` "
+        "(1000 up to 500 parameters, scipy's ``maxfun`` of 15000 from 7500).",
+        on_resume=OnResume.GROWS,
+    )
     convergence: Convergence | None | str = option(
         "auto",
         "the window guard: a :class:`multistart.Convergence`, or ``None`` for none (a start "
@@ -464,7 +487,9 @@ class Stopping(_Group):
         self._check_stopping()
 
     def _check_stopping(self) -> None:
-        self._integers(n_steps=1, max_nonfinite=1)
+        if self.n_steps != "auto":  # resolved when the fit starts: steps_for
+            self._integers(n_steps=1)
+        self._integers(max_nonfinite=1)
         conv = self.convergence
         if conv == "auto":  # a configuration made without its rule: the guard
             self._set("convergence", DEFAULT_CONVERGENCE)
@@ -825,9 +850,17 @@ class SearchConfig(Output, Uncertainty, Execution, Stopping, TikTak, Starts):
         return self.resurrect or self.max_nonfinite
 
     @property
+    def steps(self) -> int:
+        """``n_steps`` as a fit runs it: ``"auto"`` is resolved when the fit starts
+        (:func:`steps_for`), so a fit's configuration always holds an int."""
+        if not isinstance(self.n_steps, int):
+            raise ValueError("n_steps='auto' is resolved when the fit starts (steps_for)")
+        return self.n_steps
+
+    @property
     def history_stride(self) -> int:
         """History rows are every this many steps."""
-        return -(-self.n_steps // self.max_history)
+        return -(-self.steps // self.max_history)
 
     def couplings(self) -> list[Coupling]:
         """The options given that couple the search's slots: the one list that parts

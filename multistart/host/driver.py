@@ -63,6 +63,7 @@ from .config import (
     TIKTAK_EXPLORE_ON_BOUND,
     TIKTAK_EXPLORE_PER_START,
     SearchConfig,
+    steps_for,
 )
 from .engine import Engine, Setup, Traced, build
 from .identity import search_identity, trace_search
@@ -252,6 +253,7 @@ def run(search, objective, space=None, *, starts=None, resume: bool = False, par
     (:func:`multistart.host.parts.over_processes`); either way every process returns the
     whole Result.
     """
+    search = _sized(search, objective, space)
     mode, why = over_processes(search.options) if part is None else (None, None)
     if mode == "split":
         part = (jax.process_index(), jax.process_count())
@@ -280,6 +282,15 @@ def run(search, objective, space=None, *, starts=None, resume: bool = False, par
         log_end(result)
     _raise_if_stopped_early(state, result)
     return result
+
+
+def _sized(search, objective, space):
+    """The search with ``n_steps="auto"`` resolved for the problem's number of parameters
+    (:func:`multistart.host.config.steps_for`); any other search as it is."""
+    if search.options.n_steps != "auto":
+        return search
+    n_dims = as_problem(objective, space).space.n_dims
+    return search.replace(n_steps=steps_for(n_dims))
 
 
 def _raise_if_stopped_early(state: RunState, result: Result) -> None:

@@ -185,7 +185,7 @@ def _rules(
         group=setup.problem.rows_per_datum or 0,  # a stack of fits: each fit's own starts
         xtol=xtol,
         ftol=ftol,
-        tail=TailPrice.of(choice.tuning, options.n_steps),
+        tail=TailPrice.of(choice.tuning, options.steps),
     )
 
 
@@ -201,7 +201,7 @@ def _population(setup: Setup, traced: Traced, u0, status0) -> tuple[PopState, Ba
     if n_pop > n:
         u0 = jax.tree_util.tree_map(lambda a: pad_rows(np.asarray(a), n_pop - n), u0)
     status = np.concatenate([status0, np.full(n_pop - n, Status.UNSTARTED.code)]).astype(np.int8)
-    n_rows = math.ceil(options.n_steps / options.history_stride)  # of history
+    n_rows = math.ceil(options.steps / options.history_stride)  # of history
 
     # made on the host, no program: each running row's state is set by its first chunk call
     pop = host_population(traced.one_start.opt_state, u0, n_rows, options.window, status)
@@ -240,7 +240,7 @@ def _width(
             start_step=traced.start_step,
             backend_name=options.backend,
             program_hash=program_hash,  # the step lowered once, for the identity
-            n_steps=options.n_steps,  # "auto" times widths only where the fit pays for it
+            n_steps=options.steps,  # "auto" times widths only where the fit pays for it
             # a stack's small fits end early: priced at the share of n_steps they run
             run_share=STACK_RUN_SHARE if setup.problem.rows_per_datum else 1.0,
         )

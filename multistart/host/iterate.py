@@ -63,7 +63,7 @@ def iterate(
     display = Display(engine.options, n=engine.n, initial=state.step)
     calls, first = Calls(engine, learned), True
     try:
-        while state.stop is None and state.step < engine.options.n_steps:
+        while state.stop is None and state.step < engine.options.steps:
             t_call, (asked, until_end), before = (
                 time.perf_counter(),
                 calls.next(state.step),
@@ -148,7 +148,7 @@ class Calls:
         self._sweeper = engine.sweeper
         self._engine = engine
         decides = engine.refiller is not None or others
-        self.periods = [options.n_steps] + (
+        self.periods = [options.steps] + (
             [options.sync_every] if decides and not self.until_end else []
         )
         if engine.checkpoints is not None:
@@ -195,7 +195,7 @@ def _narrows(engine: Engine) -> bool:
 
 
 def _due(engine: Engine, step: int, first: bool, display: Display, flag: SignalFlag) -> Due:
-    last = step == engine.options.n_steps
+    last = step == engine.options.steps
     logging_due, drawing = display.due(step, last, engine.together)
     checkpoints = engine.checkpoints
     return Due(

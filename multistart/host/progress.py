@@ -68,7 +68,7 @@ class Display:
 
     def __init__(self, options, *, n: int, initial: int):
         shown = interactive() if options.progress is None else options.progress
-        self.every, self.n_steps, self.n = options.log_every, options.n_steps, n
+        self.every, self.n_steps, self.n = options.log_every, options.steps, n
         self.t_last, self.evals_last = time.perf_counter(), 0
         self.evals = 0  # evaluations stepped by this run (for the rates shown)
         self._bar, self._drawn, self._step = None, 0.0, initial

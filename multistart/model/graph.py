@@ -3,7 +3,9 @@
 A :class:`Factor` is a log-likelihood, its data and (optionally) parameters of its own. A
 :class:`FactorGraphModel` joins factors under shared parameters. Each distinct data shape is its
 own computation in the compiled program; padded to one grid and stacked under one ``vmap``,
-factors compile as one (the figures: ``profiling/README.md``, "Graph padding").
+factors compile as one (the figures: ``profiling/README.md``, "Graph padding"), and their own
+parameters reach the model stacked too (:mod:`multistart.model.plates`), so the program does not
+grow with the number of factors of one kind (``docs/factor-graphs.md``, "Cohorts").
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from ..common import xla
-from .priors import Space
+from .plates import GraphParams, GraphSpace, Plate, prior_kind
+from .priors import Prior, Space
 from .problem import Problem, add_note, check_scalar
 
 __all__ = ["Factor", "FactorGraphModel", "FactorView"]
@@ -189,8 +192,9 @@ class FactorGraphModel:
         weight, inverse-sigma or mask array in the data and multiply by it
         (:meth:`check_padding` checks).
       vmap_factors: stack each group of two or more factors with identical layouts (after any
-        padding) and ``jax.vmap`` the log-likelihood over it: the same to rounding, a shorter
-        compile.
+        padding), their own parameters as one array a parameter with a factor axis, and
+        ``jax.vmap`` the log-likelihood over it: the same to rounding, and a program whose size
+        does not grow with the number of factors in the group.
       name: a short name for logs and errors.
 
     Raises:
@@ -231,10 +235,14 @@ class FactorGraphModel:
         if not isinstance(name, str) or not name:
             raise TypeError(f"name must be a non-empty str; got {name!r}")
         self.name = name
-        self.space = Space(self._graph_space_tree(), argname="the graph's parameters")
         self._by_name = dict(zip(self.names, self.factors, strict=True))
         self._groups, self._data = _build_groups(
             self.factors, self.names, self.pad_to_common_shape, self.vmap_factors
+        )
+        plates = [Plate(g.names, g.own, g.stacked) for g in self._groups]
+        shared = tuple(self.shared.tree) if self.shared else ()
+        self.space = GraphSpace(
+            self._graph_space_tree(), shared, plates, argname="the graph's parameters"
         )
         self._check_log_likelihoods(jax.dtypes.canonicalize_dtype(jnp.float64))  # no array made
         self._jitted: dict[Any, Callable] = {}
@@ -268,7 +276,7 @@ class FactorGraphModel:
         return tree
 
     def _check_log_likelihoods(self, dtype) -> None:
-        example = self.space.example(dtype)
+        example = self.space.example_tree(dtype)
         for name, f in zip(self.names, self.factors, strict=True):
             params = self.factor_params(example, name)
             try:
@@ -284,9 +292,10 @@ class FactorGraphModel:
 
     def multistart_problem(self) -> Problem:
         """The :class:`multistart.model.problem.Problem` a search fits (data as an argument)."""
-        return Problem(fom=self._fom, space=self.space, data=self._data, name=self.name)
+        return Problem(fom=self._fom, space=self.space, data=self._data, name=self.name, model=self)
 
     def _fom(self, params, data):
+        params = self.space.view(params)
         return -2.0 * (self._total_log_likelihood(params, data) + self.space.log_prob(params))
 
     def _total_log_likelihood(self, params, data):
@@ -315,7 +324,11 @@ class FactorGraphModel:
         return tuple(self._terms(params, data, lambda group: group.fn.residuals))
 
     def _terms(self, params, data, fn_of: Callable) -> list:
-        """``fn_of(group)`` of each factor (one vmapped term for a stacked group), in order."""
+        """``fn_of(group)`` of each factor (one vmapped term for a stacked group), in order;
+        ``params`` the params pytree or its :class:`GraphParams`."""
+        params = self.space.view(params)
+        if isinstance(params, GraphParams):
+            return self._stacked_terms(params, data, fn_of)
         shared = self._shared_params(params)
         out = []
         for group, gdata in zip(self._groups, data, strict=True):
@@ -330,6 +343,23 @@ class FactorGraphModel:
             else:
                 for n, d in zip(group.names, gdata, strict=True):
                     out.append(fn({**shared, **(params[n] if group.own else {})}, d))
+        return out
+
+    def _stacked_terms(self, params: GraphParams, data, fn_of: Callable) -> list:
+        """:meth:`_terms` at the model's view: a stacked group's own parameters arrive
+        stacked, so its term is one ``vmap`` whatever the number of its factors."""
+        shared, out = params.shared, []
+        for group, own, gdata in zip(self._groups, params.own, data, strict=True):
+            fn = fn_of(group)
+            if group.stacked:
+
+                def one(o, d, fn=fn):
+                    return fn({**shared, **o}, d)
+
+                out.append(jax.vmap(one)(own, gdata))
+            else:
+                for o, d in zip(own, gdata, strict=True):
+                    out.append(fn({**shared, **o}, d))
         return out
 
     def _shared_params(self, params) -> dict:
@@ -352,36 +382,110 @@ class FactorGraphModel:
 
     def log_prior(self, params) -> float:
         """Sum of every prior's ``log_prob`` at graph ``params`` (physical)."""
-        return float(self._jit(self.space.log_prob)(params))
+        return float(self._jit(self.space.log_prob)(self.space.view(params)))
 
     def fom(self, params) -> float:
         """The figure of merit a search minimises, at graph ``params``, as the search sees it
         (padded and stacked as configured)."""
-        return float(self._jit(self._fom)(params, self._data))
+        return float(self._jit(self._fom)(self.space.view(params), self._data))
 
-    def factor_views(self, fit, start: int | None = None) -> dict[str, FactorView]:
+    def factor_views(
+        self, fit, start: int | None = None, *, names: Sequence[str] | None = None
+    ) -> dict[str, FactorView]:
         """Per-factor views of a fit: each factor's parameters and log-likelihood.
 
         Args:
           fit: a :class:`multistart.Result` of this graph, or a graph params pytree.
           start: with a Result, view this start's best parameters instead of the best fit.
+          names: only these factors (default: every one; a cohort's thousands take a call
+            each).
 
         Returns:
-          ``{factor name: FactorView}`` in graph order.
+          ``{factor name: FactorView}`` in graph order (or in the order of ``names``).
         """
         params = _params_of(fit, start)
-        lls = self.log_likelihoods(params)
-        return {
-            name: FactorView(
+        out = {}
+        for name in self.names if names is None else names:
+            f = self._factor(name)
+            p = self.factor_params(params, name)
+            out[name] = FactorView(
                 name=name,
-                params=self.factor_params(params, name),
+                params=p,
                 own_params=params[name] if f.space is not None else {},
-                log_likelihood=lls[name],
+                log_likelihood=float(self._jit(f.log_likelihood)(p, f.data)),
                 data=f.data,
                 factor=f,
             )
-            for name, f in zip(self.names, self.factors, strict=True)
+        return out
+
+    def factor_rows(self, params) -> dict[str, np.ndarray]:
+        """Each factor's row of a table at graph ``params``, as columns in graph order.
+
+        Columns: ``factor`` (the name), ``group`` (which of the graph's kernels evaluates it,
+        0, 1, ...: factors of one group were stacked), ``log_likelihood`` (on the data as the
+        search sees it, padded: equal to :meth:`log_likelihoods` where the padding is exact,
+        :meth:`check_padding`), ``log_prior`` (its own parameters' priors), ``fom`` (its
+        contribution to the figure of merit, ``-2 (log_likelihood + log_prior)``: the column
+        sums to the figure of merit less ``-2`` times the shared priors' log-density), then each
+        own parameter by name (``"flux"``, ``"tilt[1]"``; ``nan`` for a factor without it).
+        One compiled call a kind of factor (and one a distinct own prior): no per-factor loop
+        on the device.
+        """
+        view = self.space.view(jax.tree_util.tree_map(np.asarray, params))
+        terms = self._jit(self._term_list)(view, self._data)
+        ll, group = {}, {}
+        for g, (grp, term) in enumerate(zip(self._groups, terms, strict=True)):
+            values = np.atleast_1d(np.asarray(term, dtype=np.float64))
+            for n, v in zip(grp.names, values, strict=True):
+                ll[n], group[n] = float(v), g
+        prior = self._own_log_priors(params)
+        names = list(self.names)
+        rows: dict[str, Any] = {
+            "factor": np.array(names, dtype=object),
+            "group": np.array([group[n] for n in names]),
+            "log_likelihood": np.array([ll[n] for n in names]),
+            "log_prior": np.array([prior.get(n, 0.0) for n in names]),
         }
+        rows["fom"] = -2.0 * (rows["log_likelihood"] + rows["log_prior"])
+        own: dict[str, dict[str, float]] = {}
+        for n, f in zip(names, self.factors, strict=True):
+            if f.space is not None:
+                own[n] = _flat_dict(params[n])
+        columns = list(dict.fromkeys(c for values in own.values() for c in values))
+        for c in columns:
+            if c in rows:
+                raise ValueError(
+                    f"own parameter {c!r} collides with the table's column {c!r}; rename the "
+                    "parameter to tabulate this graph"
+                )
+            rows[c] = np.array([own.get(n, {}).get(c, np.nan) for n in names])
+        return rows
+
+    def _term_list(self, params, data):
+        return self._terms(params, data, lambda group: group.fn)
+
+    def _own_log_priors(self, params) -> dict[str, float]:
+        """Each factor's own priors' log-density at ``params``: one ``vmap`` a distinct prior
+        (a cohort's thousands of ``Normal(0, 0.3)`` are one call)."""
+        calls: dict[Any, tuple[Prior, list[str], list]] = {}
+        for n, f in zip(self.names, self.factors, strict=True):
+            if f.space is None:
+                continue
+            for path, prior, leaf in zip(
+                f.space.paths, f.space.priors, f.space.leaves(params[n]), strict=True
+            ):
+                key = (type(prior), repr(prior), path)
+                calls.setdefault(key, (prior, [], []))
+                calls[key][1].append(n)
+                calls[key][2].append(np.asarray(leaf, dtype=np.float64))
+        out: dict[str, float] = {}
+        for key, (prior, names, values) in calls.items():
+            if ("log_prior", key) not in self._jitted:
+                self._jitted["log_prior", key] = xla.jit(jax.vmap(prior.log_prob))
+            got = np.asarray(self._jitted["log_prior", key](np.stack(values)), dtype=np.float64)
+            for n, v in zip(names, got, strict=True):
+                out[n] = out.get(n, 0.0) + float(v)
+        return out
 
     def check_padding(self, params=None, *, rtol: float = 1e-5, atol: float = 1e-6) -> float:
         """Check that padding leaves each factor's log-likelihood unchanged.
@@ -476,10 +580,15 @@ def _factor_names(factors: list[Factor]) -> list[str]:
 
 
 def _layout_key(f: Factor, exact_shapes: bool):
-    """Factors with equal keys can share a kernel (after padding when ``exact_shapes`` is off)."""
+    """Factors with equal keys can share a kernel (after padding when ``exact_shapes`` is off):
+    one log-likelihood, one data layout, and own parameters of one structure whose priors are
+    of one kind, parameter by parameter (so that they stack: :func:`prior_kind`)."""
     leaves, treedef = jax.tree_util.tree_flatten(f.data)
     data = tuple((a.shape if exact_shapes else a.ndim, a.dtype.str) for a in leaves)
-    own = None if f.space is None else (f.space.treedef, tuple(p.shape for p in f.space.priors))
+    own = None
+    if f.space is not None:
+        priors = jax.tree_util.tree_leaves(f.space.tree, is_leaf=lambda x: isinstance(x, Prior))
+        own = (f.space.treedef, tuple(prior_kind(p) for p in priors))
     return (_fn_key(f.log_likelihood), treedef, data, own)
 
 
@@ -539,6 +648,20 @@ def _build_groups(factors, names, pad: bool, stack: bool):
             jax.tree_util.tree_map(lambda *xs: np.stack(xs), *datas) if stacked else tuple(datas)
         )
     return groups, tuple(data)
+
+
+def _flat_dict(tree) -> dict[str, float]:
+    """A params (sub)tree as ``{flat name: value}``: ``"b"``, ``"tilt[1]"``, ``"g.flux"``."""
+    out: dict[str, float] = {}
+    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        name = _leaf_name(path)
+        a = np.asarray(leaf, dtype=np.float64)
+        if a.shape == ():
+            out[name] = float(a)
+        else:
+            for i in np.ndindex(a.shape):
+                out[f"{name}[{','.join(map(str, i))}]"] = float(a[i])
+    return out
 
 
 def _params_of(fit, start):

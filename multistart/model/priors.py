@@ -597,11 +597,26 @@ class Space:
         return [leaves[i] for i in self._free] if self.fixed else leaves
 
     def example(self, dtype, batch: tuple[int, ...] = ()):
-        """``jax.ShapeDtypeStruct`` params (every parameter, the fixed ones too), optionally
-        with leading batch axes."""
+        """``jax.ShapeDtypeStruct`` of what the model is called with (every parameter, the
+        fixed ones too), optionally with leading batch axes: the params pytree
+        (:meth:`example_tree`), or where a space hands the model a view of its own (a factor
+        graph's stacked factors, :class:`multistart.model.plates.GraphSpace`), that view."""
+        return self.example_tree(dtype, batch)
+
+    def example_tree(self, dtype, batch: tuple[int, ...] = ()):
+        """``jax.ShapeDtypeStruct`` params pytree (every parameter, the fixed ones too),
+        optionally with leading batch axes."""
         return jax.tree_util.tree_unflatten(
             self.treedef, [jax.ShapeDtypeStruct(batch + p.shape, dtype) for _, p in self._all]
         )
+
+    def example_names(self) -> list[str | None]:
+        """For each leaf of :meth:`example`'s pytree (``jax.tree_util`` order), the name of
+        the parameter it holds; ``None`` for a fixed one."""
+        names: list[str | None] = [None] * len(self._all)
+        for i, path in zip(self._free, self.paths, strict=True):
+            names[i] = path
+        return names
 
     def to_physical(self, u):
         """Unconstrained pytree to physical pytree (JAX, differentiable, one start)."""
@@ -649,6 +664,12 @@ class Space:
         )
 
     def unravel(self, vec):
+        """JAX: one start's ``(n_dims,)`` physical vector to what the model is called with:
+        the params pytree (:meth:`unravel_tree`), or a space's own view of it (see
+        :meth:`example`)."""
+        return self.unravel_tree(vec)
+
+    def unravel_tree(self, vec):
         """JAX: one start's ``(n_dims,)`` vector to the params pytree."""
         out, i = [], 0
         for p in self.priors:
@@ -670,22 +691,28 @@ class Space:
         """JAX: one start's unconstrained vector to its physical vector (same layout)."""
         tables = self._tables()
         if tables is None:  # a prior with a map of its own: map leaf by leaf
-            leaves = jax.tree_util.tree_leaves(self.to_physical(self.unravel(u)))
+            leaves = jax.tree_util.tree_leaves(self.to_physical(self.unravel_tree(u)))
             return jnp.concatenate([jnp.ravel(v) for v in leaves])
         kind, a, b = tables
         return flat_map(kind, a, b, u)
 
     def to_model(self, u):
-        """One start's unconstrained parameters to the physical pytree the model is evaluated
-        at, behind one :func:`fusion_boundary` (JAX, differentiable).
+        """One start's unconstrained parameters to the physical parameters the model is
+        evaluated at (:meth:`unravel`'s), behind one :func:`fusion_boundary` (JAX,
+        differentiable).
 
         ``u`` is the flat vector the engine steps (one boundary for the whole vector, not one
         per leaf) or, for ``flat=False``, the unconstrained pytree. The values are
         :meth:`to_physical`'s bit for bit.
         """
         if isinstance(u, dict):
-            return fusion_boundary(self.to_physical(u))
+            return self.view(fusion_boundary(self.to_physical(u)))
         return self.unravel(fusion_boundary(self.forward_flat(u)))
+
+    def view(self, params):
+        """What the model is called with at one start's params pytree (JAX or NumPy): the
+        pytree itself; a space with a view of its own (see :meth:`example`) makes it."""
+        return params
 
     def from_unit(self, q_leaves):
         """Physical pytree from per-leaf unit-cube arrays (NumPy)."""

@@ -64,6 +64,8 @@ class Problem:
       program_key: a hashable value equal only for problems whose ``fom`` and residuals are
         the same functions of ``(params, data)``: a search then reuses programs compiled for
         data of the same shapes (:mod:`multistart.device.programs`). ``None``: none.
+      model: the model the problem came from (a :class:`multistart.FactorGraphModel`), for
+        what a Result reads off it (``Result.factor_table``); ``None`` for a plain objective.
     """
 
     fom: Callable[[Any, Any], jax.Array]
@@ -75,6 +77,7 @@ class Problem:
     rows_per_datum: int | None = None
     program_key: Any = None
     model_trace: Any = None  # the ModelTrace fom (or a least-squares problem's residuals) replays
+    model: Any = None  # the model it came from (a factor graph), for what a Result reads off it
 
 
 def datum(problem: Problem):
@@ -207,7 +210,7 @@ def check_gradient(problem: Problem, dtype) -> None:
     unused = flat_leaves_without_gradient(problem, dtype)
     if not unused:
         return
-    if len(unused) == len(problem.space.paths):
+    if len(unused) == sum(name is not None for name in problem.space.example_names()):
         raise ValueError(
             f"the figure of merit {problem.name!r} has a gradient that is zero everywhere: "
             f"{_WHY}, so every start would stop where it began and be reported as a minimum. "
@@ -227,12 +230,14 @@ def flat_leaves_without_gradient(problem: Problem, dtype) -> list[str]:
     """The paths of parameters whose gradient is zero everywhere, found by tracing (no compile).
 
     The figure of merit's forward derivative (``jax.jvp``) is traced with one tangent per
-    parameter; a parameter whose tangent never reaches the output tangent through the traced
-    program has a zero derivative at every point (JAX's symbolic zeros: ``round``, ``floor``,
-    ``argmax``, comparisons, integer casts). Calls (an inner ``jit``) are followed exactly;
-    control flow (``cond``, ``while``, ``scan``) is taken to mix all its inputs, so a parameter
-    is never named by mistake. A figure of merit that cannot be traced forward (a
-    ``jax.custom_vjp`` function) is not checked: ``[]``.
+    parameter leaf of what the model is called with
+    (:meth:`multistart.model.priors.Space.example`: a factor graph's stacked factors share a
+    leaf a parameter, named for all of them); a parameter whose tangent never reaches the
+    output tangent through the traced program has a zero derivative at every point (JAX's
+    symbolic zeros: ``round``, ``floor``, ``argmax``, comparisons, integer casts). Calls (an
+    inner ``jit``) are followed exactly; control flow (``cond``, ``while``, ``scan``) is taken
+    to mix all its inputs, so a parameter is never named by mistake. A figure of merit that
+    cannot be traced forward (a ``jax.custom_vjp`` function) is not checked: ``[]``.
     """
     space = problem.space
     example = space.example(dtype)
@@ -244,12 +249,13 @@ def flat_leaves_without_gradient(problem: Problem, dtype) -> list[str]:
         closed = jax.make_jaxpr(tangent)(example, example, datum(problem))
     except Exception:  # noqa: BLE001 - cannot be traced forward: nothing to say
         return []
-    free = space.leaf_positions()  # a fixed parameter's tangent is not asked about
-    n = len(jax.tree_util.tree_leaves(example))
+    names = space.example_names()
+    free = [j for j, name in enumerate(names) if name is not None]  # a fixed one: not asked
+    n = len(names)
     tangents = closed.jaxpr.invars[n : 2 * n]
     masks = {tangents[j]: 1 << i for i, j in enumerate(free)}
     (out,) = _reach(closed.jaxpr, masks)
-    return [path for i, path in enumerate(space.paths) if not out >> i & 1]
+    return [str(names[j]) for i, j in enumerate(free) if not out >> i & 1]
 
 
 def _reach(jaxpr, masks: dict) -> list[int]:

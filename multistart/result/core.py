@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import warnings
+from collections.abc import Sequence
 from dataclasses import InitVar, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +16,7 @@ import numpy as np
 
 from ..common import status
 from ..common.status import Status
+from . import factors as per_factor
 from . import file, plot, report
 from .laplace import Laplace, leaf_paths
 from .merge import best_fit, merge
@@ -363,7 +365,54 @@ class Result:
         """
         return plot.plot(self, max_minima=max_minima)
 
+    def plot_factors(
+        self, curve, *, x: str, y: str, factors: Sequence[str] | int = 12, ncols: int = 4
+    ):
+        """A factor graph's fit, factor by factor: each factor's data against its model.
+
+        One panel a factor: its data ``data[y]`` against ``data[x]`` (points), and
+        ``curve(params, data, grid)`` (a line) on 200 points across the factor's ``x``, with
+        ``params`` the flat dict its log-likelihood gets at the best fit.
+
+        Args:
+          curve: ``curve(params, data, x) -> y``, the model's prediction at the points ``x``.
+          x, y: the data keys of each factor's abscissa and observations.
+          factors: the first this many factors, or a list of factor names.
+          ncols: panels a row.
+
+        Returns:
+          The ``matplotlib.figure.Figure``.
+
+        Raises:
+          ImportError: matplotlib is not installed (the ``plots`` extra).
+          ValueError: the Result is not a factor graph's, or has no graph attached
+            (``attach_problem(graph)``).
+        """
+        return per_factor.plot_factors(self, curve, x=x, y=y, factors=factors, ncols=ncols)
+
     # -- results as data --------------------------------------------------------------------
+
+    def factor_table(self, start: int | None = None, *, errors: bool = True):
+        """A factor graph's fit as a table, one row a factor (``pandas.DataFrame``, indexed by
+        the factor's name).
+
+        Columns: ``group`` (the kernel that evaluates it: factors of one group are stacked),
+        ``log_likelihood``, ``log_prior`` (its own priors), ``fom`` (its contribution to the
+        figure of merit, ``-2 (log_likelihood + log_prior)``), each own parameter by name
+        (``"eta_cl"``, ``"tilt[1]"``; ``nan`` for a factor without it), and with ``errors``
+        its Laplace error as ``error:<name>`` (from the arrow of the Hessian: see
+        :class:`multistart.ArrowLaplace`).
+
+        Args:
+          start: tabulate this start's best parameters instead of the best fit's.
+          errors: add the errors (computed on first use, as :attr:`errors` is).
+
+        Raises:
+          ImportError: pandas is not installed (the ``plots`` extra).
+          ValueError: the Result is not a factor graph's, or has no graph attached
+            (``attach_problem(graph)``).
+        """
+        return per_factor.factor_table(self, start, errors=errors)
 
     def to_dataframe(self):
         """One row per start, as a ``pandas.DataFrame``.

@@ -23,9 +23,11 @@ from ..common import xla
 from ..model.problem import Problem, as_problem, check_objective
 from ..solvers import small
 from ..solvers.base import linearize
+from .arrow import ArrowBlocks, ArrowCurvature, ArrowInverse, invert
 
 __all__ = [
     "KINDS",
+    "ArrowLaplace",
     "Laplace",
     "laplace",
     "residual_laplace",
@@ -184,10 +186,14 @@ def hessian_function(problem: Problem):
     """``jit(hessian)`` of the figure of merit over one start's raveled physical vector.
 
     Made once per problem, so the errors of many minima cost one compile. For a least-squares
-    problem: :func:`_residual_curvature`.
+    problem: :func:`_residual_curvature`. For a factor graph whose factors have parameters of
+    their own: an :class:`~multistart.result.arrow.ArrowCurvature` (the Hessian's arrow from a
+    few Hessian-vector products; :func:`laplace_problem` inverts it by blocks).
     """
     if _is_residual(problem):
         return _residual_curvature(problem)
+    if _has_arrow(problem):
+        return ArrowCurvature(problem)
     space, fom = problem.space, problem.fom  # not the problem: kept, it would keep its data
 
     def fom_flat(vec, data):
@@ -209,6 +215,8 @@ def laplace_problem(
         raise ValueError(f"scale must be a number > 0; got {scale!r}")
     if _is_residual(problem):
         return residual_laplace(problem, params, hess_fn, warn=warn)
+    if isinstance(hess_fn, ArrowCurvature):
+        return _arrow_laplace(problem, params, hess_fn, float(scale), warn)
     space = problem.space
     dtype = jax.dtypes.canonicalize_dtype(jnp.float64)
     vec = _ravel_point(space, params)
@@ -249,14 +257,7 @@ def _laplace(point, hess, inverse, bad, scale: float, kind: str, warn: bool, **m
     ``nan`` in the directions of the ``bad`` parameters), in the space's written order."""
     problem, space, params, vec, names = point
     if bad.any() and warn:
-        which = ", ".join(n for n, b in zip(names, bad, strict=True) if b)
-        warnings.warn(
-            f"the Hessian of {problem.name!r} at these params is singular or not positive "
-            f"definite in the directions of {which}: their errors are nan (not a minimum, or "
-            "parameters the figure of merit does not constrain)",
-            RuntimeWarning,
-            stacklevel=3,
-        )
+        _warn_bad(problem, names, bad)
     cov = scale * inverse if np.isfinite(scale) else np.full_like(inverse, np.inf)
     point = _on_space(space, vec)
     errors = _on_space(space, np.sqrt(np.diag(cov)), fixed_as=0.0)  # a fixed one has none
@@ -404,6 +405,157 @@ def _rows(a, rows: np.ndarray) -> np.ndarray:
 @jax.jit
 def _take(a, rows):
     return a[rows]
+
+
+def _warn_bad(problem, names, bad) -> None:
+    which = ", ".join(n for n, b in zip(names, bad, strict=True) if b)
+    warnings.warn(
+        f"the Hessian of {problem.name!r} at these params is singular or not positive "
+        f"definite in the directions of {which}: their errors are nan (not a minimum, or "
+        "parameters the figure of merit does not constrain)",
+        RuntimeWarning,
+        stacklevel=4,
+    )
+
+
+# -- a factor graph's errors from the arrow of its Hessian -------------------------------------
+
+#: The largest dense Hessian (bytes) made where the arrow's blocks are not positive definite, to
+#: judge its singular directions as every other Hessian's are; past it the blocks are kept.
+DENSE_BYTES = 1 << 28
+
+
+def _has_arrow(problem) -> bool:
+    arrow = getattr(problem.space, "arrow", None)
+    return callable(arrow) and bool(arrow().blocks)
+
+
+class ArrowLaplace(Laplace):
+    """The Laplace approximation of a factor graph, kept as the blocks of its Hessian's arrow.
+
+    A :class:`Laplace` in every attribute: ``errors``, ``std`` and the blocks below come from
+    the blocks (memory linear in the number of factors); ``covariance``, ``hessian`` and
+    ``correlation`` are made whole (``n x n``) when first read, and kept.
+
+    Attributes:
+      inverse: ``H⁻¹`` by blocks (:class:`multistart.result.arrow.ArrowInverse`).
+    """
+
+    inverse: ArrowInverse
+    _order: np.ndarray  # the flat order's index of each of ``names``
+    _std: np.ndarray
+
+    def __init__(self, point, inverse: ArrowInverse, scale: float, **more):
+        problem, space, params, vec, names = point
+        ends = np.cumsum([0] + [p.size for p in space.priors])
+        order = np.concatenate([np.arange(ends[i], ends[i + 1]) for i in space.written_order])
+        fields = dict(
+            params=_on_space(space, vec),
+            names=tuple(names[i] for i in order),
+            scale=scale,
+            kind="hessian",
+            residuals=None,
+            **more,
+        )
+        for key, value in fields.items():
+            object.__setattr__(self, key, value)
+        object.__setattr__(self, "inverse", inverse)
+        object.__setattr__(self, "_order", order)
+        std = np.sqrt(self._scaled(inverse.diagonal()))
+        object.__setattr__(self, "errors", _on_space(space, std, fixed_as=0.0))
+        object.__setattr__(self, "_std", std[order])
+
+    def _scaled(self, a: np.ndarray) -> np.ndarray:
+        return self.scale * a if np.isfinite(self.scale) else np.full_like(a, np.inf)
+
+    def _kept(self, key: str, make):
+        if key not in self.__dict__:
+            object.__setattr__(self, key, make())
+        return self.__dict__[key]
+
+    @property
+    def std(self) -> np.ndarray:
+        """1-sigma errors as one vector in the order of ``names`` (from the blocks)."""
+        return self._std
+
+    @property  # type: ignore[override]
+    def covariance(self) -> np.ndarray:
+        """``(n, n)``, made whole from the blocks when first read (``n²`` memory)."""
+        rows = np.ix_(self._order, self._order)
+        return self._kept("_covariance", lambda: self._scaled(self.inverse.dense())[rows])
+
+    @property  # type: ignore[override]
+    def hessian(self) -> np.ndarray:
+        """``(n, n)`` Hessian, made whole from the arrow when first read (``n²`` memory)."""
+        rows = np.ix_(self._order, self._order)
+        return self._kept("_hessian", lambda: self.inverse.blocks.dense()[rows])
+
+    @property
+    def blocks(self) -> ArrowBlocks:
+        """The Hessian's arrow (:class:`multistart.result.arrow.ArrowBlocks`)."""
+        return self.inverse.blocks
+
+    @property
+    def shared_names(self) -> tuple[str, ...]:
+        """The shared parameters' flat names (in the order of ``names``)."""
+        shared = set(self.blocks.shared.tolist())
+        return tuple(n for n, i in zip(self.names, self._order, strict=True) if i in shared)
+
+    @property
+    def shared_covariance(self) -> np.ndarray:
+        """``(n_shared, n_shared)`` covariance of the shared parameters, in the order of
+        :attr:`shared_names` (the Schur complement's inverse, scaled)."""
+        where = {int(i): k for k, i in enumerate(self.blocks.shared)}
+        pick = [where[int(i)] for i in self._order if int(i) in where]
+        return self._scaled(self.inverse.ss)[np.ix_(pick, pick)]
+
+    def factor_covariance(self, name: str) -> tuple[tuple[str, ...], np.ndarray]:
+        """``(names, covariance)`` of factor ``name``'s own parameters (from its block).
+
+        Raises:
+          KeyError: no factor of that name has parameters of its own.
+        """
+        for b, factors in enumerate(self.blocks.factors):
+            if name in factors:
+                f = factors.index(name)
+                cols = self.blocks.index[b][f]
+                flat = {int(c): k for k, c in enumerate(cols)}
+                pick = [
+                    (flat[int(i)], n)
+                    for n, i in zip(self.names, self._order, strict=True)
+                    if int(i) in flat
+                ]
+                rows = [k for k, _ in pick]
+                cov = self._scaled(self.inverse.own[b][f])[np.ix_(rows, rows)]
+                return tuple(n for _, n in pick), cov
+        raise KeyError(f"no factor named {name!r} has parameters of its own")
+
+
+def _arrow_laplace(problem, params, curvature: ArrowCurvature, scale: float, warn: bool):
+    """:func:`laplace_problem` of a factor graph: the arrow's blocks, inverted by the Schur
+    complement; where a block is not positive definite and the dense Hessian is small
+    (:data:`DENSE_BYTES`), that Hessian (a chunk of columns a call), judged as any other."""
+    space = problem.space
+    dtype = jax.dtypes.canonicalize_dtype(jnp.float64)
+    vec = _ravel_point(space, params)
+    names = tuple(flat_names(space.paths, [p.shape for p in space.priors]))
+    blocks = curvature.blocks(jnp.asarray(vec, dtype), problem.data)
+    m = getattr(problem, "n_data", None)
+    s2 = _reduced_chi2(problem, blocks.value, m, vec.size, warn)
+    sigma = dict(absolute_sigma=problem.absolute_sigma, dof=None if m is None else m - vec.size)
+    sigma["reduced_chi2"] = None if m is None or m <= vec.size else blocks.value / (m - vec.size)
+    factor = scale * (1.0 if problem.absolute_sigma else s2)
+    eps = float(np.finfo(dtype).eps)
+    inverse = invert(blocks, eps)
+    point = (problem, space, params, vec, names)
+    if inverse.bad.any() and vec.size**2 * 8 <= DENSE_BYTES:
+        hess, _ = curvature.dense(jnp.asarray(vec, dtype), problem.data)
+        hess = 0.5 * (hess + hess.T)
+        dense, bad = _safe_inverse(hess, eps)
+        return _laplace(point, hess, dense, bad, factor, "hessian", warn, **sigma)
+    if inverse.bad.any() and warn:
+        _warn_bad(problem, names, inverse.bad)
+    return ArrowLaplace(point, inverse, factor, **sigma)
 
 
 def _residual_curvature(problem):

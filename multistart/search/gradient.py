@@ -11,7 +11,14 @@ import optax
 
 from ..common import checks
 from ..host import driver
-from ..host.config import ORDER, SearchConfig, options_doc, resolve_absolute_sigma, unknown_options
+from ..host.config import (
+    DEFAULT_STEPS,
+    ORDER,
+    SearchConfig,
+    options_doc,
+    resolve_absolute_sigma,
+    unknown_options,
+)
 from ..host.schedule import Schedule
 from ..result import Result
 from ..solvers import LBFGS, LeastSquaresRule, OptaxSolver, Solver, as_solver
@@ -63,7 +70,7 @@ class MultiStartGradient:
         n_starts: int = 32,
         batch_size: int | str | None = "auto",
         backend: str = "loop",
-        n_steps: int = 1000,
+        n_steps: int | str = "auto",
         seed: int = 0,
         convergence: Convergence | None | str = "auto",
         max_nonfinite: int = 8,
@@ -204,7 +211,7 @@ class MultiStartAdam(MultiStartGradient):
         n_starts: int = 32,
         batch_size: int | str | None = "auto",
         backend: str = "loop",
-        n_steps: int = 1000,
+        n_steps: int | str = "auto",
         seed: int = 0,
         convergence: Convergence | None | str = "auto",
         max_nonfinite: int = 8,
@@ -256,7 +263,7 @@ class MultiStartProdigy(MultiStartGradient):
         n_starts: int = 32,
         batch_size: int | str | None = "auto",
         backend: str = "loop",
-        n_steps: int = 1000,
+        n_steps: int | str = "auto",
         seed: int = 0,
         convergence: Convergence | None | str = "auto",
         max_nonfinite: int = 8,
@@ -310,7 +317,7 @@ class MultiStartADABelief(MultiStartGradient):
         n_starts: int = 32,
         batch_size: int | str | None = "auto",
         backend: str = "loop",
-        n_steps: int = 1000,
+        n_steps: int | str = "auto",
         seed: int = 0,
         convergence: Convergence | None | str = "auto",
         max_nonfinite: int = 8,
@@ -363,7 +370,7 @@ class MultiStartLion(MultiStartGradient):
         n_starts: int = 32,
         batch_size: int | str | None = "auto",
         backend: str = "loop",
-        n_steps: int = 1000,
+        n_steps: int | str = "auto",
         seed: int = 0,
         convergence: Convergence | None | str = "auto",
         max_nonfinite: int = 8,
@@ -430,7 +437,7 @@ class MultiStartLBFGS(MultiStartGradient):
         n_starts: int = 32,
         batch_size: int | str | None = "auto",
         backend: str = "loop",
-        n_steps: int = 1000,
+        n_steps: int | str = "auto",
         seed: int = 0,
         convergence: Convergence | None | str = "auto",
         max_nonfinite: int = 8,
@@ -489,6 +496,8 @@ def _resolve_auto(solver: Solver, options: dict) -> None:
             options["start_strategy"] = "band_tiktak"
         else:
             options["start_strategy"] = "band"
+    if _is_auto(options.get("n_steps", "auto")) and not isinstance(solver, LBFGS):
+        options["n_steps"] = DEFAULT_STEPS  # L-BFGS's is sized by the problem when it is fitted
     options["absolute_sigma"] = resolve_absolute_sigma(
         options.get("absolute_sigma"),
         least_squares=isinstance(solver, LeastSquaresRule),

@@ -219,7 +219,7 @@ class MultiStartLeastSquares(MultiStartGradient):
         n_starts: int = 32,
         batch_size: int | str | None = "auto",
         backend: str = "loop",
-        n_steps: int = 1000,
+        n_steps: int | str = "auto",
         seed: int = 0,
         convergence: Convergence | None | str = "auto",
         max_nonfinite: int = 8,
