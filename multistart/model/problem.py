@@ -64,6 +64,9 @@ class Problem:
       program_key: a hashable value equal only for problems whose ``fom`` and residuals are
         the same functions of ``(params, data)``: a search then reuses programs compiled for
         data of the same shapes (:mod:`multistart.device.programs`). ``None``: none.
+      empty_data: with ``rows_per_datum``, ``(n_datasets,)`` bools: the datasets with too few
+        points to fit (a batch's fits whose points are all missing): their rows are never
+        started and end ``no_data``; ``None``: every dataset is fitted.
     """
 
     fom: Callable[[Any, Any], jax.Array]
@@ -75,6 +78,7 @@ class Problem:
     rows_per_datum: int | None = None
     program_key: Any = None
     model_trace: Any = None  # the ModelTrace fom (or a least-squares problem's residuals) replays
+    empty_data: Any = None
 
 
 def datum(problem: Problem):
