@@ -54,6 +54,37 @@ def fits() -> ms.BatchFits:
     return info["fits"]
 
 
+@pytest.fixture(scope="module")
+def cube_fits() -> ms.BatchFits:
+    """Six fits with points left out: fit 1 two nan channels, fit 3 an infinite sigma, fit 4
+    every point masked (no data), fit 5 a channel masked."""
+    rng = np.random.default_rng(4)
+    clean = np.stack([a * np.exp(-X / tau) + 0.1 * a for a, tau in TRUTHS])
+    ys = clean + rng.normal(0.0, 0.05, clean.shape)
+    ys[1, [3, 17]] = np.nan
+    sigma = np.full(ys.shape, 0.05)
+    sigma[3, 8] = np.inf
+    mask = np.zeros(ys.shape, dtype=bool)
+    mask[4], mask[5, 2] = True, True
+    *_, info, _, _ = ms.curve_fit(
+        decay,
+        X,
+        ys,
+        p0=[1.0, 1.0, 0.0, 0.0],
+        sigma=sigma,
+        mask=mask,
+        nan_policy="omit",
+        bounds=([0.0, 0.1, -1.0, 0.0], [10.0, 5.0, 1.0, 1.0]),
+        fixed={"slope": 0.0},
+        n_starts=3,
+        seed=0,
+        batched=True,
+        full_output=True,
+        log_every=0,
+    )
+    return info["fits"]
+
+
 def assert_same_fits(a: ms.BatchFits, b: ms.BatchFits) -> None:
     """Every field of the two, bit for bit (each field BatchFits has: a field added later is
     compared too), and what is read off them."""
@@ -88,6 +119,29 @@ def test_save_and_load_keep_every_field(fits, tmp_path):
     assert ms.BatchFits.load(str(tmp_path / "cube-fits.npz")).report(2) == fits.report(2)
 
 
+def test_fits_with_points_left_out_and_one_with_none_are_kept_whole(cube_fits, tmp_path):
+    m = X.size
+    np.testing.assert_array_equal(cube_fits.n_points, [m, m - 2, m, m - 1, 0, m - 1])
+    np.testing.assert_array_equal(cube_fits.dof, [m - 3, m - 5, m - 3, m - 4, 0, m - 4])
+    assert [str(s) for s in cube_fits.status] == ["converged"] * 4 + ["no_data", "converged"]
+    cube_fits.save(tmp_path / "cube.npz")
+    back = ms.load_fits(tmp_path / "cube.npz")
+    assert_same_fits(back, cube_fits)
+    assert "data points        28" in back.report(1)
+    assert "status             no_data" in back.report(4) and "no_data 1" in back.report()
+    pd = pytest.importorskip("pandas")
+    pd.testing.assert_frame_equal(back.to_dataframe(), cube_fits.to_dataframe())
+    assert back.map("n_points", (3, 2)).tolist() == [[m, m - 2], [m, m - 1], [0, m - 1]]
+
+
+def test_a_file_from_before_points_could_be_left_out_counts_every_point(fits, tmp_path):
+    path = _rewritten(tmp_path, fits, lambda m: m.pop("fits/n_points"))
+    older = ms.load_fits(path)
+    np.testing.assert_array_equal(older.n_points, np.full(6, X.size))
+    np.testing.assert_array_equal(older.n_points, fits.n_points)
+    assert older.report(0) == fits.report(0)
+
+
 def test_every_field_says_how_its_file_keeps_it_and_the_per_fit_ones_are_per_fit(fits):
     kinds = {f.name: f.metadata["file"] for f in dataclasses.fields(ms.BatchFits)}
     assert set(kinds.values()) <= {ARRAY, STATUS, VALUE, RESULT}
@@ -98,20 +152,20 @@ def test_every_field_says_how_its_file_keeps_it_and_the_per_fit_ones_are_per_fit
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class WithPoints(ms.BatchFits):
-    """A per-fit field added later (the number of valid points of each fit, say)."""
+    """A per-fit field added later (the seeing of each fit's spaxel, say)."""
 
-    n_points: np.ndarray | None = kept(ARRAY, per_fit=True, default=None)
+    seeing: np.ndarray | None = kept(ARRAY, per_fit=True, default=None)
 
 
 def test_a_field_added_with_kept_is_saved_and_older_files_load_with_its_default(fits, tmp_path):
     values = {f.name: getattr(fits, f.name) for f in dataclasses.fields(ms.BatchFits)}
-    more = WithPoints(**values, n_points=np.arange(30, 36))
+    more = WithPoints(**values, seeing=np.arange(30, 36))
     more.save(tmp_path / "more.npz")
     back = WithPoints.load(tmp_path / "more.npz")
-    np.testing.assert_array_equal(back.n_points, np.arange(30, 36))
+    np.testing.assert_array_equal(back.seeing, np.arange(30, 36))
     assert_same_fits(back, more)
     fits.save(tmp_path / "older.npz")  # a file from before the field
-    assert WithPoints.load(tmp_path / "older.npz").n_points is None
+    assert WithPoints.load(tmp_path / "older.npz").seeing is None
     assert_same_fits(ms.load_fits(tmp_path / "more.npz"), fits)  # a newer file, read older
 
 

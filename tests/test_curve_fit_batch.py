@@ -271,7 +271,8 @@ def test_a_kept_program_is_never_another_models():
     popt = ms.curve_fit(shifted, X, Y + 1.0, batched=True, bounds=BOX, **kw)[0]
     np.testing.assert_allclose(popt, ms.curve_fit(decay, X, Y, batched=True, bounds=BOX, **kw)[0])
     narrow = ([0.0, 0.1, -1.0], [10.0, 10.0, 0.15])  # c <= 0.15 binds fit 0 (c = 0.2)
-    assert ms.curve_fit(decay, X, Y, batched=True, bounds=narrow, **kw)[0][0, 2] <= 0.15
+    with pytest.warns(scipy.optimize.OptimizeWarning, match="on a bound"):
+        assert ms.curve_fit(decay, X, Y, batched=True, bounds=narrow, **kw)[0][0, 2] <= 0.15
     # shifted's lm program is kept (shifted is this test's own, so no other test kept one for
     # it): the same f, bounds and shapes, only the method differs, so dogleg compiles its own
     # step, where a reuse of lm's would compile nothing
@@ -311,7 +312,30 @@ def test_a_fit_whose_covariance_cannot_be_estimated_is_inf_with_one_warning():
         (dict(n_candidates=30), ValueError, "runs no broad-start filter"),
         (dict(resurrect=2), ValueError, "resurrect=2 would rank or replace starts"),
         (dict(schedule="halving"), ValueError, "schedule='halving' would rank"),
-        (dict(nan_policy="omit"), ValueError, "nan_policy='omit' would give each fit"),
+        (dict(nan_policy="propagate"), ValueError, "nan_policy must be None, 'raise' or 'omit'"),
+        (dict(ydata=[Y[0], Y[1][:30]]), ValueError, r"ydata must be one array; got a list of "),
+        (dict(p0={"a": 1.0, "tau": 1.0, "c": 0.0}), TypeError, r"p0 must be .* in f's order"),
+        (dict(mask=np.zeros(Y.shape)), TypeError, "mask must be booleans, True where a point"),
+        (
+            dict(mask=np.zeros((4, 39), bool)),
+            ValueError,
+            r"mask must have ydata's shape \(4, 40\) or one fit's shape \(40,\)",
+        ),
+        (
+            dict(tied={"c": lambda p: p["C"]}),
+            ValueError,
+            r"tied\['c'\] \(<lambda>\) raised KeyError\('C'\); it may read 'a', 'tau'",
+        ),
+        (
+            dict(tied={"c": lambda p: np.exp(p["a"])}),
+            ValueError,
+            r"tied\['c'\] .* raised TracerArrayConversionError.* jnp.exp",
+        ),
+        (
+            dict(ydata=np.where(X < 4.95, np.nan, Y), nan_policy="omit"),
+            ValueError,
+            "ydata: no fit of the batch has 3 points left",
+        ),
         (dict(batched=1), TypeError, "batched must be True or False"),
     ],
 )
@@ -342,7 +366,11 @@ def test_non_finite_data_are_refused_naming_the_fit():
     y[2, 5] = np.nan
     y[3, 0] = np.inf
     with NoCompile():
-        with pytest.raises(ValueError, match=r"ydata of fit 2 \(and 1 other fit\) holds non-"):
+        with pytest.raises(
+            ValueError,
+            match=r"ydata of fit 2 \(and 1 other fit\) holds non-finite .* nan_policy='omit' to "
+            "leave those points out of their own fit",
+        ):
             ms.curve_fit(decay, X, y, p0=P0, batched=True, **FAST)
         x = np.tile(X, (4, 1))
         x[1, 3] = np.nan
@@ -383,9 +411,24 @@ def test_kept_programs_do_not_keep_the_data_alive():
 NARROW = ([0.0, 0.1, -1.0], [10.0, 10.0, 0.15])  # c <= 0.15 binds fits 0, 2, 3
 
 
+ON_NARROW = (
+    "3 of 4 fits have a parameter on a bound (c): fits 0, 2, 3; see fits.at_bound (the "
+    "optimum may lie outside the bounds: widen them, or the parameter is not determined there)"
+)
+
+
+def narrow_batch():
+    """:func:`batch` in ``NARROW`` bounds, its one bound warning caught."""
+    with pytest.warns(scipy.optimize.OptimizeWarning, match=r"3 of 4 fits .* on a bound"):
+        return batch(decay, X, Y, p0=P0, sigma=SIGMA, bounds=NARROW, **FAST)
+
+
 def test_each_fit_has_its_errors_reduced_chi2_status_and_bound_flags(caplog, monkeypatch):
     monkeypatch.setenv("MULTISTART_LOG_LEVEL", "INFO")  # the default level, not the suite's
-    with caplog.at_level("INFO", logger="multistart"):
+    with (
+        caplog.at_level("INFO", logger="multistart"),
+        pytest.warns(scipy.optimize.OptimizeWarning) as caught,
+    ):
         popt, pcov, fits = batch(decay, X, Y, p0=P0, sigma=SIGMA, bounds=NARROW, **FAST)
     np.testing.assert_array_equal(fits.errors, np.sqrt(np.diagonal(pcov, axis1=1, axis2=2)))
     np.testing.assert_array_equal(fits.dof, [40 - 3] * 4)
@@ -395,21 +438,32 @@ def test_each_fit_has_its_errors_reduced_chi2_status_and_bound_flags(caplog, mon
     expected[:, 2] = np.abs(popt[:, 2] - 0.15) < 1e-4 * 1.15
     assert expected[:, 2].sum() == 3
     np.testing.assert_array_equal(fits.at_bound, expected)
-    # one warning for the whole batch, naming the fits; no INFO line at all
-    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
-    assert warned == [
-        "3 of 4 fits have a parameter on a bound (c): fits 0, 2, 3; see fits.at_bound (the "
-        "optimum may lie outside the bounds: widen them, or the parameter is not determined "
-        "there)"
-    ]
-    assert not [r for r in caplog.records if r.levelname == "INFO"]
+    # one OptimizeWarning for the whole batch (scipy's habit), naming the fits, pointing at
+    # the caller's line; no log line at all
+    assert [str(w.message) for w in caught] == [ON_NARROW]
+    assert caught[0].filename == __file__
+    assert not [r for r in caplog.records if r.levelname in ("INFO", "WARNING")]
     for i in range(4):  # the flag is the one a fit alone raises for its best start
-        one = alone(i, bounds=NARROW, p0=P0, sigma=SIGMA)[2]
+        with warnings.catch_warnings(record=True) as alone_caught:
+            warnings.simplefilter("always")
+            one = alone(i, bounds=NARROW, p0=P0, sigma=SIGMA)[2]
         assert bool(one.at_bound[one.best_index]) == bool(expected[i, 2])
+        # a fit alone on a bound warns the same way, for itself
+        said = [
+            str(w.message) for w in alone_caught if w.category is scipy.optimize.OptimizeWarning
+        ]
+        assert said == (
+            [
+                "the fit has a parameter on a bound (c); the optimum may lie outside the bounds: "
+                "widen them, or the parameter is not determined there"
+            ]
+            if expected[i, 2]
+            else []
+        )
 
 
 def test_a_fits_report_and_the_batch_report_are_per_fit():
-    popt, pcov, fits = batch(decay, X, Y, p0=P0, sigma=SIGMA, bounds=NARROW, **FAST)
+    popt, pcov, fits = narrow_batch()
     text = fits.report(0)
     err = np.sqrt(np.diag(pcov[0]))
     assert f"    a:   {popt[0, 0]: .7g} +/- {err[0]:.5g}" in text
@@ -435,7 +489,7 @@ def test_a_fits_report_and_the_batch_report_are_per_fit():
 
 def test_to_dataframe_has_one_row_per_fit():
     pytest.importorskip("pandas")
-    popt, pcov, fits = batch(decay, X, Y, p0=P0, sigma=SIGMA, bounds=NARROW, **FAST)
+    popt, pcov, fits = narrow_batch()
     df = fits.to_dataframe()
     assert len(df) == 4 and list(df["fit"]) == [0, 1, 2, 3]
     np.testing.assert_array_equal(df["tau"], popt[:, 1])

@@ -33,6 +33,7 @@ __all__ = [
     "batch_progress_line",
     "compile_heartbeat",
     "routine_level",
+    "bound_level",
     "quiet",
     "heartbeat_interval",
 ]
@@ -45,6 +46,9 @@ _own_handler: logging.Handler | None = None
 _ROUTINE: contextvars.ContextVar[int] = contextvars.ContextVar(
     "multistart_routine_level", default=logging.INFO
 )
+_BOUND: contextvars.ContextVar[int] = contextvars.ContextVar(
+    "multistart_bound_level", default=logging.WARNING
+)
 
 
 def routine_level() -> int:
@@ -53,16 +57,25 @@ def routine_level() -> int:
     return _ROUTINE.get()
 
 
+def bound_level() -> int:
+    """The level of a search's line saying its best fit is on a bound: ``WARNING``, or
+    ``DEBUG`` inside :func:`quiet` (``curve_fit`` says it with an ``OptimizeWarning``)."""
+    return _BOUND.get()
+
+
 @contextlib.contextmanager
 def quiet():
     """Within the block a search's routine lines are logged at ``DEBUG`` (``curve_fit``, as
     scipy's, prints nothing unless something needs the user; ``MULTISTART_LOG_LEVEL=DEBUG``
-    shows them). Warnings, and progress lines of a search long enough to log them, stay."""
-    token = _ROUTINE.set(logging.DEBUG)
+    shows them), and so is its line about a best fit on a bound (the caller warns of it with
+    an ``OptimizeWarning``). Other warnings, and progress lines of a search long enough to
+    log them, stay."""
+    token, bound = _ROUTINE.set(logging.DEBUG), _BOUND.set(logging.DEBUG)
     try:
         yield
     finally:
         _ROUTINE.reset(token)
+        _BOUND.reset(bound)
 
 
 def _parse_level(value: str | int) -> int:

@@ -32,6 +32,7 @@ class Status(str, enum.Enum):
     PRUNED = "pruned"
     STALLED = "stalled"
     REFOUND = "refound"
+    NO_DATA = "no_data"
 
     @property
     def settled(self) -> bool:
@@ -87,6 +88,10 @@ _MESSAGES = {
     Status.REFOUND: (
         "Ended by the rediscovery rule (rediscoveries): enough settled starts of its fit had "
         "found the best minimum, and this one was not below it (its best is kept)."
+    ),
+    Status.NO_DATA: (
+        "No data: its fit has fewer valid points (not nan, masked or of infinite sigma) than "
+        "free parameters, so it was not run; its values and errors are nan."
     ),
 }
 

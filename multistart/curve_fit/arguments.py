@@ -4,6 +4,7 @@ bounds, ``nan_policy``, and scipy's options that mean something else here, refus
 from __future__ import annotations
 
 import inspect
+from collections.abc import Mapping
 from typing import Any
 
 import jax
@@ -15,6 +16,7 @@ from ..common import xla
 from ..host.config import check_dtype, unknown_options
 from ..search.least_squares import MultiStartLeastSquares
 from ..solvers import small
+from . import missing
 from .model import _check_output, _trace
 
 N_STARTS = 32
@@ -114,53 +116,67 @@ def _enough_points(y: np.ndarray, names) -> None:
         )
 
 
-def _finite(name: str, a: np.ndarray) -> None:
+def _finite(name: str, a: np.ndarray, *, batched: bool = False) -> None:
     if not np.all(np.isfinite(a)):
         bad = int(np.size(a) - np.count_nonzero(np.isfinite(a)))
         raise ValueError(
-            f"{name} holds {bad} non-finite value(s) (nan or inf): clean them, or pass "
-            "nan_policy='omit' to drop those points"
+            f"{name} holds {bad} non-finite value(s) (nan or inf): {_fix(name, batched)}"
         )
 
 
-def _data(f, xdata, ydata, sigma, p0, check_finite, nan_policy, *, batched: bool = False):
-    """``((x, y, weight), names, n_fits, f)``: the data as float64 arrays, checked, for one
-    fit or (``batched``) a stack of them, every leaf with a leading axis of fits (a shared
-    ``xdata`` or ``sigma`` repeated), and ``f``: traced (:class:`_Traced`) where a batch's
-    ``xdata`` was read by tracing it, else as given. Both are read here, a single fit as a
-    batch of one."""
-    _check_nan_policy(nan_policy, batched)
-    y = np.asarray(ydata, dtype=np.float64)
+def _fix(name: str, batched: bool) -> str:
+    """How to fit data with missing points, for the argument ``name`` that holds them."""
+    if name == "xdata" and batched:
+        return (
+            "clean them (a batch leaves out each fit's missing ydata points, nan_policy='omit' "
+            "or mask=, with xdata finite everywhere)"
+        )
+    return (
+        "clean them, or pass nan_policy='omit' to leave those points out"
+        + (" of their own fit" if batched else "")
+        + " (mask= or a numpy.ma.MaskedArray ydata leave out the points you choose)"
+    )
+
+
+def _data(f, xdata, ydata, sigma, p0, check_finite, nan_policy, mask=None, *, batched=False):
+    """``((x, y, weight), names, n_fits, f, gone)``: the data as float64 arrays, checked, for
+    one fit or (``batched``) a stack of them, every leaf with a leading axis of fits (a shared
+    ``xdata`` or ``sigma`` repeated); ``f``: traced (:class:`_Traced`) where a batch's
+    ``xdata`` was read by tracing it, else as given; ``gone``: ``(n_fits, m)`` a batch's
+    points left out (:mod:`.missing`: weight 0, ``y`` 0 there), ``None`` where none is (a
+    single fit drops its own). Both are read here, a single fit as a batch of one."""
+    _check_nan_policy(nan_policy)
+    y, sigma, masks = missing.read(ydata, sigma, mask)
     ys = _fits_y(y, batched)
     n_fits, shape = ys.shape[0], ys.shape[1:]
     names = _names(f, None if p0 is None else _n_given(p0, batched))
     _enough_points(ys[0], names)
+    given = missing.given(masks, ys.shape, batched)
     x = jax.tree_util.tree_map(lambda a: np.asarray(a, dtype=np.float64), _array_if_list(xdata))
     s = None if sigma is None else np.asarray(sigma, dtype=np.float64)
     if s is not None and s.ndim == 0:  # scipy: "None or scalar or M-length sequence"
         s = np.full(y.shape, float(s))
-    if not batched and nan_policy == "omit":
-        x, y, s = _omit(x, y, None if s is None else _fits_sigma(s, 1, shape, False)[0])
-        return (x, y, _weights(None if s is None else s[None], 1, y.shape, False)), names, 1, f
     per_fit, traced = False, f
     if batched:
         x, per_fit, traced = _stack_x(f, x, n_fits, shape, names)
     if s is not None:
         s = _fits_sigma(s, n_fits, shape, batched)
+    gone = missing.left_out(ys, s, given, nan_policy)
+    if not batched and (gone is not None or nan_policy == "omit"):
+        x, ys, s = _omit(x, ys[0], s, gone, nan_policy)  # as scipy: those points dropped
+        shape, gone = ys.shape[1:], None
+        _enough_points(ys[0], names)
+    elif gone is not None:
+        ys, s = missing.filled(ys, s, gone)
     if check_finite is not False or nan_policy == "raise":
-        _check_finite(x, ys, sigma, s, batched, per_fit)
-    data = (x, ys if batched else y, _weights(s, n_fits, shape, batched))
-    return data, names, n_fits, traced
+        _check_finite(x, ys, s, batched, per_fit)
+    data = (x, ys if batched else ys[0], _weights(s, n_fits, shape, batched, gone))
+    return data, names, n_fits, traced, gone
 
 
-def _check_nan_policy(nan_policy, batched: bool) -> None:
+def _check_nan_policy(nan_policy) -> None:
     if nan_policy not in (None, "raise", "omit"):
         raise ValueError(f"nan_policy must be None, 'raise' or 'omit'; got {nan_policy!r}")
-    if batched and nan_policy == "omit":
-        raise ValueError(
-            "nan_policy='omit' would give each fit of a batch its own number of points: fit "
-            "the datasets with missing points one by one, or give those points a huge sigma"
-        )
 
 
 def _fits_y(y: np.ndarray, batched: bool) -> np.ndarray:
@@ -179,12 +195,18 @@ def _fits_y(y: np.ndarray, batched: bool) -> np.ndarray:
 
 def _n_given(p0, batched: bool) -> int:
     """How many parameters ``p0`` gives (one fit's, or each fit's of a batch)."""
+    if isinstance(p0, Mapping):
+        raise TypeError(
+            f"p0 must be the parameters' values in f's order, as scipy's: a sequence, or "
+            f"batched (n_fits, n); got a dict with keys {list(p0)}: pass "
+            f"[p0[k] for k in {tuple(p0)!r}] in f's order"
+        )
     if not batched:
         return int(np.size(p0))
     return int(np.shape(p0)[-1] if np.ndim(p0) else 1)
 
 
-def _check_finite(x, ys, sigma, s, batched: bool, per_fit: bool) -> None:
+def _check_finite(x, ys, s, batched: bool, per_fit: bool) -> None:
     """Refuse non-finite data: a single fit's by array, a batch's naming the first fit."""
     if not batched:
         for leaf in jax.tree_util.tree_leaves(x):
@@ -194,49 +216,66 @@ def _check_finite(x, ys, sigma, s, batched: bool, per_fit: bool) -> None:
             _finite("sigma", s)
         return
     for leaf in jax.tree_util.tree_leaves(x):
-        _finite_by_fit("xdata", leaf) if per_fit else _finite("xdata", leaf[0])
+        if not per_fit:
+            _finite("xdata", leaf[0], batched=True)
+        else:
+            _finite_by_fit("xdata", leaf)
     _finite_by_fit("ydata", ys)
-    if sigma is not None:
-        given = np.asarray(sigma, dtype=np.float64)
-        shared = given.ndim <= ys.ndim - 1 or given.shape[0] != len(ys)
-        _finite("sigma", given) if shared else _finite_by_fit("sigma", given)
+    if s is not None:
+        _finite("sigma", s[0]) if s.strides[0] == 0 else _finite_by_fit("sigma", s)
 
 
-def _omit(x, y, s):
-    """Drop the points where ``y``, ``sigma`` or a 1-D ``x`` is not finite."""
-    keep = np.isfinite(y).reshape(-1)
-    if s is not None and s.ndim == 1:
-        keep &= np.isfinite(s)
+def _omit(x, y: np.ndarray, s, gone, nan_policy):
+    """``(x, ys, s)`` without the points ``gone`` (:func:`missing.left_out`) and, with
+    ``nan_policy="omit"``, those where ``xdata`` is not finite, as scipy's
+    ``nan_policy="omit"``: ``ydata`` 1-D, each leaf of ``xdata`` with the points on its last
+    axis (``(m,)``, or ``(k, m)`` as scipy's); ``ys`` ``(1, m')`` and ``s`` (if given) ``(1,
+    m')`` or ``(1, m', m')``."""
     leaves = jax.tree_util.tree_leaves(x)
-    if not all(leaf.shape == y.shape for leaf in leaves) or y.ndim != 1:
+    if y.ndim != 1 or not all(leaf.ndim and leaf.shape[-1] == y.size for leaf in leaves):
         raise ValueError(
-            "nan_policy='omit' needs 1-D ydata and xdata of ydata's shape, point by point"
+            "leaving points out (nan_policy='omit', mask, a masked array or an infinite "
+            "sigma) needs 1-D ydata and xdata with the points on its last axis, as scipy's "
+            f"(m,) or (k, m); got ydata {y.shape} and xdata "
+            f"{', '.join(str(leaf.shape) for leaf in leaves) or 'of no array'}"
         )
-    for leaf in leaves:
-        keep &= np.isfinite(leaf)
-    if s is not None and s.ndim == 2:
+    keep = np.ones(y.size, dtype=bool) if gone is None else ~gone[0]
+    if nan_policy == "omit":
+        for leaf in leaves:
+            keep &= np.isfinite(leaf).reshape(-1, y.size).all(axis=0)
+    if s is not None and s.ndim == 3:
         if not np.all(np.isfinite(s)):
             raise ValueError("sigma (a covariance matrix) holds non-finite values")
-        s = s[np.ix_(keep, keep)]
+        s = s[:, keep][:, :, keep]
     elif s is not None:
-        s = s[keep]
+        s = s[:, keep]
     if not keep.any():
-        raise ValueError("nan_policy='omit' left no finite data point")
-    return jax.tree_util.tree_map(lambda a: a[keep], x), y[keep], s
+        raise ValueError(
+            "ydata has no point left (every one nan, masked or of infinite sigma): nothing to fit"
+        )
+    return jax.tree_util.tree_map(lambda a: a[..., keep], x), y[keep][None], s
 
 
 class _Whiten:
     """``L⁻¹ r`` for a covariance ``L Lᵀ`` (scipy's treatment of a 2-D ``sigma``). A pytree
-    node, so the factor is an argument of the compiled program."""
+    node, so the factor is an argument of the compiled program. ``kept``: ``(m,)`` (a batch's
+    ``(n_fits, m)``) the points that count, the others' residuals 0 before whitening (their
+    covariance's rows and columns the identity's: :func:`missing.filled`); ``None``: all."""
 
-    def __init__(self, chol):
-        self.chol = chol
+    def __init__(self, chol, kept=None):
+        self.chol, self.kept = chol, kept
 
     def __call__(self, r):
+        if self.kept is not None:
+            r = r * self.kept
         return jax.scipy.linalg.solve_triangular(jnp.asarray(self.chol), r, lower=True)
 
 
-jax.tree_util.register_pytree_node(_Whiten, lambda w: ((w.chol,), None), lambda _, c: _Whiten(*c))
+jax.tree_util.register_pytree_node(
+    _Whiten,
+    lambda w: ((w.chol,) if w.kept is None else (w.chol, w.kept), None),
+    lambda _, c: _Whiten(*c),
+)
 
 
 def _vector(value, n: int, name: str) -> np.ndarray:
@@ -246,6 +285,22 @@ def _vector(value, n: int, name: str) -> np.ndarray:
     if v.shape != (n,):
         raise ValueError(f"{name} must have one value per parameter ({n}); got shape {v.shape}")
     return v
+
+
+#: A parameter within this of a bound is flagged (``BatchFits.at_bound``), as ``Result.at_bound``.
+BOUND_RTOL = 1e-4
+
+
+def _at_bound(popt: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> np.ndarray:
+    """``(n_fits, n)``: within ``BOUND_RTOL`` of a bound: of a finite box's width, or of
+    ``max(|bound|, 1)`` for a one-sided one."""
+    boxed = np.isfinite(lower) & np.isfinite(upper)
+    span = np.where(boxed, upper - lower, 1.0)
+    lo_scale = np.where(boxed, span, np.maximum(np.abs(np.where(np.isfinite(lower), lower, 0)), 1))
+    hi_scale = np.where(boxed, span, np.maximum(np.abs(np.where(np.isfinite(upper), upper, 0)), 1))
+    with np.errstate(invalid="ignore"):
+        near = (popt - lower <= BOUND_RTOL * lo_scale) | (upper - popt <= BOUND_RTOL * hi_scale)
+    return near & np.isfinite(popt)
 
 
 def _bounds(bounds, names) -> tuple[np.ndarray, np.ndarray]:
@@ -322,9 +377,15 @@ def _fits_sigma(s: np.ndarray, n_fits: int, shape, batched: bool) -> np.ndarray:
     )
 
 
-def _weights(s: np.ndarray | None, n_fits: int, shape, batched: bool):
+def _weights(s: np.ndarray | None, n_fits: int, shape, batched: bool, gone=None):
     """What multiplies each fit's raw residuals: ``1/sigma`` ``(n_fits, m)``, or a whitening
-    by each covariance (scipy's 2-D ``sigma``); a single fit's without the leading axis."""
+    by each covariance (scipy's 2-D ``sigma``); a single fit's without the leading axis.
+    ``gone``: ``(n_fits, m)`` a batch's points left out, their weight 0."""
+    if gone is not None:
+        all_points = _weights(s, n_fits, shape, batched)
+        if isinstance(all_points, _Whiten):
+            return _Whiten(all_points.chol, (~gone).astype(np.float64))
+        return np.where(gone, 0.0, all_points)
     m = int(np.prod(shape))
     if s is None:  # broadcast, not copied: hashed (the identity) and read as one row
         w: Any = np.broadcast_to(1.0, (n_fits, m))
@@ -363,6 +424,6 @@ def _finite_by_fit(name: str, a: np.ndarray) -> None:
         first, more = int(np.argmax(bad)), int(bad.sum()) - 1
         others = f" (and {more} other fit{'s' if more > 1 else ''})" if more else ""
         raise ValueError(
-            f"{name} of fit {first}{others} holds non-finite values (nan or inf): clean them; "
-            "a batch cannot drop points (nan_policy='omit'), so fit those datasets one by one"
+            f"{name} of fit {first}{others} holds non-finite values (nan or inf): "
+            + _fix(name, batched=True)
         )

@@ -4,26 +4,38 @@
 from __future__ import annotations
 
 import contextlib
+import warnings
+from dataclasses import dataclass
+from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
+from scipy.optimize import OptimizeWarning
 
-from ..common import log, xla
+from ..common import status, xla
+from ..common.status import Status
 from ..device.programs import forget_other_float_types
 from ..host import progress
+from ..host.checkpoint import SearchInterrupted
 from ..model.priors import Space
 from ..result import Result
 from ..result.batch import BatchFits, bound_summary
 from ..search.least_squares import MultiStartLeastSquares
-from .arguments import STEPS_PER_PARAMETER, _bounds, _data, _n_given, _names, _precision
+from . import missing
+from .arguments import (
+    STEPS_PER_PARAMETER,
+    _at_bound,
+    _bounds,
+    _data,
+    _n_given,
+    _names,
+    _precision,
+)
 from .covariance import _batch_covariances
-from .hold import _hold, _warn_if_tied_outside
+from .hold import _Held, _hold, _warn_if_tied_outside
 from .model import _check_output, _CurveModel
 from .starts import _space, _spreads, _stack_p0, _stack_starts
-
-#: A parameter within this of a bound is flagged (``BatchFits.at_bound``), as ``Result.at_bound``.
-BOUND_RTOL = 1e-4
-
 
 #: Options a batch sets itself: each fit draws its own starts, with no filter, and one row of
 #: history (every step of every row would be ``n_steps x n_fits x n_starts`` floats).
@@ -37,55 +49,151 @@ _BATCH_DEFAULTS = {"start_strategy": "band", "n_candidates": 0, "max_history": 1
 BATCH_REDISCOVERIES = 3
 
 
+@dataclass(frozen=True)
+class _Batch:
+    """A batch read and checked, before its search: what turns the search's Result (whole, or
+    interrupted) into its fits (:meth:`fits`).
+
+    Attributes:
+      model: ``f`` over the free parameters (:class:`~.hold._Held`'s model); ``held`` the holds.
+      names: the free parameters; ``data``: ``(x, y, weight)``, a leading axis of fits.
+      n_starts: starts a fit; ``bounds``: every parameter's ``(lower, upper)``.
+      refine: float32 steps, refined in float64 (:func:`.arguments._precision`).
+      points: ``(n_fits,)`` each fit's points that count; ``gone``: ``(n_fits, m)`` those
+        left out (:mod:`.missing`), ``None`` where none is.
+    """
+
+    model: Any
+    held: _Held
+    names: list
+    data: tuple
+    n_starts: int
+    bounds: tuple
+    absolute_sigma: bool
+    refine: bool
+    points: np.ndarray
+    gone: np.ndarray | None
+
+    @property
+    def empty(self) -> np.ndarray:
+        """``(n_fits,)`` the fits with fewer points than free parameters: not run."""
+        return self.points < len(self.names)
+
+    def fits(self, result: Result, *, warn: bool = True):
+        """``(popt, pcov, BatchFits, fvec, (names, at_bound))`` of the search's ``result``."""
+        n_fits, keep = len(self.points), self.held.keep
+        popt, rows = _per_fit(result, self.names, n_fits, self.n_starts)
+        box = (self.bounds[0][keep], self.bounds[1][keep]) if self.refine else None
+        points = None if self.gone is None else self.points
+        with jax.enable_x64(True) if self.refine else contextlib.nullcontext():
+            popt, pcov, fvec = _batch_covariances(
+                self.model, self.names, self.data, popt, self.absolute_sigma, box=box, points=points
+            )
+        popt, pcov = self.held.full(popt), self.held.full_cov(pcov, popt)
+        empty = self.empty
+        if empty.any():  # not run: nothing to report, the held parameters' values neither
+            popt[empty], pcov[empty] = np.nan, np.nan
+        _warn_if_tied_outside(self.held, popt, *self.bounds)
+        record = (self.held, popt, pcov, rows, self.bounds, self.points, self.n_starts)
+        fits = _batch_fits(result, *record, warn=warn)
+        if self.gone is not None:  # no residual where there is no point
+            fvec = jnp.where(self.gone, jnp.nan, fvec)
+        return popt, pcov, fits, fvec, (fits.names, fits.at_bound)
+
+
 def _fit_batch(
-    f, xdata, ydata, p0, sigma, absolute_sigma, check_finite, bounds, nan_policy, resume, hold, **kw
+    f,
+    xdata,
+    ydata,
+    p0,
+    sigma,
+    absolute_sigma,
+    check_finite,
+    bounds,
+    nan_policy,
+    mask,
+    resume,
+    hold,
+    **kw,
 ):
-    """``(popt, pcov, BatchFits, fvec)`` of a stack of datasets."""
-    n_starts = kw.pop("n_starts")
-    if isinstance(n_starts, bool) or not isinstance(n_starts, int | np.integer) or n_starts < 1:
-        raise ValueError(f"n_starts must be an int >= 1; got {n_starts!r}")
-    n_starts = int(n_starts)
+    """``(popt, pcov, BatchFits, fvec, (names, at_bound))`` of a stack of datasets."""
+    n_starts = _n_starts(kw.pop("n_starts"))
     options = _batch_options(kw)
     step, refine = _precision(
         options.pop("dtype", None), len(_names(f, None if p0 is None else _n_given(p0, True)))
     )
     with xla.precision(step):
         forget_other_float_types(step)
-        read = (f, xdata, ydata, sigma, p0, check_finite, nan_policy)
-        data, all_names, n_fits, f = _data(*read, batched=True)  # f traced once
-        all_lower, all_upper = _bounds(bounds, all_names)
-        held = _hold(f, all_names, hold, all_lower, all_upper)
-        g, names, keep = held.model, list(held.free), held.keep
-        if g is not f:
-            one = jax.tree_util.tree_map(
-                lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype), data[0]
-            )
-            _check_output(g, one, names, np.shape(data[1])[1:], "one fit's ydata shape")
-        lower, upper = all_lower[keep], all_upper[keep]
-        first = _stack_p0(p0, n_fits, all_names, all_lower, all_upper, keep)
-        options = {"n_steps": STEPS_PER_PARAMETER * len(names), **options}
+        read = (f, xdata, ydata, sigma, p0, check_finite, nan_policy, mask)
+        batch, first = _read(read, bounds, hold, n_starts, absolute_sigma, refine)
+        options = {"n_steps": STEPS_PER_PARAMETER * len(batch.names), **options}
+        n = len(first) * n_starts
         search = MultiStartLeastSquares(
-            absolute_sigma=absolute_sigma, n_starts=n_fits * n_starts, dtype=step, **options
+            absolute_sigma=absolute_sigma, n_starts=n, dtype=step, **options
         )
-        spread = _spreads(g, names, data, first, lower, upper, stacked=True)
-        # One space for every fit, as the programs may not depend on p0.
-        reference = np.where(np.isfinite(lower), lower, np.where(np.isfinite(upper), upper, 0.0))
-        space = _space(names, reference, lower, upper)
-        box = (lower, upper)
-        starts = _stack_starts(names, first, box, Space(space), n_starts, search.options, spread)
-        model = _CurveModel(g, names, space, data, rows_per_datum=n_starts)
-        with progress.fits_of(n_starts):
-            result = search.fit(model, starts=starts, resume=resume)
-        popt, rows = _per_fit(result, names, n_fits, n_starts)
-        with jax.enable_x64(True) if refine else contextlib.nullcontext():
-            refined = box if refine else None
-            popt, pcov, fvec = _batch_covariances(g, names, data, popt, absolute_sigma, box=refined)
-        popt, pcov = held.full(popt), held.full_cov(pcov, popt)
-        _warn_if_tied_outside(held, popt, all_lower, all_upper)
-        m = int(np.asarray(data[1]).size // n_fits)
-        bounds = (all_lower, all_upper)
-        fits = _batch_fits(result, held, popt, pcov, rows, bounds, m, n_starts)
-        return popt, pcov, fits, fvec
+        model, starts = _model_and_starts(batch, first, search)
+        return batch.fits(_run(search, model, starts, resume, batch))
+
+
+def _n_starts(n_starts) -> int:
+    if isinstance(n_starts, bool) or not isinstance(n_starts, int | np.integer) or n_starts < 1:
+        raise ValueError(f"n_starts must be an int >= 1; got {n_starts!r}")
+    return int(n_starts)
+
+
+def _read(read, bounds, hold, n_starts: int, absolute_sigma: bool, refine: bool):
+    """``(batch, first)``: the :class:`_Batch` of the arguments ``read`` (``f`` ... ``mask``,
+    as :func:`.arguments._data` takes them), checked, and each fit's first start."""
+    data, all_names, n_fits, f, gone = _data(*read, batched=True)  # f traced once
+    p0 = read[4]
+    all_lower, all_upper = _bounds(bounds, all_names)
+    held = _hold(f, all_names, hold, all_lower, all_upper)
+    g, names = held.model, list(held.free)
+    if g is not f:
+        one = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape[1:], a.dtype), data[0])
+        _check_output(g, one, names, np.shape(data[1])[1:], "one fit's ydata shape")
+    first = _stack_p0(p0, n_fits, all_names, all_lower, all_upper, held.keep)
+    points = missing.points(gone, n_fits, int(np.asarray(data[1])[0].size))
+    bounds = (all_lower, all_upper)
+    batch = _Batch(g, held, names, data, n_starts, bounds, absolute_sigma, refine, points, gone)
+    if batch.empty.all():  # as a single fit's empty ydata: nothing to fit, refused
+        raise ValueError(
+            f"ydata: no fit of the batch has {len(names)} points left, as many as its free "
+            "parameters (the others nan, masked or of infinite sigma): nothing to fit"
+        )
+    return batch, first
+
+
+def _model_and_starts(batch: _Batch, first: np.ndarray, search):
+    """The search's model (the fits without points never started) and every fit's starts."""
+    keep, names = batch.held.keep, batch.names
+    lower, upper = batch.bounds[0][keep], batch.bounds[1][keep]
+    spread = _spreads(batch.model, names, batch.data, first, lower, upper, stacked=True)
+    # One space for every fit, as the programs may not depend on p0.
+    reference = np.where(np.isfinite(lower), lower, np.where(np.isfinite(upper), upper, 0.0))
+    space = _space(names, reference, lower, upper)
+    box = (lower, upper)
+    starts = _stack_starts(names, first, box, Space(space), batch.n_starts, search.options, spread)
+    empty = batch.empty if batch.empty.any() else None
+    model = _CurveModel(
+        batch.model, names, space, batch.data, rows_per_datum=batch.n_starts, empty_data=empty
+    )
+    return model, starts
+
+
+def _run(search, model, starts, resume: bool, batch: _Batch) -> Result:
+    """The search's Result; stopped by Ctrl-C or SIGTERM, its
+    :class:`multistart.SearchInterrupted` carries the fits so far (``.fits``: those that
+    ended, and those still running marked ``interrupted``, with their best so far)."""
+    try:
+        with progress.fits_of(batch.n_starts):
+            return search.fit(model, starts=starts, resume=resume)
+    except SearchInterrupted as e:
+        if e.result is not None:
+            with warnings.catch_warnings():  # the fits so far: no warning about them now
+                warnings.simplefilter("ignore", OptimizeWarning)
+                e.fits = batch.fits(e.result, warn=False)[2]
+        raise
 
 
 def _batch_options(options: dict) -> dict:
@@ -122,19 +230,27 @@ def _per_fit(result: Result, names, n_fits: int, k: int) -> tuple[np.ndarray, np
     return popt, rows
 
 
-def _batch_fits(result, held, popt, pcov, rows, bounds, m: int, k: int) -> BatchFits:
-    """The record of every fit, and the one warning for those with a parameter on a bound."""
+def _batch_fits(
+    result, held, popt, pcov, rows, bounds, points, k: int, *, warn: bool = True
+) -> BatchFits:
+    """The record of every fit, and one ``OptimizeWarning`` for those with a parameter on a
+    bound (``warn``)."""
     n_fits = len(popt)
     free = held.keep
+    n_free = int(free.sum())
     at_bound = _at_bound(popt, *bounds)
     at_bound[:, ~free] = False  # a held parameter's bound is its value, not the fit's doing
+    best_fom = np.asarray(result.foms)[rows]
+    empty = points < n_free
+    if empty.any():
+        best_fom = np.where(empty, np.nan, best_fom)
     fits = BatchFits(
         names=tuple(held.names),
         popt=popt,
         pcov=pcov,
-        best_fom=np.asarray(result.foms)[rows],
-        dof=np.full(n_fits, m - int(free.sum())),
-        status=np.asarray(result.status)[rows],
+        best_fom=best_fom,
+        dof=np.maximum(points - n_free, 0),
+        status=_fit_status(result, rows, n_fits, k),
         at_bound=at_bound,
         n_evals=np.asarray(result.n_evals).reshape(n_fits, k).sum(axis=1),
         best_row=rows,
@@ -142,20 +258,24 @@ def _batch_fits(result, held, popt, pcov, rows, bounds, m: int, k: int) -> Batch
         free=free,
         held=held.words(),
         result=result,
+        n_points=points,
     )
     message = bound_summary(fits)
-    if message is not None:
-        log.logger.warning("%s", message)
+    if message is not None and warn:  # (curve_fit <- _fit_batch <- _Batch.fits <- here)
+        warnings.warn(message, OptimizeWarning, stacklevel=5)
     return fits
 
 
-def _at_bound(popt: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> np.ndarray:
-    """``(n_fits, n)``: within ``BOUND_RTOL`` of a bound: of a finite box's width, or of
-    ``max(|bound|, 1)`` for a one-sided one."""
-    boxed = np.isfinite(lower) & np.isfinite(upper)
-    span = np.where(boxed, upper - lower, 1.0)
-    lo_scale = np.where(boxed, span, np.maximum(np.abs(np.where(np.isfinite(lower), lower, 0)), 1))
-    hi_scale = np.where(boxed, span, np.maximum(np.abs(np.where(np.isfinite(upper), upper, 0)), 1))
-    with np.errstate(invalid="ignore"):
-        near = (popt - lower <= BOUND_RTOL * lo_scale) | (upper - popt <= BOUND_RTOL * hi_scale)
-    return near & np.isfinite(popt)
+#: a start still running when the search stopped: its fit is still running too
+_STILL_RUNNING = (Status.STOPPED.code, Status.INTERRUPTED.code)
+
+
+def _fit_status(result, rows: np.ndarray, n_fits: int, k: int) -> np.ndarray:
+    """``(n_fits,)`` each fit's :class:`multistart.Status`: its best start's, but where the
+    search stopped before all its starts ended (a budget: ``stopped``; Ctrl-C or SIGTERM:
+    ``interrupted``), which says the fit is still running (its best so far is kept)."""
+    codes = status.codes_of(result.status).reshape(n_fits, k)
+    out = codes.reshape(-1)[rows]
+    for code in _STILL_RUNNING:
+        out = np.where((codes == code).any(axis=1), code, out)
+    return status.members(out)

@@ -64,10 +64,14 @@ def _result_covariance(result: Result, names, m: int) -> tuple[np.ndarray, np.nd
     return _inf_if_undetermined(pcov, stacked=False), fvec
 
 
-def _inf_if_undetermined(pcov: np.ndarray, *, stacked: bool) -> np.ndarray:
+def _inf_if_undetermined(pcov: np.ndarray, *, stacked: bool, skip=None) -> np.ndarray:
     """``pcov`` with every fit's matrix ``inf`` where any of it is not finite, and one
-    ``OptimizeWarning`` that says for how many fits."""
+    ``OptimizeWarning`` that says for how many fits; ``skip``: ``(n_fits,)`` fits not run
+    (no data), their matrix ``nan`` and not counted."""
     bad = ~np.all(np.isfinite(pcov), axis=(1, 2))
+    if skip is not None:
+        bad &= ~skip
+        pcov = np.where(skip[:, None, None], np.nan, pcov)
     if bad.any():
         which = "" if not stacked else f" for {bad.sum()} of {len(pcov)} fits"
         warnings.warn(
@@ -79,23 +83,29 @@ def _inf_if_undetermined(pcov: np.ndarray, *, stacked: bool) -> np.ndarray:
     return pcov
 
 
-def _batch_covariances(f, names, data, popt, absolute_sigma: bool, *, box=None, stacked=True):
+def _batch_covariances(
+    f, names, data, popt, absolute_sigma: bool, *, box=None, stacked=True, points=None
+):
     """``(popt, pcov, fvec)`` of a batch: each fit's covariance as a single fit's Result has it,
     ``s² (JᵀJ)⁻¹``, ``(n_fits, n, n)``, from one program over every fit that computes each
     ``(JᵀJ)⁻¹`` on the device (:func:`multistart.result.laplace.residual_curvature`), and the
     weighted residuals ``(n_fits, m)`` (scipy's ``fvec``: a device array, read only when
     asked for). With ``box``, ``popt`` is refined first (in the program's float type: a
     float32 search's answer refined in float64) and returned refined. ``stacked=False``: one
-    fit's (``popt`` ``(1, n)``)."""
+    fit's (``popt`` ``(1, n)``). ``points``: ``(n_fits,)`` each fit's points that count (those
+    left out have weight 0: not in ``s²``'s degrees of freedom), and a fit with fewer than
+    ``n`` was not run: its ``pcov`` ``nan``; ``None``: every point of every fit."""
     out = _curvature_at(f, names, data, popt, stacked=stacked, box=box)
     if box is not None:  # (a float32 search's answer, refined: float64 arrays from here)
         popt = np.where(np.isfinite(popt), np.asarray(out.at, dtype=np.float64), popt)
     ssr = np.asarray(out.ssr, dtype=np.float64)
-    s2 = residual_scale(ssr, out.r.shape[1], popt.shape[1], absolute_sigma)
+    m = out.r.shape[1] if points is None else points
+    s2 = residual_scale(ssr, m, popt.shape[1], absolute_sigma)
     inverse, _ = settle_inverses(out)
     with np.errstate(invalid="ignore"):  # inf * 0 off the diagonal: inf anyway
         pcov = inverse * s2[:, None, None]
-    return popt, _inf_if_undetermined(pcov, stacked=stacked), out.r
+    empty = None if points is None else points < popt.shape[1]
+    return popt, _inf_if_undetermined(pcov, stacked=stacked, skip=empty), out.r
 
 
 def _curvature_at(f, names, data, points, *, stacked: bool, box=None) -> Curvature:

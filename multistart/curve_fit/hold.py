@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..common import log
+from ..model.problem import tracer_hint
 from .model import _name
 
 
@@ -33,7 +34,7 @@ class _Held:
         p.update(self.fixed)
         base = dict(p)
         for name, tie in self.tied.items():
-            p[name] = base[tie] if isinstance(tie, str) else tie(base)
+            p[name] = base[tie] if isinstance(tie, str) else _call_tie(name, tie, base)
         return p
 
     def __call__(self, x, *free):
@@ -105,6 +106,26 @@ class _Held:
 
     def __eq__(self, other):
         return isinstance(other, _Held) and self._key() == other._key()
+
+
+def _call_tie(name: str, tie, base: dict):
+    """``tie(base)``; an exception it raises (traced, the first time) is told as the tie's,
+    not ``f``'s: a ``ValueError`` naming it, with the original chained."""
+    try:
+        return tie(base)
+    except Exception as e:
+        hint = tracer_hint(e)  # np.exp on a parameter: use jnp.exp
+        fix = "" if hint is None else "; " + hint.removeprefix("multistart: ")
+        if isinstance(e, KeyError):
+            fix = f"; it may read {', '.join(map(repr, base))} (the free and fixed parameters)"
+        said = (str(e).splitlines() or [""])[0]
+        error = ValueError(
+            f"tied[{name!r}] ({_name(tie)}) raised {type(e).__name__}({said}){fix}".replace(
+                "the objective", "the tie"
+            )
+        )
+        error.multistart_said = True  # type: ignore[attr-defined]  # not f's: _trace adds nothing
+        raise error from e
 
 
 def _hold(f, names, hold: dict, lower, upper) -> _Held:

@@ -34,11 +34,12 @@ def _model_key(f, names) -> tuple | None:
 
 class _CurveModel:
     """The residuals with ``(x, y, sigma)`` as the program's data and its own space;
-    ``rows_per_datum``: the data are a stack of fits, each with that many starts."""
+    ``rows_per_datum``: the data are a stack of fits, each with that many starts;
+    ``empty_data``: ``(n_fits,)`` the fits with too few points to run (``no_data``)."""
 
-    def __init__(self, f, names, space, data, rows_per_datum=None):
+    def __init__(self, f, names, space, data, rows_per_datum=None, empty_data=None):
         self.f, self.names, self.space, self.data = f, names, space, data
-        self.rows_per_datum = rows_per_datum
+        self.rows_per_datum, self.empty_data = rows_per_datum, empty_data
         self.__name__ = _name(f)
 
     def multistart_residual_problem(self):
@@ -46,6 +47,8 @@ class _CurveModel:
             "rows_per_datum": self.rows_per_datum,
             "program_key": _model_key(self.f, self.names),
         }
+        if self.empty_data is not None:  # a batch's fits with too few points: never started
+            extra["empty_data"] = self.empty_data
         residuals = self.weighted(self.f, self.names)
         return residuals, Space(self.space), self.data, self.__name__, extra
 
@@ -87,6 +90,8 @@ def _trace(f, x, names) -> _Traced:
     try:
         return _Traced(f, x, names)
     except Exception as e:
+        if getattr(e, "multistart_said", False):  # a tie's error, said as the tie's (hold.py)
+            raise
         hint = tracer_hint(e)  # np.exp on a parameter: use jnp.exp
         fix = (
             ""

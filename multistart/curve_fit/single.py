@@ -1,14 +1,26 @@
-"""One dataset's fit: ``(popt, pcov, result, fvec)``."""
+"""One dataset's fit: ``(popt, pcov, result, fvec, (names, at_bound))``."""
 
 from __future__ import annotations
 
+import warnings
+
 import jax
 import numpy as np
+from scipy.optimize import OptimizeWarning
 
 from ..common import xla
 from ..device.programs import forget_other_float_types
 from ..search.least_squares import MultiStartLeastSquares
-from .arguments import STEPS_PER_PARAMETER, _bounds, _data, _n_given, _names, _precision, _vector
+from .arguments import (
+    STEPS_PER_PARAMETER,
+    _at_bound,
+    _bounds,
+    _data,
+    _n_given,
+    _names,
+    _precision,
+    _vector,
+)
 from .covariance import _batch_covariances, _result_covariance, _with_curvature
 from .hold import _hold, _warn_if_tied_outside
 from .model import _check_output, _CurveModel
@@ -25,17 +37,20 @@ def _fit(
     check_finite,
     bounds,
     nan_policy,
+    mask,
     resume,
     hold,
     **options,
 ):
-    """``(popt, pcov, result, fvec)`` of one dataset."""
+    """``(popt, pcov, result, fvec, (names, at_bound))`` of one dataset: ``at_bound``
+    ``(1, n)`` its parameters on a bound (an ``OptimizeWarning`` names them)."""
     step, refine = _precision(
         options.pop("dtype", None), len(_names(f, None if p0 is None else _n_given(p0, False)))
     )
     with xla.precision(step):
         forget_other_float_types(step)
-        data, all_names, _, f = _data(f, xdata, ydata, sigma, p0, check_finite, nan_policy)
+        read = (f, xdata, ydata, sigma, p0, check_finite, nan_policy, mask)
+        data, all_names, _, f, _ = _data(*read)  # (a single fit drops the points left out)
         f = _check_output(f, data[0], all_names, data[1].shape)  # the one trace of f
         all_lower, all_upper = _bounds(bounds, all_names)
         held = _hold(f, all_names, hold, all_lower, all_upper)
@@ -65,4 +80,18 @@ def _fit(
             pcov, fvec = _result_covariance(result, names, np.asarray(data[1]).size)
         pcov, popt = held.full_cov(pcov, popt[None]), held.full(popt[None])
         _warn_if_tied_outside(held, popt, all_lower, all_upper)
-        return popt[0], pcov[0], result, fvec[0]
+        at_bound = _at_bound(popt, all_lower, all_upper) & held.keep
+        _warn_on_bound(all_names, at_bound[0])
+        return popt[0], pcov[0], result, fvec[0], (tuple(all_names), at_bound)
+
+
+def _warn_on_bound(names, at_bound: np.ndarray) -> None:
+    """One ``OptimizeWarning`` naming the parameters on a bound, as a batch's for its fits."""
+    if at_bound.any():  # (curve_fit <- _fit <- here)
+        hit = ", ".join(k for k, b in zip(names, at_bound, strict=True) if b)
+        warnings.warn(
+            f"the fit has a parameter on a bound ({hit}); the optimum may lie outside the "
+            "bounds: widen them, or the parameter is not determined there",
+            OptimizeWarning,
+            stacklevel=4,
+        )

@@ -203,7 +203,8 @@ def assemble(
     result = result.with_stats(n_distinct_minima=len(result.distinct_minima()))
     best = result.best_index
     if best >= 0 and np.asarray(result.at_bound)[best]:
-        log.logger.warning(
+        log.logger.log(
+            log.bound_level(),
             "the best fit has %s at a bound of its prior: the optimum may lie outside the "
             "prior (widen it), or the start stopped where the bound flattens the gradient",
             ", ".join(bound_names[best]),

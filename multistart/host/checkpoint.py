@@ -258,13 +258,17 @@ class SearchInterrupted(KeyboardInterrupt):
       result: the partial :class:`multistart.Result` (running starts marked ``interrupted``).
       checkpoint: the step of the checkpoint written on the way out, or ``None``.
       reason: why the search stopped (``"SIGINT"``, ``"SIGTERM"``).
+      fits: from ``curve_fit(batched=True)``, the :class:`multistart.BatchFits` so far: the
+        fits that ended with their results, those still running marked ``interrupted`` (with
+        their best so far); else ``None``.
     """
 
-    def __init__(self, message: str, *, result=None, checkpoint=None, reason=None):
+    def __init__(self, message: str, *, result=None, checkpoint=None, reason=None, fits=None):
         super().__init__(message)
         self.result = result
         self.checkpoint = checkpoint
         self.reason = reason
+        self.fits = fits
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ import time
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ..common import log, xla
 from ..common.digest import replay
@@ -65,7 +66,7 @@ from .config import (
     SearchConfig,
     steps_for,
 )
-from .engine import Engine, Setup, Traced, build
+from .engine import Engine, Setup, Traced, build, empty_rows
 from .identity import search_identity, trace_search
 from .iterate import iterate, resume, signals_to_flag
 from .parts import check_part, first_process_logs, merge_over_processes, over_processes, select_part
@@ -221,7 +222,20 @@ def plan(setup: Setup) -> StartPlan:
         n_cache_hits=sum(compiles.cache_hits.values()),
         n_compiles_total=compiles.total,
     )
-    return select_part(start_plan, setup.part)
+    return without_empty_data(select_part(start_plan, setup.part), setup.problem)
+
+
+def without_empty_data(start_plan: StartPlan, problem) -> StartPlan:
+    """``start_plan`` with no start in the rows of a stack's datasets that have no data to
+    fit (``problem.empty_data``): those slots stay unstarted (``build`` marks them
+    ``no_data``), their starts ``nan``, as a slot the filter left empty."""
+    rows = empty_rows(problem)
+    if rows is None:
+        return start_plan
+    x0 = jax.tree_util.tree_map(
+        lambda a: np.where(rows.reshape(-1, *[1] * (np.ndim(a) - 1)), np.nan, a), start_plan.x0
+    )
+    return dataclasses.replace(start_plan, x0=x0, started=start_plan.started & ~rows)
 
 
 def _explore(options: SearchConfig) -> Explore | None:

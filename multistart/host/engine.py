@@ -140,6 +140,9 @@ def build(setup: Setup, start_plan: StartPlan, traced: Traced) -> tuple[Engine, 
             checkpoints.check()  # other starts (user starts=) than the checkpoint's
     u0 = layout.starts(start_plan.x0)
     status0 = np.where(start_plan.started, Status.RUNNING.code, Status.UNSTARTED.code)
+    empty = empty_rows(setup.problem)
+    if empty is not None:  # a stack's fits with no data: never started, and said so
+        status0 = np.where(empty, Status.NO_DATA.code, status0)
     pop, backend = _population(setup, traced, u0, status0)
     choice = _width(setup, backend, pop, traced, n, identity.program)
     sweeper = Sweeper(backend, choice.width)
@@ -167,6 +170,15 @@ def build(setup: Setup, start_plan: StartPlan, traced: Traced) -> tuple[Engine, 
     )
     lineage = None if refiller is None else Lineage.start(u0)
     return engine, RunState.start(pop, options.halving, lineage)
+
+
+def empty_rows(problem) -> np.ndarray | None:
+    """``(n_rows,)`` the rows of a stack's datasets with no data to fit
+    (``problem.empty_data``), or ``None`` where there are none."""
+    empty = problem.empty_data
+    if problem.rows_per_datum is None or empty is None or not np.any(empty):
+        return None
+    return np.repeat(np.asarray(empty, dtype=bool), problem.rows_per_datum)
 
 
 def _rules(

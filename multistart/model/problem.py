@@ -66,6 +66,9 @@ class Problem:
         data of the same shapes (:mod:`multistart.device.programs`). ``None``: none.
       model: the model the problem came from (a :class:`multistart.FactorGraphModel`), for
         what a Result reads off it (``Result.factor_table``); ``None`` for a plain objective.
+      empty_data: with ``rows_per_datum``, ``(n_datasets,)`` bools: the datasets with too few
+        points to fit (a batch's fits whose points are all missing): their rows are never
+        started and end ``no_data``; ``None``: every dataset is fitted.
     """
 
     fom: Callable[[Any, Any], jax.Array]
@@ -78,6 +81,7 @@ class Problem:
     program_key: Any = None
     model_trace: Any = None  # the ModelTrace fom (or a least-squares problem's residuals) replays
     model: Any = None  # the model it came from (a factor graph), for what a Result reads off it
+    empty_data: Any = None
 
 
 def datum(problem: Problem):

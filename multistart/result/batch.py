@@ -44,7 +44,8 @@ class BatchFits:
         through its tie, ``inf`` where the covariance could not be estimated.
       best_fom: ``(n_fits,)`` the figure of merit (``‖r‖²``, the χ² with ``sigma``) at each
         fit's best start (``inf`` when none was finite).
-      dof: ``(n_fits,)`` degrees of freedom, points minus free parameters.
+      dof: ``(n_fits,)`` degrees of freedom, points that count (``n_points``) minus free
+        parameters (0 for a fit not run).
       redchi: ``(n_fits,)`` the reduced χ², ``best_fom / dof`` (``nan`` without a degree of
         freedom).
       status: ``(n_fits,)`` the :class:`multistart.Status` of each fit's best start
@@ -58,6 +59,9 @@ class BatchFits:
       free: ``(n,)`` which parameters were fitted (``False``: fixed or tied).
       held: what held each parameter that is not free, in words (``"fixed"``, ``"= a1"``).
       result: the :class:`multistart.Result` of the whole search, one row per start.
+      n_points: ``(n_fits,)`` each fit's data points that count: those not left out (nan with
+        ``nan_policy="omit"``, masked, or of infinite ``sigma``). A fit with fewer than its
+        free parameters was not run: status ``no_data``, its values and errors ``nan``.
 
     ``fits.save(path)`` keeps every field in one file, :func:`multistart.load_fits` reads it.
     """
@@ -77,9 +81,13 @@ class BatchFits:
     free: np.ndarray = kept(ARRAY)
     held: dict = kept(VALUE)
     result: Result = kept(RESULT)
+    n_points: np.ndarray = kept(ARRAY, per_fit=True, default=None)
 
     def __post_init__(self):
         object.__setattr__(self, "names", tuple(self.names))  # a file's JSON gives a list
+        if self.n_points is None:  # written before points could be left out: every one counts
+            n = np.asarray(self.dof) + int(np.sum(self.free))
+            object.__setattr__(self, "n_points", n)
 
     @property
     def n_fits(self) -> int:
@@ -137,7 +145,8 @@ class BatchFits:
 
     def to_dataframe(self):
         """One row per fit, as a ``pandas.DataFrame``: ``fit``, ``status``, ``chi2``,
-        ``redchi``, ``dof``, ``n_evals``, ``best_row``, ``at_bound`` (any parameter), then each
+        ``redchi``, ``dof``, ``n_points``, ``n_evals``, ``best_row``, ``at_bound`` (any
+        parameter), then each
         parameter by name, its error as ``error:<name>`` and its flag as ``at_bound:<name>``.
 
         Raises:
@@ -191,6 +200,7 @@ class BatchFits:
             "chi2": np.asarray(self.best_fom, dtype=np.float64),
             "redchi": self.redchi,
             "dof": np.asarray(self.dof),
+            "n_points": np.asarray(self.n_points),
             "n_evals": np.asarray(self.n_evals),
             "best_row": np.asarray(self.best_row),
             "at_bound": at_bound.any(axis=1),
@@ -276,7 +286,7 @@ def bound_summary(fits: BatchFits) -> str | None:
 def _fit_report(fits: BatchFits, i: int, min_correlation: float) -> str:
     ended = Status(fits.status[i])
     n_free = int(np.sum(fits.free))
-    m = int(fits.dof[i]) + n_free
+    m = int(fits.n_points[i])
     lines = [
         f"[[Fit {i} of {fits.n_fits}]]",
         f"    status             {ended}",
@@ -287,8 +297,12 @@ def _fit_report(fits: BatchFits, i: int, min_correlation: float) -> str:
         f"    chi-square         {float(fits.best_fom[i]):.7g}",
         f"    reduced chi-square {float(fits.redchi[i]):.7g} ({int(fits.dof[i])} degrees of "
         "freedom)",
-        f"    starts             {fits.n_starts} (best: row {int(fits.best_row[i])} of "
-        "fits.result)",
+        f"    starts             {fits.n_starts} "
+        + (
+            "(none run: no data)"
+            if ended is Status.NO_DATA
+            else f"(best: row {int(fits.best_row[i])} of fits.result)"
+        ),
         "[[Variables]]",
         *_variable_lines(fits, i),
     ]
@@ -346,7 +360,8 @@ def _batch_report(fits: BatchFits) -> str:
         )
     else:
         spread = "none finite"
-    unestimated = int(np.sum(~np.all(np.isfinite(fits.errors), axis=1)))
+    ran = status.codes_of(fits.status) != Status.NO_DATA.code  # a fit not run has no errors
+    unestimated = int(np.sum(~np.all(np.isfinite(fits.errors), axis=1) & ran))
     held = ", ".join(f"{k} {v}" for k, v in fits.held.items())
     lines = [
         f"[[Batch]] {fits.n_fits} fits, {fits.n_starts} starts each, one search",

@@ -617,14 +617,18 @@ def residual_laplace(problem, params, curvature_fn=None, *, warn: bool = True) -
     return _laplace(point, hess, inverse, bad, 2.0 * s2, kind, warn, **more)
 
 
-def residual_scale(ssr, m: int, n: int, absolute_sigma: bool) -> np.ndarray:
+def residual_scale(ssr, m, n: int, absolute_sigma: bool) -> np.ndarray:
     """curve_fit's ``s²`` for ``m`` residuals and ``n`` parameters: 1 with ``absolute_sigma``,
     else the reduced χ² ``‖r‖² / (m - n)``, ``inf`` where no degree of freedom is left;
-    ``ssr`` one sum of squares or an array of them (a batch's)."""
+    ``ssr`` one sum of squares or an array of them (a batch's), ``m`` one count or one per
+    sum (a batch's fits, each with its own points left out)."""
     ssr = np.asarray(ssr, dtype=np.float64)
     if absolute_sigma:
         return np.ones_like(ssr)
-    return ssr / (m - n) if m > n else np.full_like(ssr, np.inf)
+    if np.ndim(m) == 0:
+        return ssr / (m - n) if m > n else np.full_like(ssr, np.inf)
+    m = np.asarray(m)
+    return np.where(m > n, ssr / np.maximum(m - n, 1), np.inf)
 
 
 def gram_inverse(jac: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
