@@ -83,7 +83,11 @@ print("RESULT " + json.dumps({"wall": out, "start_steps": n, "steady_s": steady,
 
 
 def _env(n_logical: int | None, cache: str) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "MULTISTART_CACHE_DIR": cache}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)]),
+        "MULTISTART_CACHE_DIR": cache,
+    }
     env["MULTISTART_LOG_LEVEL"] = "WARNING"
     env.pop("XLA_FLAGS", None)
     if n_logical:

@@ -65,13 +65,17 @@ def objective(name: str):
 
 def solver_at(rev: str):
     """The ``LBFGS`` class of ``multistart/solvers/lbfgs.py`` at git revision ``rev``."""
-    text = subprocess.run(
-        ["git", "show", f"{rev}:multistart/solvers/lbfgs.py"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    for where in ("src/multistart", "multistart"):  # the src/ layout, then the one before it
+        shown = subprocess.run(
+            ["git", "show", f"{rev}:{where}/solvers/lbfgs.py"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        )
+        if shown.returncode == 0:
+            break
+    shown.check_returncode()
+    text = shown.stdout
     path = Path(tempfile.mkdtemp()) / "lbfgs_before.py"
     path.write_text(text)
     # a module inside the package, so its relative imports resolve as the original's did

@@ -256,7 +256,10 @@ def run_two_processes(
     import sys
 
     repo = Path(__file__).resolve().parents[1]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo), str(repo / "tests")])}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(repo / "src"), str(repo), str(repo / "tests")]),
+    }
     env.pop("XLA_FLAGS", None)
     env.update(env_extra or {})
     with socket.socket() as s:

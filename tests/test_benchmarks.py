@@ -26,7 +26,9 @@ QUICK = {
 
 
 def _python(*argv, timeout=600):
-    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    path = os.pathsep.join(
+        p for p in (str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH", "")) if p
+    )
     return subprocess.run(
         [sys.executable, *map(str, argv)],
         cwd=ROOT,

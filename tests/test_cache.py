@@ -88,7 +88,11 @@ print(json.dumps({
 
 def _run(mode: str, **env) -> dict:
     full = {k: v for k, v in os.environ.items() if not k.startswith(("MULTISTART_", "JAX_"))}
-    full.update(PYTHONPATH=str(REPO), MULTISTART_LOG_LEVEL="WARNING", **env)
+    full.update(
+        PYTHONPATH=os.pathsep.join([str(REPO / "src"), str(REPO)]),
+        MULTISTART_LOG_LEVEL="WARNING",
+        **env,
+    )
     proc = subprocess.run(
         [sys.executable, "-c", _SCRIPT, mode], capture_output=True, text=True, env=full
     )

@@ -86,7 +86,7 @@ def _names(line: str, commands: list[list[str]]) -> list[str] | None:
 @pytest.mark.subprocess
 def test_ci_runs_every_step_the_readme_names(tmp_path):
     commands = readme_commands()
-    assert ["mypy", "multistart"] in commands and ["multistart", "demo"] in commands
+    assert ["mypy", "src/multistart"] in commands and ["multistart", "demo"] in commands
     code, log = _run_ci(tmp_path)
     assert code == 0
     steps = [line for line in log if line not in BOOTSTRAP]
@@ -99,7 +99,7 @@ def test_ci_runs_every_step_the_readme_names(tmp_path):
 
 @pytest.mark.subprocess
 @pytest.mark.parametrize(
-    "fail", ["pip install -e .[plots]", "ruff format --check .", "mypy multistart"]
+    "fail", ["pip install -e .[plots]", "ruff format --check .", "mypy src/multistart"]
 )
 def test_ci_stops_and_fails_at_a_failed_step(tmp_path, fail):
     code, log = _run_ci(tmp_path, fail)

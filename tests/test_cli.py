@@ -75,7 +75,7 @@ def test_bad_arguments_exit_with_a_message(argv, match, capsys):
 
 @pytest.mark.subprocess
 def test_python_dash_m_multistart_runs_the_command():
-    root = str(Path(ms.__file__).resolve().parents[1])  # this copy of the package, not another
+    root = str(Path(ms.__file__).resolve().parents[1])  # this copy of the package (src/)
     env = dict(
         os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
     )

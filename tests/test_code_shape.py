@@ -24,7 +24,7 @@ LIMIT = 60
 
 def test_no_library_function_is_over_60_lines():
     long = []
-    for path in sorted((ROOT / "multistart").rglob("*.py")):
+    for path in sorted((ROOT / "src" / "multistart").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 n = node.end_lineno - node.lineno + 1
@@ -40,7 +40,9 @@ def _import_contracts() -> dict:
 def test_the_import_layers_hold():
     """The contract CI's ``lint-imports`` checks, checked by the suite too (about a second)."""
     pytest.importorskip("importlinter")
-    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    path = os.pathsep.join(
+        p for p in (str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH", "")) if p
+    )
     code = "import sys, importlinter.cli as c; sys.exit(c.lint_imports(no_cache=True))"
     run = subprocess.run(
         [sys.executable, "-c", code],
@@ -82,7 +84,7 @@ def test_the_architecture_page_draws_every_package_s_layers():
             names = " | ".join(m.rsplit(".", 1)[1] for m in c["modules"])
             want[c["modules"][0].split(".")[1]] = f"{names} (independent)"
     assert drawn == want
-    packages = {p.parent.name for p in (ROOT / "multistart").glob("*/__init__.py")}
+    packages = {p.parent.name for p in (ROOT / "src" / "multistart").glob("*/__init__.py")}
     assert packages == set(want)
 
 

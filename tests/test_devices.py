@@ -106,7 +106,10 @@ print("ok share")
 @pytest.mark.slow
 @pytest.mark.subprocess
 def test_four_logical_devices_give_the_one_device_result_with_one_compile():
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO), str(REPO / "tests")]),
+    }
     env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
     env["MULTISTART_AUTO_WIDTH"] = "memory"
     env["MULTISTART_CACHE_DIR"] = ""

@@ -293,7 +293,11 @@ def test_a_fits_identity_is_the_same_in_another_process():
     from pathlib import Path
 
     here = Path(__file__).resolve().parent
-    env = {**os.environ, "MULTISTART_LOG_LEVEL": "WARNING", "PYTHONPATH": str(here.parent)}
+    env = {
+        **os.environ,
+        "MULTISTART_LOG_LEVEL": "WARNING",
+        "PYTHONPATH": os.pathsep.join([str(here.parent / "src"), str(here.parent)]),
+    }
     out = subprocess.run(
         [sys.executable, "-c", _IDENTITIES, str(here)], capture_output=True, text=True, env=env
     )

@@ -67,7 +67,9 @@ def assert_as_one_process(result: ms.Result, whole: ms.Result) -> None:
 def environment(folder: Path | None, token: str, **extra) -> dict:
     """The environment a test's processes start with; ``folder`` (the model's) on the path
     too, unless ``None``: then the workers must find ``mymodel`` as the engine gives it."""
-    path = os.pathsep.join([str(ROOT), str(ROOT / "tests"), *([str(folder)] if folder else [])])
+    path = os.pathsep.join(
+        [str(ROOT / "src"), str(ROOT), str(ROOT / "tests"), *([str(folder)] if folder else [])]
+    )
     return {
         **os.environ,
         "PYTHONPATH": path,

@@ -116,7 +116,12 @@ def suite(tmp_path):
 
 
 def _run(*argv, timeout=600):
-    env = dict(os.environ, PYTHONPATH=str(ROOT), MULTISTART_CACHE_DIR="", MULTISTART_GO_DIR="")
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT)]),
+        MULTISTART_CACHE_DIR="",
+        MULTISTART_GO_DIR="",
+    )
     return subprocess.run(
         [sys.executable, str(ROOT / "profiling" / "go_suite.py"), *argv],
         capture_output=True,

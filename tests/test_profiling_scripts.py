@@ -43,7 +43,9 @@ def test_every_library_import_of_a_profiling_script_resolves(script):
 
 def _run(*argv, timeout=600):
     """A profiling command run as a user runs it, from the repository root."""
-    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    path = os.pathsep.join(
+        p for p in (str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH", "")) if p
+    )
     return subprocess.run(
         [sys.executable, *map(str, argv)],
         cwd=ROOT,

@@ -847,7 +847,7 @@ def test_a_second_process_finds_the_tuned_width(tmp_path):
         **os.environ,
         "MULTISTART_CACHE_DIR": str(tmp_path),
         "MULTISTART_LOG_LEVEL": "WARNING",
-        "PYTHONPATH": str(ROOT),
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)]),
     }
     runs = [
         json.loads(
@@ -1065,7 +1065,11 @@ def test_a_real_allocation_failure_backs_off(tmp_path):
         }))
         """
     )
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "MULTISTART_CACHE_DIR": str(tmp_path)}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)]),
+        "MULTISTART_CACHE_DIR": str(tmp_path),
+    }
     out = subprocess.run(
         [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True
     )
