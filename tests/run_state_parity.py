@@ -9,11 +9,12 @@ statuses, evaluation counts, history, incarnations, rungs, and the statistics th
 to a JSON file. Run it from the repository root on two checkouts and compare the files::
 
     python tests/run_state_parity.py --out after.json
-    PYTHONPATH=/path/to/other/checkout python tests/run_state_parity.py --out before.json
+    PYTHONPATH=/path/to/other/checkout/src python tests/run_state_parity.py --out before.json
     python tests/run_state_parity.py --compare before.json after.json
 
 (exit status 1 when a result differs). Only the public API is used, so any version of the
-library runs it: the library imported is the one ``PYTHONPATH`` finds first (printed on stderr).
+library runs it: the library imported is the one ``PYTHONPATH`` finds first (printed on stderr;
+a checkout from before the ``src/`` layout is named without ``/src``).
 It is a correctness check, not a benchmark (no time in it), so it lives with the tests; it was
 ``profiling/run_state_parity.py`` until the benchmarks became a suite. The compile counts (which
 may change without changing a result) are kept apart, under ``"compiles"``, and compared apart.
