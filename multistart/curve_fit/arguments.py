@@ -287,22 +287,6 @@ def _vector(value, n: int, name: str) -> np.ndarray:
     return v
 
 
-#: A parameter within this of a bound is flagged (``BatchFits.at_bound``), as ``Result.at_bound``.
-BOUND_RTOL = 1e-4
-
-
-def _at_bound(popt: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> np.ndarray:
-    """``(n_fits, n)``: within ``BOUND_RTOL`` of a bound: of a finite box's width, or of
-    ``max(|bound|, 1)`` for a one-sided one."""
-    boxed = np.isfinite(lower) & np.isfinite(upper)
-    span = np.where(boxed, upper - lower, 1.0)
-    lo_scale = np.where(boxed, span, np.maximum(np.abs(np.where(np.isfinite(lower), lower, 0)), 1))
-    hi_scale = np.where(boxed, span, np.maximum(np.abs(np.where(np.isfinite(upper), upper, 0)), 1))
-    with np.errstate(invalid="ignore"):
-        near = (popt - lower <= BOUND_RTOL * lo_scale) | (upper - popt <= BOUND_RTOL * hi_scale)
-    return near & np.isfinite(popt)
-
-
 def _bounds(bounds, names) -> tuple[np.ndarray, np.ndarray]:
     """``(lower, upper)``, one each per parameter; equal bounds are allowed (a fixed
     parameter, :func:`_hold`), a lower above its upper is refused naming the parameter."""

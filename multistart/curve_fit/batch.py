@@ -18,14 +18,14 @@ from ..common.status import Status
 from ..device.programs import forget_other_float_types
 from ..host import progress
 from ..host.checkpoint import SearchInterrupted
-from ..model.priors import Space
+from ..model.priors import Space, near_bound
 from ..result import Result
 from ..result.batch import BatchFits, bound_summary
+from ..result.merge import best_rows
 from ..search.least_squares import MultiStartLeastSquares
 from . import missing
 from .arguments import (
     STEPS_PER_PARAMETER,
-    _at_bound,
     _bounds,
     _data,
     _n_given,
@@ -221,12 +221,9 @@ def _batch_options(options: dict) -> dict:
 def _per_fit(result: Result, names, n_fits: int, k: int) -> tuple[np.ndarray, np.ndarray]:
     """``(popt, rows)``: each fit's best start, as a single fit chooses it (the lowest figure
     of merit, the first on ties; ``popt`` nan when none is finite), and its row."""
-    foms = np.asarray(result.foms).reshape(n_fits, k)
-    finite = np.isfinite(foms)
-    best = np.argmin(np.where(finite, foms, np.inf), axis=1)
-    rows = np.arange(n_fits) * k + best
+    rows, found = best_rows(np.asarray(result.foms).reshape(n_fits, k))
     popt = np.stack([np.asarray(result.params[name])[rows] for name in names], axis=1)
-    popt[~finite.any(axis=1)] = np.nan
+    popt[~found] = np.nan
     return popt, rows
 
 
@@ -238,7 +235,7 @@ def _batch_fits(
     n_fits = len(popt)
     free = held.keep
     n_free = int(free.sum())
-    at_bound = _at_bound(popt, *bounds)
+    at_bound = near_bound(popt, *bounds)
     at_bound[:, ~free] = False  # a held parameter's bound is its value, not the fit's doing
     best_fom = np.asarray(result.foms)[rows]
     empty = points < n_free

@@ -10,10 +10,10 @@ from scipy.optimize import OptimizeWarning
 
 from ..common import xla
 from ..device.programs import forget_other_float_types
+from ..model.priors import near_bound
 from ..search.least_squares import MultiStartLeastSquares
 from .arguments import (
     STEPS_PER_PARAMETER,
-    _at_bound,
     _bounds,
     _data,
     _n_given,
@@ -80,7 +80,7 @@ def _fit(
             pcov, fvec = _result_covariance(result, names, np.asarray(data[1]).size)
         pcov, popt = held.full_cov(pcov, popt[None]), held.full(popt[None])
         _warn_if_tied_outside(held, popt, all_lower, all_upper)
-        at_bound = _at_bound(popt, all_lower, all_upper) & held.keep
+        at_bound = near_bound(popt, all_lower, all_upper) & held.keep
         _warn_on_bound(all_names, at_bound[0])
         return popt[0], pcov[0], result, fvec[0], (tuple(all_names), at_bound)
 
