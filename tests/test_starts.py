@@ -211,6 +211,45 @@ def test_bad_user_starts_name_the_start_and_parameter_before_any_compile(starts,
         search.fit(parabola3, SPACE, starts=starts)
 
 
+def one_dataset_priors(i):
+    return {
+        "a": ms.Uniform(-4.0 + i, 4.0 + 2 * i, shape=(3,)),
+        "s": ms.LogUniform(0.1 * (i + 1), 30.0),
+        "n": {"m": ms.Normal(float(i), 1.0 + i, shape=(2,))},
+    }
+
+
+@pytest.mark.parametrize("strategy", ["band", "sobol", "lhs"])
+def test_a_stack_of_datasets_starts_each_as_plan_starts_starts_a_single_fit(strategy):
+    """stack_starts (a batch of curve fits): dataset i's rows are its own start, then the draws
+    plan_starts makes a single fit after one user start, mapped by dataset i's priors."""
+    from types import SimpleNamespace
+
+    from multistart.starts.strategies import plan_starts, stack_starts
+
+    n, k = 3, 5
+    alone = [one_dataset_priors(i) for i in range(n)]
+    stack = {  # each prior with a leading axis of datasets
+        "a": ms.Uniform([[-4.0 + i] * 3 for i in range(n)], [[4.0 + 2 * i] * 3 for i in range(n)]),
+        "s": ms.LogUniform([0.1 * (i + 1) for i in range(n)], 30.0),
+        "n": {
+            "m": ms.Normal([[float(i)] * 2 for i in range(n)], [[1.0 + i] * 2 for i in range(n)])
+        },
+    }
+    first = {"a": np.full((n, 3), 0.5), "s": np.arange(1.0, n + 1), "n": {"m": np.ones((n, 2))}}
+    draws = dict(strategy=strategy, band=(0.2, 0.7), seed=7)
+    x = stack_starts(Space(SPACE), first, Space(stack), k, **draws)
+    assert x["a"].shape == (n * k, 3) and x["n"]["m"].shape == (n * k, 2)
+    for i in range(n):
+        user = jax.tree_util.tree_map(lambda a, i=i: a[i : i + 1], first)
+        single = SimpleNamespace(space=Space(alone[i]))  # (no filter: only its space is read)
+        plan = plan_starts(
+            single, "float64", n_starts=k, n_candidates=0, filter_width=1, user=user, **draws
+        )
+        mine = jax.tree_util.tree_map(lambda a, i=i: a[i * k : (i + 1) * k], x)
+        assert jax.tree_util.tree_all(jax.tree_util.tree_map(np.array_equal, mine, plan.x0))
+
+
 class ScanCounted(list):
     """A list that counts the elements its lookups scan (``in``, ``index``, ``count``)."""
 

@@ -23,6 +23,7 @@ from ..result import Result
 from ..result.batch import BatchFits, bound_summary
 from ..result.merge import best_rows
 from ..search.least_squares import MultiStartLeastSquares
+from ..starts.strategies import stack_starts
 from . import missing
 from .arguments import (
     STEPS_PER_PARAMETER,
@@ -35,7 +36,7 @@ from .arguments import (
 from .covariance import _batch_covariances
 from .hold import _Held, _hold, _warn_if_tied_outside
 from .model import _check_output, _CurveModel
-from .starts import _space, _spreads, _stack_p0, _stack_starts
+from .starts import _inside, _space, _spreads, _stack_p0
 
 #: Options a batch sets itself: each fit draws its own starts, with no filter, and one row of
 #: history (every step of every row would be ``n_steps x n_fits x n_starts`` floats).
@@ -172,8 +173,12 @@ def _model_and_starts(batch: _Batch, first: np.ndarray, search):
     # One space for every fit, as the programs may not depend on p0.
     reference = np.where(np.isfinite(lower), lower, np.where(np.isfinite(upper), upper, 0.0))
     space = _space(names, reference, lower, upper)
-    box = (lower, upper)
-    starts = _stack_starts(names, first, box, Space(space), batch.n_starts, search.options, spread)
+    # each fit's p0, then the draws a single fit makes, mapped by its own priors
+    own = Space(_space(names, first, lower, upper, spread))
+    p0 = dict(zip(names, _inside(first, lower, upper).T, strict=True))
+    o = search.options
+    draws = {"strategy": o.start_strategy, "band": o.start_band, "seed": o.seed}
+    starts = stack_starts(Space(space), p0, own, batch.n_starts, **draws)
     empty = batch.empty if batch.empty.any() else None
     model = _CurveModel(
         batch.model, names, space, batch.data, rows_per_datum=batch.n_starts, empty_data=empty
