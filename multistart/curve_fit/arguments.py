@@ -4,8 +4,8 @@ bounds, ``nan_policy``, and scipy's options that mean something else here, refus
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -172,6 +172,30 @@ def _data(f, xdata, ydata, sigma, p0, check_finite, nan_policy, mask=None, *, ba
         _check_finite(x, ys, s, batched, per_fit)
     data = (x, ys if batched else ys[0], _weights(s, n_fits, shape, batched, gone))
     return data, names, n_fits, traced, gone
+
+
+class _Args(NamedTuple):
+    """curve_fit's arguments about the data, as given (scipy's names), before they are read."""
+
+    f: Callable
+    xdata: Any
+    ydata: Any
+    p0: Any
+    sigma: Any
+    absolute_sigma: bool
+    check_finite: bool | None
+    bounds: Any
+    nan_policy: str | None
+    mask: Any
+
+    def n_params(self, batched: bool) -> int:
+        """How many parameters ``f`` takes (:func:`_names`)."""
+        return len(_names(self.f, None if self.p0 is None else _n_given(self.p0, batched)))
+
+    def data(self, *, batched: bool = False):
+        """:func:`_data` of these arguments."""
+        read = (self.f, self.xdata, self.ydata, self.sigma, self.p0, self.check_finite)
+        return _data(*read, self.nan_policy, self.mask, batched=batched)
 
 
 def _check_nan_policy(nan_policy) -> None:

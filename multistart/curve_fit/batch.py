@@ -25,14 +25,7 @@ from ..result.merge import best_rows
 from ..search.least_squares import MultiStartLeastSquares
 from ..starts.strategies import stack_starts
 from . import missing
-from .arguments import (
-    STEPS_PER_PARAMETER,
-    _bounds,
-    _data,
-    _n_given,
-    _names,
-    _precision,
-)
+from .arguments import STEPS_PER_PARAMETER, _Args, _bounds, _precision
 from .covariance import _batch_covariances
 from .hold import _Held, _hold, _warn_if_tied_outside
 from .model import _check_output, _CurveModel
@@ -102,35 +95,18 @@ class _Batch:
         return popt, pcov, fits, fvec, (fits.names, fits.at_bound)
 
 
-def _fit_batch(
-    f,
-    xdata,
-    ydata,
-    p0,
-    sigma,
-    absolute_sigma,
-    check_finite,
-    bounds,
-    nan_policy,
-    mask,
-    resume,
-    hold,
-    **kw,
-):
+def _fit_batch(args: _Args, resume: bool, hold: dict, **kw):
     """``(popt, pcov, BatchFits, fvec, (names, at_bound))`` of a stack of datasets."""
     n_starts = _n_starts(kw.pop("n_starts"))
     options = _batch_options(kw)
-    step, refine = _precision(
-        options.pop("dtype", None), len(_names(f, None if p0 is None else _n_given(p0, True)))
-    )
+    step, refine = _precision(options.pop("dtype", None), args.n_params(batched=True))
     with xla.precision(step):
         forget_other_float_types(step)
-        read = (f, xdata, ydata, sigma, p0, check_finite, nan_policy, mask)
-        batch, first = _read(read, bounds, hold, n_starts, absolute_sigma, refine)
+        batch, first = _read(args, hold, n_starts, refine)
         options = {"n_steps": STEPS_PER_PARAMETER * len(batch.names), **options}
         n = len(first) * n_starts
         search = MultiStartLeastSquares(
-            absolute_sigma=absolute_sigma, n_starts=n, dtype=step, **options
+            absolute_sigma=args.absolute_sigma, n_starts=n, dtype=step, **options
         )
         model, starts = _model_and_starts(batch, first, search)
         return batch.fits(_run(search, model, starts, resume, batch))
@@ -142,12 +118,12 @@ def _n_starts(n_starts) -> int:
     return int(n_starts)
 
 
-def _read(read, bounds, hold, n_starts: int, absolute_sigma: bool, refine: bool):
-    """``(batch, first)``: the :class:`_Batch` of the arguments ``read`` (``f`` ... ``mask``,
-    as :func:`.arguments._data` takes them), checked, and each fit's first start."""
-    data, all_names, n_fits, f, gone = _data(*read, batched=True)  # f traced once
-    p0 = read[4]
-    all_lower, all_upper = _bounds(bounds, all_names)
+def _read(args: _Args, hold, n_starts: int, refine: bool):
+    """``(batch, first)``: the :class:`_Batch` of the arguments ``args``, checked, and each
+    fit's first start."""
+    data, all_names, n_fits, f, gone = args.data(batched=True)  # f traced once
+    p0, absolute_sigma = args.p0, args.absolute_sigma
+    all_lower, all_upper = _bounds(args.bounds, all_names)
     held = _hold(f, all_names, hold, all_lower, all_upper)
     g, names = held.model, list(held.free)
     if g is not f:
