@@ -23,6 +23,7 @@ MODULES = [
     "result.batch",
     "result.core",
     "result.laplace",
+    "result.merge",
     "result.minima",
     "search.gradient",
     "search.least_squares",

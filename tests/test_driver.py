@@ -107,6 +107,23 @@ def test_near_bound_names_the_elements():
     assert names == {0: ["a[1]"]}  # only the starts at a bound
 
 
+def test_one_bound_test_a_space_applies_in_each_priors_uniform_coordinate():
+    """Space.near_bound is near_bound (curve_fit's test of its box) in the coordinate each
+    bounded prior is uniform in: log x for a LogUniform; a one-sided prior is not flagged."""
+    from multistart.model.priors import Space, near_bound
+
+    space = Space({"u": ms.Uniform(1.0, 1e4), "g": ms.LogUniform(1.0, 1e4)})
+    x = np.array([9995.0, 9999.5, 5000.0, 1.00001])  # 5e-4, 5e-5, 0.5, 1e-9 of [1, 1e4]
+    flags, _ = space.near_bound({"u": x, "g": np.full(4, 50.0)})
+    assert flags.tolist() == near_bound(x, 1.0, 1e4).tolist() == [False, True, False, True]
+    flags, _ = space.near_bound({"u": np.full(4, 50.0), "g": x})  # log x: 9995 is near
+    assert flags.tolist() == near_bound(np.log(x), 0.0, np.log(1e4)).tolist()
+    assert flags.tolist() == [True, True, False, True]
+    one_sided = Space({"h": ms.HalfBounded(1.0, 2.0)})
+    assert not one_sided.near_bound({"h": np.array([1.00001])})[0].any()
+    assert near_bound(np.array([1.00001]), 1.0, np.inf).all()  # curve_fit's one-sided box
+
+
 def test_progress_bar_is_off_when_output_is_not_a_terminal(capsys):
     ms.MultiStartAdam(**ADAM).fit(parabola, PARABOLA_SPACE)
     assert "step/s" not in capsys.readouterr().err

@@ -4,8 +4,8 @@ bounds, ``nan_policy``, and scipy's options that mean something else here, refus
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -174,6 +174,30 @@ def _data(f, xdata, ydata, sigma, p0, check_finite, nan_policy, mask=None, *, ba
     return data, names, n_fits, traced, gone
 
 
+class _Args(NamedTuple):
+    """curve_fit's arguments about the data, as given (scipy's names), before they are read."""
+
+    f: Callable
+    xdata: Any
+    ydata: Any
+    p0: Any
+    sigma: Any
+    absolute_sigma: bool
+    check_finite: bool | None
+    bounds: Any
+    nan_policy: str | None
+    mask: Any
+
+    def n_params(self, batched: bool) -> int:
+        """How many parameters ``f`` takes (:func:`_names`)."""
+        return len(_names(self.f, None if self.p0 is None else _n_given(self.p0, batched)))
+
+    def data(self, *, batched: bool = False):
+        """:func:`_data` of these arguments."""
+        read = (self.f, self.xdata, self.ydata, self.sigma, self.p0, self.check_finite)
+        return _data(*read, self.nan_policy, self.mask, batched=batched)
+
+
 def _check_nan_policy(nan_policy) -> None:
     if nan_policy not in (None, "raise", "omit"):
         raise ValueError(f"nan_policy must be None, 'raise' or 'omit'; got {nan_policy!r}")
@@ -285,22 +309,6 @@ def _vector(value, n: int, name: str) -> np.ndarray:
     if v.shape != (n,):
         raise ValueError(f"{name} must have one value per parameter ({n}); got shape {v.shape}")
     return v
-
-
-#: A parameter within this of a bound is flagged (``BatchFits.at_bound``), as ``Result.at_bound``.
-BOUND_RTOL = 1e-4
-
-
-def _at_bound(popt: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> np.ndarray:
-    """``(n_fits, n)``: within ``BOUND_RTOL`` of a bound: of a finite box's width, or of
-    ``max(|bound|, 1)`` for a one-sided one."""
-    boxed = np.isfinite(lower) & np.isfinite(upper)
-    span = np.where(boxed, upper - lower, 1.0)
-    lo_scale = np.where(boxed, span, np.maximum(np.abs(np.where(np.isfinite(lower), lower, 0)), 1))
-    hi_scale = np.where(boxed, span, np.maximum(np.abs(np.where(np.isfinite(upper), upper, 0)), 1))
-    with np.errstate(invalid="ignore"):
-        near = (popt - lower <= BOUND_RTOL * lo_scale) | (upper - popt <= BOUND_RTOL * hi_scale)
-    return near & np.isfinite(popt)
 
 
 def _bounds(bounds, names) -> tuple[np.ndarray, np.ndarray]:

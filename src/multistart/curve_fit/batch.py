@@ -18,24 +18,18 @@ from ..common.status import Status
 from ..device.programs import forget_other_float_types
 from ..host import progress
 from ..host.checkpoint import SearchInterrupted
-from ..model.priors import Space
+from ..model.priors import Space, near_bound
 from ..result import Result
 from ..result.batch import BatchFits, bound_summary
+from ..result.merge import best_rows
 from ..search.least_squares import MultiStartLeastSquares
+from ..starts.strategies import stack_starts
 from . import missing
-from .arguments import (
-    STEPS_PER_PARAMETER,
-    _at_bound,
-    _bounds,
-    _data,
-    _n_given,
-    _names,
-    _precision,
-)
+from .arguments import STEPS_PER_PARAMETER, _Args, _bounds, _precision
 from .covariance import _batch_covariances
 from .hold import _Held, _hold, _warn_if_tied_outside
 from .model import _check_output, _CurveModel
-from .starts import _space, _spreads, _stack_p0, _stack_starts
+from .starts import _inside, _space, _spreads, _stack_p0
 
 #: Options a batch sets itself: each fit draws its own starts, with no filter, and one row of
 #: history (every step of every row would be ``n_steps x n_fits x n_starts`` floats).
@@ -101,35 +95,18 @@ class _Batch:
         return popt, pcov, fits, fvec, (fits.names, fits.at_bound)
 
 
-def _fit_batch(
-    f,
-    xdata,
-    ydata,
-    p0,
-    sigma,
-    absolute_sigma,
-    check_finite,
-    bounds,
-    nan_policy,
-    mask,
-    resume,
-    hold,
-    **kw,
-):
+def _fit_batch(args: _Args, resume: bool, hold: dict, **kw):
     """``(popt, pcov, BatchFits, fvec, (names, at_bound))`` of a stack of datasets."""
     n_starts = _n_starts(kw.pop("n_starts"))
     options = _batch_options(kw)
-    step, refine = _precision(
-        options.pop("dtype", None), len(_names(f, None if p0 is None else _n_given(p0, True)))
-    )
+    step, refine = _precision(options.pop("dtype", None), args.n_params(batched=True))
     with xla.precision(step):
         forget_other_float_types(step)
-        read = (f, xdata, ydata, sigma, p0, check_finite, nan_policy, mask)
-        batch, first = _read(read, bounds, hold, n_starts, absolute_sigma, refine)
+        batch, first = _read(args, hold, n_starts, refine)
         options = {"n_steps": STEPS_PER_PARAMETER * len(batch.names), **options}
         n = len(first) * n_starts
         search = MultiStartLeastSquares(
-            absolute_sigma=absolute_sigma, n_starts=n, dtype=step, **options
+            absolute_sigma=args.absolute_sigma, n_starts=n, dtype=step, **options
         )
         model, starts = _model_and_starts(batch, first, search)
         return batch.fits(_run(search, model, starts, resume, batch))
@@ -141,12 +118,12 @@ def _n_starts(n_starts) -> int:
     return int(n_starts)
 
 
-def _read(read, bounds, hold, n_starts: int, absolute_sigma: bool, refine: bool):
-    """``(batch, first)``: the :class:`_Batch` of the arguments ``read`` (``f`` ... ``mask``,
-    as :func:`.arguments._data` takes them), checked, and each fit's first start."""
-    data, all_names, n_fits, f, gone = _data(*read, batched=True)  # f traced once
-    p0 = read[4]
-    all_lower, all_upper = _bounds(bounds, all_names)
+def _read(args: _Args, hold, n_starts: int, refine: bool):
+    """``(batch, first)``: the :class:`_Batch` of the arguments ``args``, checked, and each
+    fit's first start."""
+    data, all_names, n_fits, f, gone = args.data(batched=True)  # f traced once
+    p0, absolute_sigma = args.p0, args.absolute_sigma
+    all_lower, all_upper = _bounds(args.bounds, all_names)
     held = _hold(f, all_names, hold, all_lower, all_upper)
     g, names = held.model, list(held.free)
     if g is not f:
@@ -172,8 +149,12 @@ def _model_and_starts(batch: _Batch, first: np.ndarray, search):
     # One space for every fit, as the programs may not depend on p0.
     reference = np.where(np.isfinite(lower), lower, np.where(np.isfinite(upper), upper, 0.0))
     space = _space(names, reference, lower, upper)
-    box = (lower, upper)
-    starts = _stack_starts(names, first, box, Space(space), batch.n_starts, search.options, spread)
+    # each fit's p0, then the draws a single fit makes, mapped by its own priors
+    own = Space(_space(names, first, lower, upper, spread))
+    p0 = dict(zip(names, _inside(first, lower, upper).T, strict=True))
+    o = search.options
+    draws = {"strategy": o.start_strategy, "band": o.start_band, "seed": o.seed}
+    starts = stack_starts(Space(space), p0, own, batch.n_starts, **draws)
     empty = batch.empty if batch.empty.any() else None
     model = _CurveModel(
         batch.model, names, space, batch.data, rows_per_datum=batch.n_starts, empty_data=empty
@@ -221,12 +202,9 @@ def _batch_options(options: dict) -> dict:
 def _per_fit(result: Result, names, n_fits: int, k: int) -> tuple[np.ndarray, np.ndarray]:
     """``(popt, rows)``: each fit's best start, as a single fit chooses it (the lowest figure
     of merit, the first on ties; ``popt`` nan when none is finite), and its row."""
-    foms = np.asarray(result.foms).reshape(n_fits, k)
-    finite = np.isfinite(foms)
-    best = np.argmin(np.where(finite, foms, np.inf), axis=1)
-    rows = np.arange(n_fits) * k + best
+    rows, found = best_rows(np.asarray(result.foms).reshape(n_fits, k))
     popt = np.stack([np.asarray(result.params[name])[rows] for name in names], axis=1)
-    popt[~finite.any(axis=1)] = np.nan
+    popt[~found] = np.nan
     return popt, rows
 
 
@@ -238,7 +216,7 @@ def _batch_fits(
     n_fits = len(popt)
     free = held.keep
     n_free = int(free.sum())
-    at_bound = _at_bound(popt, *bounds)
+    at_bound = near_bound(popt, *bounds)
     at_bound[:, ~free] = False  # a held parameter's bound is its value, not the fit's doing
     best_fom = np.asarray(result.foms)[rows]
     empty = points < n_free

@@ -10,7 +10,7 @@ import numpy as np
 from ..common import log, status
 from ..common.status import Status
 from ..result.batch import BatchFits
-from .arguments import _METHODS, N_STARTS, _check_choices, _check_scipy_options
+from .arguments import _METHODS, N_STARTS, _Args, _check_choices, _check_scipy_options
 from .batch import _fit_batch
 from .single import _fit
 
@@ -68,11 +68,11 @@ def curve_fit(
     """
     _check_choices(method, jac, absolute_sigma, full_output, batched, resume)
     _check_scipy_options(options)
-    args = (f, xdata, ydata, p0, sigma, absolute_sigma, check_finite, bounds, nan_policy, mask)
+    args = _Args(f, xdata, ydata, p0, sigma, absolute_sigma, check_finite, bounds, nan_policy, mask)
     fit, hold = _fit_batch if batched else _fit, {"fixed": fixed, "tied": tied}
     with log.quiet():  # as scipy: nothing printed unless something needs the user
         *answer, bound = fit(
-            *args, resume, hold, n_starts=n_starts, method=_METHODS[method], **options
+            args, resume, hold, n_starts=n_starts, method=_METHODS[method], **options
         )
     return _returned(answer, bound, full_output)
 

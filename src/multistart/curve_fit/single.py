@@ -10,53 +10,29 @@ from scipy.optimize import OptimizeWarning
 
 from ..common import xla
 from ..device.programs import forget_other_float_types
+from ..model.priors import near_bound
 from ..search.least_squares import MultiStartLeastSquares
-from .arguments import (
-    STEPS_PER_PARAMETER,
-    _at_bound,
-    _bounds,
-    _data,
-    _n_given,
-    _names,
-    _precision,
-    _vector,
-)
+from .arguments import STEPS_PER_PARAMETER, _Args, _bounds, _precision, _vector
 from .covariance import _batch_covariances, _result_covariance, _with_curvature
 from .hold import _hold, _warn_if_tied_outside
 from .model import _check_output, _CurveModel
 from .starts import _first_start, _inside, _space, _spreads
 
 
-def _fit(
-    f,
-    xdata,
-    ydata,
-    p0,
-    sigma,
-    absolute_sigma,
-    check_finite,
-    bounds,
-    nan_policy,
-    mask,
-    resume,
-    hold,
-    **options,
-):
+def _fit(args: _Args, resume: bool, hold: dict, **options):
     """``(popt, pcov, result, fvec, (names, at_bound))`` of one dataset: ``at_bound``
     ``(1, n)`` its parameters on a bound (an ``OptimizeWarning`` names them)."""
-    step, refine = _precision(
-        options.pop("dtype", None), len(_names(f, None if p0 is None else _n_given(p0, False)))
-    )
+    step, refine = _precision(options.pop("dtype", None), args.n_params(batched=False))
+    absolute_sigma = args.absolute_sigma
     with xla.precision(step):
         forget_other_float_types(step)
-        read = (f, xdata, ydata, sigma, p0, check_finite, nan_policy, mask)
-        data, all_names, _, f, _ = _data(*read)  # (a single fit drops the points left out)
+        data, all_names, _, f, _ = args.data()  # (a single fit drops the points left out)
         f = _check_output(f, data[0], all_names, data[1].shape)  # the one trace of f
-        all_lower, all_upper = _bounds(bounds, all_names)
+        all_lower, all_upper = _bounds(args.bounds, all_names)
         held = _hold(f, all_names, hold, all_lower, all_upper)
         g, names, keep = held.model, list(held.free), held.keep
         lower, upper = all_lower[keep], all_upper[keep]
-        p0 = None if p0 is None else _vector(p0, len(all_names), "p0")[keep]
+        p0 = None if args.p0 is None else _vector(args.p0, len(all_names), "p0")[keep]
         first = _first_start(p0, lower, upper, names)
         if g is not f:
             _check_output(g, data[0], names, data[1].shape)
@@ -80,7 +56,7 @@ def _fit(
             pcov, fvec = _result_covariance(result, names, np.asarray(data[1]).size)
         pcov, popt = held.full_cov(pcov, popt[None]), held.full(popt[None])
         _warn_if_tied_outside(held, popt, all_lower, all_upper)
-        at_bound = _at_bound(popt, all_lower, all_upper) & held.keep
+        at_bound = near_bound(popt, all_lower, all_upper) & held.keep
         _warn_on_bound(all_names, at_bound[0])
         return popt[0], pcov[0], result, fvec[0], (tuple(all_names), at_bound)
 

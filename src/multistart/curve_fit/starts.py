@@ -1,5 +1,6 @@
 """Where a curve_fit's starts come from: ``p0`` (or scipy's default), the priors of the box,
-and the draws around ``p0`` where a parameter is unbounded."""
+and how widely the draws spread around ``p0`` where a parameter is unbounded. The draws are
+:mod:`multistart.starts.strategies`' (``plan_starts``; a batch's ``stack_starts``)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from ..model.priors import HalfBounded, Normal, Space, Uniform
-from ..starts.strategies import BOUND_MARGIN, StartStream
+from ..model.priors import HalfBounded, Normal, Uniform
+from ..starts.strategies import BOUND_MARGIN
 from .arguments import _vector
 from .covariance import _curvature_at
 
@@ -102,20 +103,3 @@ def _stack_p0(p0, n_fits: int, names, lower, upper, keep) -> np.ndarray:
     first = first[:, keep]
     _check_p0(first, lower, upper, free)
     return first
-
-
-def _stack_starts(names, first, bounds, space: Space, k: int, options, spread) -> dict:
-    """Every fit's ``k`` starts (rows ``i * k ..``): its ``p0``, then the draws a single fit
-    with ``start_strategy="band", n_candidates=0`` and the same seed makes in the search's
-    ``space`` (:class:`multistart.starts.strategies.StartStream`), each fit's mapped by its own
-    priors."""
-    n_fits, n = first.shape
-    priors = _space(names, first, bounds[0], bounds[1], spread)
-    stream = StartStream(space, "band", options.start_band, np.random.default_rng(options.seed))
-    out = np.empty((n_fits, k, n))
-    out[:, 0] = _inside(first, *bounds)
-    for name, q in zip(space.paths, stream.unit_leaves(k - 1), strict=True):
-        out[:, 1:, names.index(name)] = np.broadcast_to(
-            priors[name].from_unit(q[:, None]), (k - 1, n_fits)
-        ).T
-    return {name: out[:, :, j].reshape(-1) for j, name in enumerate(names)}

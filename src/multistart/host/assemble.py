@@ -29,10 +29,9 @@ from .engine import Engine, Setup
 from .identity import config_hash
 from .run_state import RunState
 
-__all__ = ["assemble", "log_end", "CHUNK_STEP_NAME", "BOUND_RTOL"]
+__all__ = ["assemble", "log_end", "CHUNK_STEP_NAME"]
 
 CHUNK_STEP_NAME = "multistart_chunk_step"
-BOUND_RTOL = 1e-4  # a best fit this close to a bound (in the prior's unit interval) is flagged
 MINIMA_SHOWN = 5  # the end-of-search log line counts the starts of this many best minima
 
 
@@ -81,7 +80,7 @@ def records(setup: Setup, engine: Engine, state: RunState) -> tuple[dict[str, An
     if engine.refiller is not None and lineage is not None:
         rec, incarnations = engine.refiller.fold(rec, lineage)
         rec.update(incarnations=incarnations, resurrections=lineage.count.copy())
-    rec["at_bound"], bound_names = setup.problem.space.near_bound(rec["params"], BOUND_RTOL)
+    rec["at_bound"], bound_names = setup.problem.space.near_bound(rec["params"])
     rec["rung"] = None if state.rungs is None else state.rungs.rung_of()[:n]
     return rec, bound_names
 

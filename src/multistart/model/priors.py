@@ -16,7 +16,17 @@ import jax.numpy as jnp
 import numpy as np
 from scipy import special
 
-__all__ = ["Prior", "Uniform", "LogUniform", "Normal", "HalfBounded", "Fixed", "Space"]
+__all__ = [
+    "Prior",
+    "Uniform",
+    "LogUniform",
+    "Normal",
+    "HalfBounded",
+    "Fixed",
+    "Space",
+    "near_bound",
+    "BOUND_RTOL",
+]
 
 # Unit-cube values are kept this far from 0 and 1 before a logit, so a start on a bound maps to
 # a large but finite unconstrained value.
@@ -87,6 +97,34 @@ def _forward_leaf(prior, u):
     as the prior."""
     kind, a, b = (t.reshape(prior.shape) for t in prior.table())
     return flat_map(kind, a, b, u)
+
+
+#: A parameter this close to a bound, in the bound's unit (:func:`near_bound`), is on it:
+#: ``Result.at_bound``, ``BatchFits.at_bound`` and the warnings that name them.
+BOUND_RTOL = 1e-4
+
+
+def near_bound(x, lower, upper, rtol: float = BOUND_RTOL) -> np.ndarray:
+    """Elementwise (NumPy, broadcast): finite ``x`` within ``rtol`` of a bound, in the bound's
+    unit: where both bounds are finite, ``x``'s place in the box's unit interval,
+    ``(x - lower) / (upper - lower)``, within ``rtol`` of 0 or 1; where one is, its distance
+    over ``max(|bound|, 1)``; where none is, never. The one bound test: :meth:`Space.near_bound`
+    applies it to each bounded prior (in the coordinate it is uniform in), curve_fit to its box.
+
+    >>> near_bound(np.array([0.0, 5e-5, 0.5, 1.0, np.nan]), 0.0, 1.0).tolist()
+    [True, True, False, True, False]
+    >>> near_bound(np.array([100.005, 100.02, 1e9]), 100.0, np.inf).tolist()
+    [True, False, False]
+    """
+    x, lower, upper = (np.asarray(a, dtype=np.float64) for a in (x, lower, upper))
+    low, high = np.isfinite(lower), np.isfinite(upper)
+    boxed = low & high
+    lo_unit = np.where(boxed, upper - lower, np.maximum(np.abs(np.where(low, lower, 0.0)), 1.0))
+    hi_unit = np.maximum(np.abs(np.where(high, upper, 0.0)), 1.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        q = (x - lower) / lo_unit
+        near_hi = np.where(boxed, q >= 1.0 - rtol, high & ((upper - x) / hi_unit <= rtol))
+        return ((low & (q <= rtol)) | near_hi) & np.isfinite(x)
 
 
 class Prior:
@@ -562,11 +600,14 @@ class Space:
                 out[i] = _filled(value, batch, like)
         return jax.tree_util.tree_unflatten(self.treedef, out)
 
-    def near_bound(self, params, rtol: float = 1e-4) -> tuple[np.ndarray, dict[int, list[str]]]:
+    def near_bound(
+        self, params, rtol: float = BOUND_RTOL
+    ) -> tuple[np.ndarray, dict[int, list[str]]]:
         """Which starts sit within ``rtol`` of a bound (NumPy; ``params`` has a leading axis).
 
-        Distance is measured in each bounded prior's own unit interval; priors without bounds
-        never count (see ``Result.at_bound`` for what it means).
+        Distance is measured in each bounded prior's own unit interval (:func:`near_bound`
+        in the coordinate it is uniform in: ``x``, or ``log x``); the other priors never count,
+        a one-sided one neither (see ``Result.at_bound`` for what it means).
 
         Returns:
           ``(flags, names)``: a bool per start, and for each start at a bound (by index) the
@@ -579,9 +620,9 @@ class Space:
         for path, prior, x in zip(self.paths, self.priors, leaves, strict=True):
             if not isinstance(prior, Uniform):
                 continue
-            x = np.asarray(x, dtype=np.float64).reshape(n, -1)
-            q = np.asarray(prior.to_unit(x.reshape((n, *prior.shape)))).reshape(n, -1)
-            near = (q <= rtol) | (q >= 1.0 - rtol)
+            x = np.asarray(x, dtype=np.float64).reshape((n, *prior.shape))
+            box = prior._z(prior.lower), prior._z(prior.upper)
+            near = near_bound(prior._z(x), *box, rtol).reshape(n, -1)
             for i, j in zip(*np.nonzero(near), strict=True):
                 names.setdefault(int(i), []).append(path if prior.shape == () else f"{path}[{j}]")
             flags |= near.any(axis=1)

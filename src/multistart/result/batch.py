@@ -51,7 +51,8 @@ class BatchFits:
       status: ``(n_fits,)`` the :class:`multistart.Status` of each fit's best start
         (``message`` says what each means).
       at_bound: ``(n_fits, n)`` whether each parameter of each fit lies on a bound
-        (within 1e-4 of a finite box's width, or of ``max(|bound|, 1)`` for a one-sided one).
+        (within 1e-4 of a finite box's width, or of ``max(|bound|, 1)`` for a one-sided one:
+        :func:`multistart.model.priors.near_bound`).
       n_evals: ``(n_fits,)`` evaluations made by all of each fit's starts.
       best_row: ``(n_fits,)`` the row of ``result`` holding each fit's best start (fit ``i``'s
         starts are rows ``i * n_starts`` to ``(i + 1) * n_starts - 1``).

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..device.chunking import part_slots
 
-__all__ = ["merge", "best_fit", "difference", "config_difference"]
+__all__ = ["merge", "best_fit", "best_rows", "difference", "config_difference"]
 
 # Per-part statistics the merge adds up (each part paid them) or takes the largest of (the
 # parts ran side by side); the others are kept where every part agrees.
@@ -211,12 +211,29 @@ def _last(steps) -> int:
     return int(steps[-1]) if len(steps) else 0
 
 
+def best_rows(foms) -> tuple[np.ndarray, np.ndarray]:
+    """``(rows, found)`` of ``foms`` ``(n_groups, k)``, each group's starts side by side: each
+    group's best start, its lowest finite figure of merit (the first on ties; the group's first
+    where none is finite), as a flat index, and whether one was finite. The one pick of a best
+    start: a run's and a merge's (:func:`best_fit`, one group) and each fit's of a batch.
+
+    >>> nan = np.nan
+    >>> best_rows(np.array([[2.0, 1.0, 1.0], [nan, nan, nan], [nan, 0.5, -np.inf]]))
+    (array([1, 3, 7]), array([ True, False,  True]))
+    """
+    foms = np.asarray(foms)
+    finite = np.isfinite(foms)
+    best = np.argmin(np.where(finite, foms, np.inf), axis=1)
+    return np.arange(len(foms)) * foms.shape[1] + best, finite.any(axis=1)
+
+
 def best_fit(foms: np.ndarray, params):
     """``(best_index, best_fom, best_params)``: the lowest finite figure of merit (the first on
-    ties), or ``(-1, inf, nan params)`` when none is finite. A run and a merge choose alike."""
-    finite = np.isfinite(foms)
-    if finite.any():
-        i = int(np.argmin(np.where(finite, foms, np.inf)))
+    ties), or ``(-1, inf, nan params)`` when none is finite (:func:`best_rows`, of one group).
+    A run and a merge choose alike."""
+    rows, found = best_rows(np.reshape(foms, (1, -1))) if np.size(foms) else ([0], [False])
+    if found[0]:
+        i = int(rows[0])
         return i, float(foms[i]), jax.tree_util.tree_map(lambda a: np.asarray(a)[i], params)
     blank = jax.tree_util.tree_map(
         lambda a: np.full(np.shape(a)[1:], np.nan, np.asarray(a).dtype), params

@@ -45,6 +45,7 @@ __all__ = [
     "check_max_candidates",
     "describe_region",
     "plan_starts",
+    "stack_starts",
 ]
 
 STRATEGIES = ("band", "sobol", "lhs", "tiktak", "band_tiktak")
@@ -147,9 +148,14 @@ class StartStream:
         out, self._buffer = self._buffer[:m], self._buffer[m:]
         return out
 
-    def draw(self, m: int):
-        """The next ``m`` starts: physical params with a leading ``m`` axis (float64)."""
-        return self.space.from_unit(self.unit_leaves(m))
+    def draw(self, m: int, priors: Space | None = None):
+        """The next ``m`` starts: physical params with a leading ``m`` axis (float64), mapped
+        by the stream's space, or by ``priors``: its priors with a leading axis of datasets on
+        every parameter, each dataset's draws alike (leaves ``(m, n_datasets, *shape)``)."""
+        q = self.unit_leaves(m)
+        if priors is None:
+            return self.space.from_unit(q)
+        return priors.from_unit([u[:, None] for u in q])
 
     def unit_leaves(self, m: int) -> list[np.ndarray]:
         """The next ``m`` starts in each prior's unit interval (inside the band), one array
@@ -174,8 +180,9 @@ def _match_paths(space: Space, tree, where: str) -> dict[str, Any]:
     if not isinstance(tree, dict):
         raise TypeError(f"{where} must be a params dict like the space; got {type(tree).__name__}")
     paths, leaves = _flat_paths(tree)
-    missing = [p for p in space.paths if p not in paths]
-    extra = [p for p in paths if p not in space.paths and p not in space.fixed]
+    given, known = set(paths), set(space.paths)  # (lists: a start of n leaves cost n² lookups)
+    missing = [p for p in space.paths if p not in given]
+    extra = [p for p in paths if p not in known and p not in space.fixed]
     for path, leaf in zip(paths, leaves, strict=True):  # a fixed one may be given, at its value
         fixed = space.fixed.get(path)
         if fixed is not None and not np.all(_as_float(leaf, f"{where}[{path!r}]") == fixed.value):
@@ -633,6 +640,25 @@ def plan_starts(
     reserve = CandidateReserve(_take(cand, rest), foms[rest])
     pool = None if explore is None else _explore_pool(space, dtype, evaluator, seed, explore, stats)
     return StartPlan(_concat(user, picked), started, reserve, stats, pool, evaluator)
+
+
+def stack_starts(space: Space, first, priors: Space, k: int, *, strategy: str, band, seed: int):
+    """The starts of a stack of datasets fitted as one search, dataset ``i``'s in rows ``i * k``
+    to ``(i + 1) * k - 1`` (a problem's ``rows_per_datum``): each dataset's start ``first``
+    (params, a leading axis of datasets), then the ``k - 1`` draws :func:`plan_starts` makes
+    after one user start without a filter (the same seed: the same draws in the unit interval
+    for every dataset), each dataset's mapped by its own ``priors`` (``space``'s, each with a
+    leading axis of datasets: :meth:`StartStream.draw`). Params with a leading ``n * k`` axis.
+    """
+    stream = StartStream(space, strategy, band, np.random.default_rng(seed))
+    drawn = stream.draw(k - 1, priors)
+
+    def rows(x0, x):  # (n, *shape) and (k - 1, n, *shape): (n * k, *shape)
+        x0 = np.asarray(x0, dtype=np.float64)
+        x = np.moveaxis(np.broadcast_to(x, (k - 1, *x0.shape)), 0, 1)
+        return np.concatenate([x0[:, None], x], axis=1).reshape(-1, *x0.shape[1:])
+
+    return jax.tree_util.tree_map(rows, space.unflatten(space.leaves(first)), drawn)
 
 
 class Explore(NamedTuple):
