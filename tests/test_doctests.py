@@ -24,6 +24,7 @@ MODULES = [
     "result.core",
     "result.laplace",
     "result.minima",
+    "search.core",
     "search.gradient",
     "search.least_squares",
     "solvers.convergence",
