@@ -11,6 +11,7 @@ against the classes. :meth:`Search.fit` hands the search to :mod:`multistart.hos
 
 from __future__ import annotations
 
+import difflib
 import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -66,7 +67,11 @@ class Search:
         signature = inspect.Signature([inspect.Parameter("self", kind), *own, *parameters()])
 
         def __init__(self, *args, **kwargs):
-            self._make(signature.bind(self, *args, **kwargs))
+            try:
+                bound = signature.bind(self, *args, **kwargs)
+            except TypeError as e:  # Python's words, with the class and the nearest option
+                raise TypeError(_call_error(type(self), e, kwargs)) from None
+            self._make(bound)
 
         __init__.__signature__ = signature  # type: ignore[attr-defined]
         __init__.__qualname__ = f"{cls.__qualname__}.__init__"
@@ -157,6 +162,16 @@ class Search:
             search so far; the previous checkpoint is intact) or none could be read.
         """
         return driver.run(self, objective, space, starts=starts, resume=resume, part=part)
+
+
+def _call_error(cls: type, error: TypeError, given: dict[str, Any]) -> str:
+    """``error`` (``Signature.bind``'s) naming ``cls``, and the option nearest a misspelt one."""
+    known = list(inspect.signature(cls).parameters)
+    unknown = [k for k in given if k not in known]
+    near = difflib.get_close_matches(unknown[0], known, n=1) if unknown else []
+    hint = f" (did you mean {near[0]!r}?)" if near else ""
+    keyword_only = " (every option is keyword-only)" if "positional" in str(error) else ""
+    return f"{cls.__name__}(): {error}{hint}{keyword_only}"
 
 
 def _is_auto(value) -> bool:
