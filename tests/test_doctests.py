@@ -25,6 +25,7 @@ MODULES = [
     "result.laplace",
     "result.merge",
     "result.minima",
+    "search.core",
     "search.gradient",
     "search.least_squares",
     "solvers.convergence",

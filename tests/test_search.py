@@ -2,6 +2,7 @@ import dataclasses
 import functools
 import inspect
 import logging
+import re
 
 import jax
 import jax.numpy as jnp
@@ -481,11 +482,15 @@ def test_every_option_is_keyword_only(rule):
 
 
 def test_an_unknown_option_is_named_with_the_nearest():
-    # the constructors declare every option: Python names an unknown one (3.13 adds the nearest)
-    with pytest.raises(TypeError, match="unexpected keyword argument 'n_start'"):
+    # a constructor binds its call to its signature: Python's words, the class and the nearest
+    with pytest.raises(TypeError, match=r"MultiStartLBFGS\(\): got an unexpected keyword "):
         ms.MultiStartLBFGS(n_start=4)
-    with pytest.raises(TypeError, match="unexpected keyword argument 'colour'"):
+    with pytest.raises(TypeError, match="argument 'n_start' .did you mean 'n_starts'"):
+        ms.MultiStartLBFGS(n_start=4)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'colour'$"):
         ms.MultiStartAdam(colour="blue")
+    with pytest.raises(TypeError, match="positional arguments .every option is keyword-only"):
+        ms.MultiStartLeastSquares("lm")
     # replace() names the nearest option, a rule's own hyperparameters and a least-squares
     # search's options included
     with pytest.raises(TypeError, match="unknown option 'n_start' .did you mean 'n_starts'"):
@@ -517,20 +522,60 @@ SEARCHES = [ms.MultiStartGradient, *RULES, ms.MultiStartLBFGS, ms.MultiStartLeas
 
 @pytest.mark.parametrize("rule", SEARCHES)
 def test_every_option_is_in_the_signature_and_the_docs(rule):
-    """Each search class declares every option plainly, after its own arguments, as the
-    configuration's field: its name, order, type and default."""
-    names = [f.name for f in dataclasses.fields(ms.SearchConfig)]
+    """What a user sees: ``inspect.signature`` (an IDE in a live session, ``help()``) lists the
+    rule's own arguments and then every option, keyword-only, as the configuration declares it
+    (name, order, type, default); ``help()`` shows that signature and every option's doc; and
+    the stub static tools read (an IDE, mypy) states the same signature."""
+    import pydoc
+
+    from api_snapshot import SEARCH, STUBS, stub
+
+    names = list(ms.host.config.ORDER)
     params = inspect.signature(rule).parameters
     assert all(params[n].kind is inspect.Parameter.KEYWORD_ONLY for n in names)
     assert params["n_starts"].default == 32
     declared = [(p.name, p.annotation, p.default) for p in params.values()][-len(names) :]
     fields = [(f.name, f.type, f.default) for f in ms.host.config.ordered_fields()]
     assert declared == fields
-    assert "__signature__" not in vars(rule) and "__new__" not in vars(rule)
-    assert "__getattr__" not in vars(rule)
-    doc = ms.MultiStartGradient.__doc__
-    missing = [n for n in names if f"      {n}: " not in doc]
-    assert not missing, missing
+    own = list(params)[: -len(names)]
+    assert own == list(inspect.signature(rule._rule).parameters)  # its rule's, then the options
+    assert inspect.signature(rule.__init__).parameters.keys() == {"self", *params}
+    text = pydoc.render_doc(rule, renderer=pydoc.plaintext)
+    assert f"{rule.__name__}{inspect.signature(rule)}" in text.replace("\n |  ", "")
+    doc = pydoc.render_doc(ms.MultiStartGradient, renderer=pydoc.plaintext)
+    entries = re.findall(r"^ \|    (\w+): ", doc.split("Args:")[1], flags=re.MULTILINE)
+    assert entries == ["optimizer", *names]  # each once, in the signature's order
+    module = rule.__module__.rpartition(".")[2]
+    assert (SEARCH / f"{module}.pyi").read_text() == stub(module)
+    assert rule.__name__ in STUBS[module][1]
+
+
+def test_the_docs_state_the_constants_they_name():
+    """An option's doc states the defaults its check derives from constants (in the modules
+    that decide with them), and each search class is declared without a copy of the options,
+    ``locals()`` or a docstring rewritten after the class is made."""
+    from multistart.host import config, driver, engine, iterate
+    from multistart.search import core, gradient, least_squares, residuals
+
+    doc = " ".join(ms.MultiStartGradient.__doc__.split())
+    for phrase in [
+        f"at most {engine.TIKTAK_SHORT_SEARCH} evaluations on average",
+        f"ranking of {driver.TIKTAK_EXPLORE_PER_START} x ``n_starts`` further",
+        f"and {driver.TIKTAK_EXPLORE_BOUND_PER_START} x ``n_starts`` more",
+        f"``{config.CANDIDATES_PER_START} * n_starts``",
+        f"``{config.BAND_TIKTAK_CANDIDATES_PER_START} * n_starts``",
+        f"(default ``{config.TIKTAK_LOCAL_PER_START} * n_starts``",
+        f"``{config.BAND_TIKTAK_CYCLES * config.TIKTAK_LOCAL_PER_START} * n_starts``, TikTak's "
+        f"weights run {config.BAND_TIKTAK_CYCLES} times",
+        f"(default): {config.TIKTAK_DISCOVERIES} under TikTak",
+        f"Checked every {iterate.REFOUND_EVERY} steps",
+        f"(default {config.DEFAULT_FILTER_BATCH_SIZE}, at most",
+    ]:
+        assert phrase in doc, phrase
+    for module in (core, gradient, least_squares, residuals):
+        source = inspect.getsource(module)
+        assert "locals()" not in source and ".__doc__ =" not in source
+        assert "n_starts: int = 32" not in source  # the options are the configuration's fields
 
 
 def test_bad_optimizer_and_convergence():
@@ -652,7 +697,7 @@ def test_the_configuration_is_its_typed_groups_each_of_few_fields():
         f.name for f in ms.host.config.ordered_fields() if f.metadata["rec"]
     ]
     for f in dataclasses.fields(ms.SearchConfig):
-        assert f.metadata["doc"] and isinstance(f.metadata["on_resume"], ms.host.config.OnResume)
+        assert isinstance(f.metadata["on_resume"], ms.host.config.OnResume)
         assert isinstance(f.metadata["program"], bool)
     # a group is a type of its own, checked on its own
     with pytest.raises(ValueError, match="n_candidates must be None"):
@@ -683,8 +728,8 @@ def test_the_program_key_is_made_of_the_configuration_s_own_fields():
 
     @dataclasses.dataclass(frozen=True, kw_only=True)
     class Extended(ms.SearchConfig):
-        new_option: int = option(0, "an option added later.")
-        display_only: int = option(0, "an option that shapes no program.", program=False)
+        new_option: int = option(0)  # an option added later
+        display_only: int = option(0, program=False)  # one that shapes no program
 
     base = Extended()
     assert base.program_key() != Extended(new_option=1).program_key()
@@ -692,7 +737,8 @@ def test_the_program_key_is_made_of_the_configuration_s_own_fields():
     assert ms.SearchConfig().program_key() != ms.SearchConfig(n_steps=7).program_key()
     assert ms.SearchConfig().program_key() == ms.SearchConfig(seed=7).program_key()
     # the model's key holds it: a search differing in a program option gets other programs
-    from multistart.model.problem import as_problem, programs_key
+    from multistart.host.identity import programs_key
+    from multistart.model.problem import as_problem
 
     problem = dataclasses.replace(as_problem(parabola, PARABOLA_SPACE), program_key="parabola")
     rule = ms.MultiStartLBFGS().solver
@@ -704,32 +750,45 @@ def test_the_program_key_is_made_of_the_configuration_s_own_fields():
 
 
 def test_parts_and_stacks_refuse_the_one_list_of_couplings():
-    """``SearchConfig.couplings`` is the one list: a part refuses every coupling, a stack of
-    fits every one that ranks or replaces starts (it may share a budget)."""
-    from multistart.host.parts import check_part
-    from multistart.model.problem import Problem, check_stack
+    """``SearchConfig.couplings`` is the one list: a part refuses every coupling but the
+    filter (each part makes the whole run's), a stack of fits every one that ranks or replaces
+    starts (it may share a budget), and ``rediscoveries`` every one that ends starts itself."""
+    from multistart.host.parts import check_part, check_stack
+    from multistart.model.problem import Problem
 
     couplings = dict(
         resurrect=2,
         start_strategy="tiktak",
         target_fom=0.5,
         max_evals=100,
+        rediscoveries=3,
         schedule="halving",
     )
+    stack = Problem(lambda p, d: p, Space(PARABOLA_SPACE), rows_per_datum=2)
     for name, value in couplings.items():
-        o = ms.SearchConfig(n_starts=4, **{name: value})
-        (c,) = o.couplings()
-        assert c.option.startswith(name)
+        no_filter = {} if name == "start_strategy" else {"n_candidates": 0}
+        o = ms.SearchConfig(n_starts=4, **{name: value, **no_filter})
+        *filter_, c = o.couplings()
+        assert c.option.startswith(name) and len(filter_) == (name == "start_strategy")
         with pytest.raises(ValueError, match=f"cannot be used with {c.option}"):
             check_part((0, 2), o)
-        stack = Problem(lambda p, d: p, Space(PARABOLA_SPACE), rows_per_datum=2)
         if c.stack_may_keep:
-            assert name == "max_evals"
-            check_stack(stack, ms.SearchConfig(n_starts=4, n_candidates=0, max_evals=100), None)
+            assert name in ("max_evals", "rediscoveries")
+            check_stack(stack, o, None)
         else:
             with pytest.raises(ValueError, match=f"{c.option} would rank or replace"):
                 check_stack(stack, o, None)
-    assert ms.SearchConfig().couplings() == []
+        if c.ends_starts:
+            assert name in ("resurrect", "start_strategy", "schedule")
+            with pytest.raises(ValueError, match=f"which {c.option} does not combine"):
+                ms.SearchConfig(n_starts=4, rediscoveries=3, **{name: value, **no_filter})
+    # the filter couples a stack's rows, not a part's
+    (c,) = ms.SearchConfig(n_starts=4).couplings()
+    assert c.part_may_keep and not c.stack_may_keep and c.option.startswith("n_candidates")
+    check_part((0, 2), ms.SearchConfig(n_starts=4))
+    with pytest.raises(ValueError, match=r"n_candidates \(the broad-start filter\) would rank"):
+        check_stack(stack, ms.SearchConfig(n_starts=4), None)
+    assert ms.SearchConfig(n_candidates=0).couplings() == []
 
 
 def test_a_chunk_as_wide_as_the_population_steps_it_where_it_lies_bit_for_bit():

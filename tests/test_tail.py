@@ -15,7 +15,7 @@ from conftest import assert_same_result
 import multistart as ms
 from multistart.device import programs
 from multistart.host import engine
-from multistart.host.config import TAIL_EVERY, TAIL_MIN_WIDTH
+from multistart.host.decide import TAIL_EVERY, TAIL_MIN_WIDTH
 
 SPACE = {"x": ms.Uniform(-100.0, 100.0)}
 # 240 starts next to the minimum end within a hundred steps; 16 far ones walk there at Adam's

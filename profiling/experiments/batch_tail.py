@@ -47,7 +47,7 @@ import spectra_batch as spectra  # noqa: E402
 
 import multistart as ms  # noqa: E402
 from multistart.host import iterate  # noqa: E402
-from multistart.host.config import REFOUND_EVERY  # noqa: E402
+from multistart.host.iterate import REFOUND_EVERY  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 

@@ -18,6 +18,7 @@ from ..common.status import Status
 from ..device.programs import forget_other_float_types
 from ..host import progress
 from ..host.checkpoint import SearchInterrupted
+from ..host.config import ORDER, SearchConfig
 from ..model.priors import Space, near_bound
 from ..result import Result
 from ..result.batch import BatchFits, bound_summary
@@ -193,8 +194,11 @@ def _batch_options(options: dict) -> dict:
             "batched=True runs no broad-start filter (its candidates would be ranked across "
             f"all fits); got n_candidates={options['n_candidates']!r}: drop it"
         )
-    # (a rule the stack refuses, named by its own error, leaves the rule off)
-    ends_starts = options.get("resurrect") or options.get("schedule", "all") != "all"
+    batch = {**_BATCH_DEFAULTS, **options, "start_strategy": "band", "n_candidates": 0}
+    # the rule only where no option that ends starts by its own rule (the configuration's one
+    # list of couplings) is given; one the stack refuses is named by its own error
+    given = SearchConfig(**{k: v for k, v in batch.items() if k in ORDER})
+    ends_starts = any(c.ends_starts for c in given.couplings())
     rule = {"rediscoveries": None if ends_starts else BATCH_REDISCOVERIES}
     return {**_BATCH_DEFAULTS, **rule, **options, "start_strategy": "band", "n_candidates": 0}
 

@@ -105,7 +105,7 @@ def forget_other_float_types(dtype) -> None:
 
 
 def _float_type(key) -> str | None:
-    """The float type a programs key (:func:`multistart.model.problem.programs_key`) names."""
+    """The float type a programs key (:func:`multistart.host.identity.programs_key`) names."""
     if isinstance(key, tuple) and len(key) > 2 and key[2] in ("float32", "float64"):
         return key[2]
     return None

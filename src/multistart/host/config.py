@@ -1,4 +1,4 @@
-"""A search's configuration: every option stated once, with its type, default, check and doc.
+"""A search's configuration: every option stated once, with its type, default and check.
 
 :class:`SearchConfig` is the one object everything reads a search's settings from. It is built
 (and checked) by the search's constructor, with the defaults that depend on other options
@@ -30,7 +30,7 @@ from ..solvers.convergence import Convergence
 from ..starts.strategies import check_band, check_max_candidates, check_strategy
 from .schedule import Halving, Schedule, check_schedule
 
-__all__ = ["SearchConfig", "OnResume", "option", "options_doc", "unknown_options"]
+__all__ = ["SearchConfig", "OnResume", "option", "parameters", "unknown_options"]
 __all__ += ["Starts", "TikTak", "Stopping", "Execution", "Uncertainty", "Output", "Coupling"]
 __all__ += [
     "ORDER",
@@ -58,37 +58,8 @@ BAND_TIKTAK_CYCLES = 3
 # (issue 41: 81 of 81 NIST fits over 3 seeds at 0.44x the median evaluations without it;
 # profiling/HISTORY.md)
 TIKTAK_DISCOVERIES = 4
-# start_strategy="band_tiktak" (L-BFGS's default) starts new local searches only while the ended
-# ones took at most this many evaluations on average: short local searches are cheap to repeat
-# (scipy's global suite: a median of 8-130 a search), long ones are not (the image fit: hundreds)
-TIKTAK_SHORT_SEARCH = 300
-# ... and every TIKTAK_EXPLORE_EVERY-th new local search starts, as is, at the next of the
-# filter's ranking of TIKTAK_EXPLORE_PER_START x n_starts further candidates drawn over
-# TIKTAK_EXPLORE_BOX of each prior's unit interval: optima near or on a bound are reached, which
-# the band's candidates and their blends never come near (issue 41; profiling/HISTORY.md)
-TIKTAK_EXPLORE_EVERY = 3
-TIKTAK_EXPLORE_PER_START = 5
-TIKTAK_EXPLORE_BOX = (0.01, 0.99)
-# ... and TIKTAK_EXPLORE_BOUND_PER_START x n_starts more, each bounded coordinate of them on a
-# bound with probability TIKTAK_EXPLORE_ON_BOUND: a search that starts there searches that face,
-# so optima on a bound, which a logistic coordinate reaches only asymptotically, are found
-# (issue 41; profiling/HISTORY.md)
-TIKTAK_EXPLORE_BOUND_PER_START = 2.5
-TIKTAK_EXPLORE_ON_BOUND = 0.5
 BACKEND_NAMES = ("loop", "scan")
 DEFAULT_CONVERGENCE = Convergence()
-# The tail of a search (issue 38): at the steps that are multiples of TAIL_EVERY, when the
-# running rows fit a width (a power of two, at least TAIL_MIN_WIDTH) at most 1/TAIL_RATIO of the
-# one swept, as they did at the decision before, they are swept at that width from then on:
-# its own program, compiled once, so a few long starts do not keep a wide chunk stepping. On
-# one device; a decision by the step count alone, so results are deterministic for a seed.
-TAIL_EVERY = 32
-TAIL_RATIO = 8
-TAIL_MIN_WIDTH = 16
-# rediscoveries (issue 38): at the steps that are multiples of REFOUND_EVERY the host ends the
-# running starts of every fit whose best minimum that many settled starts found. By the step
-# count alone, so results are deterministic for a seed and independent of the width.
-REFOUND_EVERY = 16
 
 
 class OnResume(enum.Enum):
@@ -153,17 +124,17 @@ def steps_for(n_dims: int) -> int:
 
 def option(
     default,
-    doc: str,
     *,
     on_resume: OnResume = OnResume.FIXED,
     recorded: bool = True,
     program: bool = True,
 ):
-    """A field of :class:`SearchConfig`.
+    """A field of :class:`SearchConfig`: an option of every search, its type the field's. Its
+    doc is its entry in :class:`multistart.MultiStartGradient`'s docstring, where users read it
+    (the suite checks that every option has one).
 
     Args:
       default: the default value.
-      doc: the text of the search's docstring for this option.
       on_resume: see :class:`OnResume`.
       recorded: is it part of :meth:`SearchConfig.record` (the Result's ``config`` and the
         checkpoint identity)? Where a search runs and where it writes are not.
@@ -171,7 +142,7 @@ def option(
         key (:meth:`SearchConfig.program_key`). A field is unless it says otherwise, so one
         added and forgotten costs a compile, never a stale program.
     """
-    meta = {"doc": doc, "on_resume": on_resume, "rec": recorded, "program": program}
+    meta = {"on_resume": on_resume, "rec": recorded, "program": program}
     return field(default=default, metadata=meta)
 
 
@@ -193,7 +164,7 @@ def _optional_int(value, name: str, minimum: int) -> int | None:
 
 
 #: The options in the order the searches' signatures and docstrings list them (checked below
-#: to be exactly :class:`SearchConfig`'s fields).
+#: to be exactly :class:`SearchConfig`'s fields; the suite checks the docstring's order).
 ORDER = (
     "n_starts",
     "batch_size",
@@ -277,69 +248,14 @@ class _Group:
 class Starts(_Group):
     """Where the local searches start: how many, drawn how, filtered, and replaced."""
 
-    n_starts: int = option(32, "number of local searches.")
-    seed: int = option(
-        0, "seeds start generation; the same seed gives a bit-identical result.", program=False
-    )
-    start_band: tuple[float, float] = option(
-        (0.15, 0.85),
-        "starts are drawn in this band of each prior's quantiles.",
-        program=False,
-    )
-    start_strategy: str = option(
-        "auto",
-        'how starts cover the band: ``"band"`` (independent uniform draws), ``"sobol"`` '
-        '(scrambled Sobol\' sequence) or ``"lhs"`` (Latin hypercube); or ``"tiktak"``: '
-        "Sobol' candidates, and whenever a slot's local search ends it gets the next filtered "
-        "candidate blended towards the best point so far (TikTak; see "
-        ":mod:`multistart.starts.tiktak`); or "
-        '``"band_tiktak"``: the band draws (the first wave is the band starts) handed out as '
-        "TikTak's while the ended local searches took at most "
-        f"{TIKTAK_SHORT_SEARCH} evaluations on average (short ones are cheap to repeat; after "
-        "a longer average no new local search starts), every third of them at the next of the "
-        f"filter's ranking of {TIKTAK_EXPLORE_PER_START} x ``n_starts`` further candidates drawn "
-        f"over 1-99 % of each prior's quantiles and {TIKTAK_EXPLORE_BOUND_PER_START} x "
-        "``n_starts`` more with about half their bounded coordinates on a bound (for optima "
-        "near or on a bound). "
-        '``"auto"`` (default): ``"tiktak"`` for the least-squares rules, ``"band_tiktak"`` for '
-        'L-BFGS, ``"band"`` for the others and wherever TikTak cannot run '
-        "(``n_candidates=0``, ``resurrect``).",
-        program=False,
-    )
-    n_candidates: int | None = option(
-        None,
-        "the broad-start filter: this many candidates are drawn and only their figure of merit "
-        "is evaluated (batched, one compile); the best finite ones that are not within "
-        "multi-level single linkage's critical distance of a better kept one become the starts "
-        "(:func:`multistart.starts.strategies.diverse_candidates`). ``None`` (default) is "
-        f'``{CANDIDATES_PER_START} * n_starts`` (``"band_tiktak"``: '
-        f"``{BAND_TIKTAK_CANDIDATES_PER_START} * n_starts``); ``0`` turns the filter off (the "
-        "first ``n_starts`` draws are the starts).",
-        program=False,
-    )
-    max_candidates: int | None = option(
-        None,
-        "while fewer candidates are finite than there are free slots, the filter draws further "
-        "blocks of ``n_candidates`` (same compiled program) until enough are finite or this "
-        "many were drawn in all. ``None`` (default) is ``max(100 * n_starts, n_candidates)``; "
-        "``n_candidates`` turns the top-up off.",
-        program=False,
-    )
-    filter_batch_size: int | None = option(
-        None,
-        "candidates per compiled filter call (default 64, at most ``n_candidates``). Fixed "
-        "rather than tied to ``batch_size``, so the chosen starts, and the result, do not "
-        "depend on ``batch_size``.",
-        program=False,
-    )
-    resurrect: int = option(
-        0,
-        "``0`` (default) is off. ``k >= 1``: a start with ``k`` non-finite evaluations without "
-        "improving (``k <= max_nonfinite``) ends and, at the next host sync, its slot gets a "
-        "new start from the filter's unused finite candidates (best first) or, with no filter, "
-        "a fresh draw. ``result.resurrections`` counts them per slot and "
-        "``result.incarnations`` keeps every replaced start's record.",
-    )
+    n_starts: int = option(32)
+    seed: int = option(0, program=False)
+    start_band: tuple[float, float] = option((0.15, 0.85), program=False)
+    start_strategy: str = option("auto", program=False)
+    n_candidates: int | None = option(None, program=False)
+    max_candidates: int | None = option(None, program=False)
+    filter_batch_size: int | None = option(None, program=False)
+    resurrect: int = option(0)
 
     def __post_init__(self):
         self._check_starts()
@@ -390,98 +306,24 @@ class TikTak(_Group):
     """TikTak's own options (``start_strategy="tiktak"``; checked with the starts by
     :class:`SearchConfig`)."""
 
-    n_local: int | None = option(
-        None,
-        "TikTak only: local searches in all, the first wave of ``n_starts`` included (default "
-        f'``{TIKTAK_LOCAL_PER_START} * n_starts``; ``"band_tiktak"``: '
-        f"``{BAND_TIKTAK_CYCLES * TIKTAK_LOCAL_PER_START} * n_starts``, TikTak's weights run "
-        f"{BAND_TIKTAK_CYCLES} times over ``{TIKTAK_LOCAL_PER_START} * n_starts`` each; at most "
-        "``n_candidates``).",
-        program=False,
-    )
-    local_steps: int | None = option(
-        None,
-        "TikTak only: a local search ends after this many steps (default: only by convergence "
-        "or as non-finite), so its slot is reused.",
-    )
-    max_discoveries: int | str | None = option(
-        "auto",
-        "TikTak only: once the best minimum has been found this many times, start no new "
-        'local search; those running run to their ends (optimagic\'s rule). ``"auto"`` '
-        f"(default): {TIKTAK_DISCOVERIES} under TikTak, so a search whose local searches keep "
-        "re-finding one minimum ends early and one whose minima are many runs all "
-        "``n_local``; ``None``: off.",
-        on_resume=OnResume.FREE,
-        program=False,
-    )
+    n_local: int | None = option(None, program=False)
+    local_steps: int | None = option(None)
+    max_discoveries: int | str | None = option("auto", on_resume=OnResume.FREE, program=False)
 
 
 @dataclass(frozen=True, kw_only=True)
 class Stopping(_Group):
     """When a start, and the search, ends."""
 
-    n_steps: int | str = option(
-        "auto",
-        'maximum steps per start. ``"auto"`` (default): 1000; for L-BFGS, sized by the '
-        "number of free parameters ``n`` when the fit starts, ``max(1000, min(15000, 2 n))`` "
-        "(1000 up to 500 parameters, scipy's ``maxfun`` of 15000 from 7500).",
-        on_resume=OnResume.GROWS,
-    )
-    convergence: Convergence | None | str = option(
-        "auto",
-        "the window guard: a :class:`multistart.Convergence`, or ``None`` for none (a start "
-        'then ends by its rule\'s own tests, or at ``n_steps``). ``"auto"`` (default): none '
-        "for rules with optimality tests of their own (L-BFGS, least squares, optimistix), "
-        "``Convergence()`` for the others (the optax rules), whose starts then end "
-        "``stalled``.",
-    )
-    max_nonfinite: int = option(
-        8,
-        "a start ends as ``nonfinite`` after this many consecutive non-finite evaluations "
-        "(each one rolls it back to its last finite point with half the step).",
-    )
-    schedule: str | Schedule = option(
-        "all",
-        'which local searches run to their end. ``"all"`` (the default): every start runs '
-        'until it converges, dies or reaches ``n_steps``. ``"halving"`` (or a '
-        ":class:`multistart.Halving`): asynchronous successive halving; at each rung a start "
-        "ranked below the best and not improving fast enough ends as ``pruned``. "
-        "See ``docs/schedule.md``.",
-        program=False,
-    )
-    target_fom: float | None = option(
-        None,
-        "stop the search once any start's figure of merit is at or below this (the running "
-        'starts are marked ``stopped``; ``result.stats["stop_reason"]`` says why).',
-        on_resume=OnResume.FREE,
-        program=False,
-    )
-    max_evals: int | None = option(
-        None,
-        "stop once this many evaluations of the objective were made in all (every start's, "
-        "line-search trials and replaced starts included).",
-        on_resume=OnResume.FREE,
-        program=False,
-    )
-    max_time_s: float | None = option(
-        None,
-        "stop once this many seconds have passed since ``fit`` was called (compiles "
-        "included). The three budgets are checked at host syncs (every ``sync_every`` steps).",
-        on_resume=OnResume.FREE,
-        program=False,
-    )
-    rediscoveries: int | None = option(
-        None,
-        "end the starts still running once this many settled starts (converged or stalled, "
-        "the best's own included) found the best minimum so far, within the tolerances of "
-        "``Result.distinct_minima()``: a running start not already below it ends as ``refound`` "
-        f"(its best is kept). Checked every {REFOUND_EVERY} steps. In a stack of fits "
-        "(``curve_fit(batched=True)``, where it is 3 by default) each fit's starts on their "
-        "own. ``None`` (the default): every start runs to its end. Not with refills "
-        "(TikTak, ``resurrect``) or ``schedule='halving'``.",
-        on_resume=OnResume.FREE,  # as target_fom: when starts stop, not how they step
-        program=False,
-    )
+    n_steps: int | str = option("auto", on_resume=OnResume.GROWS)
+    convergence: Convergence | None | str = option("auto")
+    max_nonfinite: int = option(8)
+    schedule: str | Schedule = option("all", program=False)
+    target_fom: float | None = option(None, on_resume=OnResume.FREE, program=False)
+    max_evals: int | None = option(None, on_resume=OnResume.FREE, program=False)
+    max_time_s: float | None = option(None, on_resume=OnResume.FREE, program=False)
+    # as target_fom: when starts stop, not how they step
+    rediscoveries: int | None = option(None, on_resume=OnResume.FREE, program=False)
 
     def __post_init__(self):
         self._check_stopping()
@@ -525,69 +367,13 @@ class Stopping(_Group):
 class Execution(_Group):
     """How the starts are stepped: the width, the backend, the devices."""
 
-    batch_size: int | str | None = option(
-        "auto",
-        'starts per compiled call. ``"auto"`` (the default): the widest width whose chunk '
-        "step fits half the device's free memory; on a CPU, a few widths within that bound are "
-        "timed where it pays and the fastest kept, remembered for the next run. "
-        '``"tune"``: time more widths. ``None``: all starts in one call. An int: that width. '
-        "``MULTISTART_MAX_BATCH`` caps every choice. A chunk call that runs out of memory halves "
-        "the width and redoes the last few steps. See ``docs/batch-width.md``.",
-        on_resume=OnResume.FREE,
-        program=False,
-    )
-    backend: str = option(
-        "loop",
-        '``"loop"`` (default): a Python loop calls the compiled chunk step per chunk. '
-        '``"scan"``: all chunks of a step run in one compiled program, which saves host '
-        'dispatch on a GPU (on a CPU prefer ``"loop"``: it compiles faster). Same results.',
-    )
-    sync_every: int = option(
-        1,
-        "the host reads which starts ended every this many steps (at the end of a call that "
-        "reaches such a step: ``steps_per_call``), to drop them from the sweep. "
-        "Results do not depend on it (ended starts are frozen on the device), except where "
-        "the host decides something at a sync: resurrection and TikTak replace ended starts, "
-        "and the halving schedule prunes, on this schedule.",
-        program=False,
-    )
-    steps_per_call: int | str = option(
-        "auto",
-        'steps a compiled call takes before the host reads the starts again. ``"auto"`` '
-        "(the default): from 1, doubled while a call takes under 20 ms (at most 256; a refit "
-        "of the same model starts where the fit before it reached), so the "
-        "host's dispatch and read stay a few per cent of a cheap objective's time and cost "
-        "an expensive one nothing; an int ``k >= 1``: ``k``. A call stops early once every "
-        "start in it has ended, and ends wherever the host decides something (each "
-        "``sync_every`` step with refills, or with ``sync_every=1`` and the running starts "
-        "in one chunk the first step where one ends; the halving schedule or a budget; "
-        "``checkpoint_every``; ``log_every``), so results do not depend on it.",
-        on_resume=OnResume.FREE,
-        program=False,
-    )
-    flat: bool = option(
-        True,
-        "step each start's parameters as one flat vector (the default: faster steps and "
-        "compiles); ``flat=False`` for a rule keyed to the parameter tree's structure "
-        "(``optax.multi_transform``, ``optax.masked``).",
-    )
-    devices: int | Sequence[Any] | None = option(
-        None,
-        "where the starts run. ``None`` (the default): every local device of JAX's default "
-        "backend (one on a CPU unless ``XLA_FLAGS`` makes more). An int: the first that many; "
-        "or a list of ``jax.Device``. On several, each device sweeps its own chunks of "
-        "``batch_size`` starts, and the result is the one-device result. See "
-        "``docs/scale-out.md``.",
-        on_resume=OnResume.FREE,
-        recorded=False,
-    )
-    dtype: str | None = option(
-        None,
-        'the floating-point type the starts step in: ``"float32"`` or ``"float64"``; ``None`` '
-        "(the default) JAX's default, float32 unless ``jax_enable_x64`` is on. The search runs "
-        "in it whatever the process's default. A chip without float64 arithmetic (a TPU) "
-        "emulates float64 at several times float32's cost: see ``docs/accelerators.md``.",
-    )
+    batch_size: int | str | None = option("auto", on_resume=OnResume.FREE, program=False)
+    backend: str = option("loop")
+    sync_every: int = option(1, program=False)
+    steps_per_call: int | str = option("auto", on_resume=OnResume.FREE, program=False)
+    flat: bool = option(True)
+    devices: int | Sequence[Any] | None = option(None, on_resume=OnResume.FREE, recorded=False)
+    dtype: str | None = option(None)
 
     def __post_init__(self):
         self._check_execution()
@@ -634,23 +420,8 @@ def check_dtype(dtype) -> str | None:
 class Uncertainty(_Group):
     """How the errors of the best fit are scaled."""
 
-    absolute_sigma: bool | None = option(
-        None,
-        "how the covariance (``result.errors``) is scaled. ``True``: as it is (a χ² with the "
-        "data's own errors). ``False``: by the reduced χ² ``f / (n_data - n)``, as "
-        "``scipy.optimize.curve_fit``'s default. ``None`` (default): ``False`` for the "
-        "least-squares rules, ``True`` for the others.",
-        on_resume=OnResume.FREE,
-        program=False,
-    )
-    n_data: int | None = option(
-        None,
-        "the number of data points behind a scalar figure of merit: its reduced χ² is "
-        "``f / (n_data - n)`` (needed by ``absolute_sigma=False``, shown by "
-        "``result.report()``). A least-squares fit counts its residuals itself.",
-        on_resume=OnResume.FREE,
-        program=False,
-    )
+    absolute_sigma: bool | None = option(None, on_resume=OnResume.FREE, program=False)
+    n_data: int | None = option(None, on_resume=OnResume.FREE, program=False)
 
     def __post_init__(self):
         self._check_uncertainty()
@@ -664,44 +435,13 @@ class Uncertainty(_Group):
 class Output(_Group):
     """What the search keeps, shows and writes as it runs."""
 
-    max_history: int = option(
-        10_000,
-        "at most this many rows of best-so-far history are kept (evenly strided).",
-        recorded=False,
-    )
-    log_every: int | None = option(
-        None,
-        "a progress line in the log every this many steps (0: none). ``None`` (the default): "
-        "one every 30 s, so a short fit logs only what runs and what came out.",
-        on_resume=OnResume.FREE,
-        recorded=False,
-        program=False,
-    )
-    progress: bool | None = option(
-        None,
-        "a progress bar (``tqdm.auto``). ``None`` (the default): shown when the output is "
-        "interactive (a terminal or a notebook); ``True``/``False`` force it.",
-        on_resume=OnResume.FREE,
-        recorded=False,
-        program=False,
-    )
+    max_history: int = option(10_000, recorded=False)
+    log_every: int | None = option(None, on_resume=OnResume.FREE, recorded=False, program=False)
+    progress: bool | None = option(None, on_resume=OnResume.FREE, recorded=False, program=False)
     checkpoint_dir: str | os.PathLike | None = option(
-        None,
-        "write checkpoints of the whole search here (needs the ``checkpoint`` extra, "
-        "orbax-checkpoint): every ``checkpoint_every`` steps and on Ctrl-C or SIGTERM. "
-        "``fit(..., resume=True)`` continues from the newest one, giving the result an "
-        "uninterrupted run would have given.",
-        on_resume=OnResume.FREE,
-        recorded=False,
-        program=False,
+        None, on_resume=OnResume.FREE, recorded=False, program=False
     )
-    checkpoint_every: int = option(
-        100,
-        "steps between checkpoints.",
-        on_resume=OnResume.FREE,
-        recorded=False,
-        program=False,
-    )
+    checkpoint_every: int = option(100, on_resume=OnResume.FREE, recorded=False, program=False)
 
     def __post_init__(self):
         self._check_output()
@@ -722,7 +462,7 @@ class Output(_Group):
 
 @dataclass(frozen=True)
 class Coupling:
-    """An option, as given, that couples a search's slots, and why."""
+    """An option, as given, that couples a search's slots, why, and what may keep it."""
 
     #: The option as a user writes it (``"resurrect=2"``, ``"schedule='halving'"``).
     option: str
@@ -730,6 +470,11 @@ class Coupling:
     #: A stack of independent fits (one search of several datasets) may keep it: it only
     #: shares one budget (``max_evals``), without ranking or replacing any start.
     stack_may_keep: bool = False
+    #: A part of a search (``part=(i, k)``) may keep it: every part makes it the whole run's.
+    part_may_keep: bool = False
+    #: It ends or replaces starts by a rule of its own, which ``rediscoveries`` (ending running
+    #: starts by what the settled ones found) does not combine with.
+    ends_starts: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -763,21 +508,13 @@ class SearchConfig(Output, Uncertainty, Execution, Stopping, TikTak, Starts):
         itself) would make that ambiguous."""
         if self.rediscoveries is None:
             return
-        other = (
-            "resurrect"
-            if self.resurrect
-            else f"start_strategy={self.start_strategy!r}"
-            if self.tiktak
-            else "schedule='halving'"
-            if self.halving is not None
-            else None
-        )
-        if other is not None:
-            raise ValueError(
-                f"rediscoveries={self.rediscoveries} ends the running starts once the best is "
-                f"found that often, which {other} does not combine with (TikTak has its own "
-                "rule, max_discoveries): drop one of them"
-            )
+        for c in self.couplings():
+            if c.ends_starts:
+                raise ValueError(
+                    f"rediscoveries={self.rediscoveries} ends the running starts once the best "
+                    f"is found that often, which {c.option} does not combine with (TikTak has "
+                    "its own rule, max_discoveries): drop one of them"
+                )
 
     def _resolve_tiktak(self) -> None:
         given = {
@@ -863,15 +600,22 @@ class SearchConfig(Output, Uncertainty, Execution, Stopping, TikTak, Starts):
         return -(-self.steps // self.max_history)
 
     def couplings(self) -> list[Coupling]:
-        """The options given that couple the search's slots: the one list that parts
-        (:func:`multistart.host.parts.coupling`) and a stack of fits
-        (:func:`multistart.model.problem.check_stack`) refuse."""
-        halving = "schedule='halving'"
+        """The options given that couple the search's slots: the one list that a part
+        (:func:`multistart.host.parts.check_part`), a stack of fits
+        (:func:`multistart.host.parts.check_stack`) and ``rediscoveries`` refuse, each what it
+        may not keep."""
         coupled = [
+            self.n_candidates
+            and Coupling(
+                "n_candidates (the broad-start filter)",
+                "it ranks the candidates of every slot together",
+                part_may_keep=True,
+            ),
             self.resurrect
             and Coupling(
                 f"resurrect={self.resurrect}",
                 "resurrection draws every slot's replacements from one shared reserve",
+                ends_starts=True,
             ),
             self.tiktak
             and Coupling(
@@ -879,6 +623,7 @@ class SearchConfig(Output, Uncertainty, Execution, Stopping, TikTak, Starts):
                 "TikTak hands every slot candidates from one queue, blended towards the best "
                 "point of all slots (the default of L-BFGS and of the least-squares rules: "
                 "start_strategy='band' splits)",
+                ends_starts=True,
             ),
             self.target_fom is not None
             and Coupling(
@@ -900,8 +645,9 @@ class SearchConfig(Output, Uncertainty, Execution, Stopping, TikTak, Starts):
             ),
             self.halving is not None
             and Coupling(
-                halving,
+                "schedule='halving'",
                 "a start continues at a rung only if it ranks among the starts of every slot",
+                ends_starts=True,
             ),
         ]
         return [c for c in coupled if c]
@@ -909,7 +655,7 @@ class SearchConfig(Output, Uncertainty, Execution, Stopping, TikTak, Starts):
     def program_key(self) -> tuple:
         """The options the compiled programs may depend on, as one hashable value: every field
         but those declared ``program=False``, so the program cache
-        (:func:`multistart.model.problem.programs_key`) can never miss one."""
+        (:func:`multistart.host.identity.programs_key`) can never miss one."""
         fields = dataclasses.fields(self)
         return tuple((f.name, getattr(self, f.name)) for f in fields if f.metadata["program"])
 
@@ -949,6 +695,16 @@ if sorted(ORDER) != sorted(f.name for f in dataclasses.fields(SearchConfig)):
     raise TypeError("config.ORDER must name every field of SearchConfig once")  # pragma: no cover
 
 
+def parameters() -> list[inspect.Parameter]:
+    """The options as keyword-only parameters, in :data:`ORDER`: the part of every search
+    class's signature that its rule's own parameters do not make."""
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    return [
+        inspect.Parameter(f.name, keyword, default=f.default, annotation=f.type)
+        for f in ordered_fields()
+    ]
+
+
 def unknown_options(given, owner: type) -> None:
     """Raise a ``TypeError`` naming any of ``given`` that is not a keyword argument of the
     search class ``owner`` (an option, a rule's hyperparameter), and the nearest that is."""
@@ -959,16 +715,3 @@ def unknown_options(given, owner: type) -> None:
             near = difflib.get_close_matches(key, known, n=1)
             hint = f" (did you mean {near[0]!r}?)" if near else ""
             raise TypeError(f"{owner.__name__} got an unknown option {key!r}{hint}")
-
-
-def options_doc(indent: str = "      ") -> str:
-    """The ``Args:`` lines of every option, from the fields' docs (for docstrings)."""
-    import textwrap
-
-    lines = []
-    for f in ordered_fields():
-        text = f"{f.name}: {f.metadata['doc']}"
-        lines.append(
-            textwrap.fill(text, width=96, initial_indent=indent, subsequent_indent=indent + "  ")
-        )
-    return "\n".join(lines)

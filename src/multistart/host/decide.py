@@ -17,8 +17,16 @@ import numpy as np
 from ..common.status import Status
 from ..common.tolerance import same_minimum
 from ..starts.queues import refill_slots
-from .config import TAIL_MIN_WIDTH, TAIL_RATIO
 from .schedule import Halving, Rungs, prune
+
+# The tail of a search (issue 38): at the steps that are multiples of TAIL_EVERY, when the
+# running rows fit a width (a power of two, at least TAIL_MIN_WIDTH) at most 1/TAIL_RATIO of the
+# one swept, as they did at the decision before, they are swept at that width from then on:
+# its own program, compiled once, so a few long starts do not keep a wide chunk stepping. On
+# one device; a decision by the step count alone, so results are deterministic for a seed.
+TAIL_EVERY = 32
+TAIL_RATIO = 8
+TAIL_MIN_WIDTH = 16
 
 __all__ = [
     "StopReason",

@@ -12,7 +12,7 @@
     state = iterate(engine, state, flag)    # step until it stops (multistart.host.iterate)
     result = assemble(...)                  # the Result (multistart.host.assemble)
 
-The search object (:mod:`multistart.search.gradient`) holds only its rule and its checked options
+The search object (:mod:`multistart.search.core`) holds only its rule and its checked options
 (:class:`multistart.SearchConfig`), read once into the :class:`Setup`; the per-start numerics
 live in :mod:`multistart.device.step`, the rules in :mod:`multistart.solvers`, the host loop in
 :mod:`multistart.host.iterate`, its decisions in :mod:`multistart.host.decide`, parts and
@@ -38,14 +38,7 @@ from ..device.evaluator import FILTER_NAME
 from ..device.layout import Layout
 from ..device.programs import forget_other_float_types, programs_for
 from ..device.step import init_rows, make_chunk_step, make_start_step
-from ..model.problem import (
-    as_problem,
-    check_objective,
-    check_stack,
-    programs_key,
-    traced,
-    traced_key,
-)
+from ..model.problem import as_problem, check_objective, traced, traced_key
 from ..result import Result
 from ..starts.strategies import (
     Explore,
@@ -58,24 +51,34 @@ from ..width.env import check_env, max_batch_from_env
 from ..width.widths import cap_width
 from .assemble import CHUNK_STEP_NAME, assemble, log_end
 from .checkpoint import Checkpointer, SearchCheckpoints, SearchInterrupted
-from .config import (
-    TIKTAK_EXPLORE_BOUND_PER_START,
-    TIKTAK_EXPLORE_BOX,
-    TIKTAK_EXPLORE_ON_BOUND,
-    TIKTAK_EXPLORE_PER_START,
-    SearchConfig,
-    steps_for,
-)
+from .config import SearchConfig, steps_for
 from .engine import Engine, Setup, Traced, build, empty_rows
-from .identity import search_identity, trace_search
+from .identity import programs_key, search_identity, trace_search
 from .iterate import iterate, resume, signals_to_flag
-from .parts import check_part, first_process_logs, merge_over_processes, over_processes, select_part
+from .parts import (
+    check_part,
+    check_stack,
+    first_process_logs,
+    merge_over_processes,
+    over_processes,
+    select_part,
+)
 from .run_state import RunState
 
 __all__ = ["run"]
 
 #: where a model's programs keep the steps a call reached (``steps_per_call="auto"``)
 STEPS_LEARNED = "steps per call"
+# band_tiktak's second pool (the engine hands out every TIKTAK_EXPLORE_EVERY-th new local search
+# from it): the filter's ranking of TIKTAK_EXPLORE_PER_START x n_starts candidates drawn over
+# TIKTAK_EXPLORE_BOX of each prior's unit interval, and TIKTAK_EXPLORE_BOUND_PER_START x n_starts
+# more, each bounded coordinate of them on a bound with probability TIKTAK_EXPLORE_ON_BOUND: a
+# search that starts there searches that face, so optima on a bound, which a logistic coordinate
+# reaches only asymptotically, are found (issue 41; profiling/HISTORY.md)
+TIKTAK_EXPLORE_PER_START = 5
+TIKTAK_EXPLORE_BOX = (0.01, 0.99)
+TIKTAK_EXPLORE_BOUND_PER_START = 2.5
+TIKTAK_EXPLORE_ON_BOUND = 0.5
 
 
 def prepare(search, objective, space, starts, resume, part, *, every_process) -> Setup:

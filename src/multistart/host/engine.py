@@ -36,13 +36,23 @@ from ..width.choice import WidthChoice, resolve_width
 from ..width.env import auto_mode_from_env, budget_from_env, max_batch_from_env
 from ..width.timing import STACK_RUN_SHARE
 from .checkpoint import Checkpointer, SearchCheckpoints
-from .config import TIKTAK_EXPLORE_EVERY, TIKTAK_SHORT_SEARCH, SearchConfig
+from .config import SearchConfig
 from .decide import Rules, TailPrice
 from .identity import SearchIdentity, Traces, search_identity
 from .parts import Part
 from .run_state import RunState
 
 __all__ = ["Setup", "Traced", "Engine", "build"]
+
+# start_strategy="band_tiktak" (L-BFGS's default) starts new local searches only while the ended
+# ones took at most this many evaluations on average: short local searches are cheap to repeat
+# (scipy's global suite: a median of 8-130 a search), long ones are not (the image fit: hundreds)
+TIKTAK_SHORT_SEARCH = 300
+# ... and every TIKTAK_EXPLORE_EVERY-th new local search starts, as is, at the next of the
+# filter's ranking of band_tiktak's second pool (the driver's TIKTAK_EXPLORE_*): optima near or
+# on a bound are reached, which the band's candidates and their blends never come near (issue 41;
+# profiling/HISTORY.md)
+TIKTAK_EXPLORE_EVERY = 3
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,10 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
+from ..common import xla
 from ..common.digest import hash_array, trace_text
 from ..model.problem import datum
 from .config import SearchConfig
@@ -35,6 +37,7 @@ __all__ = [
     "search_identity",
     "describe_difference",
     "config_hash",
+    "programs_key",
 ]
 
 
@@ -137,3 +140,30 @@ def describe_difference(old: dict, new: SearchIdentity, ignore=()) -> str | None
             f"{after.get('hyperparameters')!r}; the compiled step differs)"
         )
     return None
+
+
+def programs_key(problem, solver, options: SearchConfig, dtype):
+    """What the jitted functions of a fit of ``problem`` depend on but take as no argument,
+    and the shapes they are compiled for (:func:`multistart.device.programs.programs_for`): the
+    model's key, the rule and the options the programs may depend on; ``None`` when the
+    problem has no ``program_key`` or the rule is not described by plain values."""
+    rule = vars(solver)
+    plain = (int, float, str, bool, type(None))
+    if problem.program_key is None or not all(isinstance(v, plain) for v in rule.values()):
+        return None
+    shapes = tuple(
+        (np.shape(a), jnp.result_type(a).name) for a in jax.tree_util.tree_leaves(problem.data)
+    )
+    return (
+        problem.program_key,
+        repr(problem.space),
+        str(np.dtype(dtype)),
+        type(solver),
+        tuple(sorted(rule.items())),
+        jax.tree_util.tree_structure(problem.data),
+        shapes,
+        problem.rows_per_datum,
+        options.program_key(),  # every option the programs may depend on (SearchConfig's fields)
+        jax.process_count(),
+        xla.platform(),  # a chip's programs solve entry by entry (solvers/small.py)
+    )

@@ -34,14 +34,27 @@ from ..common import log, xla
 from ..common.status import Status
 from ..device.distributed import agree_max, to_host
 from .checkpoint import CheckpointError
-from .config import REFOUND_EVERY, TAIL_EVERY, TAIL_MIN_WIDTH, TAIL_RATIO
-from .decide import Decision, Due, Reading, StopReason, decide, resumed
+from .decide import (
+    TAIL_EVERY,
+    TAIL_MIN_WIDTH,
+    TAIL_RATIO,
+    Decision,
+    Due,
+    Reading,
+    StopReason,
+    decide,
+    resumed,
+)
 from .engine import Engine
 from .progress import Display
 from .run_state import RunState
 
 __all__ = ["iterate", "sweep", "Calls", "read", "apply", "resume", "SignalFlag", "signals_to_flag"]
 
+# rediscoveries (issue 38): at the steps that are multiples of REFOUND_EVERY the host ends the
+# running starts of every fit whose best minimum that many settled starts found. By the step
+# count alone, so results are deterministic for a seed and independent of the width.
+REFOUND_EVERY = 16
 #: ``steps_per_call="auto"``: a call (with its sync) under this many seconds takes twice the
 #: steps next time, up to :data:`AUTO_MAX_STEPS`: the host's few hundred microseconds of
 #: dispatch, read and decision per call are then a few per cent of the call.

@@ -50,7 +50,7 @@ from ..result.merge import config_difference, difference
 from ..starts.strategies import StartPlan
 from .checkpoint import SearchInterrupted
 
-__all__ = ["Part", "check_part", "coupling", "select_part", "over_processes"]
+__all__ = ["Part", "check_part", "check_stack", "coupling", "select_part", "over_processes"]
 __all__ += ["merge_over_processes", "first_process_logs"]
 __all__ += ["fit_parts", "run_part", "PartsFailed"]
 
@@ -102,10 +102,36 @@ def check_part(part, options) -> Part | None:
 
 def coupling(options) -> str | None:
     """What couples a search's slots (so it cannot run in parts), in words, or ``None``: the
-    first of the configuration's couplings (:meth:`multistart.SearchConfig.couplings`)."""
+    first of the configuration's couplings (:meth:`multistart.SearchConfig.couplings`) that a
+    part may not keep."""
     for c in options.couplings():
-        return f"{c.option}: {c.why}"
+        if not c.part_may_keep:
+            return f"{c.option}: {c.why}"
     return None
+
+
+def check_stack(problem, options, part, n_devices: int = 1) -> None:
+    """A stack of datasets (``problem.rows_per_datum``) runs only where every row is its own
+    start of its own dataset, on one device: not in parts, and with none of the options that
+    couple slots (:meth:`multistart.SearchConfig.couplings`: the broad-start filter among them)
+    but a shared budget. ``options`` is the search's ``SearchConfig``."""
+    if problem.rows_per_datum is None:
+        return
+    if n_devices > 1:
+        raise ValueError(
+            f"a stack of datasets (curve_fit(..., batched=True)) runs on one device; got "
+            f"{n_devices} devices: pass devices=1 (or split the stack and fit each part on "
+            "its own device)"
+        )
+    given = ["part"] if part is not None else []
+    given += [c.option for c in options.couplings() if not c.stack_may_keep]
+    if given:
+        raise ValueError(
+            f"a stack of datasets (curve_fit(..., batched=True)) fits every dataset apart from "
+            f"the others; {', '.join(given)} would rank or replace starts across the whole "
+            "search, so across datasets: drop it, or fit those datasets one by one (a batch "
+            "draws its starts without a filter and runs every start to its end)"
+        )
 
 
 def select_part(start_plan: StartPlan, part: Part | None) -> StartPlan:

@@ -23,7 +23,6 @@ import jax.numpy as jnp
 import numpy as np
 from jax.extend import core as jax_core
 
-from ..common import xla
 from ..common.digest import Replay
 from .priors import Space
 
@@ -34,10 +33,8 @@ __all__ = [
     "check_call",
     "check_objective",
     "check_scalar",
-    "check_stack",
     "datum",
     "flat_leaves_without_gradient",
-    "programs_key",
     "refuse_space",
     "tracer_hint",
     "ModelTrace",
@@ -443,58 +440,6 @@ def check_scalar(out, subject: str) -> None:
         raise TypeError(
             f"{subject} must return a real floating-point scalar; got dtype {leaf.dtype}"
         )
-
-
-def check_stack(problem, options, part, n_devices: int = 1) -> None:
-    """A stack of datasets (``problem.rows_per_datum``) runs only where every row is its own
-    start of its own dataset, on one device: not in parts, without the broad-start filter (it
-    ranks candidates across rows) and with none of the options that couple slots
-    (:meth:`multistart.SearchConfig.couplings`) but a shared budget. ``options`` is the search's
-    ``SearchConfig``."""
-    if problem.rows_per_datum is None:
-        return
-    if n_devices > 1:
-        raise ValueError(
-            f"a stack of datasets (curve_fit(..., batched=True)) runs on one device; got "
-            f"{n_devices} devices: pass devices=1 (or split the stack and fit each part on "
-            "its own device)"
-        )
-    given = ["part"] if part is not None else []
-    given += ["n_candidates (the broad-start filter)"] if options.n_candidates else []
-    given += [c.option for c in options.couplings() if not c.stack_may_keep]
-    if given:
-        raise ValueError(
-            f"a stack of datasets (curve_fit(..., batched=True)) fits every dataset apart from "
-            f"the others; {', '.join(given)} would rank or replace starts across the whole "
-            "search, so across datasets: drop it, or fit those datasets one by one (a batch "
-            "draws its starts without a filter and runs every start to its end)"
-        )
-
-
-def programs_key(problem, solver, options, dtype):
-    """What the jitted functions of a fit of ``problem`` depend on but take as no argument,
-    and the shapes they are compiled for (:func:`multistart.device.programs.programs_for`); ``None``
-    when the problem has no ``program_key`` or the rule is not described by plain values."""
-    rule = vars(solver)
-    plain = (int, float, str, bool, type(None))
-    if problem.program_key is None or not all(isinstance(v, plain) for v in rule.values()):
-        return None
-    shapes = tuple(
-        (np.shape(a), jnp.result_type(a).name) for a in jax.tree_util.tree_leaves(problem.data)
-    )
-    return (
-        problem.program_key,
-        repr(problem.space),
-        str(np.dtype(dtype)),
-        type(solver),
-        tuple(sorted(rule.items())),
-        jax.tree_util.tree_structure(problem.data),
-        shapes,
-        problem.rows_per_datum,
-        options.program_key(),  # every option the programs may depend on (SearchConfig's fields)
-        jax.process_count(),
-        xla.platform(),  # a chip's programs solve entry by entry (solvers/small.py)
-    )
 
 
 def traced_key(problem: Problem, dtype) -> Any:

@@ -579,7 +579,7 @@ def residual_laplace(problem, params, curvature_fn=None, *, warn: bool = True) -
     (``inf``, with a ``RuntimeWarning``, when ``m <= n``), as curve_fit's ``pcov``.
 
     Args:
-      problem: a :class:`multistart.search.least_squares.ResidualProblem`.
+      problem: a :class:`multistart.search.residuals.ResidualProblem`.
       params: the point, a params pytree (usually ``result.best_params``).
       curvature_fn: :func:`hessian_function` of the problem, to reuse its compile.
       warn: as :func:`laplace_problem`'s.

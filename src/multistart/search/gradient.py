@@ -1,28 +1,13 @@
-"""MultiStartGradient and the named rules: a rule and a checked configuration, which
-:meth:`MultiStartGradient.fit` hands to :mod:`multistart.host.driver`."""
+"""The gradient searches a user makes: :class:`MultiStartGradient` (any optax rule or
+:class:`multistart.Solver`) and the named rules, each a rule's factory
+(:mod:`multistart.search.rules`) and the options (:class:`multistart.SearchConfig`), which
+:mod:`multistart.search.core` makes into the class's signature. ``gradient.pyi`` states the
+signatures for static tools (written by ``tests/api_snapshot.py``, checked by the suite)."""
 
 from __future__ import annotations
 
-import os
-from collections.abc import Sequence
-from typing import Any
-
-import optax
-
-from ..common import checks
-from ..host import driver
-from ..host.config import (
-    DEFAULT_STEPS,
-    ORDER,
-    SearchConfig,
-    options_doc,
-    resolve_absolute_sigma,
-    unknown_options,
-)
-from ..host.schedule import Schedule
-from ..result import Result
-from ..solvers import LBFGS, LeastSquaresRule, OptaxSolver, Solver, as_solver
-from ..solvers.convergence import Convergence
+from . import rules
+from .core import Search
 
 __all__ = [
     "MultiStartGradient",
@@ -33,383 +18,175 @@ __all__ = [
     "MultiStartLBFGS",
 ]
 
-_OPTION_NAMES = frozenset(ORDER)
 
-
-class MultiStartGradient:
+class MultiStartGradient(Search, rule=rules.given):
     """Many optax local searches of one objective, compiled once and swept in chunks.
 
-        Each start steps in unconstrained coordinates with its own optimiser state. One
-        ``jit(vmap(step))`` is compiled for ``batch_size`` starts and a Python loop sweeps the
-        chunks each step; starts that converged or died leave the sweep, and the survivors are
-        repacked into full chunks (still one compile).
+    Each start steps in unconstrained coordinates with its own optimiser state. One
+    ``jit(vmap(step))`` is compiled for ``batch_size`` starts and a Python loop sweeps the
+    chunks each step; starts that converged or died leave the sweep, and the survivors are
+    repacked into full chunks (still one compile).
 
-        Every option is keyword-only and checked here, before anything is traced; they are
-        :attr:`options` (``search.n_starts`` reads them too); :meth:`replace` changes some.
+    Every option is keyword-only and checked here, before anything is traced; they are
+    :attr:`options` (``search.n_starts`` reads them too); :meth:`replace` changes some.
 
-        Args:
-          optimizer: the local rule: any ``optax.GradientTransformation``, or a
-            :class:`multistart.Solver` (such as :class:`multistart.LBFGS`). Optax rules whose
-            ``update`` takes ``value``, ``grad`` or ``value_fn`` (``optax.lbfgs``) receive them.
-    {options}
+    Args:
+      optimizer: the local rule: any ``optax.GradientTransformation``, or a
+        :class:`multistart.Solver` (such as :class:`multistart.LBFGS`). Optax rules whose
+        ``update`` takes ``value``, ``grad`` or ``value_fn`` (``optax.lbfgs``) receive them.
+      n_starts: number of local searches.
+      batch_size: starts per compiled call. ``"auto"`` (the default): the widest width whose
+        chunk step fits half the device's free memory; on a CPU, a few widths within that bound
+        are timed where it pays and the fastest kept, remembered for the next run. ``"tune"``:
+        time more widths. ``None``: all starts in one call. An int: that width.
+        ``MULTISTART_MAX_BATCH`` caps every choice. A chunk call that runs out of memory halves
+        the width and redoes the last few steps. See ``docs/batch-width.md``.
+      backend: ``"loop"`` (default): a Python loop calls the compiled chunk step per chunk.
+        ``"scan"``: all chunks of a step run in one compiled program, which saves host dispatch
+        on a GPU (on a CPU prefer ``"loop"``: it compiles faster). Same results.
+      n_steps: maximum steps per start. ``"auto"`` (default): 1000; for L-BFGS, sized by the
+        number of free parameters ``n`` when the fit starts, ``max(1000, min(15000, 2 n))``
+        (1000 up to 500 parameters, scipy's ``maxfun`` of 15000 from 7500).
+      seed: seeds start generation; the same seed gives a bit-identical result.
+      convergence: the window guard: a :class:`multistart.Convergence`, or ``None`` for none (a
+        start then ends by its rule's own tests, or at ``n_steps``). ``"auto"`` (default): none
+        for rules with optimality tests of their own (L-BFGS, least squares, optimistix),
+        ``Convergence()`` for the others (the optax rules), whose starts then end ``stalled``.
+      max_nonfinite: a start ends as ``nonfinite`` after this many consecutive non-finite
+        evaluations (each one rolls it back to its last finite point with half the step).
+      schedule: which local searches run to their end. ``"all"`` (the default): every start runs
+        until it converges, dies or reaches ``n_steps``. ``"halving"`` (or a
+        :class:`multistart.Halving`): asynchronous successive halving; at each rung a start
+        ranked below the best and not improving fast enough ends as ``pruned``. See
+        ``docs/schedule.md``.
+      start_band: starts are drawn in this band of each prior's quantiles.
+      start_strategy: how starts cover the band: ``"band"`` (independent uniform draws),
+        ``"sobol"`` (scrambled Sobol' sequence) or ``"lhs"`` (Latin hypercube); or ``"tiktak"``:
+        Sobol' candidates, and whenever a slot's local search ends it gets the next filtered
+        candidate blended towards the best point so far (TikTak; see
+        :mod:`multistart.starts.tiktak`); or ``"band_tiktak"``: the band draws (the first wave
+        is the band starts) handed out as TikTak's while the ended local searches took at most
+        300 evaluations on average (short ones are cheap to repeat; after a longer average no
+        new local search starts), every third of them at the next of the filter's ranking of 5 x
+        ``n_starts`` further candidates drawn over 1-99 % of each prior's quantiles and 2.5 x
+        ``n_starts`` more with about half their bounded coordinates on a bound (for optima near
+        or on a bound). ``"auto"`` (default): ``"tiktak"`` for the least-squares rules,
+        ``"band_tiktak"`` for L-BFGS, ``"band"`` for the others and wherever TikTak cannot run
+        (``n_candidates=0``, ``resurrect``).
+      n_candidates: the broad-start filter: this many candidates are drawn and only their figure
+        of merit is evaluated (batched, one compile); the best finite ones that are not within
+        multi-level single linkage's critical distance of a better kept one become the starts
+        (:func:`multistart.starts.strategies.diverse_candidates`). ``None`` (default) is ``10 *
+        n_starts`` (``"band_tiktak"``: ``15 * n_starts``); ``0`` turns the filter off (the first
+        ``n_starts`` draws are the starts).
+      max_candidates: while fewer candidates are finite than there are free slots, the filter
+        draws further blocks of ``n_candidates`` (same compiled program) until enough are finite
+        or this many were drawn in all. ``None`` (default) is ``max(100 * n_starts,
+        n_candidates)``; ``n_candidates`` turns the top-up off.
+      filter_batch_size: candidates per compiled filter call (default 64, at most
+        ``n_candidates``). Fixed rather than tied to ``batch_size``, so the chosen starts, and
+        the result, do not depend on ``batch_size``.
+      resurrect: ``0`` (default) is off. ``k >= 1``: a start with ``k`` non-finite evaluations
+        without improving (``k <= max_nonfinite``) ends and, at the next host sync, its slot
+        gets a new start from the filter's unused finite candidates (best first) or, with no
+        filter, a fresh draw. ``result.resurrections`` counts them per slot and
+        ``result.incarnations`` keeps every replaced start's record.
+      n_local: TikTak only: local searches in all, the first wave of ``n_starts`` included
+        (default ``4 * n_starts``; ``"band_tiktak"``: ``12 * n_starts``, TikTak's weights run 3
+        times over ``4 * n_starts`` each; at most ``n_candidates``).
+      local_steps: TikTak only: a local search ends after this many steps (default: only by
+        convergence or as non-finite), so its slot is reused.
+      max_discoveries: TikTak only: once the best minimum has been found this many times, start
+        no new local search; those running run to their ends (optimagic's rule). ``"auto"``
+        (default): 4 under TikTak, so a search whose local searches keep re-finding one minimum
+        ends early and one whose minima are many runs all ``n_local``; ``None``: off.
+      target_fom: stop the search once any start's figure of merit is at or below this (the
+        running starts are marked ``stopped``; ``result.stats["stop_reason"]`` says why).
+      max_evals: stop once this many evaluations of the objective were made in all (every
+        start's, line-search trials and replaced starts included).
+      max_time_s: stop once this many seconds have passed since ``fit`` was called (compiles
+        included). The three budgets are checked at host syncs (every ``sync_every`` steps).
+      rediscoveries: end the starts still running once this many settled starts (converged or
+        stalled, the best's own included) found the best minimum so far, within the tolerances
+        of ``Result.distinct_minima()``: a running start not already below it ends as
+        ``refound`` (its best is kept). Checked every 16 steps. In a stack of fits
+        (``curve_fit(batched=True)``, where it is 3 by default) each fit's starts on their own.
+        ``None`` (the default): every start runs to its end. Not with refills (TikTak,
+        ``resurrect``) or ``schedule='halving'``.
+      sync_every: the host reads which starts ended every this many steps (at the end of a call
+        that reaches such a step: ``steps_per_call``), to drop them from the sweep. Results do
+        not depend on it (ended starts are frozen on the device), except where the host decides
+        something at a sync: resurrection and TikTak replace ended starts, and the halving
+        schedule prunes, on this schedule.
+      steps_per_call: steps a compiled call takes before the host reads the starts again.
+        ``"auto"`` (the default): from 1, doubled while a call takes under 20 ms (at most 256; a
+        refit of the same model starts where the fit before it reached), so the host's dispatch
+        and read stay a few per cent of a cheap objective's time and cost an expensive one
+        nothing; an int ``k >= 1``: ``k``. A call stops early once every start in it has ended,
+        and ends wherever the host decides something (each ``sync_every`` step with refills, or
+        with ``sync_every=1`` and the running starts in one chunk the first step where one ends;
+        the halving schedule or a budget; ``checkpoint_every``; ``log_every``), so results do
+        not depend on it.
+      flat: step each start's parameters as one flat vector (the default: faster steps and
+        compiles); ``flat=False`` for a rule keyed to the parameter tree's structure
+        (``optax.multi_transform``, ``optax.masked``).
+      absolute_sigma: how the covariance (``result.errors``) is scaled. ``True``: as it is (a χ²
+        with the data's own errors). ``False``: by the reduced χ² ``f / (n_data - n)``, as
+        ``scipy.optimize.curve_fit``'s default. ``None`` (default): ``False`` for the least-
+        squares rules, ``True`` for the others.
+      n_data: the number of data points behind a scalar figure of merit: its reduced χ² is ``f /
+        (n_data - n)`` (needed by ``absolute_sigma=False``, shown by ``result.report()``). A
+        least-squares fit counts its residuals itself.
+      max_history: at most this many rows of best-so-far history are kept (evenly strided).
+      log_every: a progress line in the log every this many steps (0: none). ``None`` (the
+        default): one every 30 s, so a short fit logs only what runs and what came out.
+      progress: a progress bar (``tqdm.auto``). ``None`` (the default): shown when the output is
+        interactive (a terminal or a notebook); ``True``/``False`` force it.
+      checkpoint_dir: write checkpoints of the whole search here (needs the ``checkpoint``
+        extra, orbax-checkpoint): every ``checkpoint_every`` steps and on Ctrl-C or SIGTERM.
+        ``fit(..., resume=True)`` continues from the newest one, giving the result an
+        uninterrupted run would have given.
+      checkpoint_every: steps between checkpoints.
+      devices: where the starts run. ``None`` (the default): every local device of JAX's default
+        backend (one on a CPU unless ``XLA_FLAGS`` makes more). An int: the first that many; or
+        a list of ``jax.Device``. On several, each device sweeps its own chunks of
+        ``batch_size`` starts, and the result is the one-device result. See ``docs/scale-
+        out.md``.
+      dtype: the floating-point type the starts step in: ``"float32"`` or ``"float64"``;
+        ``None`` (the default) JAX's default, float32 unless ``jax_enable_x64`` is on. The
+        search runs in it whatever the process's default. A chip without float64 arithmetic (a
+        TPU) emulates float64 at several times float32's cost: see ``docs/accelerators.md``.
 
-        Example:
-          >>> import jax.numpy as jnp, multistart as ms
-          >>> space = {"x": ms.Uniform(-5.0, 5.0, shape=(2,))}
-          >>> search = ms.MultiStartAdam(n_starts=8, batch_size=4, n_steps=200, seed=0)
-          >>> result = search.fit(lambda p: jnp.sum((p["x"] - 1.0) ** 2), space)  # doctest: +SKIP
-          >>> result.best_params["x"]  # doctest: +SKIP
-          Array([1., 1.], dtype=float32)
+    Example:
+      >>> import jax.numpy as jnp, multistart as ms
+      >>> space = {"x": ms.Uniform(-5.0, 5.0, shape=(2,))}
+      >>> search = ms.MultiStartAdam(n_starts=8, batch_size=4, n_steps=200, seed=0)
+      >>> result = search.fit(lambda p: jnp.sum((p["x"] - 1.0) ** 2), space)  # doctest: +SKIP
+      >>> result.best_params["x"]  # doctest: +SKIP
+      Array([1., 1.], dtype=float32)
     """
 
-    def __init__(
-        self,
-        optimizer: optax.GradientTransformation | Solver,
-        /,
-        *,
-        n_starts: int = 32,
-        batch_size: int | str | None = "auto",
-        backend: str = "loop",
-        n_steps: int | str = "auto",
-        seed: int = 0,
-        convergence: Convergence | None | str = "auto",
-        max_nonfinite: int = 8,
-        schedule: str | Schedule = "all",
-        start_band: tuple[float, float] = (0.15, 0.85),
-        start_strategy: str = "auto",
-        n_candidates: int | None = None,
-        max_candidates: int | None = None,
-        filter_batch_size: int | None = None,
-        resurrect: int = 0,
-        n_local: int | None = None,
-        local_steps: int | None = None,
-        max_discoveries: int | str | None = "auto",
-        target_fom: float | None = None,
-        max_evals: int | None = None,
-        max_time_s: float | None = None,
-        rediscoveries: int | None = None,
-        sync_every: int = 1,
-        steps_per_call: int | str = "auto",
-        flat: bool = True,
-        absolute_sigma: bool | None = None,
-        n_data: int | None = None,
-        max_history: int = 10_000,
-        log_every: int | None = None,
-        progress: bool | None = None,
-        checkpoint_dir: str | os.PathLike | None = None,
-        checkpoint_every: int = 100,
-        devices: int | Sequence[Any] | None = None,
-        dtype: str | None = None,
-    ):
-        given = _arguments(locals())
-        self._hold(as_solver(optimizer), given, optimizer)
 
-    #: The rule every start steps with.
-    solver: Solver
-    #: The checked options (frozen).
-    options: SearchConfig
-    _made_with: tuple[tuple, dict[str, Any]]  # what replace() calls the class with
-
-    def _hold(self, solver: Solver, given: dict[str, Any], *args) -> None:
-        """Hold ``solver`` and the checked configuration of the options among ``given`` (a
-        constructor's keyword arguments; with ``args``, what :meth:`replace` calls it with).
-        Each option reads as the search's attribute too (``search.n_starts``)."""
-        options = {name: given[name] for name in ORDER}
-        _resolve_auto(solver, options)
-        config = SearchConfig(**options)
-        object.__setattr__(self, "solver", solver)
-        object.__setattr__(self, "options", config)
-        object.__setattr__(self, "_made_with", (args, given))
-        for name in ORDER:
-            object.__setattr__(self, name, getattr(config, name))
-
-    def __setattr__(self, name: str, value) -> None:
-        if name in _OPTION_NAMES:
-            raise AttributeError(
-                f"a search's options are fixed once it is made; use "
-                f"search.replace({name}={value!r}) for a search with another {name}"
-            )
-        object.__setattr__(self, name, value)
-
-    def replace(self, **changes) -> MultiStartGradient:
-        """A search of the same kind and rule with some options (or hyperparameters) changed.
-
-        Options whose default depends on others (``n_candidates``, ``n_local``, ...) are
-        derived again unless given.
-
-        >>> import multistart as ms
-        >>> ms.MultiStartAdam(n_starts=8).replace(n_starts=16).options.n_candidates
-        160
-        """
-        args, kwargs = self._made_with
-        unknown_options(changes, type(self))
-        return type(self)(*args, **{**kwargs, **changes})
-
-    def __repr__(self) -> str:
-        options = self.options
-        return (
-            f"{type(self).__name__}(n_starts={options.n_starts}, "
-            f"batch_size={options.batch_size!r}, n_steps={options.n_steps}, seed={options.seed})"
-        )
-
-    def config(self) -> dict[str, Any]:
-        """The configuration as plain values (recorded in the Result)."""
-        return {
-            "search": type(self).__name__,
-            "rule": self.solver.name,
-            **self.options.record(),
-            "hyperparameters": self.solver.hyperparameters(),
-        }
-
-    # -- the run ---------------------------------------------------------------------------
-
-    def fit(self, objective, space=None, *, starts=None, resume: bool = False, part=None) -> Result:
-        """Minimise ``objective(params) -> scalar`` over ``space``, or fit a model.
-
-        Args:
-          objective: a callable of the physical params pytree returning a real scalar, or a
-            :class:`multistart.FactorGraphModel` (then ``space`` is omitted).
-          space: a (nested) dict of priors.
-          starts: your own starts, used as given in the first slots: a params pytree whose
-            leaves have a leading axis of ``k <= n_starts`` starts, or a list of ``k`` params
-            dicts. The other ``n_starts - k`` slots are drawn (and filtered) as usual.
-          resume: continue from the newest checkpoint in ``checkpoint_dir`` (a fresh start
-            when there is none); one of another model or configuration is refused.
-          part: ``(i, k)``: run only the ``i``-th (from 0) of ``k`` contiguous blocks of slots
-            (as ``np.array_split``) of the whole run's start plan, each start's record the
-            whole run's; :meth:`multistart.Result.merge` joins the parts. Not with
-            ``resurrect``, ``start_strategy="tiktak"``, ``target_fom`` or ``max_evals``.
-
-        Returns:
-          A :class:`multistart.Result` (with ``part``, the part's starts only).
-
-        Raises:
-          TypeError / ValueError: bad arguments (a user start outside its prior's bounds is
-            named by index and parameter), or an objective that does not return a real
-            scalar; raised after one trace and before any compile.
-          multistart.NoFiniteStartsError: the filter found no candidate with a finite figure
-            of merit (and no user start was given); the message names the region tried.
-          multistart.SearchInterrupted: Ctrl-C or SIGTERM stopped the search; it carries the
-            partial result (``.result``) and, with ``checkpoint_dir``, a checkpoint was written.
-          multistart.CheckpointError: a checkpoint could not be written (``.result`` holds the
-            search so far; the previous checkpoint is intact) or none could be read.
-        """
-        return driver.run(self, objective, space, starts=starts, resume=resume, part=part)
-
-
-class MultiStartAdam(MultiStartGradient):
+class MultiStartAdam(MultiStartGradient, rule=rules.adam):
     """Multi-start Adam (``optax.adam``). Unconstrained coordinates are order one, so a
     learning rate of a few hundredths suits most problems."""
 
-    def __init__(
-        self,
-        *,
-        learning_rate: float = 0.05,
-        b1=0.9,
-        b2=0.999,
-        eps=1e-8,
-        n_starts: int = 32,
-        batch_size: int | str | None = "auto",
-        backend: str = "loop",
-        n_steps: int | str = "auto",
-        seed: int = 0,
-        convergence: Convergence | None | str = "auto",
-        max_nonfinite: int = 8,
-        schedule: str | Schedule = "all",
-        start_band: tuple[float, float] = (0.15, 0.85),
-        start_strategy: str = "auto",
-        n_candidates: int | None = None,
-        max_candidates: int | None = None,
-        filter_batch_size: int | None = None,
-        resurrect: int = 0,
-        n_local: int | None = None,
-        local_steps: int | None = None,
-        max_discoveries: int | str | None = "auto",
-        target_fom: float | None = None,
-        max_evals: int | None = None,
-        max_time_s: float | None = None,
-        rediscoveries: int | None = None,
-        sync_every: int = 1,
-        steps_per_call: int | str = "auto",
-        flat: bool = True,
-        absolute_sigma: bool | None = None,
-        n_data: int | None = None,
-        max_history: int = 10_000,
-        log_every: int | None = None,
-        progress: bool | None = None,
-        checkpoint_dir: str | os.PathLike | None = None,
-        checkpoint_every: int = 100,
-        devices: int | Sequence[Any] | None = None,
-        dtype: str | None = None,
-    ):
-        given = _arguments(locals())
-        checks.positive(learning_rate, "learning_rate", schedule=True)
-        checks.in_unit_interval(b1, "b1")
-        checks.in_unit_interval(b2, "b2")
-        checks.non_negative(eps, "eps")
-        hyper = {"learning_rate": learning_rate, "b1": b1, "b2": b2, "eps": eps}
-        self._hold(OptaxSolver(optax.adam(**hyper), name="adam", hyperparameters=hyper), given)
 
-
-class MultiStartProdigy(MultiStartGradient):
+class MultiStartProdigy(MultiStartGradient, rule=rules.prodigy):
     """Multi-start Prodigy (``optax.contrib.prodigy``): learning-rate free Adam. Each start
     estimates its own step size ``d`` (per-start optimiser state)."""
 
-    def __init__(
-        self,
-        *,
-        learning_rate: float = 1.0,
-        betas=(0.9, 0.999),
-        n_starts: int = 32,
-        batch_size: int | str | None = "auto",
-        backend: str = "loop",
-        n_steps: int | str = "auto",
-        seed: int = 0,
-        convergence: Convergence | None | str = "auto",
-        max_nonfinite: int = 8,
-        schedule: str | Schedule = "all",
-        start_band: tuple[float, float] = (0.15, 0.85),
-        start_strategy: str = "auto",
-        n_candidates: int | None = None,
-        max_candidates: int | None = None,
-        filter_batch_size: int | None = None,
-        resurrect: int = 0,
-        n_local: int | None = None,
-        local_steps: int | None = None,
-        max_discoveries: int | str | None = "auto",
-        target_fom: float | None = None,
-        max_evals: int | None = None,
-        max_time_s: float | None = None,
-        rediscoveries: int | None = None,
-        sync_every: int = 1,
-        steps_per_call: int | str = "auto",
-        flat: bool = True,
-        absolute_sigma: bool | None = None,
-        n_data: int | None = None,
-        max_history: int = 10_000,
-        log_every: int | None = None,
-        progress: bool | None = None,
-        checkpoint_dir: str | os.PathLike | None = None,
-        checkpoint_every: int = 100,
-        devices: int | Sequence[Any] | None = None,
-        dtype: str | None = None,
-    ):
-        given = _arguments(locals())
-        checks.positive(learning_rate, "learning_rate", schedule=True)
-        checks.each(checks.in_unit_interval, betas, "betas", length=2)
-        rule = OptaxSolver(
-            optax.contrib.prodigy(learning_rate, betas=betas),
-            name="prodigy",
-            hyperparameters={"learning_rate": learning_rate, "betas": list(betas)},
-        )
-        self._hold(rule, given)
 
-
-class MultiStartADABelief(MultiStartGradient):
+class MultiStartADABelief(MultiStartGradient, rule=rules.adabelief):
     """Multi-start AdaBelief (``optax.adabelief``)."""
 
-    def __init__(
-        self,
-        *,
-        learning_rate: float = 0.05,
-        b1=0.9,
-        b2=0.999,
-        n_starts: int = 32,
-        batch_size: int | str | None = "auto",
-        backend: str = "loop",
-        n_steps: int | str = "auto",
-        seed: int = 0,
-        convergence: Convergence | None | str = "auto",
-        max_nonfinite: int = 8,
-        schedule: str | Schedule = "all",
-        start_band: tuple[float, float] = (0.15, 0.85),
-        start_strategy: str = "auto",
-        n_candidates: int | None = None,
-        max_candidates: int | None = None,
-        filter_batch_size: int | None = None,
-        resurrect: int = 0,
-        n_local: int | None = None,
-        local_steps: int | None = None,
-        max_discoveries: int | str | None = "auto",
-        target_fom: float | None = None,
-        max_evals: int | None = None,
-        max_time_s: float | None = None,
-        rediscoveries: int | None = None,
-        sync_every: int = 1,
-        steps_per_call: int | str = "auto",
-        flat: bool = True,
-        absolute_sigma: bool | None = None,
-        n_data: int | None = None,
-        max_history: int = 10_000,
-        log_every: int | None = None,
-        progress: bool | None = None,
-        checkpoint_dir: str | os.PathLike | None = None,
-        checkpoint_every: int = 100,
-        devices: int | Sequence[Any] | None = None,
-        dtype: str | None = None,
-    ):
-        given = _arguments(locals())
-        checks.positive(learning_rate, "learning_rate", schedule=True)
-        checks.in_unit_interval(b1, "b1")
-        checks.in_unit_interval(b2, "b2")
-        hyper = {"learning_rate": learning_rate, "b1": b1, "b2": b2}
-        rule = OptaxSolver(optax.adabelief(**hyper), name="adabelief", hyperparameters=hyper)
-        self._hold(rule, given)
 
-
-class MultiStartLion(MultiStartGradient):
+class MultiStartLion(MultiStartGradient, rule=rules.lion):
     """Multi-start Lion (``optax.lion``): sign updates, so each step moves every unconstrained
     coordinate by about ``learning_rate``."""
 
-    def __init__(
-        self,
-        *,
-        learning_rate: float = 0.01,
-        b1=0.9,
-        b2=0.99,
-        n_starts: int = 32,
-        batch_size: int | str | None = "auto",
-        backend: str = "loop",
-        n_steps: int | str = "auto",
-        seed: int = 0,
-        convergence: Convergence | None | str = "auto",
-        max_nonfinite: int = 8,
-        schedule: str | Schedule = "all",
-        start_band: tuple[float, float] = (0.15, 0.85),
-        start_strategy: str = "auto",
-        n_candidates: int | None = None,
-        max_candidates: int | None = None,
-        filter_batch_size: int | None = None,
-        resurrect: int = 0,
-        n_local: int | None = None,
-        local_steps: int | None = None,
-        max_discoveries: int | str | None = "auto",
-        target_fom: float | None = None,
-        max_evals: int | None = None,
-        max_time_s: float | None = None,
-        rediscoveries: int | None = None,
-        sync_every: int = 1,
-        steps_per_call: int | str = "auto",
-        flat: bool = True,
-        absolute_sigma: bool | None = None,
-        n_data: int | None = None,
-        max_history: int = 10_000,
-        log_every: int | None = None,
-        progress: bool | None = None,
-        checkpoint_dir: str | os.PathLike | None = None,
-        checkpoint_every: int = 100,
-        devices: int | Sequence[Any] | None = None,
-        dtype: str | None = None,
-    ):
-        given = _arguments(locals())
-        checks.positive(learning_rate, "learning_rate", schedule=True)
-        checks.in_unit_interval(b1, "b1")
-        checks.in_unit_interval(b2, "b2")
-        hyper = {"learning_rate": learning_rate, "b1": b1, "b2": b2}
-        self._hold(OptaxSolver(optax.lion(**hyper), name="lion", hyperparameters=hyper), given)
 
-
-class MultiStartLBFGS(MultiStartGradient):
+class MultiStartLBFGS(MultiStartGradient, rule=rules.lbfgs):
     """Multi-start L-BFGS: the rule for smooth, deterministic fits.
 
     Every start keeps its own memory and line search, evaluating the objective **once per
@@ -426,88 +203,3 @@ class MultiStartLBFGS(MultiStartGradient):
       ftol: end a start ``stalled`` when an accepted step lowered ``f`` by at most this,
         relative (scipy's ``ftol``; default ``0``, off).
     """
-
-    def __init__(
-        self,
-        *,
-        memory: int = 10,
-        rtol: float | None = None,
-        xtol: float | None = None,
-        ftol: float = 0.0,
-        n_starts: int = 32,
-        batch_size: int | str | None = "auto",
-        backend: str = "loop",
-        n_steps: int | str = "auto",
-        seed: int = 0,
-        convergence: Convergence | None | str = "auto",
-        max_nonfinite: int = 8,
-        schedule: str | Schedule = "all",
-        start_band: tuple[float, float] = (0.15, 0.85),
-        start_strategy: str = "auto",
-        n_candidates: int | None = None,
-        max_candidates: int | None = None,
-        filter_batch_size: int | None = None,
-        resurrect: int = 0,
-        n_local: int | None = None,
-        local_steps: int | None = None,
-        max_discoveries: int | str | None = "auto",
-        target_fom: float | None = None,
-        max_evals: int | None = None,
-        max_time_s: float | None = None,
-        rediscoveries: int | None = None,
-        sync_every: int = 1,
-        steps_per_call: int | str = "auto",
-        flat: bool = True,
-        absolute_sigma: bool | None = None,
-        n_data: int | None = None,
-        max_history: int = 10_000,
-        log_every: int | None = None,
-        progress: bool | None = None,
-        checkpoint_dir: str | os.PathLike | None = None,
-        checkpoint_every: int = 100,
-        devices: int | Sequence[Any] | None = None,
-        dtype: str | None = None,
-    ):
-        given = _arguments(locals())
-        self._hold(LBFGS(memory, rtol=rtol, xtol=xtol, ftol=ftol), given)
-
-
-def _is_auto(value) -> bool:
-    return isinstance(value, str) and value == "auto"
-
-
-def _resolve_auto(solver: Solver, options: dict) -> None:
-    """The options whose default depends on the rule, resolved in ``options``.
-
-    ``convergence``: no window guard where the rule has optimality tests of its own.
-    ``start_strategy``: TikTak for the least-squares rules (where it can run), whose local
-    searches are short and end by their own tests (``profiling/README.md``); for L-BFGS the
-    band's starts, refilled as TikTak's while the local searches are short (``"band_tiktak"``:
-    its first wave is the band's, and a fit whose local searches are long runs as the band's);
-    the band for the others, whose local searches can be long.
-    """
-    if _is_auto(options.get("convergence", "auto")):
-        options["convergence"] = None if solver.tests_convergence else Convergence()
-    if _is_auto(options.get("start_strategy", "auto")):
-        can = options.get("n_candidates") != 0 and not options.get("resurrect")
-        if can and isinstance(solver, LeastSquaresRule):
-            options["start_strategy"] = "tiktak"
-        elif can and isinstance(solver, LBFGS):
-            options["start_strategy"] = "band_tiktak"
-        else:
-            options["start_strategy"] = "band"
-    if _is_auto(options.get("n_steps", "auto")) and not isinstance(solver, LBFGS):
-        options["n_steps"] = DEFAULT_STEPS  # L-BFGS's is sized by the problem when it is fitted
-    options["absolute_sigma"] = resolve_absolute_sigma(
-        options.get("absolute_sigma"),
-        least_squares=isinstance(solver, LeastSquaresRule),
-        n_data=options.get("n_data"),
-    )
-
-
-def _arguments(given: dict[str, Any]) -> dict[str, Any]:
-    """A constructor's keyword arguments, from its ``locals()`` taken first thing."""
-    return {k: v for k, v in given.items() if k not in ("self", "__class__", "optimizer")}
-
-
-MultiStartGradient.__doc__ = (MultiStartGradient.__doc__ or "").replace("{options}", options_doc())
