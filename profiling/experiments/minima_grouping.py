@@ -7,8 +7,8 @@ labels), on the same points, side by side in one run. Cases: many starts at a fe
 converged search), and starts at all-distinct points (a search without convergence, every start its
 own "minimum").
 
-    python profiling/minima_grouping.py            # 2,000 and 20,000 starts
-    python profiling/minima_grouping.py --quick    # 2,000 starts
+    python profiling/experiments/minima_grouping.py            # 2,000 and 20,000 starts
+    python profiling/experiments/minima_grouping.py --quick    # 2,000 starts
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 
 from reference_minima import cluster_minima_all_pairs  # noqa: E402
 
