@@ -217,3 +217,34 @@ def test_the_harness_caps_a_child_by_phase_and_memory_and_kills_its_whole_group(
     assert out["ok"] == ["ok", {"x": 2.5}]
     assert out["error"] == ["error", "exited with status 3", {"x": 1}]
     assert out["refused"] == "timeout_s must be a positive number or None; got 0"
+
+
+def test_the_profiling_page_is_what_the_records_write():
+    """docs/profiling.md's tables are written from profiling/records/ by ``python -m
+    profiling.report``: the committed page is what the script writes now."""
+    run = _python("-m", "profiling.report", "--check")
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+
+
+def test_the_report_rewrites_a_block_when_its_record_changes_and_refuses_a_bad_record(tmp_path):
+    records = tmp_path / "records"
+    records.mkdir()
+    for path in (ROOT / "profiling" / "records").glob("*.json"):
+        (records / path.name).write_text(path.read_text())
+    page = tmp_path / "profiling.md"
+    page.write_text((ROOT / "docs" / "profiling.md").read_text())
+    argv = ["-m", "profiling.report", "--page", page, "--records", records]
+    assert _python(*argv, "--check").returncode == 0
+    name = "spectra_batch.json"
+    record = json.loads((records / name).read_text())
+    ratio = next(iter(record["ratios"]))
+    record["ratios"][ratio]["value"] = 12.5
+    (records / name).write_text(json.dumps(record))
+    stale = _python(*argv, "--check")
+    assert stale.returncode == 1 and "is not what the records write" in stale.stdout
+    assert _python(*argv).returncode == 0 and _python(*argv, "--check").returncode == 0
+    text = page.read_text()
+    assert f"| {ratio} | **12.5** |" in text and text.count("<!-- /records -->") >= 4
+    (records / "broken.json").write_text("{}")
+    bad = _python(*argv, "--check")
+    assert bad.returncode == 2 and "broken.json is not a benchmark record" in bad.stderr
