@@ -160,7 +160,7 @@ class Child:
       returncode: its exit status (negative: killed by that signal).
       note: a sentence saying how it ended ("" when it finished).
       lines: its stdout, line by line.
-      stderr: the last 20 lines of its stderr.
+      stderr: the last 60 lines of its stderr (a traceback).
       wall_s: seconds from its start to its end, its imports included.
       peak_rss_mb: the largest resident memory sampled (with its descendants'); 0 unless a
         memory cap was given.
@@ -229,14 +229,18 @@ def run_child(
 
         reader = threading.Thread(target=read, daemon=True)
         reader.start()
-        peak, killed_for = _watch(proc, t0, marks, timeout_s, memory_mb, poll_s)
-        proc.wait()
+        try:
+            peak, killed_for = _watch(proc, t0, marks, timeout_s, memory_mb, poll_s)
+            proc.wait()
+        except BaseException:  # Ctrl-C: its own group would not get the terminal's signal
+            _kill_group(proc)
+            raise
         wall_s = time.perf_counter() - t0
         _kill_group(proc)  # anything the child left behind in its group
         reader.join(timeout=5)
         stdout.close()
         err.seek(0)
-        stderr = "\n".join(err.read().splitlines()[-20:])
+        stderr = "\n".join(err.read().splitlines()[-60:])
     where = marks[-1][0] if marks else None
     status, note = _ending(proc.returncode, killed_for, where, timeout_s, memory_mb, peak)
     return Child(status, proc.returncode, note, lines, stderr, wall_s, peak, marks)
