@@ -18,20 +18,20 @@ markdown table with ``--markdown`` (for docs/profiling.md)::
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import harness  # noqa: E402
+
 
 def load(path: str) -> dict:
     try:
-        record = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise SystemExit(f"compare: cannot read the record {path}: {e}") from e
-    if not isinstance(record, dict) or "figures" not in record or "ratios" not in record:
-        raise SystemExit(f"compare: {path} is not a benchmark record (no figures and ratios)")
-    return record
+        return harness.read_record(path)
+    except ValueError as e:
+        raise SystemExit(f"compare: {e}") from e
 
 
 def _values(record: dict, key: str) -> dict[str, float]:

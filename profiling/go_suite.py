@@ -387,8 +387,7 @@ def main(argv=None) -> None:
     parser.add_argument("--only", default="", help="comma-separated function names")
     parser.add_argument("--half", action="store_true", help="every second function")
     parser.add_argument("--quarter", action="store_true", help="every fourth function")
-    parser.add_argument("--quick", action="store_true", help="every eighth function")
-    parser.add_argument("--json", default="", help="write the record and per-run records here")
+    harness.add_arguments(parser, quick="every eighth function")  # --json: the per-run rows too
     parser.add_argument(
         "--budget",
         type=int,

@@ -124,7 +124,7 @@ IMAGE_ARMS = ("scipy", "halving", "band", "all", "all_band", "drawn")
 
 def image(args) -> None:
     import image_model
-    from central_starts import draw_starts
+    from peers import draw_starts
 
     objective, space, _ = image_model.make_problem(args.data)
     halving, n, cap = halving_from(args), args.starts, args.cap
@@ -169,6 +169,16 @@ def image(args) -> None:
             print(f"  seed {seed} {name}: {shown}", flush=True)
         rows.append((seed, out))
     print_image(rows)
+    record = harness.Record("halving", args)
+    for seed, out in rows:
+        for name, r in out.items():
+            for key in ("wall", "cpu", "evals", "best"):
+                record.figure(f"seed {seed} {name} {key}", r[key])
+            if name != "scipy":
+                for key in ("wall", "cpu", "evals"):
+                    arm, peer = f"seed {seed} {name} {key}", f"seed {seed} scipy {key}"
+                    record.ratio(f"{arm} / scipy", arm, peer)
+    record.write(args.json)
 
 
 def print_image(rows) -> None:
@@ -245,6 +255,13 @@ def sines(args) -> None:
             f"{name:8s}{t['hits']:>10}{t['wall'] / ref['wall']:>9.3f}{t['cpu'] / ref['cpu']:>8.3f}"
             f"{rate:>14.3f}{per_cpu:>18.3f}{t['found']:>9}/{len(args.seeds)}"
         )
+    record = harness.Record("halving", args)
+    for name, t in totals.items():
+        for key in ("hits", "wall", "cpu", "found"):
+            record.figure(f"{name} {key}", t[key])
+    for key in ("wall", "cpu"):
+        record.ratio(f"halving {key} / all", f"halving {key}", f"all {key}")
+    record.write(args.json)
 
 
 def main(argv=None) -> None:
@@ -261,6 +278,7 @@ def main(argv=None) -> None:
     ap.add_argument("--data", type=int, default=0, help="image: the model's data seed")
     for key, kind in (("--r0", int), ("--eta", int), ("--grace", float), ("--keep", int)):
         ap.add_argument(key, type=kind, default=None, help="the Halving setting (default: its)")
+    harness.add_arguments(ap)
     args = ap.parse_args(argv)
     args.arms = ["scipy", *(a for a in args.arms.split(",") if a and a != "scipy")]
     for arm in args.arms:

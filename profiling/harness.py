@@ -14,13 +14,17 @@ The record holds the machine (cores, Python, JAX and the BLAS libraries as this 
 them), the git commit of the checkout, the command, every figure and every ratio (an arm's
 figure over its peer's, both measured in the same run: the number to read, as absolute seconds
 on a shared machine are noise). ``python -m profiling.compare A.json B.json`` sets two records
-side by side.
+side by side, and ``python -m profiling.report`` writes docs/profiling.md's tables from the
+records kept in ``profiling/records/`` (``read_record`` reads one).
 
 An arm that must start cold (imports, compiles, caches) runs in a fresh process: the script
 runs itself with a child option, ``harness.fresh_process(__file__, "--arm", name)``, and the
-child hands its figures back with ``harness.child_result(figures)``. ``interleave`` takes turns
-between arms (the order reversed every other round), so that drift in a shared machine's speed
-favours none, and ``median`` reduces the repeats.
+child hands its figures back with ``harness.child_result(figures)``. Every child runs in a
+process group of its own under optional caps (``run_child``: a time cap, restarted by each
+progress line the child prints, and a memory cap), and is killed with its group past them: a
+compile that explodes neither hangs a benchmark nor takes the shared machine down.
+``interleave`` takes turns between arms (the order reversed every other round), so that drift
+in a shared machine's speed favours none, and ``median`` reduces the repeats.
 
 The scipy peer arms run with one BLAS thread (``one_blas_thread``): OpenBLAS's worker threads
 spin after each call on the cores XLA's next evaluation needs (``peers.py`` measures it).
@@ -34,18 +38,26 @@ import importlib.metadata
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
+import tempfile
+import threading
+import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 __all__ = [
+    "CHILD_ENDS",
     "RESULT",
+    "Child",
     "Record",
     "add_arguments",
     "blas_threads",
+    "child_env",
     "child_result",
     "commit",
     "fresh_process",
@@ -55,6 +67,8 @@ __all__ = [
     "one_blas_thread",
     "print_ratios",
     "ratios",
+    "read_record",
+    "run_child",
 ]
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -127,40 +141,231 @@ def child_result(figures: Mapping) -> None:
     print(RESULT + json.dumps(dict(figures)), flush=True)
 
 
-def fresh_process(
-    script, *args, env: Mapping[str, str | None] | None = None, required: bool = True
-) -> dict | None:
-    """Run ``python script *args`` in a new process that imports the same library as this one
-    (its folder first on ``PYTHONPATH``) and return the figures it printed with
-    ``child_result``, and the child's wall, its imports included, as ``"process_s"``.
+CHILD_ENDS = {
+    "ok": "finished",
+    "error": "exited with a non-zero status",
+    "timeout": "ran past the time cap (since its start or its last progress line); killed",
+    "memory": "its resident memory went above the cap; killed",
+    "oom_killed": "killed by a SIGKILL the harness did not send (the kernel's OOM killer, likely)",
+    "signal": "killed by another signal",
+}
 
-    ``env`` adds to this process's environment (a value of None removes the name). A child
-    that fails raises, or with ``required=False`` is reported on stderr and gives None (the
-    other arms' figures are kept).
+
+@dataclass
+class Child:
+    """How a child process ended (``run_child``).
+
+    Attributes:
+      status: a key of :data:`CHILD_ENDS`.
+      returncode: its exit status (negative: killed by that signal).
+      note: a sentence saying how it ended ("" when it finished).
+      lines: its stdout, line by line.
+      stderr: the last 60 lines of its stderr (a traceback).
+      wall_s: seconds from its start to its end, its imports included.
+      peak_rss_mb: the largest resident memory sampled (with its descendants'); 0 unless a
+        memory cap was given.
+      progress: ``(text, seconds since the start)`` of each progress line it printed.
     """
-    import time
 
+    status: str
+    returncode: int | None
+    note: str
+    lines: list[str] = field(repr=False)
+    stderr: str = field(repr=False)
+    wall_s: float
+    peak_rss_mb: float = 0.0
+    progress: list[tuple[str, float]] = field(default_factory=list, repr=False)
+
+    def result(self) -> dict | None:
+        """The figures the child handed back with ``child_result`` (None if it printed none)."""
+        for line in reversed(self.lines):
+            if line.startswith(RESULT):
+                return json.loads(line[len(RESULT) :])
+        return None
+
+
+def run_child(
+    argv,
+    *,
+    env: Mapping[str, str] | None = None,
+    timeout_s: float | None = None,
+    memory_mb: float | None = None,
+    progress: str | None = None,
+    poll_s: float = 0.05,
+) -> Child:
+    """Run ``argv`` in a process group of its own until it exits, runs past ``timeout_s`` or
+    its resident memory (with its descendants') passes ``memory_mb``; then kill the whole group
+    (so nothing it started outlives it) and say how it ended.
+
+    With ``progress`` (a line prefix), each stdout line that starts so restarts the time cap:
+    a child that announces its phases (setup, compile, steady, ...) is capped per phase, and the
+    last phase it announced names where it was stopped. A compile that explodes can then neither
+    hang a benchmark nor take the shared machine down.
+    """
+    for name, value in (("timeout_s", timeout_s), ("memory_mb", memory_mb)):
+        if value is not None and not (isinstance(value, (int, float)) and value > 0):
+            raise ValueError(f"{name} must be a positive number or None; got {value!r}")
+    lines: list[str] = []
+    marks: list[tuple[str, float]] = []
+    with tempfile.TemporaryFile(mode="w+") as err:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(
+            [str(a) for a in argv],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            env=None if env is None else dict(env),
+            start_new_session=True,  # its own process group: one kill reaches all of it
+        )
+        stdout = proc.stdout
+        assert stdout is not None  # stdout=PIPE
+
+        def read() -> None:
+            for line in stdout:
+                line = line.rstrip("\n")
+                if progress and line.startswith(progress):
+                    marks.append((line[len(progress) :].strip(), time.perf_counter() - t0))
+                lines.append(line)
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        try:
+            peak, killed_for = _watch(proc, t0, marks, timeout_s, memory_mb, poll_s)
+            proc.wait()
+        except BaseException:  # Ctrl-C: its own group would not get the terminal's signal
+            _kill_group(proc)
+            raise
+        wall_s = time.perf_counter() - t0
+        _kill_group(proc)  # anything the child left behind in its group
+        reader.join(timeout=5)
+        stdout.close()
+        err.seek(0)
+        stderr = "\n".join(err.read().splitlines()[-60:])
+    where = marks[-1][0] if marks else None
+    status, note = _ending(proc.returncode, killed_for, where, timeout_s, memory_mb, peak)
+    return Child(status, proc.returncode, note, lines, stderr, wall_s, peak, marks)
+
+
+def _watch(proc, t0, marks, timeout_s, memory_mb, poll_s):
+    """Poll ``proc`` until it exits or passes a cap (then kill its group); returns
+    ``(peak resident MB, "memory" | "timeout" | None)``."""
+    if timeout_s is None and memory_mb is None:
+        proc.wait()
+        return 0.0, None
+    watched = None
+    if memory_mb is not None:
+        import psutil  # only a memory cap samples the child's memory
+
+        watched = psutil.Process(proc.pid)
+    peak, killed_for = 0.0, None
+    while proc.poll() is None:
+        if watched is not None:
+            peak = max(peak, _rss_mb(watched))
+        since = time.perf_counter() - t0 - (marks[-1][1] if marks else 0.0)
+        if memory_mb is not None and peak > memory_mb:
+            killed_for = "memory"
+        elif timeout_s is not None and since > timeout_s:
+            killed_for = "timeout"
+        if killed_for:
+            _kill_group(proc)
+            break
+        time.sleep(poll_s)
+    return peak, killed_for
+
+
+def _rss_mb(proc) -> float:
+    import psutil
+
+    try:
+        procs = [proc, *proc.children(recursive=True)]
+    except psutil.Error:
+        return 0.0
+    total = 0
+    for p in procs:
+        try:
+            total += p.memory_info().rss
+        except psutil.Error:
+            pass
+    return total / 2**20
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _ending(returncode, killed_for, where, timeout_s, memory_mb, peak) -> tuple[str, str]:
+    at = f" (after {where!r})" if where else ""
+    if killed_for == "timeout":
+        return "timeout", f"{where or 'start'} did not finish in {timeout_s:g} s"
+    if killed_for == "memory":
+        return (
+            "memory",
+            f"killed above the memory cap of {memory_mb:.0f} MB{at}; peak {peak:.0f} MB",
+        )
+    if returncode == 0:
+        return "ok", ""
+    if returncode == -signal.SIGKILL:
+        return (
+            "oom_killed",
+            f"killed by a SIGKILL the harness did not send{at}, most likely the OOM killer",
+        )
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = str(-returncode)
+        return "signal", f"killed by signal {name}{at}"
+    return "error", f"exited with status {returncode}{at}"
+
+
+def child_env(env: Mapping[str, str | None] | None = None) -> dict[str, str]:
+    """This process's environment for a child that imports the same library as this one (its
+    folder first on ``PYTHONPATH``), with ``env`` added (a value of None removes the name)."""
     import multistart
 
     library = str(Path(multistart.__file__).resolve().parent.parent)
-    path = os.pathsep.join([library, *(p for p in sys.path if p)])
+    path = os.pathsep.join([library, str(ROOT), *(p for p in sys.path if p)])
     environ = {**os.environ, "PYTHONPATH": path}
     for name, value in (env or {}).items():
         if value is None:
             environ.pop(name, None)
         else:
             environ[name] = value
-    t0 = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, str(script), *map(str, args)], capture_output=True, text=True, env=environ
+    return environ
+
+
+def fresh_process(
+    script,
+    *args,
+    env: Mapping[str, str | None] | None = None,
+    required: bool = True,
+    timeout_s: float | None = None,
+    memory_mb: float | None = None,
+) -> dict | None:
+    """Run ``python script *args`` in a new process that imports the same library as this one
+    (``child_env``) and return the figures it printed with ``child_result``, and the child's
+    wall, its imports included, as ``"process_s"``.
+
+    ``env`` adds to this process's environment (a value of None removes the name);
+    ``timeout_s`` and ``memory_mb`` cap the child (``run_child``). A child that fails raises,
+    or with ``required=False`` is reported on stderr and gives None (the other arms' figures
+    are kept).
+    """
+    child = run_child(
+        [sys.executable, script, *args],
+        env=child_env(env),
+        timeout_s=timeout_s,
+        memory_mb=memory_mb,
     )
-    process_s = time.perf_counter() - t0
-    for line in reversed(proc.stdout.splitlines() if proc.returncode == 0 else []):
-        if line.startswith(RESULT):
-            return {**json.loads(line[len(RESULT) :]), "process_s": process_s}
+    figures = child.result() if child.status == "ok" else None
+    if figures is not None:
+        return {**figures, "process_s": child.wall_s}
     failure = (
         f"{Path(script).name} {' '.join(map(str, args))} printed no result "
-        f"(exit {proc.returncode}):\n{proc.stderr[-3000:]}"
+        f"({child.status}: {child.note or CHILD_ENDS[child.status]}):\n{child.stderr[-3000:]}"
     )
     if required:
         raise RuntimeError(failure)
@@ -277,3 +482,14 @@ class Record:
         Path(path).write_text(json.dumps(record, indent=1, default=str) + "\n")
         print(f"record written to {path}")
         return record
+
+
+def read_record(path) -> dict:
+    """The record a benchmark wrote to ``path``; a clear error for a file that is not one."""
+    try:
+        record = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ValueError(f"cannot read the record {path}: {e}") from e
+    if not isinstance(record, dict) or "figures" not in record or "ratios" not in record:
+        raise ValueError(f"{path} is not a benchmark record (no figures and ratios)")
+    return record

@@ -6,7 +6,7 @@ axis), an axis ratio ``q`` and a position angle ``theta``: 48 parameters. The sa
 Gaussian noise level; the figure of merit is χ² summed over the bands. The truth and the noise
 are drawn from a seed, so the model is the same in every process.
 
-Used by ``auto_width.py`` and by other benchmarks the same way they import
+Used by ``time_to_solution.py``, ``halving.py`` and by other benchmarks the same way they import
 ``benchmark_model.py``::
 
     sys.path.insert(0, "profiling")

@@ -96,7 +96,7 @@ def _curve():
         "s2": ms.LogUniform(0.1, 3.0),
         "b": ms.Uniform(-1.0, 1.0),
     }
-    from central_starts import draw_starts
+    from peers import draw_starts
 
     return residuals, space, lambda n, seed: draw_starts(space, n, seed)
 
@@ -204,6 +204,13 @@ def curve_fit_figure(args) -> None:
                     for arm in unit:
                         rows[arm].append(_run_child([arm, str(n), str(args.width)], cache))
         _curve_table(n, rows, np)
+        for a in CURVE_ARMS:
+            for key in ("wall_s", "again_s"):
+                args.record.figure(f"{n} {a} {key}", harness.median(r[key] for r in rows[a]))
+        for a in CURVE_ARMS:
+            if a != "scipy trf":
+                arm, peer = f"{n} {a} wall_s", f"{n} scipy trf wall_s"
+                args.record.ratio(f"{n} {a} wall / scipy trf", arm, peer)
 
 
 def _curve_table(n: int, rows: dict, np) -> None:
@@ -297,6 +304,11 @@ def multimodal_figure(args) -> None:
             f"{name:18s} {r['hits']:9d} {r['hits'] / (n * args.seeds):8.3f} "
             f"{r['wall'] / ref['wall']:8.2f} {vs:>13s}"
         )
+        args.record.figure(f"{name} successes", r["hits"])
+        args.record.figure(f"{name} wall", r["wall"])
+    for name in rows:
+        if name != "scipy trf":
+            args.record.ratio(f"{name} wall / scipy trf", f"{name} wall", "scipy trf wall")
 
 
 # -- errors against curve_fit (figure 3) ---------------------------------------------------------
@@ -354,6 +366,8 @@ def errors_figure(args) -> None:
             ls = max(abs(fit.errors[k] / ref[k] - 1) for k in keys)
             h = max(abs(hess.errors[k] * np.sqrt(s2) / ref[k] - 1) for k in keys)
             print(f"{name:50s} {absolute!s:>14s} {ls:13.1e} {h:11.1e}")
+            args.record.figure(f"{name}, absolute {absolute}: ours against curve_fit", ls)
+            args.record.figure(f"{name}, absolute {absolute}: Laplace against curve_fit", h)
 
 
 # -- the image fit: the Jacobian's cost and the crossover (figure 4) ----------------------------
@@ -458,6 +472,12 @@ def image_figure(args) -> None:
             f"{np.median(lm.n_evals):8.0f} {np.median(lb.n_evals):11.0f}",
             flush=True,
         )
+        for name, value in (("jac", t_j), ("vg", t_vg), ("lm wall", w_lm), ("lbfgs wall", w_lb)):
+            args.record.figure(f"{k} gaussians {name}", value)
+        args.record.ratio(f"{k} gaussians jac / vg", f"{k} gaussians jac", f"{k} gaussians vg")
+        args.record.ratio(
+            f"{k} gaussians lm wall / lbfgs", f"{k} gaussians lm wall", f"{k} gaussians lbfgs wall"
+        )
 
 
 # -- the choice of the built-in rule ------------------------------------------------------------
@@ -521,6 +541,11 @@ def solvers_figure(args) -> None:
             f"{np.percentile(r.n_steps, 90):5.0f} {r.n_steps.max():5d} {r.best_fom:11.4f} "
             f"{state:6d}  {r.status_counts()}"
         )
+        args.record.figure(f"{name} wall", harness.median(w for w, *_ in runs))
+        args.record.figure(f"{name} call", harness.median(c for _, c, *_ in runs))
+    for name in rows:
+        if name != "lm":
+            args.record.ratio(f"{name} wall / lm", f"{name} wall", "lm wall")
 
 
 # -- the entry point ----------------------------------------------------------------------------
@@ -552,7 +577,10 @@ def main(argv=None) -> None:
     v.add_argument("--starts", type=int, default=256)
     v.add_argument("--width", type=int, default=32)
     v.add_argument("--rounds", type=int, default=2)
+    for p in (c, m, sub.choices["errors"], i, v):
+        harness.add_arguments(p)
     args = ap.parse_args(argv)
+    args.record = harness.Record(f"least_squares {args.figure}", args)
     figures = {
         "curve-fit": curve_fit_figure,
         "multimodal": multimodal_figure,
@@ -563,6 +591,7 @@ def main(argv=None) -> None:
     if args.figure in ("errors", "image", "solvers"):
         os.environ["MULTISTART_CACHE_DIR"] = ""  # every fit compiles its programs
     figures[args.figure](args)
+    args.record.write(args.json)
 
 
 if __name__ == "__main__":

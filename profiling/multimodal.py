@@ -203,7 +203,7 @@ def main() -> None:
     parser.add_argument("--starts", type=int, default=128)
     parser.add_argument("--steps", type=int, default=1500)
     parser.add_argument("--seeds", type=int, default=8)
-    parser.add_argument("--quick", action="store_true", help="32 starts, 500 steps, 3 seeds")
+    harness.add_arguments(parser, quick="32 starts, 500 steps, 3 seeds")
     args = parser.parse_args()
     if args.quick:
         args.starts, args.steps, args.seeds = 32, 500, 3
@@ -249,6 +249,22 @@ def main() -> None:
             f"{arm.name:14s} {r['hits']:9d} {r['hits'] / n:8.3%} {r['wall'] / ref['wall']:10.2f} "
             f"{rate:8.3f} {vs:>15s} {r['seeds_hit'] / args.seeds:9.0%}"
         )
+    record = harness.Record("multimodal", args)
+    for arm in ARMS:
+        for key in ("hits", "wall", "seeds_hit"):
+            record.figure(f"{arm.name} {key}", rows[arm.name][key])
+        row = rows[arm.name]
+        record.figure(f"{arm.name} successes per s", row["hits"] / row["wall"])
+    peer = ARMS[0].name
+    for arm in ARMS[1:]:
+        record.ratio(f"{arm.name} wall / {peer}", f"{arm.name} wall", f"{peer} wall")
+        if ref["hits"]:
+            record.ratio(
+                f"{arm.name} successes per s / {peer}",
+                f"{arm.name} successes per s",
+                f"{peer} successes per s",
+            )
+    record.write(args.json)
 
 
 if __name__ == "__main__":

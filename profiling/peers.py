@@ -11,8 +11,10 @@ would set ``OPENBLAS_NUM_THREADS=1`` (or use threadpoolctl, as here), so the ben
 their scipy arms that way; ``time_to_solution.py`` also shows scipy with the default threads.
 
 ``scipy_problem`` hands a search's objective and starts to scipy (``time_to_solution.py``,
-``halving.py``, ``accelerator.py``); ``one_blas_thread`` and ``blas_threads`` are the harness's
-(``harness.py``), named here too for the scripts that import them from this module.
+``halving.py``, ``accelerator.py``), and ``draw_starts`` draws the starts every arm of such a
+benchmark shares (uniform in the central band of each prior); ``one_blas_thread`` and
+``blas_threads`` are the harness's (``harness.py``), named here too for the scripts that import
+them from this module.
 
 Install: ``pip install -e ".[profiling]"`` (threadpoolctl). Run it to see the effect:
 
@@ -29,7 +31,28 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness  # noqa: E402
 from harness import blas_threads, one_blas_thread  # noqa: E402
 
-__all__ = ["blas_threads", "one_blas_thread", "scipy_problem"]
+__all__ = ["BAND", "blas_threads", "draw_starts", "one_blas_thread", "scipy_problem"]
+
+BAND = (0.15, 0.85)  # the quantiles of each prior the shared starts are drawn between
+
+
+def draw_starts(space: dict, n: int, seed: int) -> dict:
+    """``n`` starts per leaf, uniform in the central band of each prior's quantiles (log-uniform
+    for a ``LogUniform`` prior): the same starts for scipy's loop and for a search."""
+    import numpy as np
+
+    import multistart as ms
+
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, prior in space.items():
+        u = rng.uniform(*BAND, size=(n, *prior.shape))
+        lo, hi = np.asarray(prior.lower, float), np.asarray(prior.upper, float)
+        if isinstance(prior, ms.LogUniform):
+            out[name] = np.exp(np.log(lo) + (np.log(hi) - np.log(lo)) * u)
+        else:
+            out[name] = lo + (hi - lo) * u
+    return out
 
 
 def scipy_problem(objective, space, starts):
@@ -51,17 +74,20 @@ def scipy_problem(objective, space, starts):
     return vg, x0s, list(zip(np.asarray(lower), np.asarray(upper), strict=True))
 
 
-def main() -> None:
+def main(argv=None) -> None:
     """Seconds per evaluation of the image fit's jitted value-and-grad: alone, and inside
     scipy's L-BFGS-B loop with the default BLAS threads and with one; arms take turns."""
+    import argparse
     import time
 
     import image_model
     import jax
     import numpy as np
     import scipy.optimize
-    from central_starts import draw_starts
 
+    parser = argparse.ArgumentParser(description=main.__doc__.splitlines()[0])
+    harness.add_arguments(parser)
+    args = parser.parse_args(argv)
     objective, space, _ = image_model.make_problem()
     vg, x0s, bounds = scipy_problem(objective, space, draw_starts(space, 4, 0))
     jax.block_until_ready(vg(x0s[0]))
@@ -102,6 +128,12 @@ def main() -> None:
     print(f"BLAS: {blas_threads()}; median of 3 interleaved rounds")
     figures = {name: harness.median(t) for name, t in times.items()}
     harness.print_ratios("image fit's value-and-grad, s an evaluation", figures, "alone (peer)")
+    record = harness.Record("peers", args)
+    for name, value in figures.items():
+        record.figure(name, value)
+    for name in list(figures)[1:]:
+        record.ratio(f"{name} / alone", name, "alone (peer)")
+    record.write(args.json)
 
 
 if __name__ == "__main__":

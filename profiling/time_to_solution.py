@@ -64,8 +64,7 @@ import image_model  # noqa: E402
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
 import scipy.optimize  # noqa: E402
-from central_starts import draw_starts  # noqa: E402
-from peers import scipy_problem  # noqa: E402
+from peers import draw_starts, scipy_problem  # noqa: E402
 
 import multistart as ms  # noqa: E402
 

@@ -2,7 +2,7 @@
 
 ``multistart.result.minima.cluster_minima`` bisects a window of candidate minima by figure of merit;
 this is the rule it must agree with, label for label (``tests/test_minima.py``), written as
-plainly as it can be. ``profiling/minima_grouping.py`` times the two side by side.
+plainly as it can be. ``profiling/experiments/minima_grouping.py`` times the two side by side.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ def cluster_minima_all_pairs(x, f, *, xtol: float, ftol: float) -> np.ndarray:
     """The grouping rule of ``cluster_minima`` in its plain form, every start against every
     minimum so far: quadratic in the starts. The specification the windowed ``cluster_minima``
     is tested against (``tests/test_minima.py``), and the peer arm of
-    ``profiling/minima_grouping.py``."""
+    ``profiling/experiments/minima_grouping.py``."""
     f = np.asarray(f, dtype=np.float64)
     x = np.asarray(x, dtype=np.float64).reshape(len(f), -1)
     labels = np.full(len(f), -1)

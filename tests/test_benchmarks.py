@@ -156,3 +156,97 @@ def test_cohort_records_compile_fit_and_errors_against_their_peers(records):
     # the arrow's errors are jax.hessian's (a correctness check riding on the benchmark)
     assert record["figures"]["errors largest relative difference"] < 1e-8
     assert "the whole fit of 200 patients, 2 starts" in stdout
+
+
+# What a child of the harness does, run by the harness in a process of its own (the suite's tests
+# import only the library: profiling/ is run as a user runs it)
+_CAPS = r"""
+import json, os, sys, time
+sys.path.insert(0, "profiling")
+import harness
+
+py = sys.executable
+out = {}
+# a time cap restarted by each progress line: two short phases pass, the third is cut
+slow = "import time\nfor p in ('a', 'b', 'c'):\n    print('#phase', p, flush=True)\n"
+slow += "    time.sleep({'a': 0.6, 'b': 0.6, 'c': 30}[p])\n"
+c = harness.run_child([py, "-c", slow], timeout_s=1.5, progress="#phase ")
+out["phased"] = [c.status, c.note, [p for p, _ in c.progress], c.wall_s]
+# a child that starts a grandchild and outlives the cap: the whole group goes
+spawn = "import subprocess, sys, time\n"
+spawn += "g = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+spawn += "print(g.pid, flush=True)\ntime.sleep(60)"
+c = harness.run_child([py, "-c", spawn], timeout_s=2)
+grandchild = int(c.lines[0])
+time.sleep(0.5)
+try:
+    os.kill(grandchild, 0)
+    alive = open(f"/proc/{grandchild}/stat").read().split()[2] != "Z"
+except ProcessLookupError:
+    alive = False
+out["group"] = [c.status, alive]
+grow = "import time\nx = bytearray(600 * 2**20)\nx[::4096] = b'1' * len(x[::4096])\ntime.sleep(30)"
+c = harness.run_child([py, "-c", grow], memory_mb=300)
+out["memory"] = [c.status, c.note, c.peak_rss_mb]
+c = harness.run_child([py, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"])
+out["sigkill"] = [c.status, c.note]
+c = harness.run_child([py, "-c", "print('RESULT {\"x\": 2.5}')"])
+out["ok"] = [c.status, c.result()]
+c = harness.run_child([py, "-c", "import sys; print('RESULT {\"x\": 1}'); sys.exit(3)"])
+out["error"] = [c.status, c.note, c.result()]
+try:
+    harness.run_child([py, "-c", "pass"], timeout_s=0)
+except ValueError as e:
+    out["refused"] = str(e)
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.subprocess
+def test_the_harness_caps_a_child_by_phase_and_memory_and_kills_its_whole_group():
+    run = _python("-c", _CAPS, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = json.loads(run.stdout.splitlines()[-1])
+    status, note, phases, wall = out["phased"]
+    # each of the first two phases was under the cap, their sum above it: the cap is per phase
+    assert status == "timeout" and phases == ["a", "b", "c"] and note == "c did not finish in 1.5 s"
+    assert 2.7 < wall < 20
+    assert out["group"] == ["timeout", False]  # the grandchild went with its parent's group
+    status, note, peak = out["memory"]
+    assert status == "memory" and peak > 300
+    assert note.startswith("killed above the memory cap of 300 MB")
+    assert out["sigkill"][0] == "oom_killed" and "did not send" in out["sigkill"][1]
+    assert out["ok"] == ["ok", {"x": 2.5}]
+    assert out["error"] == ["error", "exited with status 3", {"x": 1}]
+    assert out["refused"] == "timeout_s must be a positive number or None; got 0"
+
+
+def test_the_profiling_page_is_what_the_records_write():
+    """docs/profiling.md's tables are written from profiling/records/ by ``python -m
+    profiling.report``: the committed page is what the script writes now."""
+    run = _python("-m", "profiling.report", "--check")
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+
+
+def test_the_report_rewrites_a_block_when_its_record_changes_and_refuses_a_bad_record(tmp_path):
+    records = tmp_path / "records"
+    records.mkdir()
+    for path in (ROOT / "profiling" / "records").glob("*.json"):
+        (records / path.name).write_text(path.read_text())
+    page = tmp_path / "profiling.md"
+    page.write_text((ROOT / "docs" / "profiling.md").read_text())
+    argv = ["-m", "profiling.report", "--page", page, "--records", records]
+    assert _python(*argv, "--check").returncode == 0
+    name = "spectra_batch.json"
+    record = json.loads((records / name).read_text())
+    ratio = next(iter(record["ratios"]))
+    record["ratios"][ratio]["value"] = 12.5
+    (records / name).write_text(json.dumps(record))
+    stale = _python(*argv, "--check")
+    assert stale.returncode == 1 and "is not what the records write" in stale.stdout
+    assert _python(*argv).returncode == 0 and _python(*argv, "--check").returncode == 0
+    text = page.read_text()
+    assert f"| {ratio} | **12.5** |" in text and text.count("<!-- /records -->") >= 4
+    (records / "broken.json").write_text("{}")
+    bad = _python(*argv, "--check")
+    assert bad.returncode == 2 and "broken.json is not a benchmark record" in bad.stderr

@@ -90,7 +90,8 @@ def test_the_architecture_page_draws_every_package_s_layers():
 
 def test_no_test_imports_from_the_benchmarks():
     """The library's tests stand on the library alone: ``profiling/`` measures it, and its
-    tools' own tests live there (``profiling/census/test_census.py``)."""
+    benchmarks run as a user runs them (``tests/test_benchmarks.py``), in a process of their
+    own."""
     importers = []
     for path in sorted((ROOT / "tests").glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):

@@ -11,6 +11,7 @@ import ast
 import importlib
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -123,3 +124,79 @@ def test_the_accelerator_command_refuses_a_size_that_is_not_positive_or_an_unkno
 def test_the_cohort_benchmark_refuses_nonsense_as_a_usage_error(argv, message):
     run = _run("profiling/cohort.py", *argv)
     assert run.returncode == 2 and message in run.stderr, run.stderr[-2000:]
+
+
+# -- the suite's shape: few scripts, every one on the harness, every link resolving ---------------
+
+PROFILING = ROOT / "profiling"
+SUITE = sorted(p for p in PROFILING.rglob("*.py") if "experiments" not in p.relative_to(ROOT).parts)
+# the harness's own tools: they read its records rather than measure
+TOOLS = {"harness.py", "compare.py", "report.py"}
+
+
+def test_the_suite_outside_the_experiments_is_at_most_twenty_scripts():
+    assert len(SUITE) <= 20, [str(p.relative_to(ROOT)) for p in SUITE]
+
+
+def _defines_main(tree) -> bool:
+    return any(isinstance(n, ast.FunctionDef) and n.name == "main" for n in tree.body)
+
+
+def _calls(tree, attribute) -> bool:
+    return any(
+        isinstance(n, ast.Attribute)
+        and n.attr == attribute
+        and isinstance(n.value, ast.Name)
+        and n.value.id == "harness"
+        for n in ast.walk(tree)
+    )
+
+
+@pytest.mark.parametrize("script", SUITE, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_main_of_the_suite_is_on_the_harness(script):
+    """A benchmark's ``main`` takes the harness's options (``--json``) and writes its record; a
+    tool reads records through the harness. Nothing starts a process but the harness."""
+    tree = ast.parse(script.read_text())
+    imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    if script.name != "harness.py":  # processes are the harness's to start, cap and kill
+        assert not imported & {"subprocess", "multiprocessing"}, imported
+    if not _defines_main(tree) or script.name == "harness.py":
+        return
+    if script.name in TOOLS:
+        assert _calls(tree, "read_record"), f"{script.name} reads records without the harness"
+        return
+    assert _calls(tree, "Record") and _calls(tree, "add_arguments"), (
+        f"{script.name}'s main does not write a harness record"
+    )
+
+
+def _links(text: str):
+    text = re.sub(r"(?ms)^```.*?^```", "", text)  # a code block's brackets are not links
+    text = re.sub(r"`[^`\n]*`", "", text)
+    return re.findall(r"\]\(([^)\s]+)\)", text)
+
+
+def _anchors(path) -> set[str]:
+    text = re.sub(r"(?ms)^```.*?^```", "", path.read_text())
+    headings = re.findall(r"(?m)^#{1,6} (.+?)\s*$", text)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+
+
+PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md"), *PROFILING.rglob("*.md")])
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_link_to_a_file_resolves_and_every_anchor_into_profiling_too(page):
+    """``mkdocs build --strict`` checks the pages' links among themselves; this checks the rest:
+    every relative link of the README, the pages and profiling/'s own files names a file that
+    exists, and an anchor into a page of profiling/ (a history's section) names a heading."""
+    for link in _links(page.read_text()):
+        if re.match(r"[a-z]+:", link):  # https:, mailto:
+            continue
+        target, _, anchor = link.partition("#")
+        path = (page.parent / target).resolve() if target else page
+        assert path.exists(), f"{page.relative_to(ROOT)} links to a missing {link}"
+        inside = PROFILING.resolve() in path.parents
+        if anchor and path.suffix == ".md" and inside:
+            assert anchor in _anchors(path), f"{page.relative_to(ROOT)}: no heading for {link}"

@@ -16,16 +16,17 @@ process (interpreter start to the end of the first step, JAX import included) is
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent.parent  # profiling/: the benchmark models
+sys.path.insert(0, str(HERE))
+
+import harness  # noqa: E402  (its fresh processes)
 
 
 def child(n_starts: int, width: int) -> dict:
@@ -55,11 +56,10 @@ def child(n_starts: int, width: int) -> dict:
 
 
 def run(cache: str, n_starts: int, width: int) -> dict:
-    env = dict(os.environ, MULTISTART_CACHE_DIR=cache, _T_LAUNCH=repr(time.time()))
-    env.pop("JAX_COMPILATION_CACHE_DIR", None)
-    cmd = [sys.executable, __file__, "--child", "--n-starts", str(n_starts), "--width", str(width)]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    env = {"MULTISTART_CACHE_DIR": cache, "_T_LAUNCH": repr(time.time())}
+    env["JAX_COMPILATION_CACHE_DIR"] = None
+    argv = ["--child", "--n-starts", n_starts, "--width", width]
+    return harness.fresh_process(__file__, *argv, env=env)
 
 
 def main() -> None:
@@ -70,7 +70,7 @@ def main() -> None:
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(child(args.n_starts, args.width)))
+        harness.child_result(child(args.n_starts, args.width))
         return
 
     pairs = []

@@ -17,14 +17,15 @@ code generators round alike). Arms alternate within each round; medians over ``-
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent.parent  # profiling/: the benchmark models
+sys.path.insert(0, str(HERE))
+
+import harness  # noqa: E402  (its fresh processes)
+
 FLAG = "--xla_cpu_use_fusion_emitters=false"
 ARMS = {"fusion emitters (default)": "", "older emitters": FLAG}
 
@@ -51,15 +52,12 @@ def child() -> None:
     r = search.fit(objective, space)
     st = r.stats
     step_s = (st["loop_s"] - st["first_step_s"]) / max(st["n_steps_run"] - 1, 1)
-    print(json.dumps({"compile_s": st["compile_s"], "step_s": step_s, "best": r.best_fom}))
+    harness.child_result({"compile_s": st["compile_s"], "step_s": step_s, "best": r.best_fom})
 
 
 def run_arm(flags: str) -> dict:
-    env = dict(os.environ, MULTISTART_CACHE_DIR="", XLA_FLAGS=flags, OPENBLAS_NUM_THREADS="1")
-    out = subprocess.run(
-        [sys.executable, __file__, "--child"], env=env, capture_output=True, text=True, check=True
-    )
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    env = {"MULTISTART_CACHE_DIR": "", "XLA_FLAGS": flags, "OPENBLAS_NUM_THREADS": "1"}
+    return harness.fresh_process(__file__, "--child", env=env)
 
 
 def main() -> None:

@@ -79,7 +79,7 @@ class Problem:
 
 def _image(seed, n):
     import image_model
-    from central_starts import draw_starts
+    from peers import draw_starts
 
     objective, space, _ = image_model.make_problem()
     return objective, space, draw_starts(space, n, seed)

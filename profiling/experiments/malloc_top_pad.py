@@ -18,14 +18,16 @@ per step at one width, with and without ``MALLOC_TOP_PAD_=512 MiB``; rounds inte
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent.parent  # profiling/: the benchmark models
+sys.path.insert(0, str(HERE))
+
+import harness  # noqa: E402  (its fresh processes)
+
 PAD = str(512 * 2**20)
 
 
@@ -48,7 +50,7 @@ def child(width: int, steps: int) -> None:
     )
     st = search.fit(bm.make_objective(), bm.space()).stats
     steady = (st["loop_s"] - st["first_step_s"]) / (st["n_steps_run"] - 1)
-    print(json.dumps({"steady_step_s": steady}))
+    harness.child_result({"steady_step_s": steady})
 
 
 def main() -> None:
@@ -66,13 +68,9 @@ def main() -> None:
     times: dict = {arm: [] for arm in arms}
     for r in range(args.rounds):
         for width, pad in arms if r % 2 == 0 else arms[::-1]:
-            env = dict(os.environ)
-            env.pop("MALLOC_TOP_PAD_", None)
-            if pad:
-                env["MALLOC_TOP_PAD_"] = PAD
-            cmd = [sys.executable, __file__, "--child", str(width), "--steps", str(args.steps)]
-            out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
-            times[(width, pad)].append(json.loads(out.stdout.strip().splitlines()[-1]))
+            env = {"MALLOC_TOP_PAD_": PAD if pad else None}
+            argv = ["--child", width, "--steps", args.steps]
+            times[(width, pad)].append(harness.fresh_process(__file__, *argv, env=env))
     med = {a: statistics.median(t["steady_step_s"] for t in times[a]) for a in arms}
     best = min(med.values())
     print(f"benchmark model, 32 starts, {args.steps} steps, median of {args.rounds} processes")

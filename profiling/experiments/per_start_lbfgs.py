@@ -24,7 +24,7 @@ import image_model  # noqa: E402
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 import scipy.optimize as so  # noqa: E402
-from central_starts import draw_starts  # noqa: E402
+from peers import draw_starts  # noqa: E402
 
 import multistart as ms  # noqa: E402
 from multistart.model.priors import Space  # noqa: E402

@@ -15,7 +15,7 @@ Objectives: ``curve`` (3 parameters, 60 points: the step's own code dominates), 
 parameters, float64: the model dominates). Width 8, 8 starts; rounds interleave the arms and
 the table gives medians and each arm's ratio to Adam's.
 
-    python profiling/lbfgs_compile.py --before ab06b41 --rounds 3   # ab06b41: the rule before
+    python profiling/experiments/lbfgs_compile.py --before ab06b41 --rounds 3  # the rule before
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # profiling/: the harness and the models
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 

@@ -11,8 +11,8 @@ in both, float64:
   sharing three Gaussian components).
 
 The PyAutoFit arm runs in PyAutoFit's own environment (Python >= 3.12; see
-``profiling/pyautofit_arm.py``), a subprocess of this script, with its defaults: steps in
-physical parameters, learning rate 0.01 (Lion 0.001, Prodigy none), starts uniform in the
+``profiling/experiments/pyautofit_arm.py``), a subprocess of this script, with its defaults:
+steps in physical parameters, learning rate 0.01 (Lion 0.001, Prodigy none), starts uniform in the
 central 70 % of each prior's unit interval. Without that environment
 (``--pyautofit-python``, default ``$MULTISTART_PYAUTOFIT_PYTHON`` or
 ``/work/pyautofit-env/bin/python``) its arms are skipped with a message. Its figure of merit is
@@ -40,8 +40,9 @@ PyAutoFit process compiles afresh); PyAutoFit's is its ``fit`` (result files and
 included) and the note gives its ``run`` alone. On a shared machine only ratios measured in
 one run mean anything: use ``--fresh`` for a wall ratio.
 
-    python profiling/pyautofit_peer.py                           # every rule, both, seed 0
-    python profiling/pyautofit_peer.py --problems image --rules adam --arms all --seeds 0 1 2
+    python profiling/experiments/pyautofit_peer.py  # every rule, both, seed 0
+    python profiling/experiments/pyautofit_peer.py --problems image --rules adam --arms all \
+        --seeds 0 1 2
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("MULTISTART_CACHE_DIR", "")  # cold compiles, as in the peer's process
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # profiling/: the harness and the models
 sys.path.insert(0, str(HERE))
 
 import jax  # noqa: E402
@@ -114,7 +115,8 @@ def peer_run(args, prob, rule, seed) -> dict | None:
     if args.cached_only or not Path(args.pyautofit_python).exists():
         return None
     out.parent.mkdir(parents=True, exist_ok=True)
-    cmd = [args.pyautofit_python, str(HERE / "pyautofit_arm.py"), "--problem", prob]
+    arm = Path(__file__).with_name("pyautofit_arm.py")
+    cmd = [args.pyautofit_python, str(arm), "--problem", prob]
     cmd += ["--rule", rule, "--seed", str(seed), "--out", str(out)]
     cmd += ["--n-starts", str(N_STARTS), "--n-steps", str(args.n_steps)]
     cmd += ["--batch-size", str(WIDTH)]

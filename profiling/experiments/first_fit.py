@@ -25,10 +25,10 @@ Models (``--models``, default all four):
           convergence off (issue 34: a short fit of an expensive model, and a long one);
           fixed widths 1 and 32 (the bound), and 1 alone at 1,000 steps
 
-    python profiling/first_fit.py                      # the four models above, 2 rounds
-    python profiling/first_fit.py --models image40,image1000 --rounds 2
-    python profiling/first_fit.py --models curve,readme --rounds 3
-    python profiling/first_fit.py --models image --fixed image=1 --rounds 5   # the best only
+    python profiling/experiments/first_fit.py                      # the four models above, 2 rounds
+    python profiling/experiments/first_fit.py --models image40,image1000 --rounds 2
+    python profiling/experiments/first_fit.py --models curve,readme --rounds 3
+    python profiling/experiments/first_fit.py --models image --fixed image=1 --rounds 5  # best
 
 The table gives the ratio of the medians and, as "paired", the median over rounds of each
 round's own ratio (auto against the best width's run of the same round: on a VM whose speed
@@ -45,7 +45,7 @@ import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # profiling/: the harness and the models
 sys.path.insert(0, str(HERE))
 
 import harness  # noqa: E402

@@ -1,6 +1,7 @@
-"""The compile census's command: ``python -m profiling.census`` (run from the repository root).
+"""The compile census's command: ``python -m profiling.experiments.census`` (run from the
+repository root).
 
-``main`` returns the exit status, so tests call ``main([...])`` directly.
+``main`` returns the exit status.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 
 from multistart.__main__ import _number, _positive  # the demo's argparse types
 
-PROG = "python -m profiling.census"
+PROG = "python -m profiling.experiments.census"
 _positive_float = _number(float, lambda v: 0 < v < float("inf"), "a positive number")
 
 
@@ -183,7 +184,6 @@ def _run(args, argv: list[str]) -> int:
 
 def _plan(args):
     from . import runner
-    from .supervise import default_rss_cap_mb
 
     size: dict[str, Any] = dict(runner.QUICK if args.quick else runner.FULL)
     for key in ("widths", "components", "n_starts"):
@@ -195,7 +195,7 @@ def _plan(args):
         cells=args.cells,
         transforms=args.transforms,
         repeats=args.repeats,
-        rss_cap_mb=args.memory_cap_mb or default_rss_cap_mb(),
+        rss_cap_mb=args.memory_cap_mb or runner.default_rss_cap_mb(),
         **size,
     )
 

@@ -7,8 +7,8 @@ labels), on the same points, side by side in one run. Cases: many starts at a fe
 converged search), and starts at all-distinct points (a search without convergence, every start its
 own "minimum").
 
-    python profiling/minima_grouping.py            # 2,000 and 20,000 starts
-    python profiling/minima_grouping.py --quick    # 2,000 starts
+    python profiling/experiments/minima_grouping.py            # 2,000 and 20,000 starts
+    python profiling/experiments/minima_grouping.py --quick    # 2,000 starts
 """
 
 from __future__ import annotations
@@ -20,8 +20,10 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # profiling/: the harness
 
+import harness  # noqa: E402
 from reference_minima import cluster_minima_all_pairs  # noqa: E402
 
 from multistart.result.minima import cluster_minima  # noqa: E402
@@ -44,8 +46,9 @@ def timed(fn, *args, **kw):
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true")
+    harness.add_arguments(ap, quick="2,000 starts only")
     a = ap.parse_args()
+    record = harness.Record("minima_grouping", a)
     rng = np.random.default_rng(0)
     print(f"{'starts':>7} {'case':<13} {'minima':>7} {'all-pairs s':>12} {'windowed s':>11} ratio")
     for n in [2000] if a.quick else [2000, 20000]:
@@ -57,6 +60,11 @@ def main() -> None:
                 f"{n:>7} {name:<13} {new.max() + 1:>7} {t_old:>12.3f} {t_new:>11.3f} "
                 f"{t_old / t_new:.1f}x"
             )
+            record.figure(f"{n} {name} windowed s", t_new)
+            pairs = f"{n} {name} all-pairs s"
+            record.figure(pairs, t_old)
+            record.ratio(f"{n} {name} windowed / all-pairs", f"{n} {name} windowed s", pairs)
+    record.write(a.json)
 
 
 if __name__ == "__main__":

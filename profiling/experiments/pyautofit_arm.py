@@ -7,7 +7,8 @@ arms fit the same data with the same model code. Each benchmark is a PyAutoFit f
 one ``AnalysisFactor`` per band or dataset, all sharing the model's priors, as a PyAutoFit user
 would write it.
 
-    python profiling/pyautofit_arm.py --problem image --rule adam --seed 0 --out arm.json
+    python profiling/experiments/pyautofit_arm.py --problem image --rule adam --seed 0 \
+        --out arm.json
 
 PyAutoFit writes its output folder under the working directory (``pyautofit_peer.py`` runs
 this in a temporary one).
@@ -27,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # profiling/: the harness and the models
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 import jax  # noqa: E402

@@ -20,9 +20,10 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from profiling import harness
+
 from . import cells
-from .probe import RESULT, TRANSFORMS
-from .supervise import run_supervised
+from .probe import PHASE, RESULT, TRANSFORMS
 
 __all__ = ["Plan", "QUICK", "FULL", "measurements", "run_census", "make_row"]
 
@@ -32,12 +33,13 @@ class Plan:
     """What a census measures, and under which caps.
 
     Attributes:
-      cells: names from :data:`profiling.census.cells.CELLS`.
-      transforms: names from :data:`profiling.census.probe.TRANSFORMS`.
+      cells: names from :data:`profiling.experiments.census.cells.CELLS`.
+      transforms: names from :data:`profiling.experiments.census.probe.TRANSFORMS`.
       widths: vmap widths (``vmap_vag``, ``pyloop_vag``) and ``lax.map`` batch sizes
         (``laxmap_vag``); ``vag`` is one start, width 1.
       n_starts: starts swept by ``laxmap_vag`` and ``pyloop_vag``.
-      size: a key of :data:`profiling.census.cells.SIZES` (grids and default components).
+      size: a key of :data:`profiling.experiments.census.cells.SIZES` (grids and default
+        components).
       components: MGE components per band; each value is its own set of measurements.
       repeats: cold/warm pairs per measurement.
       phase_cap_s: no phase of a child (setup, trace, lower, compile, steady) may take longer.
@@ -121,18 +123,27 @@ def measurements(plan: Plan) -> list[tuple[str, int, str, int]]:
     return out
 
 
+def default_rss_cap_mb(fraction: float = 0.5) -> float:
+    """A safe memory cap: ``fraction`` of the memory available now, in MiB."""
+    import psutil
+
+    return fraction * psutil.virtual_memory().available / 2**20
+
+
 def child_env() -> dict[str, str]:
-    """The child's environment: the checkout (multistart, profiling) first on the path, no
+    """The child's environment: the checkout (src/multistart, profiling) first on the path, no
     inherited cache folder."""
     env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
-    root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
+    root = str(Path(__file__).resolve().parents[3])
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(Path(root) / "src"), root, *filter(None, [env.get("PYTHONPATH")])]
+    )
     env["MULTISTART_LOG_LEVEL"] = "WARNING"
     return env
 
 
 def probe_command(spec: dict) -> list[str]:
-    return [sys.executable, "-m", "profiling.census.probe", json.dumps(spec)]
+    return [sys.executable, "-m", "profiling.experiments.census.probe", json.dumps(spec)]
 
 
 def _versions() -> dict:
@@ -146,22 +157,23 @@ def _versions() -> dict:
 
 
 def make_row(base: dict, outcome, cache: str) -> dict:
-    """One JSON row from the measurement's fixed fields and a child's :class:`Outcome`.
+    """One JSON row from the measurement's fixed fields and how its child ended (the harness's
+    ``Child``).
 
     A warm row without a confirmed persistent-cache hit is not a warm figure: its status
     becomes ``no_cache_hit``. A cold row that hit the cache was not cold: ``cache_not_cold``.
     """
     row = {**base, "cache": cache, "status": outcome.status, "note": outcome.note}
-    row["phase"] = outcome.phase
+    row["phase"] = outcome.progress[-1][0] if outcome.progress else None
     row["wall_s"] = outcome.wall_s
     row["peak_rss_mb"] = outcome.peak_rss_mb
-    result = _result(outcome.stdout_lines)
+    result = _result(outcome.lines)
     if outcome.status == "ok" and result is None:
         row["status"], row["note"] = "error", "the probe printed no result line"
     if result is not None:
         row.update(result)
-    if outcome.status != "ok" and outcome.stderr_tail:
-        row["stderr_tail"] = outcome.stderr_tail
+    if outcome.status != "ok" and outcome.stderr:
+        row["stderr_tail"] = outcome.stderr
     if row["status"] == "ok" and cache == "warm" and not row.get("cache_hits"):
         row["status"] = "no_cache_hit"
         row["note"] = "the warm compile did not hit the persistent cache"
@@ -260,11 +272,12 @@ def _run_child(plan: Plan, spec: dict, base: dict, cache: str) -> dict:
         "loadavg_1m": os.getloadavg()[0],
         "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
-    outcome = run_supervised(
+    outcome = harness.run_child(
         probe_command(spec),
-        phase_cap_s=plan.phase_cap_s,
-        rss_cap_mb=plan.rss_cap_mb,
         env=child_env(),
+        timeout_s=plan.phase_cap_s,
+        memory_mb=plan.rss_cap_mb,
+        progress=PHASE + " ",
     )
     return make_row(base, outcome, cache)
 

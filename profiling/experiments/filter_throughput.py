@@ -13,8 +13,9 @@ and interleaved; medians reported as ratios to the one-at-a-time loop:
 Steady throughput (compile excluded: each arm is compiled and warmed up once first) is the
 figure; the compile time of each arm is printed as a ratio too.
 
-    python profiling/filter_throughput.py                       # 10 000 candidates, 10-D
-    python profiling/filter_throughput.py --candidates 10000 --widths 8,64,256,1024 --repeats 21
+    python profiling/experiments/filter_throughput.py  # 10 000 candidates, 10-D
+    python profiling/experiments/filter_throughput.py --candidates 10000 \
+        --widths 8,64,256,1024 --repeats 21
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # profiling/
 os.environ.setdefault("MULTISTART_LOG_LEVEL", "WARNING")
 os.environ.setdefault("MULTISTART_CACHE_DIR", "")  # measure compiles, not cache loads
 

@@ -16,8 +16,8 @@ Figures are ratios measured side by side in one run.
                over the RSS before the fit. The fixed cost (compiler, runtime, data, population
                and its copy) is the growth at width 1 less XLA's estimate for one start
 
-    python profiling/batch_width.py                      # defaults: 32 starts, 60 steps, 3 repeats
-    python profiling/batch_width.py --repeats 5 --json out.json
+    python profiling/experiments/batch_width.py  # defaults: 32 starts, 60 steps, 3 repeats
+    python profiling/experiments/batch_width.py --repeats 5 --json out.json
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # profiling/: the harness and the models
 sys.path.insert(0, str(HERE))
 
 import harness  # noqa: E402

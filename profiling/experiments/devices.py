@@ -26,8 +26,8 @@ Arms (``W`` the width per device):
 Models: ``image`` (image_model.py, 48 parameters, float64) and ``cheap`` (a 2-parameter
 parabola, float32, many starts: the dispatch overhead a mesh adds).
 
-    python profiling/devices.py --quick
-    python profiling/devices.py --model image --starts 16 --steps 40
+    python profiling/experiments/devices.py --quick
+    python profiling/experiments/devices.py --model image --starts 16 --steps 40
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # profiling/: the harness and the models
 REPO = HERE.parent
 
 _WORKER = r"""

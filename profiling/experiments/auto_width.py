@@ -13,8 +13,8 @@ float32, 100,000 starts). Printed per model: "auto" steady step time / the best 
 ``select_s`` (choosing the width, the chosen width's compile included) less ``compile_s`` (that
 compile alone), and the widths compiled only to be timed.
 
-    python profiling/auto_width.py --quick     # 1 repeat, fewer steps
-    python profiling/auto_width.py --repeats 3 --json out.json
+    python profiling/experiments/auto_width.py --quick     # 1 repeat, fewer steps
+    python profiling/experiments/auto_width.py --repeats 3 --json out.json
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # profiling/: the harness and the models
 sys.path.insert(0, str(HERE))
 
 import harness  # noqa: E402

@@ -1,7 +1,7 @@
 """The census's child process: trace, lower, compile and time one transform of one cell.
 
-Run as ``python -m profiling.census.probe '<spec as JSON>'`` by :mod:`.runner`, never in the
-parent (a compile that blows up must take only its own process down). The spec
+Run as ``python -m profiling.experiments.census.probe '<spec as JSON>'`` by :mod:`.runner`, never
+in the parent (a compile that blows up must take only its own process down). The spec
 names the cell, size, components, transform, width, number of starts and the persistent-cache
 folder.
 
@@ -287,7 +287,8 @@ def _max_rss_mb() -> float:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
-        print("usage: python -m profiling.census.probe '<spec as JSON>'", file=sys.stderr)
+        usage = "usage: python -m profiling.experiments.census.probe '<spec as JSON>'"
+        print(usage, file=sys.stderr)
         return 2
     spec = json.loads(argv[0])
     os.environ.setdefault("MULTISTART_LOG_LEVEL", "WARNING")

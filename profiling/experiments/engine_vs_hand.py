@@ -14,8 +14,8 @@ Figures: time to first step (from the call to the end of the first step: tracing
 initialising and one step) and steady seconds per step afterwards, both as ratios to the hand
 loop measured in the same run. ``--json PATH`` writes the run's record (``harness.py``).
 
-    python profiling/engine_vs_hand.py                  # defaults: 16 starts, width 4
-    python profiling/engine_vs_hand.py --repeats 5 --steps 80 --json engine_vs_hand.json
+    python profiling/experiments/engine_vs_hand.py                  # defaults: 16 starts, width 4
+    python profiling/experiments/engine_vs_hand.py --repeats 5 --steps 80 --json engine_vs_hand.json
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # profiling/: the harness and the models
 sys.path.insert(0, str(HERE))
 
 import harness  # noqa: E402

@@ -22,7 +22,7 @@ the table reports medians and ratios to ``one_band`` and to ``hetero``, all from
 Absolute seconds are noise on a shared machine; the ratios are the figure. ``--json PATH``
 writes the run's record.
 
-Run: ``python profiling/graph_padding.py`` (``--rounds 3 --batch-size 4 --steps 30``).
+Run: ``python profiling/experiments/graph_padding.py`` (``--rounds 3 --batch-size 4 --steps 30``).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # profiling/
 
 import harness  # noqa: E402
 

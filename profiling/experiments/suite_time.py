@@ -1,6 +1,6 @@
 """The test suite's time, cold and warm, side by side in one run (issue 14).
 
-    python profiling/suite_time.py [--rounds 2]
+    python profiling/experiments/suite_time.py [--rounds 2]
 
 Each round runs, as fresh processes, one after the other:
 
@@ -30,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "profiling"))
 
 import harness  # noqa: E402
