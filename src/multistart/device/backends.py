@@ -196,7 +196,7 @@ class Backend:
 
     def trace(self, pop, width: int) -> jax.stages.Traced:
         """Trace the program at ``width`` for ``pop``, so the compile census can time its
-        lowering and its compile apart (``python -m profiling.census``)."""
+        lowering and its compile apart (``python -m profiling.experiments.census``)."""
         return self._jit.trace(pop, *self._lower_args(width), self.data)
 
     def time_chunks(

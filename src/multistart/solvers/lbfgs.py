@@ -39,7 +39,7 @@ class LBFGSState(NamedTuple):
 
     Few leaves on purpose: every leaf of a start's state is its own gather, scatter and
     selects in the compiled chunk step, whose compile time grows with them
-    (``profiling/lbfgs_compile.py``).
+    (``profiling/experiments/lbfgs_compile.py``).
     """
 
     rows: jax.Array  # (3 + 2 * memory, n): x, g, d, the memory's s rows, its y rows
