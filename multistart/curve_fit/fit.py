@@ -51,8 +51,7 @@ def curve_fit(
       full_output: scipy's ``infodict, mesg, ier`` too, the Result in ``infodict``.
       mask: ``True`` where a point is left out (``numpy.ma``'s meaning; a masked ``ydata``
         does the same): a single fit drops it, a batch leaves it out of its own fit.
-      n_starts: local searches run at once (default 32); with ``batched``, per fit (default
-        8, ``N_STARTS_BATCH``: a batch waits for its slowest start).
+      n_starts: local searches (default 32); with ``batched``, per fit (default 8).
       batched: ``ydata`` (and ``sigma``, ``xdata``, ``p0`` if they do) carry a leading axis of
         independent fits, fitted in one search, each as alone with ``start_strategy="band"``.
       resume: continue the search checkpointed in ``checkpoint_dir``.
@@ -72,10 +71,8 @@ def curve_fit(
     args = (f, xdata, ydata, p0, sigma, absolute_sigma, check_finite, bounds, nan_policy, mask)
     fit, hold = _fit_batch if batched else _fit, {"fixed": fixed, "tied": tied}
     with log.quiet():  # as scipy: nothing printed unless something needs the user
-        starts = _default_starts(n_starts, batched)
-        *answer, bound = fit(
-            *args, resume, hold, n_starts=starts, method=_METHODS[method], **options
-        )
+        k = _default_starts(n_starts, batched)  # starts a fit
+        *answer, bound = fit(*args, resume, hold, n_starts=k, method=_METHODS[method], **options)
     return _returned(answer, bound, full_output)
 
 
