@@ -20,6 +20,7 @@ from markdown_blocks import ROOT
 QUICK = {
     "fixed_cost": ["profiling/fixed_cost.py", "--quick", "--problems", "DanWood"],
     "curve_fit_many": ["profiling/curve_fit_many.py", "--quick"],
+    "cube": ["profiling/cube.py", "--quick"],
     "nist_strd": ["profiling/nist_strd.py", "--quick", "--problems", "DanWood", "--seeds", "0,2"],
     "cohort": ["profiling/cohort.py", "--quick"],
 }
@@ -86,6 +87,27 @@ def test_fixed_cost_records_every_arm_against_its_peers(records):
     assert figures["DanWood ours compiles 2nd"] == 0  # the second fit reuses its programs
     assert figures["curve_fit child process_s"] > figures["curve_fit child ours_s"]
     assert stdout.splitlines()[2].startswith("DanWood ")
+
+
+@pytest.mark.subprocess
+def test_the_cube_reports_its_masked_spaxels_and_scipys_degrees_of_freedom(records):
+    _, record, stdout = records["cube"]
+    figures = record["figures"]
+    default = next(k for k in figures if k.endswith("(default) second no_data"))[: -len(" no_data")]
+    lines = figures["line spaxels"]
+    for arm in ("1 start second", default):
+        assert figures[f"{arm} no_data"] == figures["masked spaxels"] > 0
+        assert figures[f"{arm} no_data is the masked"] == 1
+        assert figures[f"{arm} dof as scipy's"] == 1
+        # the nan channels left in: the line spaxels' fits are scipy's, nan dropped
+        assert figures[f"{arm} line fits as good as scipy"] >= 0.9 * lines > 0
+        assert 0 <= figures[f"{arm} within 3 sigma"] <= 1
+    assert figures["lmfit dof as scipy's"] == 1
+    assert {"lmfit / scipy", "1 start second / scipy", f"{default} / scipy"} <= set(
+        record["ratios"]
+    )
+    assert "10 x 10 spaxels x 250 channels" in stdout.splitlines()[0]
+    assert f"{default}: within 3σ" in stdout
 
 
 @pytest.mark.subprocess

@@ -19,7 +19,18 @@ from ..solvers import small
 from . import missing
 from .model import _check_output, _trace
 
-N_STARTS = 32
+#: curve_fit's default starts for one fit, and for each fit of a batch (``batched=True``): a
+#: batch waits for its slowest start, so its wall grows faster than its starts; 8 a fit kept
+#: a batch of line fits under scipy's single-start loop with at least its good fits, where 32
+#: took twice that loop (measured: docs/curve-fit.md, "How many starts a fit of a batch").
+N_STARTS, N_STARTS_BATCH = 32, 8
+
+
+def _default_starts(n_starts, batched: bool):
+    """``n_starts``, or (``None``) the default for one fit or a batch's fits."""
+    if n_starts is None:
+        return N_STARTS_BATCH if batched else N_STARTS
+    return n_starts
 
 
 #: curve_fit's default ``n_steps`` per parameter (scipy's ``max_nfev`` for ``"trf"``: 100 n).

@@ -10,7 +10,7 @@ import numpy as np
 from ..common import log, status
 from ..common.status import Status
 from ..result.batch import BatchFits
-from .arguments import _METHODS, N_STARTS, _Args, _check_choices, _check_scipy_options
+from .arguments import _METHODS, _Args, _check_choices, _check_scipy_options, _default_starts
 from .batch import _fit_batch
 from .single import _fit
 
@@ -30,7 +30,7 @@ def curve_fit(
     full_output: bool = False,
     nan_policy: str | None = None,
     mask=None,
-    n_starts: int = N_STARTS,
+    n_starts: int | None = None,
     batched: bool = False,
     resume: bool = False,
     fixed: dict | None = None,
@@ -51,7 +51,7 @@ def curve_fit(
       full_output: scipy's ``infodict, mesg, ier`` too, the Result in ``infodict``.
       mask: ``True`` where a point is left out (``numpy.ma``'s meaning; a masked ``ydata``
         does the same): a single fit drops it, a batch leaves it out of its own fit.
-      n_starts: local searches run at once (default 32); with ``batched``, per fit.
+      n_starts: local searches (default 32); with ``batched``, per fit (default 8).
       batched: ``ydata`` (and ``sigma``, ``xdata``, ``p0`` if they do) carry a leading axis of
         independent fits, fitted in one search, each as alone with ``start_strategy="band"``.
       resume: continue the search checkpointed in ``checkpoint_dir``.
@@ -71,9 +71,8 @@ def curve_fit(
     args = _Args(f, xdata, ydata, p0, sigma, absolute_sigma, check_finite, bounds, nan_policy, mask)
     fit, hold = _fit_batch if batched else _fit, {"fixed": fixed, "tied": tied}
     with log.quiet():  # as scipy: nothing printed unless something needs the user
-        *answer, bound = fit(
-            args, resume, hold, n_starts=n_starts, method=_METHODS[method], **options
-        )
+        k = _default_starts(n_starts, batched)  # starts a fit
+        *answer, bound = fit(args, resume, hold, n_starts=k, method=_METHODS[method], **options)
     return _returned(answer, bound, full_output)
 
 
