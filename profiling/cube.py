@@ -45,6 +45,7 @@ at most 0.1x; the defaults on new data: at most 1x).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
 import tempfile
@@ -262,7 +263,10 @@ def main() -> None:
     wall, ref, ref_err, ref_dof = scipy_loop(y, sigma)
     _progress(f"scipy's loop {wall:.2f} s")
     walls, rows = [wall], {}
-    if not args.skip_lmfit:
+    has_lmfit = importlib.util.find_spec("lmfit") is not None  # the profiling extra's
+    if not has_lmfit and not args.skip_lmfit:
+        _progress("lmfit not installed (pip install -e '.[profiling]'): its arm skipped")
+    if has_lmfit and not args.skip_lmfit:
         rows["lmfit"] = lmfit_loop(y, sigma)
         _progress(f"lmfit's loop {rows['lmfit'][0]:.2f} s")
         walls.append(scipy_loop(y, sigma)[0])

@@ -6,6 +6,7 @@ each benchmark runs, records the machine and commit, and that every ratio is an 
 over its peer's, both finite and measured in the same run.
 """
 
+import importlib.util
 import json
 import math
 import os
@@ -102,10 +103,12 @@ def test_the_cube_reports_its_masked_spaxels_and_scipys_degrees_of_freedom(recor
         # the nan channels left in: the line spaxels' fits are scipy's, nan dropped
         assert figures[f"{arm} line fits as good as scipy"] >= 0.9 * lines > 0
         assert 0 <= figures[f"{arm} within 3 sigma"] <= 1
-    assert figures["lmfit dof as scipy's"] == 1
-    assert {"lmfit / scipy", "1 start second / scipy", f"{default} / scipy"} <= set(
-        record["ratios"]
-    )
+    assert {"1 start second / scipy", f"{default} / scipy"} <= set(record["ratios"])
+    if importlib.util.find_spec("lmfit") is not None:  # the profiling extra: lmfit's arm ran
+        assert figures["lmfit dof as scipy's"] == 1
+        assert "lmfit / scipy" in record["ratios"]
+    else:
+        assert "lmfit / scipy" not in record["ratios"]  # skipped, and said on stderr
     assert "10 x 10 spaxels x 250 channels" in stdout.splitlines()[0]
     assert f"{default}: within 3σ" in stdout
 
