@@ -552,6 +552,19 @@ def test_a_fits_running_starts_end_once_three_of_its_starts_found_its_best():
     np.testing.assert_array_equal(np.asarray(result.status), status[i])
 
 
+def test_the_rediscovery_rule_is_off_where_a_fit_has_too_few_starts_for_it():
+    """With fewer starts a fit than the rule counts (3) it could end none: the batch leaves it
+    off (no reading of every start's point each 16 steps), with the answer of the rule given
+    explicitly off, bit for bit; at 3 starts a fit it is on."""
+    two = {**EIGHT, "n_starts": 2}
+    popt, _, fits = batch(decay, X, Y, **two)
+    assert fits.result.config["rediscoveries"] is None
+    off, _, _ = batch(decay, X, Y, **two, rediscoveries=None)
+    np.testing.assert_array_equal(popt, off)
+    _, _, three = batch(decay, X, Y, **{**EIGHT, "n_starts": 3})
+    assert three.result.config["rediscoveries"] == 3
+
+
 def test_a_batch_resumed_after_its_starts_were_refound_gives_the_uninterrupted_answer(tmp_path):
     pytest.importorskip("orbax.checkpoint")
     popt, _, whole = batch(decay, X, Y, **EIGHT)

@@ -91,6 +91,21 @@ def test_settle_inverses_gathers_only_the_unsure_rows_of_a_device_array():
     assert bad[[3, 11], 2].all() and not bad[:, :2].any()
 
 
+def test_rows_past_a_block_are_gathered_in_blocks_of_one_size(monkeypatch):
+    """More rows than ``ROWS_BLOCK`` are read in gathers of that many (one program whatever
+    their count), in order, the same values as NumPy's indexing."""
+    monkeypatch.setattr(laplace, "ROWS_BLOCK", 8)
+    a = np.random.default_rng(2).normal(size=(50, 3))
+    rows = np.array([1, 4, 5, 9, 13, 20, 21, 30, 33, 34, 40, 41, 42, 44, 47, 48, 49])
+    sizes = []
+    take = laplace._take
+    monkeypatch.setattr(laplace, "_take", lambda a, r: sizes.append(r.size) or take(a, r))
+    with jax.enable_x64(True):
+        got = laplace._rows(jnp.asarray(a), rows)
+    np.testing.assert_array_equal(got, a[rows])
+    assert sizes == [8, 8, 8]
+
+
 def test_a_least_squares_fit_stepped_entrywise_reaches_the_librarys_answer(monkeypatch):
     """The step with every solve written out (as on a chip) reaches the same minimum, with the
     same covariance, as the library's solves on a CPU: each platform its own programs."""

@@ -163,3 +163,40 @@ def test_calls_end_at_each_checkpoint_and_resume_with_another_k(tmp_path):
 def test_a_bad_steps_per_call_is_refused_before_any_compile(bad):
     with NoCompile(), pytest.raises(ValueError, match="steps_per_call must be 'auto' or an int"):
         ms.MultiStartAdam(steps_per_call=bad)
+
+
+def _calls_reached(overhead_s: float, step_s: float, n_calls: int = 12) -> int:
+    """The ``k`` that ``steps_per_call="auto"`` reaches where a call costs ``overhead_s`` (its
+    dispatch, sync and reading) plus ``step_s`` a step, each call taking its ``k`` steps."""
+    from types import SimpleNamespace
+
+    from multistart.host.iterate import Calls
+
+    options = SimpleNamespace(
+        steps_per_call="auto", halving=None, target_fom=None, max_evals=None, sync_every=1,
+        steps=10_000, log_every=0, rediscoveries=None, checkpoint_every=None,
+    )  # fmt: skip
+    sweeper = SimpleNamespace(width=8, chunks=[0], n_devices=1)
+    engine = SimpleNamespace(
+        options=options, together=False, sweeper=sweeper, refiller=None, checkpoints=None
+    )
+    calls = Calls(engine)  # type: ignore[arg-type]
+    for _ in range(n_calls):
+        k = calls.k
+        calls.took(k, k, overhead_s + k * step_s, synced=True)
+    return calls.k
+
+
+def test_auto_steps_grow_while_a_calls_own_cost_is_a_fair_share_of_it():
+    """A chip's wide batch (a call's sync and reading 20 ms, a step 6 ms): the steps a call
+    double while doubling cuts a step's share of the call by a tenth, so the call's own cost
+    ends near a tenth of it; a CPU's heavy step (50 ms, 0.3 ms a call) stops after one try;
+    a step of 0.3 s stays one a call (two would keep the host unheard past 0.5 s); a cheap
+    call grows to the cap."""
+    from multistart.host import iterate
+
+    chip = _calls_reached(0.020, 0.006)
+    assert chip == 32 and 0.020 / (0.020 + chip * 0.006) < 0.1
+    assert _calls_reached(0.0003, 0.050) == 2
+    assert _calls_reached(0.0003, 0.300) == 1
+    assert _calls_reached(0.0002, 0.00001) == iterate.AUTO_MAX_STEPS

@@ -99,7 +99,7 @@ class _Batch:
 def _fit_batch(args: _Args, resume: bool, hold: dict, **kw):
     """``(popt, pcov, BatchFits, fvec, (names, at_bound))`` of a stack of datasets."""
     n_starts = _n_starts(kw.pop("n_starts"))
-    options = _batch_options(kw)
+    options = _batch_options(kw, n_starts)
     step, refine = _precision(options.pop("dtype", None), args.n_params(batched=True))
     with xla.precision(step):
         forget_other_float_types(step)
@@ -178,9 +178,10 @@ def _run(search, model, starts, resume: bool, batch: _Batch) -> Result:
         raise
 
 
-def _batch_options(options: dict) -> dict:
-    """The user's options with the batch's defaults; a start strategy or filter that would
-    couple the fits is refused (the other couplings by the search: problem.check_stack)."""
+def _batch_options(options: dict, per_fit: int) -> dict:
+    """The user's options with the batch's defaults for ``per_fit`` starts a fit; a start
+    strategy or filter that would couple the fits is refused (the other couplings by the
+    search: problem.check_stack)."""
     strategy = options.get("start_strategy", "band")
     if strategy not in ("band", "auto"):
         raise ValueError(
@@ -199,7 +200,10 @@ def _batch_options(options: dict) -> dict:
     # list of couplings) is given; one the stack refuses is named by its own error
     given = SearchConfig(**{k: v for k, v in batch.items() if k in ORDER})
     ends_starts = any(c.ends_starts for c in given.couplings())
-    rule = {"rediscoveries": None if ends_starts else BATCH_REDISCOVERIES}
+    # nor where a fit has fewer starts than the rule needs to act: it could end none, and its
+    # readings (every start's point each REFOUND_EVERY steps) would cost a wide batch's calls
+    idle = ends_starts or per_fit < BATCH_REDISCOVERIES
+    rule = {"rediscoveries": None if idle else BATCH_REDISCOVERIES}
     return {**_BATCH_DEFAULTS, **rule, **options, "start_strategy": "band", "n_candidates": 0}
 
 

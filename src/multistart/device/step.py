@@ -286,13 +286,27 @@ def make_chunk_step(
             # so recompute, possibly rounding differently) the same value into two uses.
             out = jax.lax.optimization_barrier(vstep(chunk, data))
             row = (t + j) // history_stride
-            return j + 1, out, history.at[row, columns].set(out.best_fom, mode="drop")
+            return j + 1, out, _history_row(history, row, columns, out.best_fom, held)
 
         first = (jnp.zeros((), jnp.int32), chunk, pop.history)
         _, chunk, history = jax.lax.while_loop(running, one_step, first)
         return PopState(_put_back(pop.starts, chunk, scatter, columns, held), history)
 
     return multistart_chunk_step
+
+
+def _history_row(history, row, columns, best_fom, held):
+    """``history`` with row ``row`` of ``columns`` set to ``best_fom`` (a row or column out of
+    range dropped). A chunk as wide as the population (``held`` not None) has its own row's
+    column or one past the end: its row is written whole where it lies, not scattered (a
+    scatter of the population's width a step is a tenth of a small fit's step on a TPU)."""
+    if held is None:
+        return history.at[row, columns].set(best_fom, mode="drop")
+    last = history.shape[0] - 1
+    at = jnp.minimum(row, last)
+    keep = (columns < history.shape[1]) & (row <= last)
+    line = jnp.where(keep, best_fom, jax.lax.dynamic_index_in_dim(history, at, 0, False))
+    return jax.lax.dynamic_update_index_in_dim(history, line, at, 0)
 
 
 def _taken(starts: StartState, gather, scatter, new, init_rows):

@@ -42,6 +42,7 @@ class Synced(NamedTuple):
     best_fom: np.ndarray
     n_evals: np.ndarray
     n_steps: np.ndarray
+    best_step: np.ndarray
 
 
 class Sweeper:
@@ -155,8 +156,9 @@ class Sweeper:
             return self._back_off(exc, then=write)
 
     def sync(self, pop) -> Synced:
-        """Read the starts' status, best figures of merit and evaluation counts on the host
-        (one transfer; one collective on a mesh over several processes).
+        """Read the starts' status, best figures of merit, evaluation and step counts and the
+        step each best was found at on the host (one transfer; one collective on a mesh over
+        several processes).
 
         The read waits for the steps so far, so it is where an asynchronous failure shows.
         After it, once :data:`BACKOFF_COPY_STEPS` steps have run since the last copy, the
@@ -177,7 +179,7 @@ class Sweeper:
 
         def read(pop):
             s = pop.starts
-            return Synced(pop, *to_host((s.status, s.best_fom, s.n_evals, s.n_steps)))
+            return Synced(pop, *to_host((s.status, s.best_fom, s.n_evals, s.n_steps, s.best_step)))
 
         try:
             synced = read(pop)

@@ -60,6 +60,15 @@ REFOUND_EVERY = 16
 #: dispatch, read and decision per call are then a few per cent of the call.
 AUTO_CALL_S = 0.02
 AUTO_MAX_STEPS = 256
+#: ...and a call that is not that cheap doubles while doubling pays: the last doubling cut a
+#: step's share of the call (its time over its steps) below this fraction of the share before,
+#: so the call's own cost (dispatch, sync, the host's reading of every row) is still a fair part
+#: of it. A chip's sync and reading of a wide batch cost tens of its steps (issue 70: 200,000
+#: small fits on a TPU, about 20 ms a call against 6 ms a step); a CPU's, a few hundred
+#: microseconds. Not past :data:`AUTO_LATENCY_S` a call, so the host still hears of the search
+#: (progress, a signal) that often.
+AUTO_GAIN = 0.9
+AUTO_LATENCY_S = 0.5
 
 _PRUNED = Status.PRUNED.code
 _SIGNAL_CODES = {"SIGINT": 1, "SIGTERM": 2}  # agreed across processes as the largest code
@@ -134,7 +143,8 @@ class Calls:
     again: TikTak's rules and the reserves only close), from when the calls are a search's
     without refills. In between it takes ``k`` steps: the option's, or under ``"auto"``
     from 1, doubled after each call that took under :data:`AUTO_CALL_S` with its sync (at the
-    pace of ``k`` steps), to at most :data:`AUTO_MAX_STEPS`. Where the calls end changes no
+    pace of ``k`` steps), or while doubling pays (:data:`AUTO_GAIN`, :data:`AUTO_LATENCY_S`),
+    to at most :data:`AUTO_MAX_STEPS`. Where the calls end changes no
     result (an ended start is frozen, and a call's body is the one step), only when the host
     learns of it.
 
@@ -150,6 +160,7 @@ class Calls:
         self._learned = learned if self.auto else None
         # what sets a call's pace: its width and how many chunks a step runs
         self._pace = (engine.sweeper.width, len(engine.sweeper.chunks))
+        self._share: dict[int, float] = {}  # a step's share of a call, by the call's ``k``
         if self._learned is not None:
             self.k = self._learned.get(self._pace, self.k)
         others = options.halving is not None or engine.together
@@ -186,8 +197,16 @@ class Calls:
 
     def took(self, asked: int, n: int, seconds: float, *, synced: bool) -> None:
         """A call asked for ``asked`` steps took ``n`` (fewer where a start ended) and, with its
-        sync, ``seconds``: grow ``k`` if ``k`` steps at that pace would have been cheap."""
-        if self.auto and synced and asked == self.k and seconds * self.k < AUTO_CALL_S * n:
+        sync, ``seconds``: grow ``k`` if ``k`` steps at that pace would have been cheap, or if
+        the last doubling paid (:data:`AUTO_GAIN`) and twice the steps stay within
+        :data:`AUTO_LATENCY_S` (a call of one step tries two, to learn whether it pays)."""
+        if not (self.auto and synced and asked == self.k and n > 0):
+            return
+        share = seconds / n  # a step's share of the call, its own cost included
+        before, self._share = self._share.get(self.k // 2), self._share | {self.k: share}
+        cheap = share * self.k < AUTO_CALL_S
+        paying = share < AUTO_GAIN * before if before is not None else self.k == 1
+        if cheap or (paying and 2 * self.k * share <= AUTO_LATENCY_S):
             self.k = min(2 * self.k, AUTO_MAX_STEPS)
             if self._learned is not None:
                 self._learned[self._pace] = self.k
@@ -264,9 +283,7 @@ def _evals_to_best(engine: Engine, state: RunState, synced, reading: Reading) ->
     n = engine.n
     fom = np.where(np.isfinite(reading.best_fom[:n]), reading.best_fom[:n], np.inf)
     best = int(np.argmin(fom))
-    best_step, n_steps = (
-        np.asarray(a)[:n] for a in to_host((synced.pop.starts.best_step, synced.pop.starts.n_steps))
-    )
+    best_step, n_steps = synced.best_step[:n], synced.n_steps[:n]  # (the sync's one transfer)
     started = np.zeros(n, np.int64) if state.lineage is None else state.lineage.started_at[:n]
     found = int(started[best]) + int(best_step[best]) + 1  # steps of the search by then
     after = np.maximum(0, n_steps - (found - started))
