@@ -92,8 +92,8 @@ def test_settle_inverses_gathers_only_the_unsure_rows_of_a_device_array():
 
 
 def test_rows_past_a_block_are_gathered_in_blocks_of_one_size(monkeypatch):
-    """More rows than ``ROWS_BLOCK`` are read in gathers of that many (one program whatever
-    their count), in order, the same values as NumPy's indexing."""
+    """Rows are read in gathers of ``ROWS_BLOCK`` (one program whatever their count: a few
+    rows padded to a block, many in blocks), in order, the same values as NumPy's indexing."""
     monkeypatch.setattr(laplace, "ROWS_BLOCK", 8)
     a = np.random.default_rng(2).normal(size=(50, 3))
     rows = np.array([1, 4, 5, 9, 13, 20, 21, 30, 33, 34, 40, 41, 42, 44, 47, 48, 49])
@@ -104,6 +104,10 @@ def test_rows_past_a_block_are_gathered_in_blocks_of_one_size(monkeypatch):
         got = laplace._rows(jnp.asarray(a), rows)
     np.testing.assert_array_equal(got, a[rows])
     assert sizes == [8, 8, 8]
+    with jax.enable_x64(True):
+        few = laplace._rows(jnp.asarray(a), rows[:3])
+    np.testing.assert_array_equal(few, a[rows[:3]])
+    assert sizes == [8, 8, 8, 8]
 
 
 def test_a_least_squares_fit_stepped_entrywise_reaches_the_librarys_answer(monkeypatch):

@@ -391,19 +391,20 @@ def settle_inverses(curvature: Curvature) -> tuple[np.ndarray, np.ndarray]:
     return inverse, bad
 
 
-#: The most rows :func:`_rows` gathers a call: more are gathered in calls of this many, so a
-#: warm batch compiles no gather whatever its count of rows (a TPU's compile of a new size
-#: class cost a warm call of 200,000 fits a fifth of its time, issue 70).
+#: The rows :func:`_rows` gathers a call (padded, or in calls of this many): one gather program
+#: a Jacobian's shape, so a warm batch compiles none whatever its count of rows (on a TPU the
+#: count varied from 16 to thousands between batches of 200,000 fits, and each new size class
+#: cost a warm call a quarter of its time, issue 70).
 ROWS_BLOCK = 1024
 
 
 def _rows(a, rows: np.ndarray) -> np.ndarray:
     """``a[rows]`` as float64 NumPy, for a device array read only at those rows: gathered on
-    the device with the rows padded to a power of two up to :data:`ROWS_BLOCK` (more in
-    blocks of that many), so a batch compiles one gather per size class, at most eight."""
+    the device in blocks of :data:`ROWS_BLOCK` rows (the last padded), one program whatever
+    the count."""
     if isinstance(a, np.ndarray):
         return np.asarray(a[rows], dtype=np.float64)
-    size = min(ROWS_BLOCK, max(8, 1 << int(rows.size - 1).bit_length()))
+    size = ROWS_BLOCK
     padded = np.zeros(-(-rows.size // size) * size, dtype=np.int32)
     padded[: rows.size] = rows
     blocks = [_take(a, padded[i : i + size]) for i in range(0, padded.size, size)]
