@@ -13,10 +13,10 @@ from multistart.host.decide import (
     TailPrice,
     decide,
     describe,
+    refill_slots,
     resumed,
 )
 from multistart.host.schedule import Halving, Rungs
-from multistart.starts.queues import refill_slots
 
 R, C, N, M, P = (
     s.code
