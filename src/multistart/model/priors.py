@@ -572,10 +572,6 @@ class Space:
         #: every parameter, the fixed ones too, in the order the space was written in
         self.all_paths: list[str] = written
 
-    def leaf_positions(self) -> list[int]:
-        """Where each of ``paths`` is among the params pytree's leaves (fixed ones included)."""
-        return list(self._free)
-
     @property
     def n_dims(self) -> int:
         """Total number of scalar parameters stepped (the free ones)."""
