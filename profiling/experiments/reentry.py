@@ -84,7 +84,11 @@ def main() -> None:
         search.fit(f, space)
     finally:
         sys.setprofile(None)
-    print(f"modules entered: {len(entries)}")
+    total = sum(entries.values())
+    print(
+        f"modules entered: {len(entries)}; entries {total}, {total - len(entries)} of them into "
+        "a module entered before"
+    )
     print(f"host/identity.py entered {entries['host/identity.py']} times: {'; '.join(callers)}")
     print(f"host/driver.py entered {entries['host/driver.py']} times")
     print("most entered:", ", ".join(f"{m} {c}" for m, c in entries.most_common(12)))
