@@ -466,17 +466,3 @@ def resumed(r: Reading, rules: Rules, pending: bool) -> Decision:
     rows = np.flatnonzero(s["status"] == _RUNNING)
     stop = None if rows.size else StopReason.ALL_ENDED
     return Decision(rows=rows, stop=stop, tail_since=r.tail_since, **s)
-
-
-def describe(decision: Decision) -> dict[str, Any]:
-    """A decision as plain values (for the DEBUG log and tests' messages)."""
-    return {
-        "stop": None if decision.stop is None else decision.stop.value,
-        "prune": decision.prune.tolist(),
-        "refill": decision.refill.tolist(),
-        "short": decision.short,
-        "pending": decision.pending,
-        "checkpoint": decision.checkpoint,
-        "rows": None if decision.rows is None else decision.rows.tolist(),
-        "width": decision.width,
-    }
