@@ -97,9 +97,9 @@ class _Batch:
         return popt, pcov, fits, fvec, (fits.names, fits.at_bound)
 
 
-def _fit_batch(args: _Args, resume: bool, hold: dict, **kw):
+def _fit_batch(args: _Args, resume: bool, hold: dict, starts_per_fit, /, **kw):
     """``(popt, pcov, BatchFits, fvec, (names, at_bound))`` of a stack of datasets."""
-    starts_per_fit = _starts_per_fit(kw.pop("starts_per_fit"))
+    starts_per_fit = _starts_per_fit(starts_per_fit)
     options = _batch_options(kw)
     step, refine = _precision(options.pop("dtype", None), args.n_params(batched=True))
     with xla.precision(step):

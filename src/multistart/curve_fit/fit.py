@@ -71,10 +71,8 @@ def curve_fit(
     args = _Args(f, xdata, ydata, p0, sigma, absolute_sigma, check_finite, bounds, nan_policy, mask)
     fit, hold = _fit_batch if batched else _fit, {"fixed": fixed, "tied": tied}
     with log.quiet():  # as scipy: nothing printed unless something needs the user
-        k = _default_starts(n_starts, batched)
-        *answer, bound = fit(
-            args, resume, hold, starts_per_fit=k, method=_METHODS[method], **options
-        )
+        k = _default_starts(n_starts, batched)  # starts a fit
+        *answer, bound = fit(args, resume, hold, k, method=_METHODS[method], **options)
     return _returned(answer, bound, full_output)
 
 

@@ -19,7 +19,7 @@ from .model import _check_output, _CurveModel
 from .starts import _first_start, _inside, _space, _spreads
 
 
-def _fit(args: _Args, resume: bool, hold: dict, *, starts_per_fit: int, **options):
+def _fit(args: _Args, resume: bool, hold: dict, starts_per_fit: int, /, **options):
     """``(popt, pcov, result, fvec, (names, at_bound))`` of one dataset: ``at_bound``
     ``(1, n)`` its parameters on a bound (an ``OptimizeWarning`` names them). One fit's
     starts are its search's ``n_starts``."""

@@ -100,9 +100,7 @@ def resolve_width(
         info["selected_by"] = spec if tuning is None else f"{spec} ({tuning['source']})"
     n_tune = len([w for w in backend.compiled_widths() if w != width])
     backend.release(keep=_kept(backend, width))
-    width = _compiled_within_memory(
-        backend, width, starts_per_device, info
-    )  # so select_s includes it
+    width = _compiled_within_memory(backend, width, starts_per_device, info)  # in select_s
     select_s = time.perf_counter() - t0
     info["decide_s"] = max(0.0, select_s - backend.compile_seconds(width))
     why, took = info["reason"], info["decide_s"]
