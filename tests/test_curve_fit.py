@@ -72,12 +72,14 @@ def test_starts_stay_inside_bounds_and_a_one_sided_bound_holds():
         v = np.asarray(result.params[k])
         assert np.all((v >= lo) & (v <= hi))
     # c >= 0.5 excludes the truth (0.2): the fit ends on the bound, never below it, and an
-    # OptimizeWarning (scipy's category, as a batch's) says so
+    # OptimizeWarning (scipy's category, as a batch's) says so; the Result flags its best
+    # start on the one-sided bound too (Result.at_bound and curve_fit share one bound test)
     with pytest.warns(scipy.optimize.OptimizeWarning, match=r"parameter on a bound \(c\)"):
-        popt, _ = ms.curve_fit(
-            decay, X, Y, p0=[1.0, 1.0, 0.6], bounds=([0, 0, 0.5], np.inf), **FAST
+        popt, _, info, *_ = ms.curve_fit(
+            decay, X, Y, p0=[1.0, 1.0, 0.6], bounds=([0, 0, 0.5], np.inf), full_output=True, **FAST
         )
     assert popt[2] >= 0.5 and popt[2] == pytest.approx(0.5, abs=1e-6)
+    assert info["result"].at_bound[info["result"].best_index]
 
 
 def test_nan_policy_omit_drops_the_points_and_raise_refuses_them():

@@ -12,11 +12,10 @@ from multistart.host.decide import (
     StopReason,
     TailPrice,
     decide,
-    describe,
+    refill_slots,
     resumed,
 )
 from multistart.host.schedule import Halving, Rungs
-from multistart.starts.queues import refill_slots
 
 R, C, N, M, P = (
     s.code
@@ -271,6 +270,20 @@ TABLE += [
         dict(stop=None, width=None),
     ),
 ]
+
+
+def describe(decision: Decision) -> dict:
+    """A decision as plain values, for the table's comparisons and messages."""
+    return {
+        "stop": None if decision.stop is None else decision.stop.value,
+        "prune": decision.prune.tolist(),
+        "refill": decision.refill.tolist(),
+        "short": decision.short,
+        "pending": decision.pending,
+        "checkpoint": decision.checkpoint,
+        "rows": None if decision.rows is None else decision.rows.tolist(),
+        "width": decision.width,
+    }
 
 
 @pytest.mark.parametrize("name, r, rules, expected", TABLE, ids=[t[0] for t in TABLE])

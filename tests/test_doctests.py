@@ -29,7 +29,6 @@ MODULES = [
     "search.gradient",
     "search.least_squares",
     "solvers.convergence",
-    "starts.queues",
     "starts.refill",
     "starts.strategies",
     "starts.tiktak",

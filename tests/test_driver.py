@@ -109,7 +109,8 @@ def test_near_bound_names_the_elements():
 
 def test_one_bound_test_a_space_applies_in_each_priors_uniform_coordinate():
     """Space.near_bound is near_bound (curve_fit's test of its box) in the coordinate each
-    bounded prior is uniform in: log x for a LogUniform; a one-sided prior is not flagged."""
+    bounded prior is uniform in: log x for a LogUniform; x for a one-sided prior, as curve_fit
+    flags a one-sided bound."""
     from multistart.model.priors import Space, near_bound
 
     space = Space({"u": ms.Uniform(1.0, 1e4), "g": ms.LogUniform(1.0, 1e4)})
@@ -119,9 +120,18 @@ def test_one_bound_test_a_space_applies_in_each_priors_uniform_coordinate():
     flags, _ = space.near_bound({"u": np.full(4, 50.0), "g": x})  # log x: 9995 is near
     assert flags.tolist() == near_bound(np.log(x), 0.0, np.log(1e4)).tolist()
     assert flags.tolist() == [True, True, False, True]
-    one_sided = Space({"h": ms.HalfBounded(1.0, 2.0)})
-    assert not one_sided.near_bound({"h": np.array([1.00001])})[0].any()
-    assert near_bound(np.array([1.00001]), 1.0, np.inf).all()  # curve_fit's one-sided box
+    h = np.array([1.00001, 1.0002, 50.0])  # 1e-5 and 2e-4 of max(|1|, 1) above the bound
+    below = np.array([-100.005, -100.1, -150.0])  # 5e-5 and 1e-3 of |-100| below a bound
+    one_sided = Space({"h": ms.HalfBounded(1.0, 2.0), "b": ms.HalfBounded(-100.0, -150.0, "upper")})
+    flags, names = one_sided.near_bound({"h": h, "b": below})
+    assert flags.tolist() == [True, False, False]
+    assert names == {0: ["b", "h"]}  # in the space's order (sorted paths)
+    # the same flags as curve_fit's test of its box, with one-sided bounds
+    assert (near_bound(h, 1.0, np.inf) | near_bound(below, -np.inf, -100.0)).tolist() == [
+        True,
+        False,
+        False,
+    ]
 
 
 def test_progress_bar_is_off_when_output_is_not_a_terminal(capsys):

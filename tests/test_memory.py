@@ -314,7 +314,11 @@ def test_auto_width_fits_at_the_cap_with_one_compile(monkeypatch):
     monkeypatch.setenv(m.ENV_BUDGET_GB, "1")
     compile_at, compiled = _compiler(fixed=1000, per=1000)
     bound = m.auto_width(
-        compile_at, n_starts=64, device=_gpu(80 * GiB, 0), start_bytes=8, checkpoint_bytes=0
+        compile_at,
+        starts_per_device=64,
+        device=_gpu(80 * GiB, 0),
+        start_bytes=8,
+        checkpoint_bytes=0,
     )
     assert bound.width == 64 and compiled == [64] and bound.estimate == "memory_analysis"
 
@@ -323,7 +327,11 @@ def test_auto_width_narrows_under_a_small_budget(monkeypatch):
     monkeypatch.setenv(m.ENV_BUDGET_GB, str(10_000 / GiB))  # 10 000 bytes
     compile_at, compiled = _compiler(fixed=1000, per=1000)
     bound = m.auto_width(
-        compile_at, n_starts=64, device=_gpu(80 * GiB, 0), start_bytes=8, checkpoint_bytes=500
+        compile_at,
+        starts_per_device=64,
+        device=_gpu(80 * GiB, 0),
+        start_bytes=8,
+        checkpoint_bytes=500,
     )
     # 1000 + 500 + 1000 w <= 10 000 -> w = 8 (8 divides 64: no rebalancing)
     assert bound.width == 8
@@ -348,7 +356,11 @@ def test_auto_width_checks_its_choice_and_narrows_again(monkeypatch):
         return Jump(width, 1000, 1000)
 
     bound = m.auto_width(
-        compile_at, n_starts=64, device=_gpu(80 * GiB, 0), start_bytes=8, checkpoint_bytes=0
+        compile_at,
+        starts_per_device=64,
+        device=_gpu(80 * GiB, 0),
+        start_bytes=8,
+        checkpoint_bytes=0,
     )
     # the line through widths 1 and 64 says 7; 7 needs 28 000 bytes; the line through 1 and 7
     # says 2, which fits
@@ -361,7 +373,9 @@ def test_auto_width_without_a_budget_uses_the_count_cap(monkeypatch):
     monkeypatch.setattr(machine, "usable_cpu_count", lambda: 2)
     monkeypatch.setattr(machine, "device_free_memory", lambda device: (None, "unknown"))
     compile_at, compiled = _compiler(fixed=1000, per=1000)
-    bound = m.auto_width(compile_at, n_starts=64, device=_cpu(), start_bytes=8, checkpoint_bytes=0)
+    bound = m.auto_width(
+        compile_at, starts_per_device=64, device=_cpu(), start_bytes=8, checkpoint_bytes=0
+    )
     assert bound.width == 8 and bound.estimate == "count cap" and compiled == []
 
 
@@ -370,7 +384,11 @@ def test_auto_width_is_capped_by_max_batch(monkeypatch):
     monkeypatch.setenv(m.ENV_MAX_BATCH, "3")
     compile_at, compiled = _compiler(fixed=1000, per=1000)
     bound = m.auto_width(
-        compile_at, n_starts=64, device=_gpu(80 * GiB, 0), start_bytes=8, checkpoint_bytes=0
+        compile_at,
+        starts_per_device=64,
+        device=_gpu(80 * GiB, 0),
+        start_bytes=8,
+        checkpoint_bytes=0,
     )
     assert bound.width == 3 and compiled == [3]
 
@@ -379,7 +397,11 @@ def test_auto_width_size_fallback_when_xla_has_no_analysis(monkeypatch):
     monkeypatch.setenv(m.ENV_BUDGET_GB, str(1000 / GiB))
     compile_at, compiled = _compiler(fixed=0, per=0, analysis=False)
     bound = m.auto_width(
-        compile_at, n_starts=64, device=_gpu(80 * GiB, 0), start_bytes=50, checkpoint_bytes=0
+        compile_at,
+        starts_per_device=64,
+        device=_gpu(80 * GiB, 0),
+        start_bytes=50,
+        checkpoint_bytes=0,
     )
     # the size fallback counts 2 * 50 bytes per start: 1000 bytes hold 10 starts
     assert bound.estimate == "io_sizes" and bound.width <= 10
@@ -409,7 +431,11 @@ def test_auto_width_takes_a_refused_compile_as_too_wide(monkeypatch):
     monkeypatch.setenv(m.ENV_BUDGET_GB, "1")
     compile_at, compiled = _refusing(limit=16)
     bound = m.auto_width(
-        compile_at, n_starts=64, device=_gpu(80 * GiB, 0), start_bytes=8, checkpoint_bytes=0
+        compile_at,
+        starts_per_device=64,
+        device=_gpu(80 * GiB, 0),
+        start_bytes=8,
+        checkpoint_bytes=0,
     )
     assert bound.width == 16
     assert compiled == [64, 1, 32, 16]  # the cap (refused), width 1, then halving
@@ -421,5 +447,5 @@ def test_a_refusal_that_is_not_for_memory_is_raised():
         raise RuntimeError("INVALID_ARGUMENT: something else")
 
     with pytest.raises(RuntimeError, match="INVALID_ARGUMENT"):
-        m.auto_width(broken, n_starts=8, device=_gpu(80 * GiB, 0), start_bytes=8,
+        m.auto_width(broken, starts_per_device=8, device=_gpu(80 * GiB, 0), start_bytes=8,
                      checkpoint_bytes=0)  # fmt: skip

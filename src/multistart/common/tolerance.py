@@ -1,10 +1,11 @@
-"""When two points are the same minimum: the tolerances' one test (NumPy)."""
+"""When two points are the same minimum: the tolerances' one test; and which figure of merit
+is the best (NumPy)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["same_minimum"]
+__all__ = ["lowest_finite", "same_minimum"]
 
 
 def same_minimum(f, x, f_head, x_head, *, xtol: float, ftol: float):
@@ -22,3 +23,16 @@ def same_minimum(f, x, f_head, x_head, *, xtol: float, ftol: float):
         f_ok = np.abs(f - f_head) <= ftol * np.maximum(1.0, np.abs(f_head))
         x_ok = np.abs(x - x_head) <= xtol * np.maximum(1.0, np.abs(x_head))
     return f_ok & np.all(x_ok, axis=-1)
+
+
+def lowest_finite(foms, axis: int = -1):
+    """The index of the lowest finite figure of merit along ``axis`` (the first on ties; the
+    first where none is finite): the one pick of a best start, a run's best so far
+    (:mod:`multistart.host.iterate`, :mod:`multistart.starts.refill`) and a Result's
+    (:func:`multistart.result.merge.best_rows`).
+
+    >>> lowest_finite(np.array([np.nan, 2.0, -np.inf, 1.0, 1.0])), lowest_finite([np.nan] * 2)
+    (np.int64(3), np.int64(0))
+    """
+    foms = np.asarray(foms)
+    return np.argmin(np.where(np.isfinite(foms), foms, np.inf), axis=axis)

@@ -52,7 +52,8 @@ class _Batch:
     Attributes:
       model: ``f`` over the free parameters (:class:`~.hold._Held`'s model); ``held`` the holds.
       names: the free parameters; ``data``: ``(x, y, weight)``, a leading axis of fits.
-      n_starts: starts a fit; ``bounds``: every parameter's ``(lower, upper)``.
+      starts_per_fit: starts a fit (curve_fit's ``n_starts``).
+      bounds: every parameter's ``(lower, upper)``.
       refine: float32 steps, refined in float64 (:func:`.arguments._precision`).
       points: ``(n_fits,)`` each fit's points that count; ``gone``: ``(n_fits, m)`` those
         left out (:mod:`.missing`), ``None`` where none is.
@@ -62,7 +63,7 @@ class _Batch:
     held: _Held
     names: list
     data: tuple
-    n_starts: int
+    starts_per_fit: int
     bounds: tuple
     absolute_sigma: bool
     refine: bool
@@ -77,7 +78,7 @@ class _Batch:
     def fits(self, result: Result, *, warn: bool = True):
         """``(popt, pcov, BatchFits, fvec, (names, at_bound))`` of the search's ``result``."""
         n_fits, keep = len(self.points), self.held.keep
-        popt, rows = _per_fit(result, self.names, n_fits, self.n_starts)
+        popt, rows = _per_fit(result, self.names, n_fits, self.starts_per_fit)
         box = (self.bounds[0][keep], self.bounds[1][keep]) if self.refine else None
         points = None if self.gone is None else self.points
         with jax.enable_x64(True) if self.refine else contextlib.nullcontext():
@@ -89,23 +90,23 @@ class _Batch:
         if empty.any():  # not run: nothing to report, the held parameters' values neither
             popt[empty], pcov[empty] = np.nan, np.nan
         _warn_if_tied_outside(self.held, popt, *self.bounds)
-        record = (self.held, popt, pcov, rows, self.bounds, self.points, self.n_starts)
+        record = (self.held, popt, pcov, rows, self.bounds, self.points, self.starts_per_fit)
         fits = _batch_fits(result, *record, warn=warn)
         if self.gone is not None:  # no residual where there is no point
             fvec = jnp.where(self.gone, jnp.nan, fvec)
         return popt, pcov, fits, fvec, (fits.names, fits.at_bound)
 
 
-def _fit_batch(args: _Args, resume: bool, hold: dict, **kw):
+def _fit_batch(args: _Args, resume: bool, hold: dict, starts_per_fit, /, **kw):
     """``(popt, pcov, BatchFits, fvec, (names, at_bound))`` of a stack of datasets."""
-    n_starts = _n_starts(kw.pop("n_starts"))
-    options = _batch_options(kw, n_starts)
+    starts_per_fit = _starts_per_fit(starts_per_fit)
+    options = _batch_options(kw, starts_per_fit)
     step, refine = _precision(options.pop("dtype", None), args.n_params(batched=True))
     with xla.precision(step):
         forget_other_float_types(step)
-        batch, first = _read(args, hold, n_starts, refine)
+        batch, first = _read(args, hold, starts_per_fit, refine)
         options = {"n_steps": STEPS_PER_PARAMETER * len(batch.names), **options}
-        n = len(first) * n_starts
+        n = len(first) * starts_per_fit  # the search's n_starts
         search = MultiStartLeastSquares(
             absolute_sigma=args.absolute_sigma, n_starts=n, dtype=step, **options
         )
@@ -113,13 +114,14 @@ def _fit_batch(args: _Args, resume: bool, hold: dict, **kw):
         return batch.fits(_run(search, model, starts, resume, batch))
 
 
-def _n_starts(n_starts) -> int:
-    if isinstance(n_starts, bool) or not isinstance(n_starts, int | np.integer) or n_starts < 1:
-        raise ValueError(f"n_starts must be an int >= 1; got {n_starts!r}")
-    return int(n_starts)
+def _starts_per_fit(k) -> int:
+    """curve_fit's ``n_starts``, batched: the starts of each fit, checked."""
+    if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1:
+        raise ValueError(f"n_starts must be an int >= 1; got {k!r}")
+    return int(k)
 
 
-def _read(args: _Args, hold, n_starts: int, refine: bool):
+def _read(args: _Args, hold, starts_per_fit: int, refine: bool):
     """``(batch, first)``: the :class:`_Batch` of the arguments ``args``, checked, and each
     fit's first start."""
     data, all_names, n_fits, f, gone = args.data(batched=True)  # f traced once
@@ -133,7 +135,9 @@ def _read(args: _Args, hold, n_starts: int, refine: bool):
     first = _stack_p0(p0, n_fits, all_names, all_lower, all_upper, held.keep)
     points = missing.points(gone, n_fits, int(np.asarray(data[1])[0].size))
     bounds = (all_lower, all_upper)
-    batch = _Batch(g, held, names, data, n_starts, bounds, absolute_sigma, refine, points, gone)
+    batch = _Batch(
+        g, held, names, data, starts_per_fit, bounds, absolute_sigma, refine, points, gone
+    )
     if batch.empty.all():  # as a single fit's empty ydata: nothing to fit, refused
         raise ValueError(
             f"ydata: no fit of the batch has {len(names)} points left, as many as its free "
@@ -155,10 +159,10 @@ def _model_and_starts(batch: _Batch, first: np.ndarray, search):
     p0 = dict(zip(names, _inside(first, lower, upper).T, strict=True))
     o = search.options
     draws = {"strategy": o.start_strategy, "band": o.start_band, "seed": o.seed}
-    starts = stack_starts(Space(space), p0, own, batch.n_starts, **draws)
+    starts = stack_starts(Space(space), p0, own, batch.starts_per_fit, **draws)
     empty = batch.empty if batch.empty.any() else None
     model = _CurveModel(
-        batch.model, names, space, batch.data, rows_per_datum=batch.n_starts, empty_data=empty
+        batch.model, names, space, batch.data, rows_per_datum=batch.starts_per_fit, empty_data=empty
     )
     return model, starts
 
@@ -168,7 +172,7 @@ def _run(search, model, starts, resume: bool, batch: _Batch) -> Result:
     :class:`multistart.SearchInterrupted` carries the fits so far (``.fits``: those that
     ended, and those still running marked ``interrupted``, with their best so far)."""
     try:
-        with progress.fits_of(batch.n_starts):
+        with progress.fits_of(batch.starts_per_fit):
             return search.fit(model, starts=starts, resume=resume)
     except SearchInterrupted as e:
         if e.result is not None:

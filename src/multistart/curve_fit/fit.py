@@ -72,7 +72,7 @@ def curve_fit(
     fit, hold = _fit_batch if batched else _fit, {"fixed": fixed, "tied": tied}
     with log.quiet():  # as scipy: nothing printed unless something needs the user
         k = _default_starts(n_starts, batched)  # starts a fit
-        *answer, bound = fit(args, resume, hold, n_starts=k, method=_METHODS[method], **options)
+        *answer, bound = fit(args, resume, hold, k, method=_METHODS[method], **options)
     return _returned(answer, bound, full_output)
 
 

@@ -19,9 +19,10 @@ from .model import _check_output, _CurveModel
 from .starts import _first_start, _inside, _space, _spreads
 
 
-def _fit(args: _Args, resume: bool, hold: dict, **options):
+def _fit(args: _Args, resume: bool, hold: dict, starts_per_fit: int, /, **options):
     """``(popt, pcov, result, fvec, (names, at_bound))`` of one dataset: ``at_bound``
-    ``(1, n)`` its parameters on a bound (an ``OptimizeWarning`` names them)."""
+    ``(1, n)`` its parameters on a bound (an ``OptimizeWarning`` names them). One fit's
+    starts are its search's ``n_starts``."""
     step, refine = _precision(options.pop("dtype", None), args.n_params(batched=False))
     absolute_sigma = args.absolute_sigma
     with xla.precision(step):
@@ -37,7 +38,9 @@ def _fit(args: _Args, resume: bool, hold: dict, **options):
         if g is not f:
             _check_output(g, data[0], names, data[1].shape)
         options = {"n_steps": STEPS_PER_PARAMETER * len(names), **options}
-        search = MultiStartLeastSquares(absolute_sigma=absolute_sigma, dtype=step, **options)
+        search = MultiStartLeastSquares(
+            absolute_sigma=absolute_sigma, n_starts=starts_per_fit, dtype=step, **options
+        )
         spread = _spreads(g, names, data, first[None], lower, upper, stacked=False)
         space = _space(names, first, lower, upper, spread[0])
         inside = _inside(first, lower, upper)

@@ -54,7 +54,8 @@ _HELD = -1  # no status's code: a row a call does not step, for the call's lengt
 
 
 class StartState(NamedTuple):
-    """State of one start (in the population, every leaf has a leading ``n_starts`` axis)."""
+    """State of one start (in the population, every leaf has a leading axis of rows: the
+    fit's starts, or a part's, padded for a mesh of devices)."""
 
     u: Any  # unconstrained parameters
     opt_state: Any  # this start's own solver state
@@ -75,7 +76,7 @@ class PopState(NamedTuple):
     """The whole search's device state: every start plus the best-so-far history."""
 
     starts: StartState
-    history: jax.Array  # (n_steps, n_starts) best-so-far per step; nan where not stepped
+    history: jax.Array  # (n_steps, rows) best-so-far per step; nan where not stepped
 
 
 def _tree_select(pred, on_true, on_false):

@@ -9,6 +9,7 @@ only), so every rule of the host loop is tested as a table (``tests/test_decide.
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -16,7 +17,6 @@ import numpy as np
 
 from ..common.status import Status
 from ..common.tolerance import same_minimum
-from ..starts.queues import refill_slots
 from .schedule import Halving, Rungs, prune
 
 # The tail of a search (issue 38): at the steps that are multiples of TAIL_EVERY, when the
@@ -38,6 +38,7 @@ __all__ = [
     "decide",
     "resumed",
     "settle",
+    "refill_slots",
     "tail_width",
     "refound",
     "STILL_RUNNING",
@@ -300,6 +301,22 @@ def settle(r: Reading, rules: Rules) -> dict[str, Any]:
     return dict(prune=pruned, refill=refill, short=short, ended=ended, status=status, rungs=rungs)
 
 
+def refill_slots(
+    status: np.ndarray, refills: Sequence[int] | frozenset[int], available: int | None
+) -> tuple[np.ndarray, int]:
+    """``(slots, short)``: the ended slots (of status codes ``refills``) a queue refills, in
+    slot order, as far as ``available`` goes; ``short`` counts those it cannot.
+
+    >>> refill_slots(np.array([0, 1, 3, 1, 1]), {1, 3}, 2)
+    (array([1, 2]), 2)
+    >>> refill_slots(np.array([0, 1]), {1}, None)
+    (array([1]), 0)
+    """
+    ended = np.flatnonzero(np.isin(status, list(refills)))
+    k = ended.size if available is None else min(ended.size, available)
+    return ended[:k], int(ended.size - k)
+
+
 def _budget(r: Reading, rules: Rules) -> StopReason | None:
     """The first budget or target that is met, or ``None``."""
     if r.out_of_time:
@@ -449,17 +466,3 @@ def resumed(r: Reading, rules: Rules, pending: bool) -> Decision:
     rows = np.flatnonzero(s["status"] == _RUNNING)
     stop = None if rows.size else StopReason.ALL_ENDED
     return Decision(rows=rows, stop=stop, tail_since=r.tail_since, **s)
-
-
-def describe(decision: Decision) -> dict[str, Any]:
-    """A decision as plain values (for the DEBUG log and tests' messages)."""
-    return {
-        "stop": None if decision.stop is None else decision.stop.value,
-        "prune": decision.prune.tolist(),
-        "refill": decision.refill.tolist(),
-        "short": decision.short,
-        "pending": decision.pending,
-        "checkpoint": decision.checkpoint,
-        "rows": None if decision.rows is None else decision.rows.tolist(),
-        "width": decision.width,
-    }

@@ -246,7 +246,7 @@ def _width(
 ) -> WidthChoice:
     """The batch width (per device), the same in every process of a job."""
     options = setup.options
-    n_starts = math.ceil(n / backend.n_devices)  # per device
+    starts_per_device = math.ceil(n / backend.n_devices)
     device = next(d for d in setup.devices if d.process_index == jax.process_index())
     env = (max_batch_from_env(), budget_from_env(), auto_mode_from_env())
     made: list[bool] = []  # resolve_width ran in this fit
@@ -257,7 +257,7 @@ def _width(
             options.batch_size,
             backend,
             pop,
-            n_starts=n_starts,
+            starts_per_device=starts_per_device,
             device=device,
             start_step=traced.start_step,
             backend_name=options.backend,
@@ -267,7 +267,9 @@ def _width(
             run_share=STACK_RUN_SHARE if setup.problem.rows_per_datum else 1.0,
         )
 
-    first = setup.programs.get(("width", options.batch_size, n_starts, str(device), env), choose)
+    first = setup.programs.get(
+        ("width", options.batch_size, starts_per_device, str(device), env), choose
+    )
     # A refit of the same model keeps the width its first fit chose (and so its program).
     choice = first if made else _kept(first)
     if backend.spans_processes:  # every process must step the same program: process 0's width

@@ -32,6 +32,7 @@ import numpy as np
 
 from ..common import log, xla
 from ..common.status import Status
+from ..common.tolerance import lowest_finite
 from ..device.distributed import agree_max, to_host
 from .checkpoint import CheckpointError
 from .decide import (
@@ -281,8 +282,7 @@ def _evals_to_best(engine: Engine, state: RunState, synced, reading: Reading) ->
     least squares' Jacobian; for a line search's trials an estimate within one call), and
     the replaced starts'."""
     n = engine.n
-    fom = np.where(np.isfinite(reading.best_fom[:n]), reading.best_fom[:n], np.inf)
-    best = int(np.argmin(fom))
+    best = int(lowest_finite(reading.best_fom[:n]))
     best_step, n_steps = synced.best_step[:n], synced.n_steps[:n]  # (the sync's one transfer)
     started = np.zeros(n, np.int64) if state.lineage is None else state.lineage.started_at[:n]
     found = int(started[best]) + int(best_step[best]) + 1  # steps of the search by then

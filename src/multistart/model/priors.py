@@ -572,10 +572,6 @@ class Space:
         #: every parameter, the fixed ones too, in the order the space was written in
         self.all_paths: list[str] = written
 
-    def leaf_positions(self) -> list[int]:
-        """Where each of ``paths`` is among the params pytree's leaves (fixed ones included)."""
-        return list(self._free)
-
     @property
     def n_dims(self) -> int:
         """Total number of scalar parameters stepped (the free ones)."""
@@ -605,9 +601,11 @@ class Space:
     ) -> tuple[np.ndarray, dict[int, list[str]]]:
         """Which starts sit within ``rtol`` of a bound (NumPy; ``params`` has a leading axis).
 
-        Distance is measured in each bounded prior's own unit interval (:func:`near_bound`
-        in the coordinate it is uniform in: ``x``, or ``log x``); the other priors never count,
-        a one-sided one neither (see ``Result.at_bound`` for what it means).
+        :func:`near_bound` applied to each bounded prior: a box's in the coordinate it is
+        uniform in (``x``, or ``log x``), so distance is measured in its unit interval; a
+        one-sided prior's (:class:`HalfBounded`) in ``x``, over ``max(|bound|, 1)``, as
+        curve_fit tests a one-sided bound. Unbounded priors never count (see
+        ``Result.at_bound`` for what a flag means).
 
         Returns:
           ``(flags, names)``: a bool per start, and for each start at a bound (by index) the
@@ -618,11 +616,14 @@ class Space:
         flags = np.zeros(n, dtype=bool)
         names: dict[int, list[str]] = {}
         for path, prior, x in zip(self.paths, self.priors, leaves, strict=True):
-            if not isinstance(prior, Uniform):
-                continue
             x = np.asarray(x, dtype=np.float64).reshape((n, *prior.shape))
-            box = prior._z(prior.lower), prior._z(prior.upper)
-            near = near_bound(prior._z(x), *box, rtol).reshape(n, -1)
+            if isinstance(prior, Uniform):
+                box = prior._z(prior.lower), prior._z(prior.upper)
+                near = near_bound(prior._z(x), *box, rtol).reshape(n, -1)
+            elif isinstance(prior, HalfBounded):
+                near = near_bound(x, prior.lower_bound, prior.upper_bound, rtol).reshape(n, -1)
+            else:
+                continue
             for i, j in zip(*np.nonzero(near), strict=True):
                 names.setdefault(int(i), []).append(path if prior.shape == () else f"{path}[{j}]")
             flags |= near.any(axis=1)

@@ -117,11 +117,17 @@ def trace_model(fn, problem: Problem, dtype, subject: str) -> ModelTrace:
     try:
         return ModelTrace(fn, problem.space.example(dtype), datum(problem))
     except Exception as e:
-        hint = tracer_hint(e, problem.space)
-        if hint:
-            add_note(e, hint)
-        add_note(e, f"multistart: raised while tracing {subject}")
+        _note_tracing(e, problem.space, subject)
         raise
+
+
+def _note_tracing(e: Exception, space, subject: str) -> None:
+    """Add to ``e``, raised while tracing ``subject``, the hint :func:`tracer_hint` has for it
+    and a note naming ``subject``."""
+    hint = tracer_hint(e, space)
+    if hint:
+        add_note(e, hint)
+    add_note(e, f"multistart: raised while tracing {subject}")
 
 
 def traced(problem: Problem, dtype, context: str) -> Problem:
@@ -191,10 +197,7 @@ def check_objective(problem: Problem, dtype, context: str) -> None:
     try:
         out = jax.eval_shape(problem.fom, example, datum(problem))
     except Exception as e:
-        hint = tracer_hint(e, problem.space)
-        if hint:
-            add_note(e, hint)
-        add_note(e, f"multistart: raised while tracing {problem.name!r} for {context}")
+        _note_tracing(e, problem.space, f"{problem.name!r} for {context}")
         raise
     check_scalar(out, f"objective {problem.name!r}")
     check_gradient(problem, dtype)

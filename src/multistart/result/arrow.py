@@ -207,13 +207,6 @@ class ArrowInverse:
     def _m(self) -> np.ndarray:
         return np.where(np.isnan(self.ss), 0.0, self.ss)
 
-    def cross(self, block: int) -> np.ndarray:
-        """``(n_f, k, n_s)`` each factor's rows of ``(H⁻¹)_fs = -B_f⁻¹ C_f M⁻¹``."""
-        out = -self.v[block] @ self._m()
-        out[:, :, self.bad[self.blocks.shared]] = np.nan
-        out[self.bad[self.blocks.index[block]]] = np.nan
-        return out
-
     def diagonal(self) -> np.ndarray:
         """The diagonal of ``H⁻¹`` in the flat order, without making it whole."""
         blocks = self.blocks

@@ -117,8 +117,9 @@ class Result:
       n_evals: ``(n_starts,)`` evaluations of the objective each start made: its steps plus
         any its rule made itself (an optax line search's trials).
       at_bound: ``(n_starts,)`` whether a start's best parameters lie within 1e-4 of a bound
-        of a bounded prior (in its unit interval): its logit may have saturated, or its
-        optimum lies outside the prior (widen it and fit again).
+        of a bounded prior (in its unit interval; of a one-sided one, over ``max(|bound|,
+        1)``): its logit may have saturated, or its optimum lies outside the prior (widen it
+        and fit again).
       best_step: ``(n_starts,)`` the step at which each start found its best (``-1``: never).
       history: ``(n_rows, n_starts)`` best-so-far figure of merit per recorded step and start.
       history_steps: ``(n_rows,)`` the step (1-based count of steps taken) of each history row.

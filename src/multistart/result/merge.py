@@ -17,6 +17,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from ..common.tolerance import lowest_finite
 from ..device.chunking import part_slots
 
 __all__ = ["merge", "best_fit", "best_rows", "difference", "config_difference"]
@@ -223,7 +224,7 @@ def best_rows(foms) -> tuple[np.ndarray, np.ndarray]:
     """
     foms = np.asarray(foms)
     finite = np.isfinite(foms)
-    best = np.argmin(np.where(finite, foms, np.inf), axis=1)
+    best = lowest_finite(foms, axis=1)
     return np.arange(len(foms)) * foms.shape[1] + best, finite.any(axis=1)
 
 

@@ -12,7 +12,7 @@ from a queue, at a host sync (:mod:`multistart.host.decide` says which slots, th
 - :class:`multistart.starts.tiktak.TikTakQueue`: the filter's candidates, each blended towards
   the best point so far (TikTak), with TikTak's rediscovery stop rule.
 
-NumPy only (no JAX import).
+No JAX import.
 """
 
 from __future__ import annotations
@@ -20,9 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
-__all__ = ["StartQueue", "refill_slots"]
+__all__ = ["StartQueue"]
 
 
 class StartQueue:
@@ -77,19 +75,3 @@ class StartQueue:
         """Bring a freshly made queue to where another one stood after ``takes``."""
         for m in takes:
             self.take(int(m))
-
-
-def refill_slots(
-    status: np.ndarray, refills: Sequence[int] | frozenset[int], available: int | None
-) -> tuple[np.ndarray, int]:
-    """``(slots, short)``: the ended slots (of status codes ``refills``) a queue refills, in
-    slot order, as far as ``available`` goes; ``short`` counts those it cannot.
-
-    >>> refill_slots(np.array([0, 1, 3, 1, 1]), {1, 3}, 2)
-    (array([1, 2]), 2)
-    >>> refill_slots(np.array([0, 1]), {1}, None)
-    (array([1]), 0)
-    """
-    ended = np.flatnonzero(np.isin(status, list(refills)))
-    k = ended.size if available is None else min(ended.size, available)
-    return ended[:k], int(ended.size - k)

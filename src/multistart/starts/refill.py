@@ -24,6 +24,7 @@ import numpy as np
 
 from ..common import log
 from ..common.status import Status
+from ..common.tolerance import lowest_finite
 from ..device.distributed import to_host
 from ..device.step import PopState
 from .queues import StartQueue
@@ -234,9 +235,9 @@ class Refiller:
     def _best_x(self, host: _Host, lineage: Lineage):
         """The physical params of the best point found so far (running starts and records);
         mapped once for each new best point (most refills find the one before)."""
-        f = np.where(np.isfinite(host.best_fom), host.best_fom, np.inf)
-        i = int(np.argmin(f))
-        best_f, best_u = float(f[i]), _rows(host.best_u, i)
+        i = int(lowest_finite(host.best_fom))
+        best_f = float(host.best_fom[i]) if np.isfinite(host.best_fom[i]) else np.inf
+        best_u = _rows(host.best_u, i)
         for r in lineage.records:
             if np.isfinite(r.best_fom) and r.best_fom < best_f:
                 best_f, best_u = r.best_fom, r.best_u

@@ -53,11 +53,11 @@ The key is a SHA-256 over:
 
 - the StableHLO text of the *per-start* step (objective, optimiser, guards, convergence rule,
   the data's shapes and dtypes; not the data's values, which are an argument) lowered for one
-  start. The chunk step's text would also hold ``n_starts`` and the history length, and a
-  longer run of the same model should not retune;
+  start. The chunk step's text would also hold the starts per device and the history length,
+  and a longer run of the same model should not retune;
 - the backend (``"loop"``/``"scan"``), the platform and device kind (``"cpu"``, ``"NVIDIA
-  H100 80GB HBM3"``...), the float dtype, ``n_starts`` rounded up to a power of two, and the
-  JAX version.
+  H100 80GB HBM3"``...), the float dtype, the starts per device rounded up to a power of two,
+  and the JAX version.
 
 Lowering is deterministic, so the same model in a second process gets the same key.
 """

@@ -160,7 +160,7 @@ class WidthBound:
 def auto_width(
     compile_at: Callable[[int], Any],
     *,
-    n_starts: int,
+    starts_per_device: int,
     device,
     start_bytes: int,
     checkpoint_bytes: int,
@@ -177,7 +177,7 @@ def auto_width(
 
     Args:
       compile_at: width -> compiled chunk step.
-      n_starts: number of starts; no width exceeds it.
+      starts_per_device: the starts each device holds; no width exceeds it.
       device: the device the search runs on (its free memory is the budget).
       start_bytes: one start's state, for the size-only fallback.
       checkpoint_bytes: the population copy the back-off keeps, counted in the fixed part.
@@ -185,11 +185,11 @@ def auto_width(
     """
     if upper is None:
         upper = cap_width(
-            count_cap(device.platform, n_starts, machine.usable_cpu_count()),
-            n_starts,
+            count_cap(device.platform, starts_per_device, machine.usable_cpu_count()),
+            starts_per_device,
             env.max_batch_from_env(),
         )
-        upper = balanced_width(n_starts, upper)
+        upper = balanced_width(starts_per_device, upper)
     budget = memory_budget(device)
     if budget.nbytes is None:
         logger.debug(
@@ -214,10 +214,10 @@ def auto_width(
         if top_need > budget.nbytes:
             _warn_over_budget(top_need, budget)
         return WidthBound(upper, upper, top.source, budget, estimates=estimates)
-    return _narrow(estimate, n_starts, upper, top_need, budget, estimates)
+    return _narrow(estimate, starts_per_device, upper, top_need, budget, estimates)
 
 
-def _narrow(estimate, n_starts: int, upper: int, top_need, budget: Budget, estimates):
+def _narrow(estimate, starts_per_device: int, upper: int, top_need, budget: Budget, estimates):
     """``upper`` does not fit: width 1's estimate and ``upper``'s give a line; the widest width
     under the budget on it is compiled and checked, narrowed until one fits (or width 1)."""
     assert budget.nbytes is not None  # a width is narrowed only against a known budget
@@ -226,10 +226,12 @@ def _narrow(estimate, n_starts: int, upper: int, top_need, budget: Budget, estim
     hi = upper  # the narrowest width known not to fit
     if math.isfinite(top_need):
         fixed, per = linear_fit(1, one_need, upper, top_need)
-        width = balanced_width(n_starts, width_for_budget(fixed, per, budget.nbytes, upper - 1))
+        width = balanced_width(
+            starts_per_device, width_for_budget(fixed, per, budget.nbytes, upper - 1)
+        )
     else:  # the compile refused it: no estimate to draw a line through; halve
         fixed, per = one_need, 0.0
-        width = balanced_width(n_starts, max(1, upper // 2))
+        width = balanced_width(starts_per_device, max(1, upper // 2))
     while width > 1:
         est, w_need = estimate(width)
         estimates.append(est)
@@ -242,7 +244,7 @@ def _narrow(estimate, n_starts: int, upper: int, top_need, budget: Budget, estim
         # the width) halve instead of creeping down one width and one compile at a time
         usable = math.isfinite(w_need) and per > 0
         fit = width_for_budget(fixed, per, budget.nbytes, hi - 1) if usable else hi // 2
-        width = balanced_width(n_starts, max(1, fit))
+        width = balanced_width(starts_per_device, max(1, fit))
     if width == 1 and one_need > budget.nbytes:
         _warn_over_budget(one_need, budget)
     return WidthBound(width, upper, one.source, budget, fixed, per, estimates)

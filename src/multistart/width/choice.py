@@ -51,7 +51,7 @@ def resolve_width(
     backend,
     pop,
     *,
-    n_starts: int,
+    starts_per_device: int,
     device,
     start_step=None,
     backend_name: str = "loop",
@@ -69,7 +69,7 @@ def resolve_width(
       spec: ``None``, an int, ``"auto"`` or ``"tune"`` (already validated).
       backend: a :class:`multistart.device.backends.Backend`.
       pop: the initial population (never stepped here: timing steps a copy).
-      n_starts: the number of starts (on each device, on several).
+      starts_per_device: the starts each device holds (all of them, on one device).
       device: the device the search runs on (the first, on several: widths are per device).
       start_step: the per-start step, for the tuning record's key.
       backend_name: ``"loop"`` or ``"scan"``, for the tuning key.
@@ -92,15 +92,15 @@ def resolve_width(
     info: dict[str, Any] = {"spec": spec, "max_batch": max_batch}
     tuning = None
     if spec is None or isinstance(spec, int):
-        width = _explicit(spec, n_starts, max_batch, info)
+        width = _explicit(spec, starts_per_device, max_batch, info)
     else:
         keyed = dict(start_step=start_step, backend=backend_name, program_hash=program_hash)
         steps = (n_steps, run_share)  # what "auto" prices the fit at
-        width, tuning = _by_word(spec, backend, pop, info, n_starts, device, steps, keyed)
+        width, tuning = _by_word(spec, backend, pop, info, starts_per_device, device, steps, keyed)
         info["selected_by"] = spec if tuning is None else f"{spec} ({tuning['source']})"
     n_tune = len([w for w in backend.compiled_widths() if w != width])
     backend.release(keep=_kept(backend, width))
-    width = _compiled_within_memory(backend, width, n_starts, info)  # so select_s includes it
+    width = _compiled_within_memory(backend, width, starts_per_device, info)  # in select_s
     select_s = time.perf_counter() - t0
     info["decide_s"] = max(0.0, select_s - backend.compile_seconds(width))
     why, took = info["reason"], info["decide_s"]
@@ -108,7 +108,7 @@ def resolve_width(
     return WidthChoice(width, info, tuning, n_tune, select_s)
 
 
-def _compiled_within_memory(backend, width: int, n_starts: int, info) -> int:
+def _compiled_within_memory(backend, width: int, starts_per_device: int, info) -> int:
     """``width``, compiled; narrower (halved, balanced over the starts) while the compiler
     refuses it for the device's memory (a chip's compiler checks a program's buffers against
     its memory and raises ``RESOURCE_EXHAUSTED``), each back-off logged and recorded in
@@ -121,7 +121,7 @@ def _compiled_within_memory(backend, width: int, n_starts: int, info) -> int:
         except Exception as e:
             if width == 1 or not is_out_of_memory(e):
                 raise
-            narrower = balanced_width(n_starts, max(1, width // 2))
+            narrower = balanced_width(starts_per_device, max(1, width // 2))
             log.logger.warning(
                 "batch_size: a chunk step of width %d does not fit the device's memory (%s); "
                 "running at width %d",
@@ -141,37 +141,40 @@ def _kept(backend, width: int) -> tuple[int, ...]:
     return (width, *(w for w in backend.compiled_widths() if w < width and w & (w - 1) == 0))
 
 
-def _explicit(spec, n_starts: int, max_batch, info) -> int:
-    """An int (or ``None``: every start), clamped to ``n_starts`` and ``MULTISTART_MAX_BATCH``."""
-    asked = n_starts if spec is None else spec
-    width = cap_width(asked, n_starts, max_batch)
+def _explicit(spec, starts_per_device: int, max_batch, info) -> int:
+    """An int (or ``None``: every start), clamped to ``starts_per_device`` and
+    ``MULTISTART_MAX_BATCH``."""
+    asked = starts_per_device if spec is None else spec
+    width = cap_width(asked, starts_per_device, max_batch)
     info["selected_by"] = "explicit"
     info["reason"] = f"asked for {asked}"
     if width < asked:
         capped = "MULTISTART_MAX_BATCH" if max_batch is not None and width == max_batch else None
-        info["reason"] += f", capped to {width} by " + (capped or f"the {n_starts} starts")
+        info["reason"] += f", capped to {width} by " + (capped or f"the {starts_per_device} starts")
         if capped:
             log.logger.info("batch_size %d capped to %d by MULTISTART_MAX_BATCH", asked, width)
     return width
 
 
-def _by_word(spec, backend, pop, info, n_starts, device, steps, keyed):
+def _by_word(spec, backend, pop, info, starts_per_device, device, steps, keyed):
     """``(width, tuning)`` for ``"auto"`` or ``"tune"``: a record, else the memory bound and,
     where it is worth it, timing. ``steps``: ``(n_steps, run_share)``."""
     n_steps, run_share = steps
     footprint = Footprint.of(backend, pop)
     info["checkpoint_bytes"] = footprint.checkpoint_bytes
     if not (spec == "tune" or _auto_measures(device)):
-        bound = _bound(spec, backend, footprint, info, n_starts, device, measure=False)
+        bound = _bound(spec, backend, footprint, info, starts_per_device, device, measure=False)
         where = "an accelerator" if device.platform != "cpu" else "MULTISTART_AUTO_WIDTH=memory"
         info["reason"] = f"the memory bound ({bound.estimate}; no timing on {where})"
         return bound.width, None
-    record = _record_of(backend, pop, n_starts, device, keyed)
-    width, compile_s = _recorded(spec, record, backend, footprint, n_starts, device, n_steps)
+    record = _record_of(backend, pop, starts_per_device, device, keyed)
+    width, compile_s = _recorded(
+        spec, record, backend, footprint, starts_per_device, device, n_steps
+    )
     if width is not None:
         info["reason"] = f"recorded in {record['path']}"
         return width, record
-    bound = _bound(spec, backend, footprint, info, n_starts, device, measure=True)
+    bound = _bound(spec, backend, footprint, info, starts_per_device, device, measure=True)
     timings = Timings(backend, pop, spec)
     if spec == "tune":
         info["reason"] = time_tune(timings, bound.width)
@@ -193,15 +196,15 @@ def _by_word(spec, backend, pop, info, n_starts, device, steps, keyed):
     return tuning["width"], tuning
 
 
-def _bound(spec, backend, footprint, info, n_starts, device, *, measure: bool):
+def _bound(spec, backend, footprint, info, starts_per_device, device, *, measure: bool):
     """The memory bound (:func:`multistart.width.auto_width`), its figures put in ``info``."""
     bound = auto_width(
         backend.compiled_for,
-        n_starts=n_starts,
+        starts_per_device=starts_per_device,
         device=device,
         start_bytes=footprint.start_bytes,
         checkpoint_bytes=footprint.checkpoint_bytes,
-        upper=_upper(spec, measure, n_starts, max_batch_from_env(), device),
+        upper=_upper(spec, measure, starts_per_device, max_batch_from_env(), device),
     )
     info.update(bound.as_dict())
     info["memory_width"] = bound.width
@@ -216,29 +219,31 @@ def _auto_measures(device) -> bool:
     return device.platform == "cpu" and auto_mode_from_env() == "measure"
 
 
-def _upper(spec, measure: bool, n_starts: int, max_batch, device) -> int | None:
+def _upper(spec, measure: bool, starts_per_device: int, max_batch, device) -> int | None:
     """The widest width the memory bound may consider (None: :func:`auto_width`'s count cap).
 
     A measuring ``"auto"`` drops the count cap (a cheap objective with many starts wants wide
     chunks), except when there is no free-memory figure: then nothing else bounds the width.
     """
     if spec == "tune":
-        return cap_width(n_starts, n_starts, max_batch)
+        return cap_width(starts_per_device, starts_per_device, max_batch)
     if not measure or memory_budget(device).nbytes is None:
         return None
-    return balanced_width(n_starts, cap_width(sweep_width(n_starts), n_starts, max_batch))
+    return balanced_width(
+        starts_per_device, cap_width(sweep_width(starts_per_device), starts_per_device, max_batch)
+    )
 
 
-def sweep_width(n_starts: int) -> int:
-    """The widest width a measuring ``"auto"`` considers for ``n_starts``: one that leaves the
-    sweep :data:`SWEEP_CHUNKS` chunks, never narrower than :data:`SWEEP_MIN_WIDTH`: a chunk
-    steps while any of its starts runs, which the timing of widths (every start running) cannot
-    see.
+def sweep_width(starts_per_device: int) -> int:
+    """The widest width a measuring ``"auto"`` considers for ``starts_per_device``: one that
+    leaves the sweep :data:`SWEEP_CHUNKS` chunks, never narrower than :data:`SWEEP_MIN_WIDTH`:
+    a chunk steps while any of its starts runs, which the timing of widths (every start
+    running) cannot see.
 
     >>> sweep_width(100), sweep_width(2000), sweep_width(16000), sweep_width(100_000)
     (256, 256, 256, 1563)
     """
-    return max(SWEEP_MIN_WIDTH, math.ceil(n_starts / SWEEP_CHUNKS))
+    return max(SWEEP_MIN_WIDTH, math.ceil(starts_per_device / SWEEP_CHUNKS))
 
 
 def _log_bound(spec, bound) -> None:
@@ -292,7 +297,7 @@ class Footprint:
         return need(est, self.checkpoint_bytes) <= budget.nbytes
 
 
-def _record_of(backend, pop, n_starts, device, keyed) -> dict[str, Any]:
+def _record_of(backend, pop, starts_per_device, device, keyed) -> dict[str, Any]:
     """The record's key, what it was hashed from and its path (``None``: no cache folder)."""
     key, parts = records.tune_key(
         keyed["start_step"],
@@ -300,7 +305,7 @@ def _record_of(backend, pop, n_starts, device, keyed) -> dict[str, Any]:
         backend.data,
         device=device,
         backend=keyed["backend"],
-        n_starts=n_starts,
+        starts_per_device=starts_per_device,
         n_devices=backend.n_devices,
         program_hash=keyed["program_hash"],
     )
@@ -308,7 +313,7 @@ def _record_of(backend, pop, n_starts, device, keyed) -> dict[str, Any]:
     return {"key": key, "key_parts": parts, "path": None if path is None else str(path)}
 
 
-def _recorded(spec, record, backend, footprint: Footprint, n_starts, device, n_steps):
+def _recorded(spec, record, backend, footprint: Footprint, starts_per_device, device, n_steps):
     """``(width, compile_s)``: the recorded width if it still serves (``record`` then says it
     came from the cache; else ``None``), and the compile seconds a priced record holds.
 
@@ -338,7 +343,7 @@ def _recorded(spec, record, backend, footprint: Footprint, n_starts, device, n_s
                 n_steps,
             )
             return None, compile_s
-    width = cap_width(width, n_starts, max_batch_from_env())
+    width = cap_width(width, starts_per_device, max_batch_from_env())
     if not footprint.fits(backend, width, memory_budget(device)):
         log.logger.info(
             "batch_size %s: the recorded width %d no longer fits the memory budget; timing again",

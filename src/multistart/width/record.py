@@ -33,7 +33,7 @@ def tune_key(
     *,
     device,
     backend: str,
-    n_starts: int,
+    starts_per_device: int,
     n_devices: int = 1,
     program_hash: str | None = None,
 ):
@@ -52,7 +52,9 @@ def tune_key(
         "platform": device.platform,
         "device_kind": device.device_kind,
         "dtype": str(pop.starts.fom.dtype),
-        "n_starts_bucket": 1 << max(0, n_starts - 1).bit_length(),
+        # (the key's name predates the per-device count it holds: renaming it would orphan every
+        # record on disk)
+        "n_starts_bucket": 1 << max(0, starts_per_device - 1).bit_length(),
         "jax": jax.__version__,
     }
     if n_devices > 1:  # devices sharing a host's cores time differently from one

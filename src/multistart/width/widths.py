@@ -80,27 +80,27 @@ def balanced_width(n_rows: int, width: int) -> int:
     return math.ceil(n_rows / math.ceil(n_rows / width))
 
 
-def cap_width(width: int, n_starts: int, max_batch: int | None) -> int:
-    """``width`` clamped to ``[1, n_starts]`` and to ``max_batch`` when set.
+def cap_width(width: int, starts_per_device: int, max_batch: int | None) -> int:
+    """``width`` clamped to ``[1, starts_per_device]`` and to ``max_batch`` when set.
 
     >>> cap_width(64, 40, None), cap_width(64, 40, 8), cap_width(3, 40, 8)
     (40, 8, 3)
     """
-    width = min(width, n_starts)
+    width = min(width, starts_per_device)
     if max_batch is not None:
         width = min(width, max_batch)
     return max(1, width)
 
 
-def count_cap(platform: str, n_starts: int, n_cpus: int) -> int:
+def count_cap(platform: str, starts_per_device: int, n_cpus: int) -> int:
     """The widest width "auto" considers before memory: CPUs get a few starts per core.
 
     >>> count_cap("cpu", 64, 2), count_cap("gpu", 64, 2), count_cap("cpu", 5, 2)
     (8, 64, 5)
     """
     if platform == "cpu":
-        return max(1, min(n_starts, CPU_STARTS_PER_CORE * n_cpus))
-    return n_starts
+        return max(1, min(starts_per_device, CPU_STARTS_PER_CORE * n_cpus))
+    return starts_per_device
 
 
 def candidate_widths(upper: int) -> list[int]:
