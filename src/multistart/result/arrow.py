@@ -196,6 +196,7 @@ class ArrowInverse:
       bad: ``(n,)`` in the flat order: coordinates in a direction of zero, negative or
         non-finite curvature; their rows and columns are ``nan``.
       blocks: the arrow it inverts.
+      eps: the rounding the inverses were judged by (:func:`invert`'s).
     """
 
     ss: np.ndarray
@@ -203,6 +204,7 @@ class ArrowInverse:
     own: tuple[np.ndarray, ...]
     bad: np.ndarray
     blocks: ArrowBlocks
+    eps: float
 
     def _m(self) -> np.ndarray:
         return np.where(np.isnan(self.ss), 0.0, self.ss)
@@ -221,6 +223,38 @@ class ArrowInverse:
         out[blocks.shared] = np.diagonal(self.ss)
         for idx, own in zip(blocks.index, self.own, strict=True):
             out[idx] = np.diagonal(own, axis1=1, axis2=2)
+        return out
+
+    def rows(self, which: np.ndarray) -> np.ndarray:
+        """Rows ``which`` (flat indices) of ``H⁻¹``, ``(len(which), n)``: :meth:`dense`'s rows,
+        in memory ``len(which) x n``."""
+        blocks, s = self.blocks, self.blocks.shared
+        which = np.asarray(which)
+        out = np.zeros((which.size, blocks.n))
+        where = np.full(blocks.n, -1)  # a shared coordinate's place in s, else -1
+        where[s] = np.arange(s.size)
+        sh = where[which] >= 0
+        out[np.ix_(np.flatnonzero(sh), s)] = self.ss[where[which[sh]]]
+        if blocks.index:
+            own = np.concatenate([i.reshape(-1) for i in blocks.index])
+            v = np.concatenate([v.reshape(v.shape[0] * v.shape[1], s.size) for v in self.v])
+            vm = v @ self._m()
+            place = np.full(blocks.n, -1)  # an own coordinate's place in ``own``
+            place[own] = np.arange(own.size)
+            out[np.ix_(np.flatnonzero(sh), own)] = -vm[:, where[which[sh]]].T
+            ow = np.flatnonzero(~sh)
+            p = place[which[ow]]
+            out[np.ix_(ow, s)] = -vm[p]
+            out[np.ix_(ow, own)] = vm[p] @ v.T
+            start = 0
+            for idx, block in zip(blocks.index, self.own, strict=True):
+                n_f, k = idx.shape
+                mine = (p >= start) & (p < start + n_f * k)
+                f, r = np.divmod(p[mine] - start, k)
+                out[ow[mine][:, None], idx[f]] = block[f, r]
+                start += n_f * k
+        out[self.bad[which], :] = np.nan
+        out[:, self.bad] = np.nan
         return out
 
     def dense(self) -> np.ndarray:
@@ -274,4 +308,4 @@ def invert(blocks: ArrowBlocks, eps: float) -> ArrowInverse:
     bad[s] = bad_s
     for idx, b in zip(blocks.index, bads, strict=True):
         bad[idx] = b
-    return ArrowInverse(minv, tuple(vs), own, bad, blocks)
+    return ArrowInverse(minv, tuple(vs), own, bad, blocks, eps)

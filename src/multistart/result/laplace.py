@@ -430,6 +430,11 @@ def _has_arrow(problem) -> bool:
     return callable(arrow) and bool(arrow().blocks)
 
 
+#: Rows of the inverse Hessian a step of :meth:`ArrowLaplace.correlated_pairs` makes (its memory
+#: is this many rows of ``n``: 40 MB at 9,005 parameters).
+PAIR_ROWS = 512
+
+
 class ArrowLaplace(Laplace):
     """The Laplace approximation of a factor graph, kept as the blocks of its Hessian's arrow.
 
@@ -449,21 +454,36 @@ class ArrowLaplace(Laplace):
         problem, space, params, vec, names = point
         ends = np.cumsum([0] + [p.size for p in space.priors])
         order = np.concatenate([np.arange(ends[i], ends[i + 1]) for i in space.written_order])
-        fields = dict(
-            params=_on_space(space, vec),
-            names=tuple(names[i] for i in order),
-            scale=scale,
-            kind="hessian",
-            residuals=None,
-            **more,
-        )
+        self._fill(_on_space(space, vec), tuple(names[i] for i in order), order, inverse, scale)
+        for key, value in more.items():
+            object.__setattr__(self, key, value)
+        std = np.sqrt(self._scaled(inverse.diagonal()))
+        object.__setattr__(self, "errors", _on_space(space, std, fixed_as=0.0))
+        object.__setattr__(self, "_std", std[order])
+
+    @classmethod
+    def from_blocks(
+        cls, params, names, order: np.ndarray, inverse: ArrowInverse, scale: float, **more
+    ) -> ArrowLaplace:
+        """An ArrowLaplace from its parts, without the space (a loaded Result's): ``params``
+        the point's pytree, ``names`` the flat names in the written order, ``order`` the flat
+        index of each of ``names``."""
+        self = object.__new__(cls)
+        self._fill(params, tuple(names), np.asarray(order), inverse, scale)
+        for key, value in more.items():
+            object.__setattr__(self, key, value)
+        std = np.sqrt(self._scaled(inverse.diagonal()))[self._order]
+        object.__setattr__(self, "errors", errors_by_name(params, self.names, std))
+        object.__setattr__(self, "_std", std)
+        return self
+
+    def _fill(self, params, names, order, inverse, scale) -> None:
+        fields = dict(params=params, names=names, scale=scale, kind="hessian", residuals=None)
+        fields.update(absolute_sigma=True, dof=None, reduced_chi2=None)
         for key, value in fields.items():
             object.__setattr__(self, key, value)
         object.__setattr__(self, "inverse", inverse)
         object.__setattr__(self, "_order", order)
-        std = np.sqrt(self._scaled(inverse.diagonal()))
-        object.__setattr__(self, "errors", _on_space(space, std, fixed_as=0.0))
-        object.__setattr__(self, "_std", std[order])
 
     def _scaled(self, a: np.ndarray) -> np.ndarray:
         return self.scale * a if np.isfinite(self.scale) else np.full_like(a, np.inf)
@@ -508,6 +528,24 @@ class ArrowLaplace(Laplace):
         where = {int(i): k for k, i in enumerate(self.blocks.shared)}
         pick = [where[int(i)] for i in self._order if int(i) in where]
         return self._scaled(self.inverse.ss)[np.ix_(pick, pick)]
+
+    def correlated_pairs(self, threshold: float) -> list[tuple[int, int, float]]:
+        """``(i, j, r)`` for each pair of parameters ``i < j`` (places in ``names``) whose
+        correlation ``r`` is finite and above ``threshold`` in magnitude: :attr:`correlation`'s,
+        computed :data:`PAIR_ROWS` rows at a time, never ``n x n``."""
+        place = np.empty(self._order.size, dtype=np.int64)  # a flat index's place in names
+        place[self._order] = np.arange(self._order.size)
+        std = np.sqrt(self._scaled(self.inverse.diagonal()))  # flat order
+        out: list[tuple[int, int, float]] = []
+        for lo in range(0, self._order.size, PAIR_ROWS):
+            which = self._order[lo : lo + PAIR_ROWS]  # rows in names order
+            with np.errstate(invalid="ignore", divide="ignore"):
+                r = self._scaled(self.inverse.rows(which)) / np.outer(std[which], std)
+            i, j = np.nonzero(np.isfinite(r) & (np.abs(r) > threshold))
+            later = place[j] > lo + i
+            i, j = i[later], j[later]
+            out += zip((lo + i).tolist(), place[j].tolist(), r[i, j].tolist(), strict=True)
+        return out
 
     def factor_covariance(self, name: str) -> tuple[tuple[str, ...], np.ndarray]:
         """``(names, covariance)`` of factor ``name``'s own parameters (from its block).
