@@ -281,3 +281,48 @@ def test_a_plain_laplace_file_stays_version_one(x64, fitted, tmp_path):
     loaded = ms.Result.load(tmp_path / "plain.npz").laplace
     assert type(loaded) is lap.Laplace
     np.testing.assert_array_equal(loaded.std, plain.std)
+
+
+def decay(p, d):  # one series: an amplitude of its own on a shared decay time and floor
+    return d["w"] * (p["amp"] * jnp.exp(-d["t"] / p["tau"]) + p["floor"] - d["y"]) / 0.05
+
+
+def decay_graph(n=5, seed=3):
+    rng = np.random.default_rng(seed)
+    factors = []
+    for i in range(n):
+        t = np.linspace(0.0, 4.0, 12 + i)
+        y = (1.0 + 0.3 * i) * np.exp(-t / 1.3) + 0.4 + rng.normal(0.0, 0.05, t.size)
+        own = {"amp": ms.Uniform(0.0, 5.0)}
+        data = {"t": t, "y": y, "w": np.ones(t.size)}  # w: 0 where the graph pads
+        factors.append(ms.Factor.from_residuals(decay, data, space=own, name=f"s{i}"))
+    shared = {"tau": ms.LogUniform(0.1, 10.0), "floor": ms.Uniform(-2.0, 2.0)}
+    return ms.FactorGraphModel(factors, space=shared, pad_to_common_shape=True)
+
+
+@pytest.mark.parametrize("absolute_sigma", [True, False])
+def test_a_least_squares_graph_past_the_dense_bound_gets_its_errors_from_the_arrow(
+    x64, absolute_sigma, monkeypatch, tmp_path
+):
+    graph = decay_graph()
+    search = ms.MultiStartLeastSquares(
+        n_starts=2, seed=0, log_every=0, absolute_sigma=absolute_sigma
+    )
+    result = search.fit(graph)
+    dense = result.laplace  # J is small: the dense path, as before
+    assert type(dense) is lap.Laplace and dense.kind == "gauss-newton"
+    monkeypatch.setattr(lap, "DENSE_BYTES", 0)  # now J "does not fit"
+    arrow = result.attach_problem(result.problem).laplace  # the least-squares problem afresh
+    assert isinstance(arrow, lap.ArrowLaplace) and arrow.kind == "gauss-newton"
+    assert arrow.names == dense.names
+    np.testing.assert_allclose(arrow.std, dense.std, rtol=1e-9)
+    np.testing.assert_allclose(arrow.hessian, dense.hessian, rtol=1e-9, atol=1e-12)
+    assert (arrow.dof, arrow.absolute_sigma) == (dense.dof, dense.absolute_sigma)
+    assert arrow.reduced_chi2 == pytest.approx(dense.reduced_chi2, rel=1e-12)
+    np.testing.assert_allclose(arrow.residuals, dense.residuals, rtol=1e-12, atol=1e-12)
+    # the file keeps the kind; loading gives the same errors
+    path = tmp_path / "ls.npz"
+    dataclasses.replace(result, uncertainty=Uncertainty(laplace=arrow)).save(path)
+    loaded = ms.Result.load(path).laplace
+    assert isinstance(loaded, lap.ArrowLaplace) and loaded.kind == "gauss-newton"
+    np.testing.assert_array_equal(loaded.std, arrow.std)

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.flatten_util import ravel_pytree
 
 from ..common import xla
 
@@ -83,22 +84,45 @@ class ArrowCurvature:
       problem: a :class:`multistart.model.problem.Problem` whose space has an
         :meth:`~multistart.model.plates.GraphSpace.arrow` with at least one factor's own
         parameters.
+      gauss_newton: for a least-squares problem (its ``residuals``): the arrow of the
+        Gauss-Newton matrix ``2 JᵀJ`` of ``‖r‖²`` instead, from products ``2 Jᵀ(J t)`` (a
+        residual depends on the shared parameters and one factor's own, so ``JᵀJ`` is an arrow
+        too); ``value`` is then ``‖r‖²`` and :meth:`residuals` gives ``r``.
     """
 
-    def __init__(self, problem):
+    def __init__(self, problem, gauss_newton: bool = False):
+        if gauss_newton and getattr(problem, "residuals", None) is None:
+            raise TypeError("gauss_newton=True needs a least-squares problem (its residuals)")
         space, fom = problem.space, problem.fom  # not the problem: kept, it would keep its data
         self.arrow = space.arrow()
         self.n = space.n_dims
+        self.gauss_newton = gauss_newton
 
         def fom_flat(vec, data):
             return fom(space.unravel(vec), data)
 
-        def rows(vec, data, tangents):
+        def hessian_rows(vec, data, tangents):
             grad = jax.grad(fom_flat)
             _, hvp = jax.linearize(lambda v: grad(v, data), vec)
             return jax.vmap(hvp)(tangents), fom_flat(vec, data)
 
-        self._rows = xla.jit(rows)
+        residuals = getattr(problem, "residuals", None)  # a least-squares problem's
+
+        def flat(vec, data):
+            assert residuals is not None  # made only for a least-squares problem
+            return ravel_pytree(residuals(space.unravel(vec), data))[0]
+
+        def gauss_newton_rows(vec, data, tangents):
+            r, jvp = jax.linearize(lambda v: flat(v, data), vec)
+            vjp = jax.linear_transpose(jvp, vec)
+            return jax.vmap(lambda t: 2.0 * vjp(jvp(t))[0])(tangents), jnp.vdot(r, r)
+
+        self._residuals = xla.jit(flat)
+        self._rows = xla.jit(gauss_newton_rows if gauss_newton else hessian_rows)
+
+    def residuals(self, vec, data) -> np.ndarray:
+        """The flat residuals at ``vec`` (``gauss_newton`` only)."""
+        return np.asarray(self._residuals(vec, data), dtype=np.float64)
 
     def tangents(self) -> np.ndarray:
         """``(n_s + k, n)``: a unit tangent a shared coordinate, then one a colour."""

@@ -135,6 +135,7 @@ def _arrow_laplace(meta: dict, z: dict[str, np.ndarray], params) -> ArrowLaplace
         z["laplace/arrow/order"],
         invert(blocks, float(kept["eps"])),
         float(meta["laplace"]["scale"]),
+        kind=meta["laplace"]["kind"],
         absolute_sigma=bool(meta["laplace"]["absolute_sigma"]),
         dof=meta["laplace"]["dof"],
         reduced_chi2=meta["laplace"]["reduced_chi2"],

@@ -191,6 +191,8 @@ def hessian_function(problem: Problem):
     few Hessian-vector products; :func:`laplace_problem` inverts it by blocks).
     """
     if _is_residual(problem):
+        if _jacobian_too_big(problem):
+            return ArrowCurvature(problem, gauss_newton=True)
         return _residual_curvature(problem)
     if _has_arrow(problem):
         return ArrowCurvature(problem)
@@ -425,6 +427,18 @@ def _warn_bad(problem, names, bad) -> None:
 DENSE_BYTES = 1 << 28
 
 
+def _jacobian_too_big(problem) -> bool:
+    """Is ``problem`` a least-squares graph with the Gauss-Newton covariance whose Jacobian
+    ``m x n`` is past :data:`DENSE_BYTES` (its errors then come from the arrow of ``JᵀJ``)?"""
+    if getattr(problem, "covariance", None) != "gauss-newton" or not _has_arrow(problem):
+        return False
+    space, residuals = problem.space, problem.residuals
+    example = jax.ShapeDtypeStruct((space.n_dims,), jax.dtypes.canonicalize_dtype(float))
+    out = jax.eval_shape(lambda v: residuals(space.unravel(v), problem.data), example)
+    m = sum(int(np.prod(leaf.shape)) for leaf in jax.tree_util.tree_leaves(out))
+    return m * space.n_dims * 8 > DENSE_BYTES
+
+
 def _has_arrow(problem) -> bool:
     arrow = getattr(problem.space, "arrow", None)
     return callable(arrow) and bool(arrow().blocks)
@@ -624,6 +638,8 @@ def residual_laplace(problem, params, curvature_fn=None, *, warn: bool = True) -
     """
     space = problem.space
     fn = hessian_function(problem) if curvature_fn is None else curvature_fn
+    if isinstance(fn, ArrowCurvature):
+        return _arrow_residual_laplace(problem, params, fn, warn)
     dtype = jax.dtypes.canonicalize_dtype(jnp.float64)
     vec = _ravel_point(space, params)
     names = tuple(flat_names(space.paths, [p.shape for p in space.priors]))
@@ -653,6 +669,40 @@ def residual_laplace(problem, params, curvature_fn=None, *, warn: bool = True) -
     more["reduced_chi2"] = ssr / (m - n) if m > n else None
     point = (problem, space, params, vec, names)
     return _laplace(point, hess, inverse, bad, 2.0 * s2, kind, warn, **more)
+
+
+def _no_dof_warning(problem, m: int, n: int, warn: bool) -> None:
+    if not problem.absolute_sigma and m <= n and warn:
+        warnings.warn(
+            f"{problem.name!r}: {m} residuals for {n} parameters leave no degrees of freedom "
+            "for the reduced chi-squared: the covariance is inf (pass absolute_sigma=True "
+            "if the residuals are normalised by known sigmas)",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+
+
+def _arrow_residual_laplace(problem, params, curvature: ArrowCurvature, warn: bool):
+    """:func:`residual_laplace` of a least-squares graph whose Jacobian is past
+    :data:`DENSE_BYTES`: ``s² (JᵀJ)⁻¹`` from the arrow of ``2 JᵀJ`` (Gauss-Newton products,
+    never ``J`` itself), inverted by the Schur complement (:func:`_arrow_laplace`'s)."""
+    space = problem.space
+    dtype = jax.dtypes.canonicalize_dtype(jnp.float64)
+    vec = _ravel_point(space, params)
+    names = tuple(flat_names(space.paths, [p.shape for p in space.priors]))
+    blocks = curvature.blocks(jnp.asarray(vec, dtype), problem.data)
+    r = curvature.residuals(jnp.asarray(vec, dtype), problem.data)
+    m, n, ssr = r.size, vec.size, float(blocks.value)
+    s2 = float(residual_scale(ssr, m, n, problem.absolute_sigma))
+    _no_dof_warning(problem, m, n, warn)
+    inverse = invert(blocks, float(np.finfo(dtype).eps))
+    if inverse.bad.any() and warn:
+        _warn_bad(problem, names, inverse.bad)
+    more = dict(absolute_sigma=problem.absolute_sigma, dof=m - n, residuals=r)
+    more["reduced_chi2"] = ssr / (m - n) if m > n else None
+    return ArrowLaplace(
+        (problem, space, params, vec, names), inverse, 2.0 * s2, kind="gauss-newton", **more
+    )
 
 
 def residual_scale(ssr, m, n: int, absolute_sigma: bool) -> np.ndarray:
