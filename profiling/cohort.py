@@ -19,7 +19,8 @@ Arms, every one in one run (each in a fresh process, the persistent compilation 
   against scipy's L-BFGS-B looping over the same 8 starts on the same MAP written as one array
   objective (``jit(value_and_grad)`` of an ``(N, 3)`` array of random effects), its compile
   included; both walls from the fit's call to its answer, and the best figure of merit each
-  reached (target: at most 2x scipy's wall).
+  reached (target: at most 2x scipy's wall); and the same fit with ``diagonal=True`` (the
+  L-BFGS's initial inverse Hessian a scale a coordinate, docs/rules.md).
 - ``errors``: Laplace errors of the shared parameters at N patients from the graph's
   structure (``ms.laplace(graph, params).shared_covariance``: the arrow of the Hessian, a
   Schur complement) against the dense Hessian of the array objective and its inverse:
@@ -242,7 +243,7 @@ def arm_compile(n: int, n_starts: int, steps: int) -> dict:
     return {"compile_s": result.stats["compile_s"], "wall_s": result.stats["wall_s"]}
 
 
-def arm_fit(n: int, n_starts: int, steps: int | None) -> dict:
+def arm_fit(n: int, n_starts: int, steps: int | None, diagonal: bool = False) -> dict:
     import jax
 
     import multistart as ms
@@ -253,9 +254,10 @@ def arm_fit(n: int, n_starts: int, steps: int | None) -> dict:
     given = stacked(starts(n, n_starts))
     options = {} if steps is None else {"n_steps": steps}
     t0 = time.perf_counter()
-    result = ms.MultiStartLBFGS(n_starts=n_starts, seed=0, log_every=0, **options).fit(
-        graph, starts=given
+    search = ms.MultiStartLBFGS(
+        n_starts=n_starts, seed=0, log_every=0, diagonal=diagonal, **options
     )
+    result = search.fit(graph, starts=given)
     wall = time.perf_counter() - t0
     return {
         "wall_s": wall,
@@ -401,6 +403,8 @@ def child_arm(args) -> dict:
         return arm_compile(n, args.starts, args.steps or 30)
     if args.arm == "fit":
         return arm_fit(n, args.starts, args.steps)
+    if args.arm == "fit-diagonal":
+        return arm_fit(n, args.starts, args.steps, diagonal=True)
     if args.arm == "scipy":
         return arm_scipy(n, args.starts, args.steps)
     if args.arm == "errors":
@@ -408,7 +412,7 @@ def child_arm(args) -> dict:
     return arm_hessian(n, args.steps, args.hessian_chunk or 0)
 
 
-ARMS = ("compile", "fit", "scipy", "errors", "hessian")
+ARMS = ("compile", "fit", "fit-diagonal", "scipy", "errors", "hessian")
 
 
 def main() -> None:
@@ -475,23 +479,30 @@ def main() -> None:
         f"{small} patients",
     )
 
-    ours, peer = child("fit", n), child("scipy", n)
-    for arm, m in (("ours", ours), ("scipy", peer)):
+    fits = {"ours": child("fit", n), "diagonal": child("fit-diagonal", n)}
+    fits["scipy"] = child("scipy", n)
+    for arm, m in fits.items():
         for key in ("wall_s", "best_fom", "n_evals", "n_converged", "peak_gb"):
             record.figure(f"fit {arm} {key}", m[key])
-    record.figure("fit ours compile_s", ours["compile_s"])
-    record.ratio("fit ours / scipy", "fit ours wall_s", "fit scipy wall_s")
+    for arm in ("ours", "diagonal"):
+        record.figure(f"fit {arm} compile_s", fits[arm]["compile_s"])
+        record.ratio(f"fit {arm} / scipy", f"fit {arm} wall_s", "fit scipy wall_s")
+    names = {
+        "ours": "MultiStartLBFGS",
+        "diagonal": "MultiStartLBFGS(diagonal=True)",
+        "scipy": "scipy L-BFGS-B loop",
+    }
     harness.print_ratios(
         f"the whole fit of {n} patients, {args.starts} starts",
-        {"MultiStartLBFGS": ours["wall_s"], "scipy L-BFGS-B loop": peer["wall_s"]},
-        "scipy L-BFGS-B loop",
+        {names[arm]: m["wall_s"] for arm, m in fits.items()},
+        names["scipy"],
     )
-    print(
-        f"  best figure of merit: ours {ours['best_fom']:.6f} ({ours['n_converged']} converged, "
-        f"{ours['n_evals']} evaluations), scipy {peer['best_fom']:.6f} "
-        f"({peer['n_converged']} converged, {peer['n_evals']} evaluations)",
-        flush=True,
-    )
+    for arm, m in fits.items():
+        print(
+            f"  {names[arm]}: best figure of merit {m['best_fom']:.6f} "
+            f"({m['n_converged']} converged, {m['n_evals']} evaluations)",
+            flush=True,
+        )
 
     arrow, dense = child("errors", n), child("hessian", n, "--hessian-chunk", chunk)
     peer_name = "jax.hessian" if chunk == 0 else f"jax.hessian's products, {chunk} columns a call"

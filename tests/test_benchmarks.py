@@ -175,6 +175,7 @@ def test_cohort_records_compile_fit_and_errors_against_their_peers(records):
     assert set(record["ratios"]) == {
         "compile 200 / 50",
         "fit ours / scipy",
+        "fit diagonal / scipy",
         "errors arrow / dense",
     }
     assert record["notes"]["errors peer"] == "jax.hessian"

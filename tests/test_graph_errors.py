@@ -1,6 +1,8 @@
 """A factor graph's Laplace errors from the arrow of its Hessian: the blocks and their Schur
 complement give what the dense ``jax.hessian`` gives, in memory linear in the factors."""
 
+import dataclasses
+import json
 import warnings
 
 import jax
@@ -11,6 +13,7 @@ import pytest
 import multistart as ms
 from multistart.result import laplace as lap
 from multistart.result.arrow import ArrowCurvature, safe_inverses
+from multistart.result.uncertainty import Uncertainty
 
 SHARED = {"slope": ms.Normal(1.0, 2.0), "curve": {"c2": ms.Uniform(-2.0, 2.0)}}
 
@@ -212,11 +215,114 @@ def test_batched_safe_inverses_judge_as_the_single_one(x64):
         np.testing.assert_allclose(got[i], one, rtol=1e-12, equal_nan=True)
 
 
-def test_the_errors_of_a_graph_survive_save_and_load(x64, fitted, tmp_path):
+def test_the_errors_of_a_graph_survive_save_and_load_as_the_arrows_blocks(x64, fitted, tmp_path):
     graph, result = fitted
+    result = result.attach_problem(graph)  # a copy whose errors are computed afresh
+    fit = result.laplace
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         result.save(tmp_path / "fit.npz")
+    assert "_covariance" not in fit.__dict__ and "_hessian" not in fit.__dict__  # not made
+    with np.load(tmp_path / "fit.npz") as z:
+        kept = set(z.files)
+    assert "laplace/covariance" not in kept and "laplace/hessian" not in kept
+    assert {"laplace/arrow/S", "laplace/arrow/B/0", "laplace/arrow/order"} <= kept
     loaded = ms.Result.load(tmp_path / "fit.npz")
-    np.testing.assert_allclose(loaded.laplace.std, result.laplace.std, rtol=1e-12)
-    np.testing.assert_allclose(loaded.covariance, result.covariance, rtol=1e-12)
+    again = loaded.laplace
+    assert isinstance(again, lap.ArrowLaplace)
+    np.testing.assert_array_equal(again.std, fit.std)  # inverted again: the same bits
+    assert again.names == fit.names and again.scale == fit.scale
+    for got, want in zip(
+        jax.tree_util.tree_leaves(loaded.errors),
+        jax.tree_util.tree_leaves(result.errors),
+        strict=True,
+    ):
+        np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(again.shared_covariance, fit.shared_covariance)
+    np.testing.assert_array_equal(again.factor_covariance("a3")[1], fit.factor_covariance("a3")[1])
+    # the report from the blocks: no n x n made for it, the dense correlation's pairs
+    text = loaded.report()
+    assert "_covariance" not in again.__dict__ and "_covariance" not in fit.__dict__
+    mine = result.report()  # the priors are named where the graph is attached
+    assert text.split("[[Correlations]]")[1] == mine.split("[[Correlations]]")[1]
+    corr = fit.correlation  # now made, to compare with
+    upper = np.triu(np.isfinite(corr) & (np.abs(corr) > 0.1), k=1)
+    want = {(fit.names[i], fit.names[j]) for i, j in zip(*np.nonzero(upper), strict=True)}
+    got = {(fit.names[i], fit.names[j]) for i, j, _ in fit.correlated_pairs(0.1)}
+    assert got == want and len(want) > 10
+    for i, j, r in fit.correlated_pairs(0.1):
+        assert r == pytest.approx(corr[i, j], rel=1e-10, abs=1e-12)
+    np.testing.assert_allclose(loaded.covariance, fit.covariance, rtol=1e-12)  # when asked
+
+
+def test_rows_of_the_inverse_are_the_dense_inverses_rows(x64, fitted):
+    graph, result = fitted
+    fit = ms.laplace(graph, result.best_params)
+    whole = fit.inverse.dense()
+    which = np.array([0, 5, 1, fit.inverse.blocks.n - 1, 7, 2])  # shared and own, any order
+    np.testing.assert_allclose(fit.inverse.rows(which), whole[which], rtol=1e-12, atol=1e-15)
+
+
+def test_a_plain_laplace_file_stays_version_one(x64, fitted, tmp_path):
+    graph, result = fitted
+    fit = ms.laplace(graph, result.best_params)
+    plain = lap.Laplace(
+        params=fit.params,
+        covariance=fit.covariance,
+        names=fit.names,
+        hessian=fit.hessian,
+        scale=fit.scale,
+        errors=fit.errors,
+    )
+    dataclasses.replace(result, uncertainty=Uncertainty(laplace=plain)).save(tmp_path / "plain.npz")
+    with np.load(tmp_path / "plain.npz") as z:
+        assert json.loads(z["__meta__"].tobytes())["version"] == 1
+        assert "laplace/covariance" in z.files
+    loaded = ms.Result.load(tmp_path / "plain.npz").laplace
+    assert type(loaded) is lap.Laplace
+    np.testing.assert_array_equal(loaded.std, plain.std)
+
+
+def decay(p, d):  # one series: an amplitude of its own on a shared decay time and floor
+    return d["w"] * (p["amp"] * jnp.exp(-d["t"] / p["tau"]) + p["floor"] - d["y"]) / 0.05
+
+
+def decay_graph(n=5, seed=3):
+    rng = np.random.default_rng(seed)
+    factors = []
+    for i in range(n):
+        t = np.linspace(0.0, 4.0, 12 + i)
+        y = (1.0 + 0.3 * i) * np.exp(-t / 1.3) + 0.4 + rng.normal(0.0, 0.05, t.size)
+        own = {"amp": ms.Uniform(0.0, 5.0)}
+        data = {"t": t, "y": y, "w": np.ones(t.size)}  # w: 0 where the graph pads
+        factors.append(ms.Factor.from_residuals(decay, data, space=own, name=f"s{i}"))
+    shared = {"tau": ms.LogUniform(0.1, 10.0), "floor": ms.Uniform(-2.0, 2.0)}
+    return ms.FactorGraphModel(factors, space=shared, pad_to_common_shape=True)
+
+
+@pytest.mark.parametrize("absolute_sigma", [True, False])
+def test_a_least_squares_graph_past_the_dense_bound_gets_its_errors_from_the_arrow(
+    x64, absolute_sigma, monkeypatch, tmp_path
+):
+    graph = decay_graph()
+    search = ms.MultiStartLeastSquares(
+        n_starts=2, seed=0, log_every=0, absolute_sigma=absolute_sigma
+    )
+    result = search.fit(graph)
+    dense = result.laplace  # J is small: the dense path, as before
+    assert type(dense) is lap.Laplace and dense.kind == "gauss-newton"
+    monkeypatch.setattr(lap, "DENSE_BYTES", 0)  # now J "does not fit"
+    arrow = result.attach_problem(result.problem).laplace  # the least-squares problem afresh
+    assert isinstance(arrow, lap.ArrowLaplace) and arrow.kind == "gauss-newton"
+    assert arrow.names == dense.names
+    np.testing.assert_allclose(arrow.std, dense.std, rtol=1e-9)
+    np.testing.assert_allclose(arrow.hessian, dense.hessian, rtol=1e-9, atol=1e-12)
+    assert (arrow.dof, arrow.absolute_sigma) == (dense.dof, dense.absolute_sigma)
+    assert arrow.reduced_chi2 == pytest.approx(dense.reduced_chi2, rel=1e-12)
+    np.testing.assert_allclose(arrow.residuals, dense.residuals, rtol=1e-12, atol=1e-12)
+    # the file keeps the kind; loading gives the same errors
+    path = tmp_path / "ls.npz"
+    dataclasses.replace(result, uncertainty=Uncertainty(laplace=arrow)).save(path)
+    loaded = ms.Result.load(path).laplace
+    assert isinstance(loaded, lap.ArrowLaplace) and loaded.kind == "gauss-newton"
+    np.testing.assert_array_equal(loaded.std, arrow.std)

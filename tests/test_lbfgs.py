@@ -239,6 +239,7 @@ def test_bad_hyperparameters_fail_before_any_compile():
             ({"rtol": -1.0}, "rtol"),
             ({"xtol": float("nan")}, "xtol"),
             ({"ftol": "x"}, "ftol"),
+            ({"diagonal": 1}, "diagonal"),
         ]:
             with pytest.raises(ValueError, match=word):
                 ms.MultiStartLBFGS(**kw)
@@ -303,7 +304,7 @@ def test_the_memory_keeps_the_newest_pairs_oldest_first_and_the_direction_is_the
         np.testing.assert_array_equal(np.asarray(st.y[3 - len(kept) :]), [p[1] for p in kept])
         assert np.all(np.asarray(st.rho[: 3 - len(kept)]) == 0)  # empty rows first
         g = rng.normal(size=n)
-        got = np.asarray(LBFGS._two_loop(jnp.asarray(g), mem))
+        got = np.asarray(LBFGS._two_loop(jnp.asarray(g), mem, mem.gamma))
         gamma = kept[-1][0] @ kept[-1][1] / (kept[-1][1] @ kept[-1][1])
         np.testing.assert_allclose(got, _numpy_two_loop(g, kept, gamma), rtol=1e-12)
     again = LBFGSFields.unpack(st.pack())  # the three arrays hold every field
@@ -311,6 +312,66 @@ def test_the_memory_keeps_the_newest_pairs_oldest_first_and_the_direction_is_the
         np.testing.assert_array_equal(
             np.asarray(getattr(again, name)), np.asarray(getattr(st, name))
         )
+
+
+def test_diagonal_scales_each_coordinate_by_its_own_secant_within_range(x64):
+    from multistart.solvers.lbfgs import _DIAGONAL_RANGE, LBFGSFields, _Dots
+
+    solver, n = LBFGS(memory=3, diagonal=True), 5
+    st = LBFGSFields.unpack(solver.init(jnp.zeros(n)))
+    rng = np.random.default_rng(1)
+    # coordinate 3 of the pairs shows negative curvature, coordinate 4 none at all (y = 0)
+    curvature = np.array([1e-1, 1e3, 1e6, -1.0, 0.0])  # gamma: about 1e-6, the largest's
+    pairs = []
+    for _ in range(3):
+        s = rng.normal(size=n)
+        y = curvature * s
+        y[0] += 0.1 * s[1]  # a little coupling, so the secants are estimates
+        pairs.append((s, y))
+        dots = _Dots.of(jnp.asarray(s), jnp.asarray(y), jnp.zeros(n), st)
+        mem = solver._remember(st, jnp.asarray(s), jnp.asarray(y), dots, jnp.bool_(True))
+        st = st._replace(**mem._asdict())
+    s_rows, y_rows = np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs])
+    gamma = s_rows[-1] @ y_rows[-1] / (y_rows[-1] @ y_rows[-1])
+    secant = np.sum(s_rows * y_rows, axis=0) / np.where(np.any(y_rows, 0), (y_rows**2).sum(0), 1)
+    want = np.where(secant > 0, secant, gamma)
+    want = np.clip(want, gamma / _DIAGONAL_RANGE, gamma * _DIAGONAL_RANGE)
+    h0 = np.asarray(solver._h0(mem))
+    np.testing.assert_allclose(h0, want, rtol=1e-12)
+    assert h0[3] == h0[4] == gamma  # no positive curvature seen: the scalar scale
+    assert h0[1] == pytest.approx(1e-3, rel=1e-3)  # 1 / the coordinate's curvature
+    assert h0[2] == pytest.approx(1e-6, rel=1e-6)
+    assert h0[0] == pytest.approx(gamma * _DIAGONAL_RANGE)  # about 10 is past the range
+    g = rng.normal(size=n)
+    got = np.asarray(LBFGS._two_loop(jnp.asarray(g), mem, solver._h0(mem)))
+    np.testing.assert_allclose(got, _numpy_two_loop(g, pairs, want), rtol=1e-12)
+    # off, the initial inverse Hessian is the scalar gamma
+    assert float(LBFGS(memory=3)._h0(mem)) == pytest.approx(gamma, rel=1e-12)
+
+
+# A quadratic whose curvatures span 1e4, shuffled over its 40 coordinates: what the diagonal is
+# for (a cohort's shared parameters against thousands of factors' own)
+_SCALED = np.random.default_rng(3).permutation(np.logspace(0.0, 4.0, 40))
+
+
+def _badly_scaled(p):
+    return 1.0 + 0.5 * jnp.sum(jnp.asarray(_SCALED) * (p["x"] - 0.5) ** 2)
+
+
+def test_the_diagonal_converges_in_far_fewer_steps_on_a_badly_scaled_quadratic(x64):
+    space = {"x": ms.Normal(0.0, 1.0, shape=(40,))}
+    fits = {
+        diagonal: _lbfgs(n_starts=4, n_steps=5000, diagonal=diagonal).fit(_badly_scaled, space)
+        for diagonal in (False, True)
+    }
+    for fit in fits.values():
+        assert list(fit.status) == ["converged"] * 4
+        assert np.all(np.asarray(fit.foms) - 1.0 <= 1e-9)
+        np.testing.assert_allclose(np.asarray(fit.params["x"]), 0.5, atol=1e-5)
+    plain, diagonal = (int(np.sum(fits[d].n_steps)) for d in (False, True))
+    assert diagonal < plain / 3, (diagonal, plain)
+    assert "diagonal" not in fits[False].config["hyperparameters"]  # recorded only when on
+    assert fits[True].config["hyperparameters"]["diagonal"] is True
 
 
 def _on_a_corner(p):  # minimum at a = (1, 1), b = 0.1: on bounds of a Uniform and a LogUniform

@@ -9,7 +9,8 @@ from that script's first start. Arms, in this one process:
 - ``MultiStartLBFGS(n_starts=1)`` at ``memory`` 10, 20, 40, with looser tests (``rtol``
   1e-10 and 1e-9) and with scipy's ``ftol`` (2.2e-9) and 1e-10: steps to converge (or
   stall), the figure of merit at its end, and the first step its best reached scipy's
-  (physical) figure of merit;
+  (physical) figure of merit; and with ``diagonal=True`` (the initial inverse Hessian a scale
+  a coordinate);
 - seconds a step of 8 starts at ``memory`` 10, 20 and 40 (300 steps, ``batch_size="auto"``).
 
 Run: ``python profiling/experiments/cohort_convergence.py`` (``--patients 1000`` for a few
@@ -79,6 +80,7 @@ def main() -> None:
         "rtol=1e-9": {"rtol": 1e-9},
         "ftol=2.2e-9 (scipy's)": {"ftol": 2.220446049250313e-09},
         "ftol=1e-10": {"ftol": 1e-10},
+        "diagonal=True": {"diagonal": True},
     }
     for name, options in arms.items():
         search = ms.MultiStartLBFGS(n_starts=1, n_steps=15_000, seed=0, log_every=0, **options)

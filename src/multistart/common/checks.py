@@ -9,7 +9,9 @@ from __future__ import annotations
 import math
 import numbers
 
-__all__ = ["integer", "positive", "non_negative", "in_unit_interval", "each"]
+import numpy as np
+
+__all__ = ["integer", "positive", "non_negative", "in_unit_interval", "each", "boolean"]
 
 
 def _real(value, name: str) -> float:
@@ -34,6 +36,19 @@ def integer(value, name: str, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
         raise ValueError(f"{name} must be an int >= {minimum}; got {value!r}")
     return int(value)
+
+
+def boolean(value, name: str) -> bool:
+    """``value`` if it is ``True`` or ``False`` (a NumPy bool too).
+
+    >>> boolean(1, "diagonal")
+    Traceback (most recent call last):
+    ...
+    ValueError: diagonal must be True or False; got 1
+    """
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{name} must be True or False; got {value!r}")
+    return bool(value)
 
 
 def positive(value, name: str, *, schedule: bool = False):

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.flatten_util import ravel_pytree
 
 from ..common import xla
 
@@ -83,22 +84,45 @@ class ArrowCurvature:
       problem: a :class:`multistart.model.problem.Problem` whose space has an
         :meth:`~multistart.model.plates.GraphSpace.arrow` with at least one factor's own
         parameters.
+      gauss_newton: for a least-squares problem (its ``residuals``): the arrow of the
+        Gauss-Newton matrix ``2 JᵀJ`` of ``‖r‖²`` instead, from products ``2 Jᵀ(J t)`` (a
+        residual depends on the shared parameters and one factor's own, so ``JᵀJ`` is an arrow
+        too); ``value`` is then ``‖r‖²`` and :meth:`residuals` gives ``r``.
     """
 
-    def __init__(self, problem):
+    def __init__(self, problem, gauss_newton: bool = False):
+        if gauss_newton and getattr(problem, "residuals", None) is None:
+            raise TypeError("gauss_newton=True needs a least-squares problem (its residuals)")
         space, fom = problem.space, problem.fom  # not the problem: kept, it would keep its data
         self.arrow = space.arrow()
         self.n = space.n_dims
+        self.gauss_newton = gauss_newton
 
         def fom_flat(vec, data):
             return fom(space.unravel(vec), data)
 
-        def rows(vec, data, tangents):
+        def hessian_rows(vec, data, tangents):
             grad = jax.grad(fom_flat)
             _, hvp = jax.linearize(lambda v: grad(v, data), vec)
             return jax.vmap(hvp)(tangents), fom_flat(vec, data)
 
-        self._rows = xla.jit(rows)
+        residuals = getattr(problem, "residuals", None)  # a least-squares problem's
+
+        def flat(vec, data):
+            assert residuals is not None  # made only for a least-squares problem
+            return ravel_pytree(residuals(space.unravel(vec), data))[0]
+
+        def gauss_newton_rows(vec, data, tangents):
+            r, jvp = jax.linearize(lambda v: flat(v, data), vec)
+            vjp = jax.linear_transpose(jvp, vec)
+            return jax.vmap(lambda t: 2.0 * vjp(jvp(t))[0])(tangents), jnp.vdot(r, r)
+
+        self._residuals = xla.jit(flat)
+        self._rows = xla.jit(gauss_newton_rows if gauss_newton else hessian_rows)
+
+    def residuals(self, vec, data) -> np.ndarray:
+        """The flat residuals at ``vec`` (``gauss_newton`` only)."""
+        return np.asarray(self._residuals(vec, data), dtype=np.float64)
 
     def tangents(self) -> np.ndarray:
         """``(n_s + k, n)``: a unit tangent a shared coordinate, then one a colour."""
@@ -196,6 +220,7 @@ class ArrowInverse:
       bad: ``(n,)`` in the flat order: coordinates in a direction of zero, negative or
         non-finite curvature; their rows and columns are ``nan``.
       blocks: the arrow it inverts.
+      eps: the rounding the inverses were judged by (:func:`invert`'s).
     """
 
     ss: np.ndarray
@@ -203,6 +228,7 @@ class ArrowInverse:
     own: tuple[np.ndarray, ...]
     bad: np.ndarray
     blocks: ArrowBlocks
+    eps: float
 
     def _m(self) -> np.ndarray:
         return np.where(np.isnan(self.ss), 0.0, self.ss)
@@ -214,6 +240,38 @@ class ArrowInverse:
         out[blocks.shared] = np.diagonal(self.ss)
         for idx, own in zip(blocks.index, self.own, strict=True):
             out[idx] = np.diagonal(own, axis1=1, axis2=2)
+        return out
+
+    def rows(self, which: np.ndarray) -> np.ndarray:
+        """Rows ``which`` (flat indices) of ``H⁻¹``, ``(len(which), n)``: :meth:`dense`'s rows,
+        in memory ``len(which) x n``."""
+        blocks, s = self.blocks, self.blocks.shared
+        which = np.asarray(which)
+        out = np.zeros((which.size, blocks.n))
+        where = np.full(blocks.n, -1)  # a shared coordinate's place in s, else -1
+        where[s] = np.arange(s.size)
+        sh = where[which] >= 0
+        out[np.ix_(np.flatnonzero(sh), s)] = self.ss[where[which[sh]]]
+        if blocks.index:
+            own = np.concatenate([i.reshape(-1) for i in blocks.index])
+            v = np.concatenate([v.reshape(v.shape[0] * v.shape[1], s.size) for v in self.v])
+            vm = v @ self._m()
+            place = np.full(blocks.n, -1)  # an own coordinate's place in ``own``
+            place[own] = np.arange(own.size)
+            out[np.ix_(np.flatnonzero(sh), own)] = -vm[:, where[which[sh]]].T
+            ow = np.flatnonzero(~sh)
+            p = place[which[ow]]
+            out[np.ix_(ow, s)] = -vm[p]
+            out[np.ix_(ow, own)] = vm[p] @ v.T
+            start = 0
+            for idx, block in zip(blocks.index, self.own, strict=True):
+                n_f, k = idx.shape
+                mine = (p >= start) & (p < start + n_f * k)
+                f, r = np.divmod(p[mine] - start, k)
+                out[ow[mine][:, None], idx[f]] = block[f, r]
+                start += n_f * k
+        out[self.bad[which], :] = np.nan
+        out[:, self.bad] = np.nan
         return out
 
     def dense(self) -> np.ndarray:
@@ -267,4 +325,4 @@ def invert(blocks: ArrowBlocks, eps: float) -> ArrowInverse:
     bad[s] = bad_s
     for idx, b in zip(blocks.index, bads, strict=True):
         bad[idx] = b
-    return ArrowInverse(minv, tuple(vs), own, bad, blocks)
+    return ArrowInverse(minv, tuple(vs), own, bad, blocks, eps)

@@ -465,7 +465,9 @@ class Result:
         Arrays are NumPy arrays in the archive; the rest (``stats``, ``paths``, ``config``, the
         parameter tree, ...) is JSON in its ``__meta__`` entry; nothing is pickled. The file is
         written whole or not at all. The covariance at the best fit is saved (computed now if
-        it can be; if that fails, saved without it, with a warning) unless ``errors=False``.
+        it can be; if that fails, saved without it, with a warning) unless ``errors=False``; a
+        factor graph's (:class:`multistart.ArrowLaplace`) as the blocks of its Hessian's arrow,
+        never ``n x n`` (a file of version 2, which multistart before it refuses by name).
         ``stats`` and ``config`` must hold JSON values (NumPy values are converted; tuples come
         back as lists); dict keys in the parameter tree must be ``str`` or ``int``.
         """

@@ -23,13 +23,18 @@ import numpy as np
 
 from ..common import status
 from ..common.status import Status
-from .laplace import Laplace, errors_by_name
+from .arrow import ArrowBlocks, invert
+from .laplace import ArrowLaplace, Laplace, errors_by_name
 from .uncertainty import Uncertainty
 
 __all__ = ["FORMAT", "VERSION", "ResultFileError", "save", "load"]
 __all__ += ["members", "build", "write_atomically", "read_archive", "damaged", "check_format"]
 
 FORMAT, VERSION = "multistart.Result", 1
+#: a file whose errors are a factor graph's arrow (:class:`ArrowLaplace`): its blocks, not the
+#: ``n x n`` covariance and Hessian. Files without one stay version 1, which any version reads;
+#: an older multistart refuses version 2 by name.
+ARROW_VERSION = 2
 _TREES = ("params", "start_params", "best_params")
 #: each format's kind and reader, named when a file of one is read as the other
 KINDS = {
@@ -51,9 +56,10 @@ def save(result, path, fit: Laplace | None) -> None:
 def members(result, fit: Laplace | None) -> dict[str, np.ndarray]:
     """The archive's members for ``result`` (and the covariance ``fit``): ``__meta__``, the
     JSON, and every array (a :class:`multistart.BatchFits` file holds them under a prefix)."""
+    arrow = isinstance(fit, ArrowLaplace)
     meta = {
         "format": FORMAT,
-        "version": VERSION,
+        "version": ARROW_VERSION if arrow else VERSION,
         "best_fom": float(result.best_fom),
         "best_index": int(result.best_index),
         "stats": result.stats,
@@ -76,13 +82,64 @@ def members(result, fit: Laplace | None) -> dict[str, np.ndarray]:
             "dof": fit.dof,
             "reduced_chi2": fit.reduced_chi2,
         }
+        if isinstance(fit, ArrowLaplace):
+            blocks = fit.blocks
+            meta["laplace"]["arrow"] = {
+                "eps": fit.inverse.eps,
+                "value": blocks.value,
+                "factors": [list(f) for f in blocks.factors],
+            }
     text = json.dumps(meta, default=_json_default, allow_nan=True)
     arrays = {"__meta__": np.frombuffer(text.encode("utf-8"), dtype=np.uint8)}
     arrays.update(_record_arrays(result))
-    if fit is not None:
+    if arrow:
+        arrays.update(_arrow_arrays(fit))
+    elif fit is not None:
         arrays["laplace/covariance"] = fit.covariance
         arrays["laplace/hessian"] = fit.hessian
     return arrays
+
+
+def _arrow_arrays(fit) -> dict[str, np.ndarray]:
+    """An :class:`ArrowLaplace`'s members: the Hessian's arrow (memory linear in the number of
+    factors), from which loading inverts it again, and the flat index of each name."""
+    blocks = fit.blocks
+    arrays = {
+        "laplace/arrow/order": np.asarray(fit._order),
+        "laplace/arrow/shared": blocks.shared,
+        "laplace/arrow/S": blocks.S,
+    }
+    for b, (index, c, h) in enumerate(zip(blocks.index, blocks.C, blocks.B, strict=True)):
+        arrays[f"laplace/arrow/index/{b}"] = index
+        arrays[f"laplace/arrow/C/{b}"] = c
+        arrays[f"laplace/arrow/B/{b}"] = h
+    return arrays
+
+
+def _arrow_laplace(meta: dict, z: dict[str, np.ndarray], params) -> ArrowLaplace:
+    """The :class:`ArrowLaplace` of a file: its arrow inverted again (the same errors)."""
+    kept = meta["laplace"]["arrow"]
+    n_blocks = len(kept["factors"])
+    blocks = ArrowBlocks(
+        shared=z["laplace/arrow/shared"],
+        index=tuple(z[f"laplace/arrow/index/{b}"] for b in range(n_blocks)),
+        factors=tuple(tuple(f) for f in kept["factors"]),
+        S=z["laplace/arrow/S"],
+        C=tuple(z[f"laplace/arrow/C/{b}"] for b in range(n_blocks)),
+        B=tuple(z[f"laplace/arrow/B/{b}"] for b in range(n_blocks)),
+        value=float(kept["value"]),
+    )
+    return ArrowLaplace.from_blocks(
+        params,
+        meta["laplace"]["names"],
+        z["laplace/arrow/order"],
+        invert(blocks, float(kept["eps"])),
+        float(meta["laplace"]["scale"]),
+        kind=meta["laplace"]["kind"],
+        absolute_sigma=bool(meta["laplace"]["absolute_sigma"]),
+        dof=meta["laplace"]["dof"],
+        reduced_chi2=meta["laplace"]["reduced_chi2"],
+    )
 
 
 def _record_arrays(result) -> dict[str, np.ndarray]:
@@ -166,24 +223,27 @@ def read_archive(name: str, kind: str = "Result") -> dict[str, np.ndarray]:
                 raise damaged(name, e, kind) from e
 
 
-def check_format(name: str, meta: dict, format_: str, version: int) -> None:
-    """Refuse a header of another format or version, naming the reader of another kind."""
+def check_format(name: str, meta: dict, format_: str, version: int | tuple[int, ...]) -> None:
+    """Refuse a header of another format or version (one, or those read), naming the reader
+    of another kind."""
+    versions = version if isinstance(version, tuple) else (version,)
     found = meta.get("format")
     if found != format_ and found in KINDS:
         (kind, reader), (wanted, _) = KINDS[found], KINDS[format_]
         raise ResultFileError(
             f"{name!r} is a saved {kind}, not a {wanted}: read it with {reader}(path)"
         )
-    if found != format_ or meta.get("version") != version:
+    if found != format_ or meta.get("version") not in versions:
         raise ResultFileError(
             f"{name!r}: unknown format {found!r} version "
-            f"{meta.get('version')!r}; this multistart reads {format_} {version}"
+            f"{meta.get('version')!r}; this multistart reads {format_} "
+            + " or ".join(map(str, versions))
         )
 
 
 def _build(cls, name: str, z: dict[str, np.ndarray]) -> Any:
     meta = json.loads(z["__meta__"].tobytes().decode("utf-8"))
-    check_format(name, meta, FORMAT, VERSION)
+    check_format(name, meta, FORMAT, (VERSION, ARROW_VERSION))
     n = meta["n_leaves"]
 
     def tree(kind, scalars=False):
@@ -208,8 +268,10 @@ def _build(cls, name: str, z: dict[str, np.ndarray]) -> Any:
         rung=z.get("rung"),
     )
     best_params = tree("best_params", scalars=True)
-    laplace = None
-    if "laplace" in meta:
+    laplace: Laplace | None = None
+    if "laplace" in meta and "arrow" in meta["laplace"]:
+        laplace = _arrow_laplace(meta, z, best_params)
+    elif "laplace" in meta:
         cov = z["laplace/covariance"]
         laplace = Laplace(
             params=best_params,

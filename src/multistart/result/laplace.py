@@ -191,6 +191,8 @@ def hessian_function(problem: Problem):
     few Hessian-vector products; :func:`laplace_problem` inverts it by blocks).
     """
     if _is_residual(problem):
+        if _jacobian_too_big(problem):
+            return ArrowCurvature(problem, gauss_newton=True)
         return _residual_curvature(problem)
     if _has_arrow(problem):
         return ArrowCurvature(problem)
@@ -434,9 +436,26 @@ def _warn_bad(problem, names, bad) -> None:
 DENSE_BYTES = 1 << 28
 
 
+def _jacobian_too_big(problem) -> bool:
+    """Is ``problem`` a least-squares graph with the Gauss-Newton covariance whose Jacobian
+    ``m x n`` is past :data:`DENSE_BYTES` (its errors then come from the arrow of ``JᵀJ``)?"""
+    if getattr(problem, "covariance", None) != "gauss-newton" or not _has_arrow(problem):
+        return False
+    space, residuals = problem.space, problem.residuals
+    example = jax.ShapeDtypeStruct((space.n_dims,), jax.dtypes.canonicalize_dtype(float))
+    out = jax.eval_shape(lambda v: residuals(space.unravel(v), problem.data), example)
+    m = sum(int(np.prod(leaf.shape)) for leaf in jax.tree_util.tree_leaves(out))
+    return m * space.n_dims * 8 > DENSE_BYTES
+
+
 def _has_arrow(problem) -> bool:
     arrow = getattr(problem.space, "arrow", None)
     return callable(arrow) and bool(arrow().blocks)
+
+
+#: Rows of the inverse Hessian a step of :meth:`ArrowLaplace.correlated_pairs` makes (its memory
+#: is this many rows of ``n``: 40 MB at 9,005 parameters).
+PAIR_ROWS = 512
 
 
 class ArrowLaplace(Laplace):
@@ -458,21 +477,36 @@ class ArrowLaplace(Laplace):
         problem, space, params, vec, names = point
         ends = np.cumsum([0] + [p.size for p in space.priors])
         order = np.concatenate([np.arange(ends[i], ends[i + 1]) for i in space.written_order])
-        fields = dict(
-            params=_on_space(space, vec),
-            names=tuple(names[i] for i in order),
-            scale=scale,
-            kind="hessian",
-            residuals=None,
-            **more,
-        )
+        self._fill(_on_space(space, vec), tuple(names[i] for i in order), order, inverse, scale)
+        for key, value in more.items():
+            object.__setattr__(self, key, value)
+        std = np.sqrt(self._scaled(inverse.diagonal()))
+        object.__setattr__(self, "errors", _on_space(space, std, fixed_as=0.0))
+        object.__setattr__(self, "_std", std[order])
+
+    @classmethod
+    def from_blocks(
+        cls, params, names, order: np.ndarray, inverse: ArrowInverse, scale: float, **more
+    ) -> ArrowLaplace:
+        """An ArrowLaplace from its parts, without the space (a loaded Result's): ``params``
+        the point's pytree, ``names`` the flat names in the written order, ``order`` the flat
+        index of each of ``names``."""
+        self = object.__new__(cls)
+        self._fill(params, tuple(names), np.asarray(order), inverse, scale)
+        for key, value in more.items():
+            object.__setattr__(self, key, value)
+        std = np.sqrt(self._scaled(inverse.diagonal()))[self._order]
+        object.__setattr__(self, "errors", errors_by_name(params, self.names, std))
+        object.__setattr__(self, "_std", std)
+        return self
+
+    def _fill(self, params, names, order, inverse, scale) -> None:
+        fields = dict(params=params, names=names, scale=scale, kind="hessian", residuals=None)
+        fields.update(absolute_sigma=True, dof=None, reduced_chi2=None)
         for key, value in fields.items():
             object.__setattr__(self, key, value)
         object.__setattr__(self, "inverse", inverse)
         object.__setattr__(self, "_order", order)
-        std = np.sqrt(self._scaled(inverse.diagonal()))
-        object.__setattr__(self, "errors", _on_space(space, std, fixed_as=0.0))
-        object.__setattr__(self, "_std", std[order])
 
     def _scaled(self, a: np.ndarray) -> np.ndarray:
         return self.scale * a if np.isfinite(self.scale) else np.full_like(a, np.inf)
@@ -517,6 +551,24 @@ class ArrowLaplace(Laplace):
         where = {int(i): k for k, i in enumerate(self.blocks.shared)}
         pick = [where[int(i)] for i in self._order if int(i) in where]
         return self._scaled(self.inverse.ss)[np.ix_(pick, pick)]
+
+    def correlated_pairs(self, threshold: float) -> list[tuple[int, int, float]]:
+        """``(i, j, r)`` for each pair of parameters ``i < j`` (places in ``names``) whose
+        correlation ``r`` is finite and above ``threshold`` in magnitude: :attr:`correlation`'s,
+        computed :data:`PAIR_ROWS` rows at a time, never ``n x n``."""
+        place = np.empty(self._order.size, dtype=np.int64)  # a flat index's place in names
+        place[self._order] = np.arange(self._order.size)
+        std = np.sqrt(self._scaled(self.inverse.diagonal()))  # flat order
+        out: list[tuple[int, int, float]] = []
+        for lo in range(0, self._order.size, PAIR_ROWS):
+            which = self._order[lo : lo + PAIR_ROWS]  # rows in names order
+            with np.errstate(invalid="ignore", divide="ignore"):
+                r = self._scaled(self.inverse.rows(which)) / np.outer(std[which], std)
+            i, j = np.nonzero(np.isfinite(r) & (np.abs(r) > threshold))
+            later = place[j] > lo + i
+            i, j = i[later], j[later]
+            out += zip((lo + i).tolist(), place[j].tolist(), r[i, j].tolist(), strict=True)
+        return out
 
     def factor_covariance(self, name: str) -> tuple[tuple[str, ...], np.ndarray]:
         """``(names, covariance)`` of factor ``name``'s own parameters (from its block).
@@ -595,6 +647,8 @@ def residual_laplace(problem, params, curvature_fn=None, *, warn: bool = True) -
     """
     space = problem.space
     fn = hessian_function(problem) if curvature_fn is None else curvature_fn
+    if isinstance(fn, ArrowCurvature):
+        return _arrow_residual_laplace(problem, params, fn, warn)
     dtype = jax.dtypes.canonicalize_dtype(jnp.float64)
     vec = _ravel_point(space, params)
     names = tuple(flat_names(space.paths, [p.shape for p in space.priors]))
@@ -624,6 +678,40 @@ def residual_laplace(problem, params, curvature_fn=None, *, warn: bool = True) -
     more["reduced_chi2"] = ssr / (m - n) if m > n else None
     point = (problem, space, params, vec, names)
     return _laplace(point, hess, inverse, bad, 2.0 * s2, kind, warn, **more)
+
+
+def _no_dof_warning(problem, m: int, n: int, warn: bool) -> None:
+    if not problem.absolute_sigma and m <= n and warn:
+        warnings.warn(
+            f"{problem.name!r}: {m} residuals for {n} parameters leave no degrees of freedom "
+            "for the reduced chi-squared: the covariance is inf (pass absolute_sigma=True "
+            "if the residuals are normalised by known sigmas)",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+
+
+def _arrow_residual_laplace(problem, params, curvature: ArrowCurvature, warn: bool):
+    """:func:`residual_laplace` of a least-squares graph whose Jacobian is past
+    :data:`DENSE_BYTES`: ``s² (JᵀJ)⁻¹`` from the arrow of ``2 JᵀJ`` (Gauss-Newton products,
+    never ``J`` itself), inverted by the Schur complement (:func:`_arrow_laplace`'s)."""
+    space = problem.space
+    dtype = jax.dtypes.canonicalize_dtype(jnp.float64)
+    vec = _ravel_point(space, params)
+    names = tuple(flat_names(space.paths, [p.shape for p in space.priors]))
+    blocks = curvature.blocks(jnp.asarray(vec, dtype), problem.data)
+    r = curvature.residuals(jnp.asarray(vec, dtype), problem.data)
+    m, n, ssr = r.size, vec.size, float(blocks.value)
+    s2 = float(residual_scale(ssr, m, n, problem.absolute_sigma))
+    _no_dof_warning(problem, m, n, warn)
+    inverse = invert(blocks, float(np.finfo(dtype).eps))
+    if inverse.bad.any() and warn:
+        _warn_bad(problem, names, inverse.bad)
+    more = dict(absolute_sigma=problem.absolute_sigma, dof=m - n, residuals=r)
+    more["reduced_chi2"] = ssr / (m - n) if m > n else None
+    return ArrowLaplace(
+        (problem, space, params, vec, names), inverse, 2.0 * s2, kind="gauss-newton", **more
+    )
 
 
 def residual_scale(ssr, m, n: int, absolute_sigma: bool) -> np.ndarray:

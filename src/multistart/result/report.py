@@ -177,7 +177,12 @@ def _percent(rel: float) -> str:
 
 
 def _correlations(laplace, threshold: float) -> list[str]:
-    corr, names = laplace.correlation, laplace.names
+    names = laplace.names
+    if hasattr(laplace, "correlated_pairs"):  # a graph's arrow: never the n x n correlation
+        found = laplace.correlated_pairs(threshold)
+        pairs = [(abs(r), f"    C({names[i]}, {names[j]}) = {r:+.3f}") for i, j, r in found]
+        return [line for _, line in sorted(pairs, reverse=True)]
+    corr = laplace.correlation
     pairs = [
         (abs(corr[i, j]), f"    C({names[i]}, {names[j]}) = {corr[i, j]:+.3f}")
         for i in range(len(names))

@@ -202,4 +202,7 @@ class MultiStartLBFGS(MultiStartGradient, rule=rules.lbfgs):
         (default ``sqrt(eps)``).
       ftol: end a start ``stalled`` when an accepted step lowered ``f`` by at most this,
         relative (scipy's ``ftol``; default ``0``, off).
+      diagonal: the initial inverse Hessian a scale a coordinate (each coordinate's secant
+        over the memory) instead of one scalar: for a Hessian nearly diagonal whose diagonal
+        spans orders of magnitude, such as a cohort's factor graph (default ``False``).
     """

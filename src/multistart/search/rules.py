@@ -58,7 +58,12 @@ def lion(*, learning_rate: float = 0.01, b1=0.9, b2=0.99) -> Solver:
 
 
 def lbfgs(
-    *, memory: int = 10, rtol: float | None = None, xtol: float | None = None, ftol: float = 0.0
+    *,
+    memory: int = 10,
+    rtol: float | None = None,
+    xtol: float | None = None,
+    ftol: float = 0.0,
+    diagonal: bool = False,
 ) -> Solver:
     """:class:`multistart.solvers.LBFGS`."""
-    return LBFGS(memory, rtol=rtol, xtol=xtol, ftol=ftol)
+    return LBFGS(memory, rtol=rtol, xtol=xtol, ftol=ftol, diagonal=diagonal)

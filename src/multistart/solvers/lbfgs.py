@@ -101,6 +101,10 @@ class LBFGSFields(NamedTuple):
 
 CONVERGED, STALLED = 1, 2  # LBFGSFields.done
 
+#: ``diagonal``'s scales stay within this factor of ``gamma`` either way (on the cohort of
+#: ``profiling/cohort.py`` 1e4 took fewer steps than 1e2 or 1e8: docs/rules.md).
+_DIAGONAL_RANGE = 1e4
+
 
 class _Memory(NamedTuple):
     s: jax.Array
@@ -140,6 +144,11 @@ class LBFGS(Minimiser):
         row, before the start stops).
       max_step: no trial moves an unconstrained coordinate by more than this.
       curvature_eps: a pair enters the memory only when ``sᵀy > curvature_eps ‖s‖ ‖y‖``.
+      diagonal: the recursion's initial inverse Hessian a scale a coordinate (each
+        coordinate's secant over the memory) instead of one scalar: far fewer steps where the
+        Hessian is nearly diagonal but its diagonal spans orders of magnitude (a cohort's
+        factor graph: shared parameters and thousands of factors' own), more where the
+        coordinates are strongly coupled (docs/rules.md). ``False`` (default): off.
     """
 
     name = "lbfgs"
@@ -156,6 +165,7 @@ class LBFGS(Minimiser):
     max_linesearch: int = 20
     max_step: float = 10.0
     curvature_eps: float = 1e-8
+    diagonal: bool = False
 
     def __post_init__(self):
         _set(
@@ -168,7 +178,16 @@ class LBFGS(Minimiser):
             max_linesearch=checks.integer(self.max_linesearch, "max_linesearch", 1),
             max_step=float(checks.positive(self.max_step, "max_step")),
             curvature_eps=float(checks.non_negative(self.curvature_eps, "curvature_eps")),
+            diagonal=checks.boolean(self.diagonal, "diagonal"),
         )
+
+    def hyperparameters(self) -> dict:
+        # ``diagonal`` is recorded only when on: a fit without it keeps the configuration (and
+        # the checkpoint identity) it had before the option existed.
+        hyper = super().hyperparameters()
+        if not self.diagonal:
+            del hyper["diagonal"]
+        return hyper
 
     # -- state -------------------------------------------------------------------------------
 
@@ -220,7 +239,7 @@ class LBFGS(Minimiser):
         store = accept & ~first & curv_ok & jnp.isfinite(dots.sy)
         mem = self._remember(st, s_new, y_new, dots, store)  # st's memory when not accepted
         d_acc, norm_acc, max_acc, descent, dg_acc = _direction(
-            self._two_loop(g_flat, mem), g_flat, dots
+            self._two_loop(g_flat, mem, self._h0(mem)), g_flat, dots
         )
         code_acc = self._tests(st, value, u_flat, dots, mem, descent, dg_acc, first)
 
@@ -314,8 +333,20 @@ class LBFGS(Minimiser):
         n_pairs = jnp.minimum(st.n_pairs + store.astype(jnp.int32), self.memory)
         return _Memory(s, y, rho, gamma, n_pairs)
 
+    def _h0(self, mem: _Memory):
+        """The initial inverse Hessian of the two-loop recursion: the scalar ``gamma``, or with
+        ``diagonal`` a scale a coordinate, ``sum_i s_i y_i / sum_i y_i²`` over the memory's
+        pairs (each coordinate's own secant), kept within ``_DIAGONAL_RANGE`` of ``gamma`` and
+        ``gamma`` itself where a coordinate's pairs show no positive curvature."""
+        if not self.diagonal:
+            return mem.gamma
+        sy, yy = jnp.sum(jnp.stack([mem.s * mem.y, mem.y * mem.y]), axis=1)
+        ok = (sy > 0) & (yy > 0)
+        d = jnp.where(ok, sy / jnp.where(ok, yy, 1.0), mem.gamma)
+        return jnp.clip(d, mem.gamma / _DIAGONAL_RANGE, mem.gamma * _DIAGONAL_RANGE)
+
     @staticmethod
-    def _two_loop(g, mem: _Memory):
+    def _two_loop(g, mem: _Memory, h0):
         """``H g`` for the inverse-Hessian approximation of the memory (empty rows add nothing).
 
         Both loops are ``lax.scan`` s over the memory rather than unrolled Python loops, so
@@ -335,7 +366,7 @@ class LBFGS(Minimiser):
             b = rho_i * jnp.vdot(y_i, r)
             return r + (a - b) * s_i, None
 
-        r, _ = jax.lax.scan(second, mem.gamma * q, (mem.s, mem.y, mem.rho, alphas))
+        r, _ = jax.lax.scan(second, h0 * q, (mem.s, mem.y, mem.rho, alphas))
         return r
 
 
