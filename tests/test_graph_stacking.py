@@ -237,3 +237,27 @@ def test_a_stacked_graphs_fit_is_the_factor_by_factor_fit_in_the_params_pytree(x
 def test_a_stacked_graph_steps_its_params_pytree_with_flat_false(x64, fits):
     np.testing.assert_allclose(fits["tree"].best_fom, fits[True].best_fom, rtol=1e-9)
     assert fits["tree"].best_params["f2"]["tilt"].shape == (2,)
+
+
+def test_lbfgs_scales_each_coordinate_on_a_cohort_past_500_parameters():
+    """``MultiStartLBFGS(diagonal="auto")``: on for a graph whose factors own parameters past
+    500 parameters (170 factors of 3 and 2 shared: 512), the same steps as ``diagonal=True``;
+    off at 100 factors (302), and off where the user says so; the figure of merit is the
+    explicit option's bit for bit either way."""
+    from multistart.host.driver import DIAGONAL_FROM_DIMS, diagonal_for
+
+    kw = dict(n_starts=2, n_steps=4, seed=0, log_every=0)
+    big, small = graph(170), graph(100)
+    assert big.space.n_dims > DIAGONAL_FROM_DIMS >= small.space.n_dims
+    assert diagonal_for(big.space) and not diagonal_for(small.space)
+    auto = ms.MultiStartLBFGS(**kw).fit(big)
+    on = ms.MultiStartLBFGS(diagonal=True, **kw).fit(big)
+    off = ms.MultiStartLBFGS(diagonal=False, **kw).fit(big)
+    assert auto.config["hyperparameters"]["diagonal"] is True
+    assert "diagonal" not in off.config["hyperparameters"]
+    np.testing.assert_array_equal(np.asarray(auto.foms), np.asarray(on.foms))
+    assert not np.array_equal(np.asarray(auto.foms), np.asarray(off.foms))
+    small_auto = ms.MultiStartLBFGS(**kw).fit(small)
+    small_off = ms.MultiStartLBFGS(diagonal=False, **kw).fit(small)
+    assert "diagonal" not in small_auto.config["hyperparameters"]
+    np.testing.assert_array_equal(np.asarray(small_auto.foms), np.asarray(small_off.foms))

@@ -204,5 +204,7 @@ class MultiStartLBFGS(MultiStartGradient, rule=rules.lbfgs):
         relative (scipy's ``ftol``; default ``0``, off).
       diagonal: the initial inverse Hessian a scale a coordinate (each coordinate's secant
         over the memory) instead of one scalar: for a Hessian nearly diagonal whose diagonal
-        spans orders of magnitude, such as a cohort's factor graph (default ``False``).
+        spans orders of magnitude, such as a cohort's factor graph. ``"auto"`` (default): on
+        for a factor graph whose factors own parameters, past 500 parameters in all; else
+        off.
     """

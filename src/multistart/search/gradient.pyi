@@ -239,7 +239,7 @@ class MultiStartLBFGS(MultiStartGradient):
         rtol: float | None = None,
         xtol: float | None = None,
         ftol: float = 0.0,
-        diagonal: bool = False,
+        diagonal: bool | str = "auto",
         n_starts: int = 32,
         batch_size: int | str | None = "auto",
         backend: str = "loop",

@@ -4,6 +4,7 @@ whose parameters open the class's signature."""
 
 from __future__ import annotations
 
+import numpy as np
 import optax
 
 from ..common import checks
@@ -63,7 +64,10 @@ def lbfgs(
     rtol: float | None = None,
     xtol: float | None = None,
     ftol: float = 0.0,
-    diagonal: bool = False,
+    diagonal: bool | str = "auto",
 ) -> Solver:
-    """:class:`multistart.solvers.LBFGS`."""
-    return LBFGS(memory, rtol=rtol, xtol=xtol, ftol=ftol, diagonal=diagonal)
+    """:class:`multistart.solvers.LBFGS`; ``diagonal="auto"`` is off here and resolved when a
+    fit starts (:func:`multistart.host.driver.diagonal_for`)."""
+    if diagonal != "auto" and not isinstance(diagonal, bool | np.bool_):
+        raise ValueError(f"diagonal must be True, False or 'auto'; got {diagonal!r}")
+    return LBFGS(memory, rtol=rtol, xtol=xtol, ftol=ftol, diagonal=diagonal is True)
