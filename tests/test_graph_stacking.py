@@ -257,7 +257,17 @@ def test_lbfgs_scales_each_coordinate_on_a_cohort_past_500_parameters():
     assert "diagonal" not in off.config["hyperparameters"]
     np.testing.assert_array_equal(np.asarray(auto.foms), np.asarray(on.foms))
     assert not np.array_equal(np.asarray(auto.foms), np.asarray(off.foms))
+    assert ms.MultiStartLBFGS(**kw).left_auto("diagonal")
+    assert not ms.MultiStartLBFGS(diagonal=False, **kw).left_auto("diagonal")
     small_auto = ms.MultiStartLBFGS(**kw).fit(small)
     small_off = ms.MultiStartLBFGS(diagonal=False, **kw).fit(small)
     assert "diagonal" not in small_auto.config["hyperparameters"]
     np.testing.assert_array_equal(np.asarray(small_auto.foms), np.asarray(small_off.foms))
+
+
+def test_a_diagonal_that_is_not_a_bool_or_auto_is_refused_by_name_before_any_compile():
+    from conftest import NoCompile
+
+    for bad in ("yes", 1, None, "Auto"):
+        with NoCompile(), pytest.raises(ValueError, match="diagonal must be True, False or 'auto'"):
+            ms.MultiStartLBFGS(diagonal=bad).fit(graph(3))

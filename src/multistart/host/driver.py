@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import inspect
 import time
 
 import jax
@@ -313,8 +312,10 @@ DIAGONAL_FROM_DIMS = 500
 def _sized(search, objective, space):
     """The search with ``n_steps="auto"`` resolved for the problem's number of parameters
     (:func:`multistart.host.config.steps_for`) and L-BFGS's ``diagonal="auto"``
-    (:func:`diagonal_for`); any other search as it is."""
-    steps, diagonal = search.options.n_steps == "auto", _diagonal_auto(search)
+    (:func:`diagonal_for`: a plain objective is never a graph, so its problem is not built for
+    it); any other search as it is."""
+    steps = search.options.n_steps == "auto"
+    diagonal = search.left_auto("diagonal") and hasattr(objective, "multistart_problem")
     if not (steps or diagonal):
         return search
     space = as_problem(objective, space).space
@@ -322,14 +323,6 @@ def _sized(search, objective, space):
     if diagonal and diagonal_for(space):
         changes["diagonal"] = True
     return search.replace(**changes) if changes else search
-
-
-def _diagonal_auto(search) -> bool:
-    """Whether ``search`` is an L-BFGS search whose ``diagonal`` was left ``"auto"``."""
-    hyper = inspect.signature(type(search)._rule).parameters.get("diagonal")
-    if hyper is None or hyper.default != "auto":
-        return False
-    return search._made_with[1].get("diagonal", "auto") == "auto"
 
 
 def diagonal_for(space) -> bool:

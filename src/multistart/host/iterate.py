@@ -161,7 +161,7 @@ class Calls:
         self._learned = learned if self.auto else None
         # what sets a call's pace: its width and how many chunks a step runs
         self._pace = (engine.sweeper.width, len(engine.sweeper.chunks))
-        self._share: dict[int, float] = {}  # a step's share of a call, by the call's ``k``
+        self._last: tuple[int, float] | None = None  # the last call's ``k`` and step's share
         if self._learned is not None:
             self.k = self._learned.get(self._pace, self.k)
         others = options.halving is not None or engine.together
@@ -204,7 +204,8 @@ class Calls:
         if not (self.auto and synced and asked == self.k and n > 0):
             return
         share = seconds / n  # a step's share of the call, its own cost included
-        before, self._share = self._share.get(self.k // 2), self._share | {self.k: share}
+        last, self._last = self._last, (self.k, share)
+        before = last[1] if last is not None and 2 * last[0] == self.k else None
         cheap = share * self.k < AUTO_CALL_S
         paying = share < AUTO_GAIN * before if before is not None else self.k == 1
         if cheap or (paying and 2 * self.k * share <= AUTO_LATENCY_S):

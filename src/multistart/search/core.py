@@ -100,6 +100,15 @@ class Search:
         known = name in inspect.signature(type(self)).parameters
         raise AttributeError(f"a search is fixed once it is made{hint if known else ''}")
 
+    def left_auto(self, name: str) -> bool:
+        """Whether the rule's hyperparameter ``name`` defaults to ``"auto"`` and was not given
+        otherwise: the fit resolves it for its problem when it starts (L-BFGS's
+        ``diagonal``, :func:`multistart.host.driver.diagonal_for`)."""
+        own = inspect.signature(self._rule).parameters.get(name)
+        if own is None or own.default != "auto":
+            return False
+        return self._made_with[1].get(name, "auto") == "auto"
+
     def replace(self, **changes) -> Self:
         """A search of the same kind and rule with some options (or hyperparameters) changed.
 
