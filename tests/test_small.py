@@ -93,7 +93,8 @@ def test_settle_inverses_gathers_only_the_unsure_rows_of_a_device_array():
 
 def test_rows_past_a_block_are_gathered_in_blocks_of_one_size(monkeypatch):
     """Rows are read in gathers of ``ROWS_BLOCK`` (one program whatever their count: a few
-    rows padded to a block, many in blocks), in order, the same values as NumPy's indexing."""
+    rows padded to a block, many in blocks), fewer where a block would pass ``ROWS_BYTES``
+    or the rows ``a`` has, in order, the same values as NumPy's indexing."""
     monkeypatch.setattr(laplace, "ROWS_BLOCK", 8)
     a = np.random.default_rng(2).normal(size=(50, 3))
     rows = np.array([1, 4, 5, 9, 13, 20, 21, 30, 33, 34, 40, 41, 42, 44, 47, 48, 49])
@@ -108,6 +109,13 @@ def test_rows_past_a_block_are_gathered_in_blocks_of_one_size(monkeypatch):
         few = laplace._rows(jnp.asarray(a), rows[:3])
     np.testing.assert_array_equal(few, a[rows[:3]])
     assert sizes == [8, 8, 8, 8]
+    monkeypatch.setattr(laplace, "ROWS_BYTES", 5 * a[0].nbytes)  # five rows a block
+    with jax.enable_x64(True):
+        capped = laplace._rows(jnp.asarray(a), rows)
+        one = laplace._rows(jnp.asarray(a[:2]), np.array([1]))
+    np.testing.assert_array_equal(capped, a[rows])
+    np.testing.assert_array_equal(one, a[[1]])
+    assert sizes[4:] == [5, 5, 5, 5, 2]  # four blocks of five; no more rows than a has
 
 
 def test_a_least_squares_fit_stepped_entrywise_reaches_the_librarys_answer(monkeypatch):

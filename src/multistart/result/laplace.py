@@ -398,15 +398,20 @@ def settle_inverses(curvature: Curvature) -> tuple[np.ndarray, np.ndarray]:
 #: count varied from 16 to thousands between batches of 200,000 fits, and each new size class
 #: cost a warm call a quarter of its time, issue 70).
 ROWS_BLOCK = 1024
+#: ...and no block past this many bytes (a fit of a million points has Jacobian rows of tens of
+#: MB: its block is as many rows as fit here, at least one).
+ROWS_BYTES = 1 << 26
 
 
 def _rows(a, rows: np.ndarray) -> np.ndarray:
     """``a[rows]`` as float64 NumPy, for a device array read only at those rows: gathered on
-    the device in blocks of :data:`ROWS_BLOCK` rows (the last padded), one program whatever
-    the count."""
+    the device in blocks of one size for ``a``'s shape (the last padded; :data:`ROWS_BLOCK`
+    rows, no more than ``a`` has or :data:`ROWS_BYTES` holds), one program whatever the
+    count."""
     if isinstance(a, np.ndarray):
         return np.asarray(a[rows], dtype=np.float64)
-    size = ROWS_BLOCK
+    row_bytes = max(1, int(np.prod(a.shape[1:])) * a.dtype.itemsize)
+    size = max(1, min(ROWS_BLOCK, a.shape[0], ROWS_BYTES // row_bytes))
     padded = np.zeros(-(-rows.size // size) * size, dtype=np.int32)
     padded[: rows.size] = rows
     blocks = [_take(a, padded[i : i + size]) for i in range(0, padded.size, size)]
