@@ -126,3 +126,38 @@ def test_a_float32_and_a_float64_fit_of_one_model_do_not_share_programs():
     assert second.stats["n_compiles"] == 1 and second.fit_dtype == np.float64
     third = _search(dtype="float64", seed=1).fit(residuals, SPACE)
     assert third.stats["n_compiles"] == 0  # no switch: JAX's caches and the programs kept
+
+
+def test_a_chip_refines_a_few_fits_on_its_host_and_a_large_batch_on_itself(
+    a_chip_without_float64, monkeypatch
+):
+    """A chip's emulated float64 compiles a refinement in tens of seconds, its host's CPU in
+    one: a single fit and a small batch refine there, a batch past REFINE_ON_HOST_FITS on
+    the chip; a platform with float64 refines where it fits."""
+    cpu = jax.devices("cpu")[0]
+    assert xla.refine_device() == cpu
+    assert xla.refine_device(xla.REFINE_ON_HOST_FITS) == cpu
+    assert xla.refine_device(xla.REFINE_ON_HOST_FITS + 1) is None
+    monkeypatch.setattr(xla, "platform", lambda: "gpu")
+    assert xla.refine_device() is None
+
+
+def test_a_refined_fit_runs_its_refinement_on_the_refine_device(
+    a_chip_without_float64, monkeypatch
+):
+    """The refinement program runs under the device refine_device names (the host's CPU for a
+    single fit on a chip): every default device the covariance sees while refining is it."""
+    seen = []
+    real = jax.default_device
+
+    def spy(device):
+        seen.append(device)
+        return real(device)
+
+    monkeypatch.setattr(jax, "default_device", spy)
+    ms.curve_fit(decay, T, Y, p0=[1.0, 1.0, 0.0], n_starts=2, **QUIET)
+    assert seen == [jax.devices("cpu")[0]]
+    seen.clear()
+    monkeypatch.setattr(xla, "REFINE_ON_HOST_FITS", 0)
+    ms.curve_fit(decay, T, Y, p0=[1.0, 1.0, 0.0], n_starts=2, **QUIET)
+    assert seen == [None]

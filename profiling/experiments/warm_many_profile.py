@@ -6,6 +6,7 @@ wall, the search's ``stats`` timings, and the profile's top functions by own and
 cumulative time. An experiment: nothing imports it.
 
     python -m profiling.experiments.warm_many_profile --fits 200000 --dtype float32
+    python -m profiling.experiments.warm_many_profile --first --trace   # compiles; device trace
 """
 
 from __future__ import annotations
@@ -39,6 +40,34 @@ def call(y, dtype, full_output):
     return time.perf_counter() - t0, out
 
 
+def compile_table(fn, top: int):
+    """``fn()`` with every compile's trace, lowering and XLA compile timed by JAX's monitoring
+    events, printed by program (what a first call's wall is made of); returns ``fn()``."""
+    import collections
+
+    seen = collections.defaultdict(float)
+    counts = collections.Counter()
+
+    def listen(event, duration, **kw):
+        if event.startswith("/jax/core/compile") or "cache" in event:
+            key = (event.rsplit("/", 1)[-1], kw.get("fun_name", "?"))
+            seen[key] += duration
+            counts[key] += 1
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    t0 = time.perf_counter()
+    out = fn()
+    wall = time.perf_counter() - t0
+    jax.monitoring.unregister_event_duration_listener(listen)
+    by_event = collections.Counter()
+    for (event, _), s in seen.items():
+        by_event[event] += s
+    print(f"--- first call {wall:.3f} s; compile events summed: {dict(by_event)}")
+    for (event, name), s in sorted(seen.items(), key=lambda kv: -kv[1])[:top]:
+        print(f"   {s:8.3f} s  x{counts[(event, name)]:<3d} {event:38s} {name[:70]}")
+    return out
+
+
 def device_trace(fn, top: int) -> None:
     """JAX's profiler over ``fn()``: each device plane's lines, their events' total time by
     name (the chip's own op timings)."""
@@ -56,8 +85,7 @@ def device_trace(fn, top: int) -> None:
     data = jax.profiler.ProfileData.from_file(files[0])
     print("planes:", [p.name for p in data.planes])
     for plane in data.planes:
-        if "host" in plane.name.lower() and "/device" not in plane.name:
-            continue
+        host = "host" in plane.name.lower() and "/device" not in plane.name
         for line in plane.lines:
             totals = collections.Counter()
             counts = collections.Counter()
@@ -69,6 +97,11 @@ def device_trace(fn, top: int) -> None:
             total = sum(totals.values())
             print(f"plane {plane.name!r} line {line.name!r}: {total / 1e9:.4f} s in "
                   f"{sum(counts.values())} events")  # fmt: skip
+            if host:  # the host's threads: only what moves data or waits for the device
+                words = ("transfer", "buffer", "copy", "literal", "tohost", "await", "wait")
+                totals = collections.Counter(
+                    {k: v for k, v in totals.items() if any(w in k.lower() for w in words)}
+                )
             for name, ns in totals.most_common(top):
                 print(f"   {ns / 1e6:10.2f} ms  x{counts[name]:<5d} {name[:110]}")
 
@@ -80,11 +113,15 @@ def main(argv=None) -> None:
     p.add_argument("--full-output", action="store_true")
     p.add_argument("--top", type=int, default=30)
     p.add_argument("--trace", action="store_true", help="also a device trace of a warm call")
+    p.add_argument("--first", action="store_true", help="time the first call's compiles")
     a = p.parse_args(argv)
     print("devices:", jax.devices())
     ys = [cfm.datasets(a.fits, seed, "anywhere")[1] for seed in range(3)]
     for k in range(2):
-        s, _ = call(ys[k], a.dtype, a.full_output)
+        if k == 0 and a.first:
+            s, _ = compile_table(lambda: call(ys[0], a.dtype, a.full_output), a.top)
+        else:
+            s, _ = call(ys[k], a.dtype, a.full_output)
         print(f"call {k}: {s:.3f} s")
     jax.config.update("jax_log_compiles", True)  # a warm call should compile nothing
     jax.config.update("jax_explain_cache_misses", True)

@@ -15,6 +15,7 @@ from scipy.optimize import OptimizeWarning
 
 from ..common import status, xla
 from ..common.status import Status
+from ..device.placement import keep_device_copies
 from ..device.programs import forget_other_float_types
 from ..host import progress
 from ..host.checkpoint import SearchInterrupted
@@ -102,7 +103,7 @@ def _fit_batch(args: _Args, resume: bool, hold: dict, starts_per_fit, /, **kw):
     starts_per_fit = _starts_per_fit(starts_per_fit)
     options = _batch_options(kw, starts_per_fit)
     step, refine = _precision(options.pop("dtype", None), args.n_params(batched=True))
-    with xla.precision(step):
+    with xla.precision(step), keep_device_copies():  # the covariance reads the search's data
         forget_other_float_types(step)
         batch, first = _read(args, hold, starts_per_fit, refine)
         options = {"n_steps": STEPS_PER_PARAMETER * len(batch.names), **options}

@@ -10,6 +10,7 @@ import numpy as np
 from scipy.optimize import OptimizeWarning
 
 from ..common import xla
+from ..device.placement import data_on_device
 from ..device.programs import programs_for
 from ..result import Result, Uncertainty
 from ..result.laplace import Curvature, residual_curvature, residual_scale, settle_inverses
@@ -112,7 +113,29 @@ def _curvature_at(f, names, data, points, *, stacked: bool, box=None) -> Curvatu
     """The :class:`~multistart.result.laplace.Curvature` of each fit's weighted residuals at
     ``points`` ``(k, n)`` (device arrays), by the program kept for ``f`` and the data's shapes.
     ``stacked``: ``data`` has a leading axis of fits; ``box``: ``(lower, upper)`` to refine
-    the points in first."""
+    the points in first, on :func:`multistart.common.xla.refine_device` (a chip without float64
+    arithmetic refines a few fits on its host's CPU, from the data as given, on the host)."""
+    points = np.asarray(points, dtype=np.float64)
+    if box is None:
+        # the data's device copy the search made, where it was kept (a batch's)
+        return _curvature_program(f, names, data, stacked)(points, data_on_device(data))
+    lower, upper = (np.asarray(b, dtype=np.float64) for b in box)
+    points = np.where(np.isfinite(points), points, lower)
+    with jax.default_device(xla.refine_device(len(points))):
+        curvature = _curvature_program(f, names, data, stacked)
+        try:
+            return curvature(points, data_on_device(data), (lower, upper))
+        except (TypeError, ValueError) as e:
+            # f traced again in float64 after the float32 search: a NumPy array it captures is
+            # served as the float32 copy JAX keeps of it (device/programs.forget_other_float_types)
+            if "float32" not in str(e) and "compatible types" not in str(e):
+                raise
+            jax.clear_caches()
+            return curvature(points, data_on_device(data), (lower, upper))
+
+
+def _curvature_program(f, names, data, stacked: bool):
+    """The curvature program kept for ``f``, the data's shapes and the platform it runs on."""
     model = _model_key(f, names)
     leaves, treedef = jax.tree_util.tree_flatten(data)
     shapes = tuple((np.shape(a), np.result_type(a).name) for a in leaves)
@@ -124,20 +147,4 @@ def _curvature_at(f, names, data, points, *, stacked: bool, box=None) -> Curvatu
     def flat(vec, data):
         return residuals({k: vec[i] for i, k in enumerate(names)}, data)
 
-    curvature = programs_for(key).get(
-        "covariance", lambda: residual_curvature(flat, stacked=stacked)
-    )
-    points = np.asarray(points, dtype=np.float64)
-    if box is None:
-        return curvature(points, data)
-    lower, upper = (np.asarray(b, dtype=np.float64) for b in box)
-    points = np.where(np.isfinite(points), points, lower)
-    try:
-        return curvature(points, data, (lower, upper))
-    except (TypeError, ValueError) as e:
-        # f traced again in float64 after the float32 search: a NumPy array it captures is
-        # served as the float32 copy JAX keeps of it (device/programs.forget_other_float_types)
-        if "float32" not in str(e) and "compatible types" not in str(e):
-            raise
-        jax.clear_caches()
-        return curvature(points, data, (lower, upper))
+    return programs_for(key).get("covariance", lambda: residual_curvature(flat, stacked=stacked))

@@ -10,6 +10,8 @@ import jax
 import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
+from . import small
+
 __all__ = ["JACOBIAN_MODES", "LeastSquaresRule", "Minimiser", "Solver", "SolverStep", "linearize"]
 
 JACOBIAN_MODES = ("auto", "forward", "reverse")
@@ -166,6 +168,13 @@ def linearize(residual_fn, u, mode: str = "auto"):
         return ravel_pytree(residual_fn(unravel(v)))[0]
 
     m = jax.eval_shape(flat, u_flat).shape[0]
+    if (mode == "forward" or (mode == "auto" and n <= m)) and small.entrywise(n):
+        # on a chip, a column a product of one linearisation: every column feeds its dot
+        # products directly (small.gram), where the vmap's (m, n) array was written whole to
+        # memory with m on the lanes, a third of a 200,000-fit step (issue 70)
+        r, lin = jax.linearize(flat, u_flat)
+        basis = jnp.eye(n, dtype=u_flat.dtype)
+        return r, jnp.stack([lin(basis[j]) for j in range(n)], axis=1), n
     if mode == "forward" or (mode == "auto" and n <= m):
         # one vmap of jvp over the basis (the residuals computed once, unbatched): the same
         # values as jax.linearize's, a third cheaper under the chunk step's vmap on a CPU

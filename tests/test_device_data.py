@@ -1,0 +1,76 @@
+"""The model's data on the device: a large broadcast leaf sent as its distinct values, and a
+batch's covariance reading the copy its search sent, not sending the data again (issue 70)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import multistart as ms
+from multistart.device import placement
+
+
+def test_a_large_broadcast_leaf_is_sent_as_one_row_and_repeated_with_the_same_values(
+    monkeypatch,
+):
+    monkeypatch.setattr(placement, "BROADCAST_BYTES", 1000)
+    row = np.linspace(0.0, 1.0, 60)
+    shared = np.broadcast_to(row, (500, 60))
+    ones = np.broadcast_to(1.0, (500, 60))  # repeated along both axes: sent as one row too
+    small = np.broadcast_to(row[:3], (2, 3))  # under the bound: sent as it is
+    sent = []
+    real = jax.device_put
+    monkeypatch.setattr(jax, "device_put", lambda a, *r, **k: sent.append(np.shape(a)) or real(a))
+    out = placement.data_on_device({"x": shared, "s": small, "w": ones})
+    assert sent == [(2, 3), (1, 60), (1, 60)]  # (tree order: "s", "w", "x")
+    np.testing.assert_array_equal(np.asarray(out["w"]), 1.0)
+    assert out["x"].shape == (500, 60) and out["x"].dtype == jnp.result_type(float)
+    np.testing.assert_array_equal(np.asarray(out["x"]), shared.astype(out["x"].dtype))
+    np.testing.assert_array_equal(np.asarray(out["s"]), small.astype(out["s"].dtype))
+
+
+def test_within_keep_device_copies_an_array_is_sent_once_and_outside_each_time():
+    a = np.arange(12.0).reshape(3, 4)
+    with placement.keep_device_copies():
+        first, second = placement.data_on_device(a), placement.data_on_device(a)
+        other = placement.data_on_device(a.copy())
+    assert first is second and other is not first
+    assert placement.data_on_device(a) is not first  # the copies dropped on exit
+
+
+def test_a_batch_covariance_reads_the_device_copy_its_search_sent(monkeypatch):
+    """The data a batch's covariance program is given are the very arrays its search put on
+    the device (one transfer of each leaf), not the NumPy data sent again."""
+    from multistart.curve_fit import covariance
+
+    x = np.linspace(0.0, 4.0, 20)
+    ys = np.stack([2.0 * np.exp(-x / t) + 0.01 * np.sin(5 * x + t) for t in (1.0, 1.5, 2.0)])
+
+    def decay(x, a, tau):
+        return a * jnp.exp(-x / tau)
+
+    sent, given = [], []
+    real = placement.data_on_device
+
+    def spy(data):
+        out = real(data)
+        sent.append(jax.tree_util.tree_leaves(out))
+        return out
+
+    real_program = covariance._curvature_program
+
+    def program(*args):
+        run = real_program(*args)
+        return lambda points, data, *rest: given.append(data) or run(points, data, *rest)
+
+    monkeypatch.setattr(placement, "data_on_device", spy)
+    monkeypatch.setattr(covariance, "data_on_device", spy)
+    monkeypatch.setattr(covariance, "_curvature_program", program)
+    kw = dict(p0=[1.0, 1.0], batched=True, n_starts=2, log_every=0, progress=False)
+    popt, pcov = ms.curve_fit(decay, x, ys, **kw)
+    assert np.all(np.isfinite(pcov)) and len(given) == 2  # the starts' spreads, then pcov
+    search = [leaf for leaves in sent for leaf in leaves]
+    for leaf in jax.tree_util.tree_leaves(given):
+        assert isinstance(leaf, jax.Array) and any(leaf is s for s in search)
+    assert len({id(s) for s in search}) == 3  # x, y and the weights, each sent once
