@@ -65,6 +65,8 @@ def test_caps():
     assert m.count_cap("cpu", 64, 16) == 64
     assert m.count_cap("cpu", 5, 2) == 5
     assert m.count_cap("gpu", 4096, 2) == 4096
+    assert m.count_cap("tpu", 4096, 2) == 4096  # a TPU: at most TPU_AUTO_WIDTH
+    assert m.count_cap("tpu", 10 * m.TPU_AUTO_WIDTH, 2) == m.TPU_AUTO_WIDTH
 
 
 def test_candidate_widths():

@@ -30,12 +30,14 @@ import jax  # noqa: E402
 
 import multistart as ms  # noqa: E402
 
+BATCH_SIZE = {}  # --batch-size, where given
+
 
 def call(y, dtype, full_output):
     t0 = time.perf_counter()
     out = ms.curve_fit(
         cfm.peak, cfm.X, y, p0=cfm.P0, bounds=cfm.BOUNDS, n_starts=1, batched=True,
-        dtype=dtype, log_every=0, progress=False, full_output=full_output,
+        dtype=dtype, log_every=0, progress=False, full_output=full_output, **BATCH_SIZE,
     )  # fmt: skip
     return time.perf_counter() - t0, out
 
@@ -114,7 +116,10 @@ def main(argv=None) -> None:
     p.add_argument("--top", type=int, default=30)
     p.add_argument("--trace", action="store_true", help="also a device trace of a warm call")
     p.add_argument("--first", action="store_true", help="time the first call's compiles")
+    p.add_argument("--batch-size", type=int, help="the batch's width (default: 'auto')")
     a = p.parse_args(argv)
+    if a.batch_size:
+        BATCH_SIZE["batch_size"] = a.batch_size
     print("devices:", jax.devices())
     ys = [cfm.datasets(a.fits, seed, "anywhere")[1] for seed in range(3)]
     for k in range(2):

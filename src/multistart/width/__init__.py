@@ -106,6 +106,7 @@ from .timing import expected_share as expected_share
 from .timing import time_auto as time_auto
 from .timing import time_tune as time_tune
 from .widths import CPU_STARTS_PER_CORE as CPU_STARTS_PER_CORE
+from .widths import TPU_AUTO_WIDTH as TPU_AUTO_WIDTH
 from .widths import auto_candidates as auto_candidates
 from .widths import balanced_width as balanced_width
 from .widths import candidate_widths as candidate_widths
@@ -121,6 +122,7 @@ __all__ = [
     "CALL_FLOOR_S",
     "CGROUP_ROOT",
     "CPU_STARTS_PER_CORE",
+    "TPU_AUTO_WIDTH",
     "ENV_AUTO_WIDTH",
     "ENV_BUDGET_GB",
     "ENV_MAX_BATCH",

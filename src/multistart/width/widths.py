@@ -12,6 +12,7 @@ import math
 
 __all__ = [
     "CPU_STARTS_PER_CORE",
+    "TPU_AUTO_WIDTH",
     "auto_candidates",
     "balanced_width",
     "candidate_widths",
@@ -26,6 +27,13 @@ __all__ = [
 # benchmark model (widths 4-16 fastest on 2 cores) and wrong both ways for others, which is why
 # "auto" on a CPU times a few widths instead.
 CPU_STARTS_PER_CORE = 4
+# On a TPU "auto" takes no chunk wider than this. There the step's compile grows with the width
+# while its throughput has nearly saturated: 200,000 small fits (4 parameters, 60 points) at
+# width 12,500 compiled in 6.5 s and ran warm in 0.77 s, at 200,000 in 20.3 s and 0.67 s
+# (50,000: 15.6 s, 0.70 s; python -m profiling.experiments.warm_many_profile --first
+# --batch-size W on a TPU v5e, issue 70). A width held under it also keeps one program for
+# batches of other sizes. No GPU has been measured: a GPU keeps the memory bound alone.
+TPU_AUTO_WIDTH = 16384
 
 
 def linear_fit(width_a: int, bytes_a: float, width_b: int, bytes_b: float) -> tuple[float, float]:
@@ -93,13 +101,18 @@ def cap_width(width: int, starts_per_device: int, max_batch: int | None) -> int:
 
 
 def count_cap(platform: str, starts_per_device: int, n_cpus: int) -> int:
-    """The widest width "auto" considers before memory: CPUs get a few starts per core.
+    """The widest width "auto" considers before memory: CPUs get a few starts per core, a TPU
+    at most :data:`TPU_AUTO_WIDTH`.
 
     >>> count_cap("cpu", 64, 2), count_cap("gpu", 64, 2), count_cap("cpu", 5, 2)
     (8, 64, 5)
+    >>> count_cap("tpu", 200_000, 2), count_cap("gpu", 200_000, 2)
+    (16384, 200000)
     """
     if platform == "cpu":
         return max(1, min(starts_per_device, CPU_STARTS_PER_CORE * n_cpus))
+    if platform == "tpu":
+        return min(starts_per_device, TPU_AUTO_WIDTH)
     return starts_per_device
 
 
