@@ -31,8 +31,9 @@ CPU_STARTS_PER_CORE = 4
 # while its throughput has nearly saturated: 200,000 small fits (4 parameters, 60 points) at
 # width 12,500 compiled in 6.5 s and ran warm in 0.77 s, at 200,000 in 20.3 s and 0.67 s
 # (50,000: 15.6 s, 0.70 s; python -m profiling.experiments.warm_many_profile --first
-# --batch-size W on a TPU v5e, issue 70). A width held under it also keeps one program for
-# batches of other sizes. No GPU has been measured: a GPU keeps the memory bound alone.
+# --batch-size W on a TPU v5e, issue 70; at the default, python -m profiling.accelerator --only
+# many: first call 26.0 s -> 14.4 s, warm 0.68 s -> 0.88 s). A warm user after the last tenth
+# asks for the width (batch_size=n). No GPU has been measured: a GPU keeps the memory bound.
 TPU_AUTO_WIDTH = 16384
 
 
