@@ -39,6 +39,31 @@ def test_within_keep_device_copies_an_array_is_sent_once_and_outside_each_time()
     assert placement.data_on_device(a) is not first  # the copies dropped on exit
 
 
+def test_the_copies_kept_in_one_thread_are_not_another_thread_s():
+    """Two threads' scopes overlapping: neither sees the other's copies, and after both end
+    nothing is kept (a copy kept past its scope would hold the device's memory)."""
+    import threading
+
+    a = np.arange(12.0).reshape(3, 4)
+    inside, leave, seen = threading.Event(), threading.Event(), []
+
+    def other():
+        with placement.keep_device_copies():
+            seen.append(placement.data_on_device(a))
+            inside.set()
+            leave.wait(10)
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    inside.wait(10)
+    with placement.keep_device_copies():
+        mine = placement.data_on_device(a)
+        leave.set()
+        thread.join()
+        assert placement.data_on_device(a) is mine and mine is not seen[0]
+    assert placement._copies.get() is None
+
+
 def test_a_batch_covariance_reads_the_device_copy_its_search_sent(monkeypatch):
     """The data a batch's covariance program is given are the very arrays its search put on
     the device (one transfer of each leaf), not the NumPy data sent again."""

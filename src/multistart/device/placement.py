@@ -12,6 +12,7 @@ every device at once.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -206,7 +207,9 @@ def placement(n_total: int, devices: Sequence[jax.Device] | None) -> Placement:
 #: small program (compiled once a shape) is not worth it.
 BROADCAST_BYTES = 1 << 20
 
-_copies: dict[tuple, tuple[Any, Any]] | None = None  # (id, type, device) -> (leaf, its copy)
+# (id, type, device) -> (leaf, its copy), within keep_device_copies (a context variable: each
+# thread, and each task, has its own)
+_copies: contextvars.ContextVar[dict | None] = contextvars.ContextVar("copies", default=None)
 
 
 @contextlib.contextmanager
@@ -214,13 +217,11 @@ def keep_device_copies():
     """Within it, each NumPy leaf :func:`data_on_device` sends keeps its device copy, and a
     second send of the same array (a batch's covariance after its search) is that copy, not a
     second transfer; the copies are dropped on exit."""
-    global _copies
-    outer = _copies
-    _copies = {} if outer is None else outer
+    token = _copies.set({} if _copies.get() is None else _copies.get())
     try:
         yield
     finally:
-        _copies = outer
+        _copies.reset(token)
 
 
 def data_on_device(data):
@@ -235,8 +236,9 @@ def _leaf_on_device(a):
         return jax.device_put(a)
     dtype = jax.dtypes.canonicalize_dtype(a.dtype)
     key = (id(a), dtype.name, str(jax.config.jax_default_device))  # type: ignore[attr-defined]
-    if _copies is not None and key in _copies:
-        return _copies[key][1]
+    copies = _copies.get()
+    if copies is not None and key in copies:
+        return copies[key][1]
     if (
         a.ndim
         and a.strides[0] == 0
@@ -247,8 +249,8 @@ def _leaf_on_device(a):
         out = _repeat(jax.device_put(np.ascontiguousarray(a[:1])), a.shape)
     else:
         out = jax.device_put(a)
-    if _copies is not None:
-        _copies[key] = (a, out)  # (the leaf kept: its id is not reused while the copy is)
+    if copies is not None:
+        copies[key] = (a, out)  # (the leaf kept: its id is not reused while the copy is)
     return out
 
 
