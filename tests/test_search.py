@@ -837,3 +837,68 @@ def test_a_chunk_as_wide_as_the_population_steps_it_where_it_lies_bit_for_bit():
     assert np.isnan(in_place.history[:, 5]).all() and not np.isnan(in_place.history[0, :5]).any()
     assert len(set(starts.n_steps[:5].tolist())) > 1  # the starts ended at different steps
     np.testing.assert_array_equal(starts.u[1] != 0.7, True)  # the refilled row has stepped
+
+
+@pytest.mark.parametrize("rows_per_datum", [None, 2])
+def test_a_chunk_in_a_window_of_the_population_is_stepped_there_bit_for_bit(
+    monkeypatch, rows_per_datum
+):
+    """On a chip a chunk whose rows lie within its width of each other is sliced from the
+    population, stepped and written back (``step.windowed``), and one whose rows do not is
+    gathered, in one program. Every row and the history come out bit for bit as the gathered
+    program (a CPU's) leaves them: windows in the middle and at the end (the window moved back
+    to fit), a chunk spread too wide for one, a refill, starts ending mid-call, per-row data."""
+    from multistart.device import step as step_module
+    from multistart.device.chunking import chunk_indices
+    from multistart.solvers import LBFGS
+
+    solver, window, n_total, width = LBFGS(), 4, 12, 4
+    scales = jnp.linspace(0.3, 3.0, n_total)
+
+    def fom_u(u, data):
+        return jnp.sum(data * (u - 1.0) ** 2) + 0.1 * jnp.sum(u**4)
+
+    start_step = step_module.make_start_step(fom_u, solver, ms.Convergence(window=window), 8)
+    u0 = scales[:, None] * jnp.linspace(-2.0, 2.0, 3)[None, :]
+    data = jnp.array([1.0, 4.0, 0.5])
+    if rows_per_datum:  # a dataset per pair of rows
+        data = data[None, :] * jnp.arange(1.0, 1.0 + n_total // rows_per_datum)[:, None]
+    layouts = [
+        np.array([5, 6, 8]),  # a window from row 5
+        np.array([10, 11]),  # the end: the window is rows 8-11
+        np.array([0, 7, 11]),  # too wide for one window: gathered
+    ]
+    refill = (jnp.arange(width) == 1).astype(jnp.int8), jnp.full((width, 3), 0.7)
+
+    def run(windowed: bool):
+        monkeypatch.setattr(step_module, "windowed", lambda: windowed)
+        init = functools.partial(step_module.init_rows, solver, window)
+        chunk_step = jax.jit(step_module.make_chunk_step(start_step, init, rows_per_datum))
+        pop = step_module.init_population(solver, u0, 12, window)
+        clock = step_module.clock
+        for rows in layouts:
+            ((g, s),) = chunk_indices(rows, width, n_total)
+            pop = chunk_step(pop, g, s, refill, clock(0, 0), data)  # its 2nd row anew at 0.7
+            for t in range(0, 12, 4):
+                pop = chunk_step(pop, g, s, (refill[0] * 0, refill[1]), clock(t, 4, t == 4), data)
+        return jax.tree_util.tree_map(np.asarray, pop), chunk_step
+
+    windowed, program = run(True)
+    gathered, gathering = run(False)
+    leaves = jax.tree_util.tree_leaves
+    for a, b in zip(leaves(windowed), leaves(gathered), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+    def updates(chunk_step) -> int:  # the program's update slices: one per leaf in a window's
+        args = (*chunk_indices(layouts[0], width, n_total)[0], refill, step_module.clock(0), data)
+        return chunk_step.lower(windowed, *args).as_text().count("dynamic_update_slice")
+
+    n_leaves = len(leaves(windowed.starts))
+    assert updates(program) >= updates(gathering) + n_leaves
+    starts = windowed.starts
+    stepped = np.concatenate(layouts)
+    assert (starts.n_steps[stepped] > 0).all()
+    others = np.setdiff1d(np.arange(n_total), stepped)
+    assert (starts.n_steps[others] == 0).all() and np.isnan(windowed.history[:, others]).all()
+    assert len(set(starts.n_steps[stepped].tolist())) > 1  # the starts ended at different steps
+    np.testing.assert_array_equal(starts.u[[6, 11, 7]] != 0.7, True)  # refilled, then stepped

@@ -30,7 +30,7 @@ import jax  # noqa: E402
 
 import multistart as ms  # noqa: E402
 
-BATCH_SIZE = {}  # --batch-size, where given
+BATCH_SIZE = {}  # --batch-size and --backend, where given
 
 
 def call(y, dtype, full_output):
@@ -117,9 +117,12 @@ def main(argv=None) -> None:
     p.add_argument("--trace", action="store_true", help="also a device trace of a warm call")
     p.add_argument("--first", action="store_true", help="time the first call's compiles")
     p.add_argument("--batch-size", type=int, help="the batch's width (default: 'auto')")
+    p.add_argument("--backend", choices=("loop", "scan"), help="the search's backend")
     a = p.parse_args(argv)
     if a.batch_size:
         BATCH_SIZE["batch_size"] = a.batch_size
+    if a.backend:
+        BATCH_SIZE["backend"] = a.backend
     print("devices:", jax.devices())
     ys = [cfm.datasets(a.fits, seed, "anywhere")[1] for seed in range(3)]
     for k in range(2):
@@ -152,8 +155,8 @@ def main(argv=None) -> None:
         print("\n".join(buf.getvalue().splitlines()[5:]))
     if a.trace:
         device_trace(lambda: call(ys[0], a.dtype, a.full_output), a.top)
-    for k in range(2):  # unprofiled, after the profile: the warm wall again
-        s, _ = call(ys[k], a.dtype, a.full_output)
+    for k in range(4):  # unprofiled, after the profile: the warm wall again
+        s, _ = call(ys[k % 3], a.dtype, a.full_output)
         print(f"warm again {k}: {s:.3f} s")
 
 

@@ -35,6 +35,7 @@ __all__ = [
     "jit",
     "native_float64",
     "options",
+    "on_chip",
     "platform",
     "precision",
     "refine_device",
@@ -59,6 +60,11 @@ def platform() -> str:
 
 
 _platform = platform
+
+
+def on_chip() -> bool:
+    """Whether a program traced now runs on an accelerator (:func:`platform` not the CPU)."""
+    return platform() != "cpu"
 
 
 def native_float64() -> bool:

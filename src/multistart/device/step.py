@@ -33,6 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
+from ..common import xla
 from ..common.status import Status
 from ..solvers import LeastSquaresRule, Minimiser, Solver, small
 from ..solvers.convergence import Convergence, window_converged
@@ -51,6 +52,7 @@ __all__ = [
 _RUNNING, _CONVERGED, _NONFINITE = Status.RUNNING.code, Status.CONVERGED.code, Status.NONFINITE.code
 _MAX_STEPS, _STALLED = Status.MAX_STEPS.code, Status.STALLED.code
 _HELD = -1  # no status's code: a row a call does not step, for the call's length
+_TAKE = -2  # no status's code: a row a call starts anew, until it is started
 
 
 class StartState(NamedTuple):
@@ -269,10 +271,9 @@ def make_chunk_step(
     vstep = jax.vmap(start_step, in_axes=(0, 0 if per_row else None))
 
     def multistart_chunk_step(pop: PopState, gather, scatter, new, clock, data) -> PopState:
-        chunk, columns, held, gather = _taken(pop.starts, gather, scatter, new, init_rows)
-        if per_row:
-            datum = gather // rows_per_datum
-            data = jax.tree_util.tree_map(lambda d: d[datum], data)
+        chunk, where = _take(pop.starts, gather, scatter, new, init_rows)
+        if rows_per_datum is not None:
+            data = _chunk_data(data, where, gather, rows_per_datum)
         t, n, until_end = clock[0], clock[1], clock[2] != 0
         n_running = jnp.sum(chunk.status == _RUNNING)
 
@@ -287,66 +288,199 @@ def make_chunk_step(
             # so recompute, possibly rounding differently) the same value into two uses.
             out = jax.lax.optimization_barrier(vstep(chunk, data))
             row = (t + j) // history_stride
-            return j + 1, out, _history_row(history, row, columns, out.best_fom, held)
+            return j + 1, out, _history_row(history, row, where, out.best_fom)
 
         first = (jnp.zeros((), jnp.int32), chunk, pop.history)
         _, chunk, history = jax.lax.while_loop(running, one_step, first)
-        return PopState(_put_back(pop.starts, chunk, scatter, columns, held), history)
+        return PopState(_put_back(pop.starts, chunk, where, scatter), history)
 
     return multistart_chunk_step
 
 
-def _history_row(history, row, columns, best_fom, held):
-    """``history`` with row ``row`` of ``columns`` set to ``best_fom`` (a row or column out of
-    range dropped). A chunk as wide as the population (``held`` not None) has its own row's
-    column or one past the end: its row is written whole where it lies, not scattered (a
-    scatter of the population's width a step is a tenth of a small fit's step on a TPU)."""
-    if held is None:
-        return history.at[row, columns].set(best_fom, mode="drop")
-    last = history.shape[0] - 1
-    at = jnp.minimum(row, last)
-    keep = (columns < history.shape[1]) & (row <= last)
-    line = jnp.where(keep, best_fom, jax.lax.dynamic_index_in_dim(history, at, 0, False))
-    return jax.lax.dynamic_update_index_in_dim(history, line, at, 0)
+def windowed() -> bool:
+    """Whether a chunk whose rows lie within its width of each other is stepped in that window
+    of the population (sliced and written back whole), not gathered and scattered: on a chip
+    (the platform of the default device when the program is traced). A TPU's gather and
+    scatter of rows of the population's ``[rows, k]`` leaves relaid out and rewrote every row
+    of the population at every call (about 13 ms a call of 200,000 small fits, a third of the
+    chip's time); a window's slice touches only its own rows. On a CPU a gather costs no more,
+    and the choice between the two forms in the program would add to its compile."""
+    return xla.on_chip()
 
 
-def _taken(starts: StartState, gather, scatter, new, init_rows):
-    """``(chunk, columns, held, rows)``: the chunk's starts (new ones written, fresh ones
-    started), each one's column of ``history``, the statuses a chunk as wide as the population
-    holds aside (:func:`_in_place`; None for a gathered chunk), and its rows' indices."""
-    n_rows = starts.status.shape[0]
-    if gather.shape[0] == n_rows:  # the chunk is the population: not gathered
-        chunk, columns, held = _in_place(starts, scatter, new, init_rows)
-        return chunk, columns, held, jnp.arange(n_rows, dtype=gather.dtype)
+def _branch(fits, window: Callable[[], Any], gathered: Callable[[], Any]):
+    """``window()`` or ``gathered()``: the one the trace knows (``fits`` a bool), else both in
+    the program and the one ``fits`` says when it runs."""
+    if fits is True:
+        return window()
+    if fits is False:
+        return gathered()
+    return jax.lax.cond(fits, lambda _: window(), lambda _: gathered(), None)
+
+
+class _Where(NamedTuple):
+    """Where a chunk call's rows are: ``fits`` (a bool the trace knows, or a traced one) in the
+    window of the population from ``lo``, else gathered; ``columns`` each row's column of
+    ``history`` (one past the end: none); ``held`` a window's statuses set aside."""
+
+    fits: Any
+    lo: Any
+    columns: jax.Array
+    held: jax.Array
+
+
+def _take(starts: StartState, gather, scatter, new, init_rows) -> tuple[StartState, _Where]:
+    """The chunk's starts (new ones written, fresh ones started) and where they lie: in a
+    window of the population where it is the population, or on a chip (:func:`windowed`)
+    where its rows fit one; else gathered."""
+    n_rows, width = starts.status.shape[0], gather.shape[0]
+    if width == n_rows:  # the chunk is the population: a window of all of it
+        fits, lo = True, 0
+    elif windowed():
+        fits, lo = _window(scatter, n_rows, width)
+    else:
+        fits, lo = False, 0
+    chunk, columns, held = _branch(
+        fits,
+        lambda: _in_window(starts, lo, width, scatter, new),
+        lambda: _gathered(starts, gather, scatter, new, mark=fits is not False),
+    )
+    chunk = _started(chunk, new if fits is False else _taken_new(chunk), init_rows)
+    return chunk, _Where(fits, lo, columns, held)
+
+
+def _chunk_data(data, where: _Where, gather, rows_per_datum: int):
+    """Each of the chunk's rows' dataset, of a stack of datasets one per ``rows_per_datum``
+    rows: sliced for a window, gathered otherwise."""
+    return _branch(
+        where.fits,
+        lambda: _window_data(data, where.lo, gather.shape[0], rows_per_datum),
+        lambda: jax.tree_util.tree_map(lambda d: d[gather // rows_per_datum], data),
+    )
+
+
+def _history_row(history, row, where: _Where, best_fom):
+    """``history`` with row ``row`` of the chunk's columns set to ``best_fom`` (a row or column
+    out of range dropped)."""
+    return _branch(
+        where.fits,
+        lambda: _history_window(history, row, where.lo, where.columns, best_fom),
+        lambda: history.at[row, where.columns].set(best_fom, mode="drop"),
+    )
+
+
+def _put_back(starts: StartState, chunk: StartState, where: _Where, scatter) -> StartState:
+    """The population's starts after the chunk's call: its window written back, or the
+    gathered chunk scattered back."""
+    return _branch(
+        where.fits,
+        lambda: _put_window(starts, chunk, where.lo, where.columns, where.held),
+        lambda: jax.tree_util.tree_map(
+            lambda a, b: a.at[scatter].set(b, mode="drop"), starts, chunk
+        ),
+    )
+
+
+def _window(scatter, n_rows: int, width: int):
+    """``(fits, lo)``: whether the chunk's rows (``scatter``'s, its padding ``n_rows``) lie in
+    the ``width`` rows from ``lo``, the first of them (or ``n_rows - width``, where fewer rows
+    are left after it)."""
+    named = scatter < n_rows
+    lo = jnp.minimum(jnp.min(scatter), n_rows - width)
+    hi = jnp.max(jnp.where(named, scatter, -1))
+    return hi < lo + width, lo
+
+
+def _marked(chunk: StartState, take, u_new) -> StartState:
+    """``chunk`` with the rows ``take`` names given ``u_new``'s start and marked
+    :data:`_TAKE` (the ``new`` argument carried in the chunk, out of a branch of the program:
+    :func:`_taken_new` reads it)."""
+    return chunk._replace(
+        u=_rows_select(take, u_new, chunk.u),
+        status=jnp.where(take, jnp.int8(_TAKE), chunk.status),
+    )
+
+
+def _taken_new(chunk: StartState):
+    """The ``new`` argument :func:`_marked` left in ``chunk``."""
+    return (chunk.status == _TAKE).astype(jnp.int8), chunk.u
+
+
+def _gathered(starts: StartState, gather, scatter, new, mark: bool):
+    """``(chunk, columns, held)`` of a gathered chunk (``held``: its statuses, unused);
+    ``mark``: ``new`` carried in it (:func:`_marked`)."""
     chunk = jax.tree_util.tree_map(lambda a: a[gather], starts)
-    return _started(chunk, new, init_rows), scatter, None, gather
+    if mark:
+        take, u_new = new
+        chunk = _marked(chunk, take != 0, u_new)
+    return chunk, scatter, chunk.status
 
 
-def _put_back(starts: StartState, chunk: StartState, scatter, columns, held) -> StartState:
-    """The population's starts after the chunk's call: the gathered chunk scattered back, or
-    the rows a chunk as wide as the population held given their own status back."""
-    if held is not None:
-        return chunk._replace(status=jnp.where(columns < held.shape[0], chunk.status, held))
-    return jax.tree_util.tree_map(lambda a, b: a.at[scatter].set(b, mode="drop"), starts, chunk)
-
-
-def _in_place(starts: StartState, scatter, new, init_rows):
-    """``(chunk, columns, held)`` for a chunk as wide as the population: no row is gathered
-    or scattered (a gather and a scatter per leaf of the state: about an eighth of the
-    program's compile). The rows ``scatter`` names are stepped where they lie; every other row
-    is held, its status set aside (``held``) and replaced by one that does not run, so the step
-    leaves it as it is. ``new``'s rows, in ``scatter``'s order, are written to their rows.
-    ``columns`` is each row's column of ``history``: its own if named, else one past the end
-    (dropped)."""
+def _in_window(starts: StartState, lo, width: int, scatter, new):
+    """``(chunk, columns, held)`` for the chunk stepped in the ``width`` rows of the
+    population from ``lo`` (all of them, a chunk as wide as the population: no row is gathered
+    or scattered, which is also about an eighth of the program's compile). The rows
+    ``scatter`` names are stepped where they lie; every other row of the window is held, its
+    status set aside (``held``) and replaced by one that does not run, so the step leaves it as
+    it is. ``new``'s rows, in ``scatter``'s order, are written to their rows, the rows it takes
+    marked (:func:`_marked`). ``columns`` is each row's column of
+    ``history``: its own if named, else one past the end (dropped)."""
     n_rows = starts.status.shape[0]
-    named = jnp.zeros(n_rows, bool).at[scatter].set(True, mode="drop")
-    columns = jnp.where(named, jnp.arange(n_rows, dtype=scatter.dtype), n_rows)
+    window = starts
+    if width < n_rows:
+        window = jax.tree_util.tree_map(
+            lambda a: jax.lax.dynamic_slice_in_dim(a, lo, width, 0), starts
+        )
+    at = scatter - lo  # the padding's (n_rows) is past the window's end: dropped
+    named = jnp.zeros(width, bool).at[at].set(True, mode="drop")
+    columns = jnp.where(named, lo + jnp.arange(width, dtype=scatter.dtype), n_rows)
     take, u_new = new
-    take = jnp.zeros(n_rows, take.dtype).at[scatter].set(take, mode="drop")
-    u_new = jax.tree_util.tree_map(lambda a, b: a.at[scatter].set(b, mode="drop"), starts.u, u_new)
-    held = starts.status
-    chunk = starts._replace(status=jnp.where(named, held, jnp.int8(_HELD)))
-    return _started(chunk, (take, u_new), init_rows), columns, held
+    take = jnp.zeros(width, bool).at[at].set(take != 0, mode="drop")
+    u_new = jax.tree_util.tree_map(lambda a, b: a.at[at].set(b, mode="drop"), window.u, u_new)
+    held = window.status
+    chunk = window._replace(status=jnp.where(named, held, jnp.int8(_HELD)))
+    return _marked(chunk, take, u_new), columns, held
+
+
+def _window_data(data, lo, width: int, rows_per_datum: int):
+    """Each row's dataset for the ``width`` rows from ``lo`` (a stack of datasets, one per
+    ``rows_per_datum`` rows): the datasets they span, sliced, then each row's among them."""
+
+    def rows_of(d):
+        n_data = d.shape[0]
+        span = min(n_data, (width - 1) // rows_per_datum + 2)
+        first = jnp.minimum(lo // rows_per_datum, n_data - span)
+        local = (lo + jnp.arange(width)) // rows_per_datum - first
+        return jax.lax.dynamic_slice_in_dim(d, first, span, 0)[local]
+
+    return jax.tree_util.tree_map(rows_of, data)
+
+
+def _history_window(history, row, lo, columns, best_fom):
+    """``history`` with row ``row`` of the window's columns from ``lo`` set to ``best_fom``
+    where named (``columns`` not past the end), a row out of range dropped: the window's own
+    segment of the row read and written, not a scatter (a scatter of the population's width a
+    step is a tenth of a small fit's step on a TPU)."""
+    n_rows, width, last = history.shape[1], best_fom.shape[0], history.shape[0] - 1
+    at = jnp.minimum(row, last)
+    keep = (columns < n_rows) & (row <= last)
+    if width == n_rows:
+        line = jax.lax.dynamic_index_in_dim(history, at, 0, False)
+        return jax.lax.dynamic_update_index_in_dim(history, jnp.where(keep, best_fom, line), at, 0)
+    line = jax.lax.dynamic_slice(history, (at, lo), (1, width))[0]
+    return jax.lax.dynamic_update_slice(history, jnp.where(keep, best_fom, line)[None], (at, lo))
+
+
+def _put_window(starts: StartState, chunk: StartState, lo, columns, held) -> StartState:
+    """The population's starts after a window's call: its held rows given their own status
+    back, the window written where it was sliced from."""
+    n_rows, width = starts.status.shape[0], chunk.status.shape[0]
+    chunk = chunk._replace(status=jnp.where(columns < n_rows, chunk.status, held))
+    if width == n_rows:
+        return chunk
+    return jax.tree_util.tree_map(
+        lambda a, b: jax.lax.dynamic_update_slice_in_dim(a, b, lo, 0), starts, chunk
+    )
 
 
 def _rows_select(pred, on_true, on_false):

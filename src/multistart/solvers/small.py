@@ -42,7 +42,7 @@ def entrywise(n: int) -> bool:
     (the platform of the default device when the program is traced). On a CPU the library's
     routines run as fast, and XLA compiles the entrywise form several times slower (a cold
     4-parameter ``curve_fit`` took 2.7x its time), so a CPU keeps them."""
-    return n <= MAX_N and xla.platform() != "cpu"
+    return n <= MAX_N and xla.on_chip()
 
 
 def gram(jac: jax.Array) -> jax.Array:
