@@ -281,6 +281,46 @@ def test_a_fit_makes_its_identity_once_and_a_resumed_one_once_more_early(tmp_pat
     assert len(made) == 2 and made[1] == result.stats["identity"]["config"] != made[0]
 
 
+def test_large_data_are_hashed_on_a_worker_thread_to_the_same_identity(monkeypatch, tmp_path):
+    """A fit whose data pass HASH_LATER_BYTES and that writes no checkpoint hashes them on the
+    identity's worker thread while it runs; its Result records the identity hashed at once.
+    A fit that writes checkpoints hashes at once (its checkpoint records the identity)."""
+    import threading
+
+    from multistart.common import digest
+
+    t = np.linspace(0.0, 3.0, 12)
+    ys = np.stack([a * np.exp(-t / 0.7) for a in (1.0, 2.0, 3.0)])
+
+    def decay(x, a, tau):
+        return a * jnp.exp(-x / tau)
+
+    threads: list[str] = []
+    real = digest.hash_array
+
+    def spy(h, a):
+        threads.append(threading.current_thread().name)
+        return real(h, a)
+
+    monkeypatch.setattr(identity_module, "hash_array", spy)
+
+    def fit(**kw):
+        threads.clear()
+        info = ms.curve_fit(
+            decay, t, ys, p0=[1.0, 1.0], batched=True, n_starts=2, full_output=True,
+            log_every=0, progress=False, **kw,
+        )[2]  # fmt: skip
+        return info["fits"].result.stats["identity"], set(threads)
+
+    at_once, where = fit()
+    assert where == {threading.current_thread().name}  # a few hundred bytes: hashed at once
+    monkeypatch.setattr(identity_module, "HASH_LATER_BYTES", 0)
+    later, where = fit()
+    assert later == at_once and where and all(n.startswith("multistart-identity") for n in where)
+    checkpointed, where = fit(**_ck(tmp_path))
+    assert checkpointed == at_once and where == {threading.current_thread().name}
+
+
 _IDENTITIES = """
 import json, sys
 sys.path.insert(0, sys.argv[1])

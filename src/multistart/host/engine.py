@@ -141,7 +141,11 @@ def build(setup: Setup, start_plan: StartPlan, traced: Traced) -> tuple[Engine, 
     n = start_plan.started.size  # a part's slots
     # the search's identity, made once its starts are planned (checkpoints, tuning record)
     identity = search_identity(
-        setup.problem, layout.dtype, traced.traces, setup.identity_config(start_plan)
+        setup.problem,
+        layout.dtype,
+        traced.traces,
+        setup.identity_config(start_plan),
+        later=traced.store is None,  # (a checkpoint records it at once)
     )
     checkpoints = None
     if traced.store is not None:
