@@ -32,8 +32,9 @@ CPU_STARTS_PER_CORE = 4
 # width 12,500 compiled in 6.5 s and ran warm in 0.77 s, at 200,000 in 20.3 s and 0.67 s
 # (50,000: 15.6 s, 0.70 s; python -m profiling.experiments.warm_many_profile --first
 # --batch-size W on a TPU v5e, issue 70; at the default, python -m profiling.accelerator --only
-# many: first call 26.0 s -> 14.4 s, warm 0.68 s -> 0.88 s). A warm user after the last tenth
-# asks for the width (batch_size=n). No GPU has been measured: a GPU keeps the memory bound.
+# many: first call 26.0 s -> 14.4 s). Since a chunk call on a chip touches only its window of
+# the population (device/step.windowed), the capped width's warm call is no slower than the
+# widest's (0.50 s). No GPU has been measured: a GPU keeps the memory bound.
 TPU_AUTO_WIDTH = 16384
 
 
