@@ -902,3 +902,50 @@ def test_a_chunk_in_a_window_of_the_population_is_stepped_there_bit_for_bit(
     assert (starts.n_steps[others] == 0).all() and np.isnan(windowed.history[:, others]).all()
     assert len(set(starts.n_steps[stepped].tolist())) > 1  # the starts ended at different steps
     np.testing.assert_array_equal(starts.u[[6, 11, 7]] != 0.7, True)  # refilled, then stepped
+
+
+@pytest.mark.parametrize("backend", ["loop", pytest.param("scan", marks=pytest.mark.slow)])
+def test_on_a_chip_a_search_with_windows_and_gathers_is_the_gathered_search(monkeypatch, backend):
+    """A whole search on a chip's form (the platform injected: its solves entry by entry):
+    its first sweeps step windows of the population, its later ones, after starts ended and the
+    running rows were repacked, gather the spread ones, in one program. Its Result is the
+    search's whose program only gathers (``step.windowed`` off), for each backend: every
+    start's steps and status exactly, its numbers to float32's rounding. (Not bit for bit: the
+    CPU's AVX code of the two programs rounds one start of these 24 in its last bits; with
+    ``XLA_FLAGS=--xla_cpu_max_isa=SSE4_2`` they agree bit for bit, and in float64 too.)"""
+    from conftest import assert_same_result
+
+    from multistart.common import xla
+    from multistart.device import programs as programs_module
+    from multistart.device import step as step_module
+
+    monkeypatch.setattr(xla, "platform", lambda: "tpu")
+    t = np.linspace(0.0, 3.0, 15)
+
+    def residuals(p):
+        return p["a"] * jnp.exp(-t / p["tau"]) + p["c"] - (2.0 * jnp.exp(-t / 0.7) + 0.1)
+
+    space = {"a": ms.Uniform(0.1, 5.0), "tau": ms.LogUniform(0.1, 3.0), "c": ms.Uniform(-1, 1)}
+    calls = []
+
+    def fit(windowed: bool):
+        programs_module._kept.clear()  # the other form's program is not served again
+        monkeypatch.setattr(step_module, "windowed", lambda: windowed)
+        real = step_module._window
+
+        def spy(scatter, n_rows, width):  # (traced once: what the program can choose)
+            calls.append(windowed)
+            return real(scatter, n_rows, width)
+
+        monkeypatch.setattr(step_module, "_window", spy)
+        search = ms.MultiStartLeastSquares(
+            n_starts=24, batch_size=8, n_steps=40, seed=3, backend=backend, n_candidates=0,
+            log_every=0, progress=False,
+        )  # fmt: skip
+        return search.fit(residuals, space)
+
+    windows, gathers = fit(True), fit(False)
+    assert calls == [True]  # the first program holds the window's form, the second does not
+    assert assert_same_result(windows, gathers, exact=False, rtol=1e-5, atol=1e-8)
+    ended = windows.n_steps[windows.n_steps < 40]
+    assert len(set(ended.tolist())) > 1  # starts ended at different steps: rows repacked
