@@ -913,6 +913,8 @@ def test_on_a_chip_a_search_with_windows_and_gathers_is_the_gathered_search(monk
     start's steps and status exactly, its numbers to float32's rounding. (Not bit for bit: the
     CPU's AVX code of the two programs rounds one start of these 24 in its last bits; with
     ``XLA_FLAGS=--xla_cpu_max_isa=SSE4_2`` they agree bit for bit, and in float64 too.)"""
+    import collections
+
     from conftest import assert_same_result
 
     from multistart.common import xla
@@ -920,6 +922,7 @@ def test_on_a_chip_a_search_with_windows_and_gathers_is_the_gathered_search(monk
     from multistart.device import step as step_module
 
     monkeypatch.setattr(xla, "platform", lambda: "tpu")
+    monkeypatch.setattr(programs_module, "_kept", collections.OrderedDict())  # restored after
     t = np.linspace(0.0, 3.0, 15)
 
     def residuals(p):
