@@ -260,7 +260,9 @@ def make_chunk_step(
     of ``history``. The loop's body is the one step whatever ``n``, so a start's arithmetic
     does not depend on how many steps a call takes (the suite checks it bit for bit). A chunk
     as wide as the population (a fit in one chunk) is not gathered: its named rows are stepped
-    where they lie and the rest held, bit for bit as a gathered chunk would step them.
+    where they lie and the rest held, bit for bit as a gathered chunk would step them. On a
+    chip (:func:`windowed`) so is a chunk whose rows lie within its width of each other, in
+    that window of the population (the program chooses, per call, the window or the gather).
 
     ``rows_per_datum``: ``data`` is a stack of datasets (every leaf with a leading axis of
     them), and rows ``i * rows_per_datum`` to ``(i + 1) * rows_per_datum - 1`` fit dataset
