@@ -100,6 +100,26 @@ mesh = Mesh(np.array(jax.devices()), ("d",))
 assert not evaluator.share(host, jax.device_put(host, NamedSharding(mesh, PartitionSpec())))
 assert evaluator.share(host, jax.device_put(host))
 print("ok share")
+
+# a chip's form (its platform injected): solves entry by entry, a Jacobian's columns from one
+# linearisation (each tangent typed as the point, varying over the mesh), chunks stepped in
+# windows of each device's rows: the one-device result (to rounding: the CPU's AVX code of the
+# two programs rounds a figure of merit of 1e-31 otherwise)
+from multistart.common import xla
+xla.platform = lambda: "tpu"
+t = np.linspace(0.0, 3.0, 15)
+
+def decay(p):
+    return p["a"] * jnp.exp(-t / p["tau"]) + p["c"] - (2.0 * jnp.exp(-t / 0.7) + 0.1)
+
+space = {"a": ms.Uniform(0.1, 5.0), "tau": ms.LogUniform(0.1, 3.0), "c": ms.Uniform(-1, 1)}
+ls = dict(n_starts=24, batch_size=4, n_steps=30, seed=3, n_candidates=0, log_every=0,
+          progress=False, dtype="float64")
+one_c = ms.MultiStartLeastSquares(devices=1, **ls).fit(decay, space)
+four_c = ms.MultiStartLeastSquares(**ls).fit(decay, space)
+assert four_c.stats["n_devices"] == 4
+assert_same_result(one_c, four_c, exact=False, rtol=1e-9, atol=1e-20)
+print("ok chip")
 """
 
 
@@ -123,7 +143,7 @@ def test_four_logical_devices_give_the_one_device_result_with_one_compile():
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.split("\n").count("ok tiktak") == 1, out.stdout
-    for word in ("ok loop", "ok scan", "ok halving", "ok resume", "ok auto", "ok share"):
+    for word in ("ok loop", "ok scan", "ok halving", "ok resume", "ok auto", "ok share", "ok chip"):
         assert word in out.stdout, out.stdout
 
 

@@ -141,3 +141,29 @@ def test_a_least_squares_fit_stepped_entrywise_reaches_the_librarys_answer(monke
         np.testing.assert_allclose(chip.best_params[name], cpu.best_params[name], rtol=1e-9)
     np.testing.assert_allclose(cov_chip, cov_cpu, rtol=1e-7)
     assert cpu.stats["n_compiles"] == 1  # not the chip's program
+
+
+def test_a_chips_jacobian_columns_under_a_mesh_of_devices_are_the_jvps(on_a_chip):
+    """On a chip a Jacobian's columns are products of one linearisation; under ``shard_map``
+    (a search over a mesh of devices) each tangent must be typed as the point is, varying over
+    the mesh (a constant basis vector is refused). One device's mesh is enough to type it so:
+    the columns are the ``vmap``-of-``jvp`` Jacobian's."""
+    from jax.sharding import Mesh
+    from jax.sharding import PartitionSpec as P
+
+    from multistart.solvers.base import linearize
+
+    def residuals(v):
+        return jnp.stack([jnp.sin(v[0]) * v[1], v[1] ** 2, v[0] + v[1], jnp.exp(-v[0])])
+
+    def columns(u):
+        return linearize(residuals, u)[1]
+
+    mesh = Mesh(np.array(jax.devices()[:1]), ("starts",))
+    over_mesh = jax.shard_map(
+        jax.vmap(columns), mesh=mesh, in_specs=P("starts"), out_specs=P("starts")
+    )
+    u = jnp.array([[0.3, 1.2], [1.0, -0.5], [2.0, 0.1]])
+    expected = jax.vmap(jax.jacfwd(residuals))(u)
+    np.testing.assert_allclose(jax.jit(over_mesh)(u), expected, rtol=1e-6)
+    np.testing.assert_allclose(jax.vmap(columns)(u), expected, rtol=1e-6)

@@ -169,16 +169,19 @@ def linearize(residual_fn, u, mode: str = "auto"):
 
     m = jax.eval_shape(flat, u_flat).shape[0]
     if mode == "forward" or (mode == "auto" and n <= m):
-        basis = jnp.eye(n, dtype=u_flat.dtype)
         if small.entrywise(n):
             # on a chip, a column a product of one linearisation: every column feeds its dot
             # products directly (small.gram), where the vmap's (m, n) array was written whole
             # to memory with m on the lanes, a third of a 200,000-fit step (issue 70)
             r, lin = jax.linearize(flat, u_flat)
-            return r, jnp.stack([lin(basis[j]) for j in range(n)], axis=1), n
+            # each tangent made from u, so it is typed as u is: varying over a mesh of
+            # devices under shard_map, where a constant one is refused by the linearisation
+            zero = jnp.zeros_like(u_flat)
+            return r, jnp.stack([lin(zero.at[j].set(1)) for j in range(n)], axis=1), n
         # one vmap of jvp over the basis (the residuals computed once, unbatched): the same
         # values as jax.linearize's, a third cheaper under the chunk step's vmap on a CPU
         # (profiling/HISTORY.md, "Least squares near a bound")
+        basis = jnp.eye(n, dtype=u_flat.dtype)
         r, jac = jax.vmap(lambda t: jax.jvp(flat, (u_flat,), (t,)), out_axes=(None, 1))(basis)
         return r, jac, n
     r, pullback = jax.vjp(flat, u_flat)
