@@ -86,6 +86,8 @@ class _Batch:
             popt, pcov, fvec = _batch_covariances(
                 self.model, self.names, self.data, popt, self.absolute_sigma, box=box, points=points
             )
+            if self.gone is not None:  # no residual where there is no point (in fvec's type)
+                fvec = jnp.where(self.gone, jnp.nan, fvec)
         popt, pcov = self.held.full(popt), self.held.full_cov(pcov, popt)
         empty = self.empty
         if empty.any():  # not run: nothing to report, the held parameters' values neither
@@ -93,8 +95,6 @@ class _Batch:
         _warn_if_tied_outside(self.held, popt, *self.bounds)
         record = (self.held, popt, pcov, rows, self.bounds, self.points, self.starts_per_fit)
         fits = _batch_fits(result, *record, warn=warn)
-        if self.gone is not None:  # no residual where there is no point
-            fvec = jnp.where(self.gone, jnp.nan, fvec)
         return popt, pcov, fits, fvec, (fits.names, fits.at_bound)
 
 
