@@ -33,8 +33,9 @@ CPU_STARTS_PER_CORE = 4
 # (50,000: 15.6 s, 0.70 s; python -m profiling.experiments.warm_many_profile --first
 # --batch-size W on a TPU v5e, issue 70; at the default, python -m profiling.accelerator --only
 # many: first call 26.0 s -> 14.4 s). Since a chunk call on a chip touches only its window of
-# the population (device/step.windowed), the capped width's warm call is no slower than the
-# widest's (0.50 s). No GPU has been measured: a GPU keeps the memory bound.
+# the population (device/step.windowed), the capped width's warm call took 0.50 s (0.88 s
+# before; the widest's 0.68 s before, not measured since). No GPU has been measured: a GPU
+# keeps the memory bound.
 TPU_AUTO_WIDTH = 16384
 
 
