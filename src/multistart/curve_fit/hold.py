@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from contextlib import nullcontext
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -88,10 +86,8 @@ class _Held:
                 p = self.values([v[j] for j in range(len(self.free))])
                 return jnp.stack([jnp.asarray(p[name], v.dtype) for name in calls])
 
-            # in float64, and on a chip (whose float64 is emulated, or absent where x64 is
-            # off outside the refinement) on its host's CPU: a few numbers a fit
-            where = jax.default_device(jax.devices("cpu")[0]) if xla.on_chip() else nullcontext()
-            with jax.enable_x64(True), where:
+            # in float64, where a refinement of one fit runs (a TPU's host CPU): a few numbers
+            with jax.enable_x64(True), jax.default_device(xla.refine_device()):
                 jac = np.asarray(jax.vmap(jax.jacfwd(ties))(jnp.asarray(free, jnp.float64)))
             for r, name in enumerate(calls):
                 g[:, self.names.index(name)] = jac[:, r]

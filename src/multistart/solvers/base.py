@@ -174,10 +174,11 @@ def linearize(residual_fn, u, mode: str = "auto"):
             # products directly (small.gram), where the vmap's (m, n) array was written whole
             # to memory with m on the lanes, a third of a 200,000-fit step (issue 70)
             r, lin = jax.linearize(flat, u_flat)
-            # each tangent made from u, so it is typed as u is: varying over a mesh of
-            # devices under shard_map, where a constant one is refused by the linearisation
-            zero = jnp.zeros_like(u_flat)
-            return r, jnp.stack([lin(zero.at[j].set(1)) for j in range(n)], axis=1), n
+            basis = jnp.eye(n, dtype=u_flat.dtype)
+            axes = tuple(jax.sharding.get_abstract_mesh().manual_axes)
+            if axes:  # under shard_map (a mesh of devices) a tangent varies over it, as u does
+                basis = jax.lax.pcast(basis, axes, to="varying")
+            return r, jnp.stack([lin(basis[j]) for j in range(n)], axis=1), n
         # one vmap of jvp over the basis (the residuals computed once, unbatched): the same
         # values as jax.linearize's, a third cheaper under the chunk step's vmap on a CPU
         # (profiling/HISTORY.md, "Least squares near a bound")
