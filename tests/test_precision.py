@@ -197,3 +197,43 @@ def test_on_a_chip_a_refined_batch_with_a_tie_and_missing_points_answers_in_floa
     np.testing.assert_allclose(pcov, ref_cov, rtol=1e-5, atol=1e-12)
     np.testing.assert_allclose(info["fvec"], ref_info["fvec"], rtol=0, atol=1e-7)
     assert pcov[0, 2, 0] != 0.0  # the tied c's error carried from a's, through the tie
+
+
+@pytest.mark.parametrize("dtype", [None, "float32"])
+def test_on_a_chip_a_batch_covariance_compiles_beside_its_search_and_answers_the_same(
+    a_chip_without_float64, monkeypatch, dtype
+):
+    """On a chip a batch's covariance program (the refinement's, or float32's own) is lowered
+    and compiled on a worker thread while the search runs, once, and not again when the
+    search ends; popt and pcov are bit for bit the batch's that compiles it after its search."""
+    import threading
+
+    from multistart.curve_fit import batch as batch_module
+
+    def fresh():  # a model of its own: its programs are compiled in this test
+        def model(x, a, tau, c):
+            return a * jnp.exp(-x / tau) + c
+
+        return model
+
+    ys = np.stack([decay(T, a, 1.3, 0.2) + 0.01 * np.sin(7 * T + a) for a in (1.0, 2.0, 3.0)])
+    kw = dict(p0=[1.0, 1.0, 0.0], bounds=([0, 0.1, -1], [5, 10, 1]), batched=True, **QUIET)
+    where = []
+
+    def listen(event, duration, **info):
+        if event.endswith("backend_compile_duration") and "curvature" in info.get("fun_name", ""):
+            where.append(threading.current_thread().name)
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        with monkeypatch.context() as m:
+            m.setattr(batch_module._Batch, "compile_ahead", lambda self: None)
+            after = ms.curve_fit(fresh(), T, ys, dtype=dtype, **kw)
+        assert where == ["MainThread"]
+        where.clear()
+        ahead = ms.curve_fit(fresh(), T, ys, dtype=dtype, **kw)
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+    assert len(where) == 1 and where[0].startswith("multistart-covariance")
+    for a, b in zip(ahead, after, strict=True):
+        np.testing.assert_array_equal(a, b)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import warnings
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +29,7 @@ from ..search.least_squares import MultiStartLeastSquares
 from ..starts.strategies import stack_starts
 from . import missing
 from .arguments import STEPS_PER_PARAMETER, _Args, _bounds, _precision
-from .covariance import _batch_covariances
+from .covariance import _batch_covariances, compile_ahead
 from .hold import _Held, _hold, _warn_if_tied_outside
 from .model import _check_output, _CurveModel
 from .starts import _inside, _space, _spreads, _stack_p0
@@ -76,15 +77,45 @@ class _Batch:
         """``(n_fits,)`` the fits with fewer points than free parameters: not run."""
         return self.points < len(self.names)
 
-    def fits(self, result: Result, *, warn: bool = True):
-        """``(popt, pcov, BatchFits, fvec, (names, at_bound))`` of the search's ``result``."""
-        n_fits, keep = len(self.points), self.held.keep
+    @property
+    def box(self) -> tuple | None:
+        """The free parameters' ``(lower, upper)`` where the answers are refined, else ``None``."""
+        keep = self.held.keep
+        return (self.bounds[0][keep], self.bounds[1][keep]) if self.refine else None
+
+    def compile_ahead(self) -> Future | None:
+        """The covariance's program (:meth:`fits`) compiling on a worker thread while the search
+        runs (:func:`.covariance.compile_ahead`), on a chip; ``None`` on a CPU, or where the
+        starts' spreads compiled that very program already (unrefined, a parameter unbounded on
+        both sides: :func:`.starts._spreads`). On this project's 2-core CPU a covariance
+        compiled in a thread beside the fit made a cold batch of 2,000 fits slower (1.44 s ->
+        1.50 s: both compiles and both traces contend for two cores and one interpreter;
+        profiling/HISTORY.md "Compiling two programs at once")."""
+        lower, upper = self.bounds[0][self.held.keep], self.bounds[1][self.held.keep]
+        spread = np.any(np.isinf(lower) & np.isinf(upper))
+        if not xla.on_chip() or (spread and not self.refine):
+            return None
+        x64 = True if self.refine else None
+        return compile_ahead(
+            self.model, self.names, self.data, len(self.points), box=self.box, x64=x64
+        )
+
+    def fits(self, result: Result, *, warn: bool = True, ahead: Future | None = None):
+        """``(popt, pcov, BatchFits, fvec, (names, at_bound))`` of the search's ``result``;
+        ``ahead``: the covariance's program compiled while it ran (:meth:`compile_ahead`)."""
+        n_fits = len(self.points)
         popt, rows = _per_fit(result, self.names, n_fits, self.starts_per_fit)
-        box = (self.bounds[0][keep], self.bounds[1][keep]) if self.refine else None
         points = None if self.gone is None else self.points
         with jax.enable_x64(True) if self.refine else contextlib.nullcontext():
             popt, pcov, fvec = _batch_covariances(
-                self.model, self.names, self.data, popt, self.absolute_sigma, box=box, points=points
+                self.model,
+                self.names,
+                self.data,
+                popt,
+                self.absolute_sigma,
+                box=self.box,
+                points=points,
+                ahead=ahead,
             )
             if self.gone is not None:  # no residual where there is no point (in fvec's type)
                 fvec = jnp.where(self.gone, jnp.nan, fvec)
@@ -112,7 +143,8 @@ def _fit_batch(args: _Args, resume: bool, hold: dict, starts_per_fit, /, **kw):
             absolute_sigma=args.absolute_sigma, n_starts=n, dtype=step, **options
         )
         model, starts = _model_and_starts(batch, first, search)
-        return batch.fits(_run(search, model, starts, resume, batch))
+        ahead = batch.compile_ahead()
+        return batch.fits(_run(search, model, starts, resume, batch), ahead=ahead)
 
 
 def _starts_per_fit(k) -> int:
@@ -265,7 +297,7 @@ def _fit_status(result, rows: np.ndarray, n_fits: int, k: int) -> np.ndarray:
     """``(n_fits,)`` each fit's :class:`multistart.Status`: its best start's, but where the
     search stopped before all its starts ended (a budget: ``stopped``; Ctrl-C or SIGTERM:
     ``interrupted``), which says the fit is still running (its best so far is kept)."""
-    codes = status.codes_of(result.status).reshape(n_fits, k)
+    codes = result.status_codes.reshape(n_fits, k)
     out = codes.reshape(-1)[rows]
     for code in _STILL_RUNNING:
         out = np.where((codes == code).any(axis=1), code, out)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import dataclasses
+import contextlib
 import warnings
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import jax
 import numpy as np
@@ -45,7 +46,7 @@ def _with_curvature(result: Result, f, names, data) -> Result:
             at=out.at[:, perm],
         )
 
-    return dataclasses.replace(result, uncertainty=Uncertainty(problem, hessian=curvature))
+    return result.replaced(uncertainty=Uncertainty(problem, hessian=curvature))
 
 
 def _result_covariance(result: Result, names, m: int) -> tuple[np.ndarray, np.ndarray]:
@@ -85,7 +86,7 @@ def _inf_if_undetermined(pcov: np.ndarray, *, stacked: bool, skip=None) -> np.nd
 
 
 def _batch_covariances(
-    f, names, data, popt, absolute_sigma: bool, *, box=None, stacked=True, points=None
+    f, names, data, popt, absolute_sigma: bool, *, box=None, stacked=True, points=None, ahead=None
 ):
     """``(popt, pcov, fvec)`` of a batch: each fit's covariance as a single fit's Result has it,
     ``s² (JᵀJ)⁻¹``, ``(n_fits, n, n)``, from one program over every fit that computes each
@@ -95,8 +96,9 @@ def _batch_covariances(
     float32 search's answer refined in float64) and returned refined. ``stacked=False``: one
     fit's (``popt`` ``(1, n)``). ``points``: ``(n_fits,)`` each fit's points that count (those
     left out have weight 0: not in ``s²``'s degrees of freedom), and a fit with fewer than
-    ``n`` was not run: its ``pcov`` ``nan``; ``None``: every point of every fit."""
-    out = _curvature_at(f, names, data, popt, stacked=stacked, box=box)
+    ``n`` was not run: its ``pcov`` ``nan``; ``None``: every point of every fit. ``ahead``:
+    the program compiled while the search ran (:func:`compile_ahead`), where it was."""
+    out = _curvature_at(f, names, data, popt, stacked=stacked, box=box, ahead=ahead)
     if box is not None:  # (a float32 search's answer, refined: float64 arrays from here)
         popt = np.where(np.isfinite(popt), np.asarray(out.at, dtype=np.float64), popt)
     ssr = np.asarray(out.ssr, dtype=np.float64)
@@ -109,22 +111,25 @@ def _batch_covariances(
     return popt, _inf_if_undetermined(pcov, stacked=stacked, skip=empty), out.r
 
 
-def _curvature_at(f, names, data, points, *, stacked: bool, box=None) -> Curvature:
+def _curvature_at(f, names, data, points, *, stacked: bool, box=None, ahead=None) -> Curvature:
     """The :class:`~multistart.result.laplace.Curvature` of each fit's weighted residuals at
     ``points`` ``(k, n)`` (device arrays), by the program kept for ``f`` and the data's shapes.
     ``stacked``: ``data`` has a leading axis of fits; ``box``: ``(lower, upper)`` to refine
     the points in first, on :func:`multistart.common.xla.refine_device` (a chip without float64
-    arithmetic refines a few fits on its host's CPU, from the data as given, on the host)."""
+    arithmetic refines a few fits on its host's CPU, from the data as given, on the host).
+    ``ahead``: a Future of that program compiled for these arguments' types
+    (:func:`compile_ahead`), called in place of the program where they match."""
     points = np.asarray(points, dtype=np.float64)
     if box is None:
         # the data's device copy the search made, where it was kept (a batch's)
-        return _curvature_program(f, names, data, stacked)(points, data_on_device(data))
+        program = _curvature_program(f, names, data, stacked)
+        return _call(ahead, program, points, data_on_device(data))
     lower, upper = (np.asarray(b, dtype=np.float64) for b in box)
     points = np.where(np.isfinite(points), points, lower)
-    with jax.default_device(xla.refine_device(len(points))):
+    with _refining(len(points)):
         curvature = _curvature_program(f, names, data, stacked)
         try:
-            return curvature(points, data_on_device(data), (lower, upper))
+            return _call(ahead, curvature, points, data_on_device(data), (lower, upper))
         except (TypeError, ValueError) as e:
             # f traced again in float64 after the float32 search: a NumPy array it captures is
             # served as the float32 copy JAX keeps of it (device/programs.forget_other_float_types)
@@ -132,6 +137,66 @@ def _curvature_at(f, names, data, points, *, stacked: bool, box=None) -> Curvatu
                 raise
             jax.clear_caches()
             return curvature(points, data_on_device(data), (lower, upper))
+
+
+def _refining(n_fits: int):
+    """The context a refinement of ``n_fits`` runs in: on :func:`xla.refine_device`."""
+    return jax.default_device(xla.refine_device(n_fits))
+
+
+def _call(ahead: Future | None, program, *args):
+    """``program(*args)``, by the executable ``ahead`` compiled for them where it did."""
+    compiled = None
+    if ahead is not None:
+        with contextlib.suppress(Exception):  # (its own error: the program's call says it)
+            compiled = ahead.result()
+    if compiled is not None:
+        try:
+            return compiled(*args)
+        except TypeError:  # arguments of other types than foreseen: the program's own call
+            pass
+    return program(*args)
+
+
+_worker: list[ThreadPoolExecutor] = []  # the one worker thread, made when first needed
+
+
+def compile_ahead(f, names, data, n_fits: int, *, box=None, x64: bool | None = None) -> Future:
+    """A Future of the batch's covariance program (:func:`_curvature_at` for ``n_fits`` fits of
+    the stacked ``data``, refined in ``box`` where given) lowered and compiled on a worker
+    thread, while the search runs: on a chip its compile (about 4 s for 200,000 fits on a TPU
+    v5e) is then paid beside the search's, on the host's other cores, not after it. Made in the
+    caller's float type, or with float64 on or off (``x64``) as :meth:`_Batch.fits` will call
+    it; the caller's default device. Its result is the compiled executable, or the exception
+    that stopped it (the program then compiles when called, as without it)."""
+    enabled = jax.config.jax_enable_x64 if x64 is None else x64  # type: ignore[attr-defined]
+    device = jax.config.jax_default_device  # type: ignore[attr-defined]
+
+    def compile_it():
+        with jax.enable_x64(enabled), jax.default_device(device):
+            refine = _refining(n_fits) if box is not None else contextlib.nullcontext()
+            with refine:
+                program = _curvature_program(f, names, data, stacked=True)
+                args = [_spec((n_fits, len(names)), np.float64), _specs(data)]
+                if box is not None:
+                    args.append((_spec((len(names),), np.float64),) * 2)
+                return program.lower(*args).compile()
+
+    if not _worker:
+        _worker.append(ThreadPoolExecutor(1, thread_name_prefix="multistart-covariance"))
+    return _worker[0].submit(compile_it)
+
+
+def _spec(shape, dtype) -> jax.ShapeDtypeStruct:
+    """The type JAX gives an array of ``shape`` and ``dtype`` now (float64 as float32 where
+    ``jax_enable_x64`` is off)."""
+    return jax.ShapeDtypeStruct(shape, jax.dtypes.canonicalize_dtype(dtype))
+
+
+def _specs(data):
+    """The types of ``data``'s leaves as :func:`multistart.device.placement.data_on_device`
+    puts them."""
+    return jax.tree_util.tree_map(lambda a: _spec(np.shape(a), np.result_type(a)), data)
 
 
 def _curvature_program(f, names, data, stacked: bool):
