@@ -189,14 +189,19 @@ def _calls_reached(overhead_s: float, step_s: float, n_calls: int = 12) -> int:
 
 def test_auto_steps_grow_while_a_calls_own_cost_is_a_fair_share_of_it():
     """A chip's wide batch (a call's sync and reading 20 ms, a step 6 ms): the steps a call
-    double while doubling cuts a step's share of the call by a tenth, so the call's own cost
-    ends near a tenth of it; a CPU's heavy step (50 ms, 0.3 ms a call) stops after one try;
-    a step of 0.3 s stays one a call (two would keep the host unheard past 0.5 s); a cheap
-    call grows to the cap."""
+    double while doubling cuts a step's share of the call by 2 %, until a call would keep the
+    host unheard past 0.5 s (64 steps: the call's own cost a twentieth of it); an image fit's
+    (2.5 ms a call, 3 ms a step) to 64 steps too, its own cost near 1 % of a call, where it
+    stopped at 8 (a tenth) when a doubling had to cut a tenth; a CPU's heavy step (50 ms,
+    0.3 ms a call) stops after one try; a step of 0.3 s stays one a call (two would keep the
+    host unheard past 0.5 s); a cheap call grows to the cap."""
     from multistart.host import iterate
 
     chip = _calls_reached(0.020, 0.006)
-    assert chip == 32 and 0.020 / (0.020 + chip * 0.006) < 0.1
+    assert chip == 64 and 0.020 / (0.020 + chip * 0.006) < 0.05
+    assert 2 * chip * (0.006 + 0.020 / chip) > iterate.AUTO_LATENCY_S
+    image = _calls_reached(0.0025, 0.003)
+    assert image == 64 and 0.0025 / (0.0025 + image * 0.003) < 0.015
     assert _calls_reached(0.0003, 0.050) == 2
     assert _calls_reached(0.0003, 0.300) == 1
     assert _calls_reached(0.0002, 0.00001) == iterate.AUTO_MAX_STEPS

@@ -63,12 +63,16 @@ AUTO_CALL_S = 0.02
 AUTO_MAX_STEPS = 256
 #: ...and a call that is not that cheap doubles while doubling pays: the last doubling cut a
 #: step's share of the call (its time over its steps) below this fraction of the share before,
-#: so the call's own cost (dispatch, sync, the host's reading of every row) is still a fair part
-#: of it. A chip's sync and reading of a wide batch cost tens of its steps (issue 70: 200,000
-#: small fits on a TPU, about 20 ms a call against 6 ms a step); a CPU's, a few hundred
-#: microseconds. Not past :data:`AUTO_LATENCY_S` a call, so the host still hears of the search
-#: (progress, a signal) that often.
-AUTO_GAIN = 0.9
+#: so the call's own cost (dispatch, sync, the host's reading of every row) is still a part
+#: of it worth halving: it ends between 2 and 4 % of the call. A chip's sync and reading of a
+#: wide batch cost tens of its steps (issue 70: 200,000 small fits on a TPU, about 20 ms a call
+#: against 6 ms a step), and a chip idles while the host reads a call and sends the next (1,024
+#: L-BFGS starts of an image fit: 2.5 ms a call against 3 ms a step; at 0.9, calls of 8 steps
+#: took 1.11x the wall of one call of all 100); a CPU's, a few hundred microseconds. Not past
+#: :data:`AUTO_LATENCY_S` a call, so the host still hears of the search (progress, a signal)
+#: that often. A longer call than needed costs nothing: a chunk's loop stops once its starts
+#: have all ended.
+AUTO_GAIN = 0.98
 AUTO_LATENCY_S = 0.5
 
 _PRUNED = Status.PRUNED.code
