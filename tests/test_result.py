@@ -351,9 +351,11 @@ def test_a_search_where_no_start_improved_says_so():
     result.best_step[:] = 0  # every start's first value was its best
     with pytest.warns(RuntimeWarning, match="no start improved on its first value"):
         assert "3 starts, up to 20 steps" in ms.result.warn_if_no_start_improved(result)
-    result.status[:] = ms.Status.NONFINITE  # what happened to them is said already
-    assert ms.result.warn_if_no_start_improved(result) is None
-    result.status[:] = ms.Status.CONVERGED
+    every = np.full(len(result.foms), ms.Status.NONFINITE.code)
+    said = result.replaced(status=every)  # what happened to them is said already
+    assert ms.result.warn_if_no_start_improved(said) is None
+    with pytest.raises(ValueError, match="read-only"):  # the statuses are the search's record
+        result.status[:] = ms.Status.NONFINITE
     result.n_steps[:] = 1  # a start that stepped once cannot have improved: nothing to say
     assert ms.result.warn_if_no_start_improved(result) is None
 

@@ -6,7 +6,7 @@ import enum
 
 import numpy as np
 
-__all__ = ["Status", "codes_of", "members", "messages", "counts"]
+__all__ = ["Status", "codes_of", "members", "messages", "words", "settled", "counts"]
 
 
 class Status(str, enum.Enum):
@@ -97,11 +97,19 @@ _MESSAGES = {
 
 _MEMBER_ARRAY = np.array(_MEMBERS + [None], dtype=object)[:-1]  # an object array of members
 _MESSAGE_ARRAY = np.array([_MESSAGES[s] for s in _MEMBERS] + [None], dtype=object)[:-1]
+_WORD_ARRAY = np.array([s.value for s in _MEMBERS] + [None], dtype=object)[:-1]
+_SETTLED = np.array([s.settled for s in _MEMBERS])
 
 
 def codes_of(statuses) -> np.ndarray:
-    """The codes (``int8``) of an array of statuses (members, or their words), one dict
-    lookup each: a member is a ``str`` equal to its word, so either finds it."""
+    """The codes (``int8``) of an array of statuses: members, or their words, one dict
+    lookup each (a member is a ``str`` equal to its word, so either finds it); or codes
+    already (integers: checked, no loop over them)."""
+    given = np.asarray(statuses)
+    if given.dtype.kind in "iu":
+        if given.size and (given.min() < 0 or given.max() >= len(_MEMBERS)):
+            raise ValueError(f"status codes must lie in 0..{len(_MEMBERS) - 1}")
+        return given.astype(np.int8)
     flat = np.asarray(statuses, dtype=object).reshape(-1)
     try:
         codes = np.fromiter(map(_CODES.__getitem__, flat), dtype=np.int8, count=flat.size)
@@ -118,6 +126,16 @@ def members(codes) -> np.ndarray:
 def messages(codes) -> np.ndarray:
     """An object array of each code's :attr:`Status.message`."""
     return _MESSAGE_ARRAY[np.asarray(codes, dtype=np.int64)]
+
+
+def words(codes) -> np.ndarray:
+    """An object array of each code's word (a plain ``str``: ``"converged"``)."""
+    return _WORD_ARRAY[np.asarray(codes, dtype=np.int64)]
+
+
+def settled(codes) -> np.ndarray:
+    """Which of ``codes`` are :attr:`Status.settled`."""
+    return _SETTLED[np.asarray(codes, dtype=np.int64)]
 
 
 def counts(statuses) -> dict[str, int]:

@@ -8,7 +8,6 @@ in), the best fit, and every statistic, gathered here.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 import warnings
 from typing import Any
@@ -70,7 +69,7 @@ def records(setup: Setup, engine: Engine, state: RunState) -> tuple[dict[str, An
         "foms": np.asarray(s.best_fom, dtype=np.float64).copy(),
         "params": writable(engine.physical(s.best_u)),
         "start_params": writable(engine.physical(jax.device_get(engine.u0))),
-        "status": status.members(codes),
+        "status": codes.astype(np.int8),  # (the Result keeps the codes, and makes members)
         "n_steps": np.asarray(s.n_steps, dtype=np.int64).copy(),
         "n_evals": np.asarray(s.n_evals, dtype=np.int64).copy(),
         "best_step": np.asarray(s.best_step, dtype=np.int64).copy(),
@@ -214,7 +213,7 @@ def assemble(
     problem = setup.problem
     kind = ("hessian", getattr(problem, "covariance", None))
     hessian = setup.programs.get(kind, lambda: hessian_function(problem))
-    return dataclasses.replace(result, uncertainty=Uncertainty(problem, hessian=hessian))
+    return result.replaced(uncertainty=Uncertainty(problem, hessian=hessian))
 
 
 def log_end(result: Result) -> None:
@@ -226,7 +225,7 @@ def log_end(result: Result) -> None:
     if "rows_per_datum" in st:
         k = st["rows_per_datum"]
         found = f"{len(result.foms) // k} datasets x {k} starts"
-    elif not any(s.settled for s in result.status):
+    elif not status.settled(result.status_codes).any():
         # no start ended by a test: their last points are not minima, however many differ
         found = f"best figure of merit {result.best_fom:.6g}; no start converged"
     else:

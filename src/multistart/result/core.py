@@ -112,7 +112,8 @@ class Result:
       foms: ``(n_starts,)`` each start's best figure of merit.
       params: each start's best physical parameters (leaves with a leading ``n_starts`` axis).
       start_params: where each start began (physical, leading ``n_starts`` axis).
-      status: ``(n_starts,)`` array of :class:`multistart.Status`.
+      status: ``(n_starts,)`` read-only array of :class:`multistart.Status` (made from members,
+        their words or their codes; :attr:`status_codes`: the codes).
       n_steps: ``(n_starts,)`` engine steps each start took (one evaluation each).
       n_evals: ``(n_starts,)`` evaluations of the objective each start made: its steps plus
         any its rule made itself (an optax line search's trials).
@@ -164,6 +165,7 @@ class Result:
     uncertainty: InitVar[Uncertainty | None] = None
     if TYPE_CHECKING:  # set once by __post_init__ (not a field: a source, not a record)
         _uncertainty: Uncertainty = field(init=False, repr=False, compare=False)
+        _status_codes: np.ndarray = field(init=False, repr=False, compare=False)
 
     def __post_init__(self, uncertainty: Uncertainty | None):
         def normalise(name: str, value) -> None:  # a frozen instance's own fields, as made
@@ -178,8 +180,14 @@ class Result:
         if self.resurrections is None:
             normalise("resurrections", np.zeros(np.shape(self.foms)[0], dtype=np.int64))
         normalise("best_fom", Fom(self.best_fom, self.fit_dtype))
-        # Members, whatever came in: NumPy turns a list of these str-enums into a str array.
-        normalise("status", status.members(status.codes_of(self.status)))
+        # Members, whatever came in (members, words or codes): NumPy turns a list of these
+        # str-enums into a str array. Their codes kept, read-only: no loop over starts to read
+        # them again (status_codes).
+        codes = status.codes_of(self.status)
+        members = status.members(codes)
+        codes.flags.writeable = members.flags.writeable = False  # the one record of how each ended
+        normalise("status", members)
+        normalise("_status_codes", codes)
 
     @classmethod
     def of(cls, *, foms: np.ndarray, params, **records) -> Result:
@@ -190,7 +198,20 @@ class Result:
 
     def with_stats(self, **more) -> Result:
         """A copy with ``more`` statistics, the same problem attached (or covariance computed)."""
-        return replace(self, stats={**self.stats, **more}, uncertainty=self._uncertainty)
+        return self.replaced(stats={**self.stats, **more})
+
+    def replaced(self, **changes) -> Result:
+        """``dataclasses.replace(self, **changes)``, its covariance's source kept unless
+        ``uncertainty`` is given, and its statuses passed as their codes (no loop over the
+        starts to read the members again)."""
+        keep = {"status": self._status_codes, "uncertainty": self._uncertainty}
+        return replace(self, **{**keep, **changes})
+
+    @property
+    def status_codes(self) -> np.ndarray:
+        """``(n_starts,)`` the codes (``int8``, read-only) of :attr:`status`
+        (:attr:`multistart.Status.code`)."""
+        return self._status_codes
 
     @property
     def fit_dtype(self) -> np.dtype:
@@ -211,7 +232,7 @@ class Result:
         Raises:
           ValueError: the space's parameters are not the Result's ``paths``.
         """
-        return replace(self, uncertainty=Uncertainty.of(self.paths, objective, space))
+        return self.replaced(uncertainty=Uncertainty.of(self.paths, objective, space))
 
     @property
     def problem(self) -> Problem | None:
@@ -258,7 +279,7 @@ class Result:
         return h.min(axis=1) if h.size else h.reshape(0)
 
     def status_counts(self) -> dict[str, int]:
-        return status.counts(self.status)
+        return status.counts(self._status_codes)
 
     def ranked(self) -> np.ndarray:
         """Start indices from best to worst figure of merit (non-finite last)."""
@@ -320,14 +341,15 @@ class Result:
     def _grouped_foms(self, include_nonfinite: bool, include_unconverged: bool | None):
         """Every start's figure of merit, ``inf`` for the starts left out of the grouping."""
         f = np.asarray(self.foms, dtype=np.float64).copy()
+        codes = self._status_codes
+        nonfinite = codes == Status.NONFINITE.code
         if not include_nonfinite:
-            f[np.array([s is Status.NONFINITE for s in self.status], dtype=bool)] = np.inf
-        converged = np.array([s.settled for s in self.status], dtype=bool)
+            f[nonfinite] = np.inf
+        converged = status.settled(codes)
         if include_unconverged is None:
             include_unconverged = not converged.any()
         if not include_unconverged:
-            moving = ~converged & np.array([s is not Status.NONFINITE for s in self.status])
-            f[moving] = np.inf
+            f[~converged & ~nonfinite] = np.inf
         return f
 
     def minimum_labels(self) -> np.ndarray:
@@ -438,7 +460,7 @@ class Result:
         columns: dict[str, np.ndarray] = {
             "index": np.arange(self.n_starts),
             "fom": np.asarray(self.foms).astype(self.fit_dtype),
-            "status": np.array([str(s) for s in self.status], dtype=object),
+            "status": status.words(self._status_codes),
             "n_steps": np.asarray(self.n_steps),
             "n_evals": np.asarray(self.n_evals),
             "at_bound": np.asarray(self.at_bound),
@@ -558,7 +580,7 @@ def warn_if_no_start_improved(result: Result) -> str | None:
     no finite value, or marked ``nonfinite`` are left out.
     """
     foms, best_step = np.asarray(result.foms), np.asarray(result.best_step)
-    said = np.array([s in (Status.NONFINITE, Status.UNSTARTED) for s in result.status], bool)
+    said = np.isin(result.status_codes, [Status.NONFINITE.code, Status.UNSTARTED.code])
     stepped = np.isfinite(foms) & (np.asarray(result.n_steps) > 1) & ~said
     if not stepped.any() or (best_step[stepped] > 0).any():
         return None

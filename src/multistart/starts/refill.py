@@ -272,7 +272,7 @@ class Refiller:
                 "fom": float(rec["foms"][i]),
                 "params": _rows(rec["params"], i),
                 "start_params": _rows(final_start, j),
-                "status": rec["status"][i],
+                "status": Status.from_code(rec["status"][i]),  # (the records hold codes)
                 "n_steps": int(rec["n_steps"][i]),
                 "n_evals": int(rec["n_evals"][i]),
                 "best_step": int(rec["best_step"][i]),
@@ -350,8 +350,9 @@ def _replaced_by_slot(lineage: Lineage, to_x) -> dict[int, list[dict]]:
 
 
 def _show(rec: dict, i: int, inc: dict) -> None:
-    for key in ("foms", "status", "n_steps", "n_evals", "best_step"):
+    for key in ("foms", "n_steps", "n_evals", "best_step"):
         rec[key][i] = inc["fom" if key == "foms" else key]
+    rec["status"][i] = Status(inc["status"]).code
     for key in ("params", "start_params"):
         for leaf, v in zip(
             jax.tree_util.tree_leaves(rec[key]), jax.tree_util.tree_leaves(inc[key]), strict=True
