@@ -293,8 +293,8 @@ class Curvature(NamedTuple):
 #: emulated float64): from a float32 answer (about 7 digits) a step doubles the digits where
 #: the residuals are small, so three reach float64's and one more confirms it. Where they are
 #: not small a step gains only a fraction: a tied fit's float32 answer 3.5e-5 away was still
-#: 2.9e-6 away after 4 steps, 6e-9 after 20.
-REFINE_STEPS = 4
+#: 2.9e-6 away after 4 steps, 6e-9 after 20. ``None``: as on a CPU.
+REFINE_STEPS: int | None = 4
 #: On a CPU (a chip's host refining a single fit or a small batch, in native float64) steps go
 #: on until no fit moves, at most this many.
 REFINE_MAX_STEPS = 32
@@ -360,7 +360,7 @@ def _refined(residuals, vec, box):
     scale = jnp.where(jnp.isfinite(upper - lower), span, jnp.maximum(bound, 1.0))
     reach = ON_BOUND * float(np.finfo(np.float32).eps) * scale  # float32's nearest to a bound
 
-    def step(_, x):
+    def step(_, x, first: bool = False):
         r, jac, _ = linearize(residuals, x)
         a, g = small.normal_equations(jac, r)
         a = a + jnp.finfo(x.dtype).eps * jnp.maximum(jnp.max(jnp.diagonal(a)), 1.0) * eye
@@ -375,7 +375,11 @@ def _refined(residuals, vec, box):
         onto = jnp.where((x - lower <= reach) & (g > 0), lower, x)
         onto = jnp.where((upper - x <= reach) & (g < 0), upper, onto)
         best, best_cost = x, jnp.vdot(r, r)
-        for trial in (jnp.clip(x + small.cho_solve(reduced, rhs), lower, upper), onto):
+        trials = [jnp.clip(x + small.cho_solve(reduced, rhs), lower, upper)]
+        # onto the bounds float32 left it next to: the first step's fallback (after it, an
+        # answer on a bound stays there, and one off it was not that near)
+        trials += [onto] if first else []
+        for trial in trials:
             rt = residuals(trial)
             cost = jnp.vdot(rt, rt)
             near = jnp.abs(trial - x) <= REFINE_REACH * jnp.maximum(jnp.abs(x), 1.0)
@@ -383,8 +387,9 @@ def _refined(residuals, vec, box):
             best, best_cost = jnp.where(ok, trial, best), jnp.where(ok, cost, best_cost)
         return best
 
-    if xla.on_chip():
-        return jax.lax.fori_loop(0, REFINE_STEPS, step, vec)
+    first = step(0, vec, first=True)
+    if xla.on_chip() and REFINE_STEPS is not None:
+        return jax.lax.fori_loop(1, REFINE_STEPS, step, first)
 
     def more(carry):
         i, _, moved = carry
@@ -395,7 +400,7 @@ def _refined(residuals, vec, box):
         new = step(i, x)
         return i + 1, new, jnp.any(new != x)
 
-    return jax.lax.while_loop(more, next_step, (0, vec, jnp.bool_(True)))[1]
+    return jax.lax.while_loop(more, next_step, (1, first, jnp.any(first != vec)))[1]
 
 
 def settle_inverses(curvature: Curvature) -> tuple[np.ndarray, np.ndarray]:
