@@ -237,3 +237,29 @@ def test_on_a_chip_a_batch_covariance_compiles_beside_its_search_and_answers_the
     assert len(where) == 1 and where[0].startswith("multistart-covariance")
     for a, b in zip(ahead, after, strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def test_on_a_chip_f_is_traced_once_for_its_steps_and_once_for_its_refinement(
+    a_chip_without_float64,
+):
+    """A float32 search's trace of ``f`` cannot serve its float64 refinement: ``f`` is traced
+    once more there, at float64, and that trace replayed by every step of the refinement and
+    its Jacobian (it ran at each of them: 10 times a fit); a refit compiles nothing and traces
+    ``f`` once, for its shape check."""
+    calls = []
+
+    def decaying(x, a, tau, c):  # a model of its own: its programs are made in this test
+        calls.append(jnp.result_type(a).name)
+        return a * jnp.exp(-x / tau) + c
+
+    kw = dict(p0=[1.0, 1.0, 0.0], n_starts=2, **QUIET)
+    popt, _ = ms.curve_fit(decaying, T, Y, **kw)
+    assert calls == ["float32", "float64"]
+    calls.clear()
+    ys = np.stack([Y, Y + 0.01])
+    ms.curve_fit(decaying, T, ys, batched=True, **kw)
+    assert calls == ["float32", "float64"]
+    calls.clear()
+    again, _ = ms.curve_fit(decaying, T, Y, **kw)
+    assert calls == ["float32"]
+    np.testing.assert_array_equal(again, popt)

@@ -57,31 +57,50 @@ class Replay:
     calls the model) binds the same operations without running the Python that recorded them,
     so the same primitives lower to the same program. Called with other arguments than traced
     for, or inside ``shard_map`` (a mesh's per-device values are typed otherwise), it calls
-    ``fn``, the function traced, instead.
+    ``fn``, the function traced, instead; with :attr:`per_signature`, arguments of other
+    shapes or types (a float32 search's model in a float64 refinement) are traced once more,
+    alone, and that trace replayed from then on, where ``fn`` would run at every call.
 
     Attributes:
       closed: the ``ClosedJaxpr``, its captured arrays as NumPy (:func:`numpy_consts`).
       fn: the function traced.
     """
 
+    #: trace ``fn`` once for each signature of arguments it is called with (a pure function of
+    #: its arguments only: it is traced alone, outside the caller's trace)
+    per_signature = False
+
     def __init__(self, closed, in_tree, out_tree, fn, name: str):
         self.closed = jax.extend.core.ClosedJaxpr(closed.jaxpr, numpy_consts(closed.consts))
         self.fn = fn
-        self._run = jax.extend.core.jaxpr_as_fun(self.closed)
-        self._in_tree, self._out_tree = in_tree, out_tree  # the in tree: (args, {})
-        self._in = [(a.shape, a.dtype) for a in closed.in_avals]
+        self._in_tree = in_tree  # the in tree: (args, {})
+        signature = tuple((a.shape, a.dtype) for a in closed.in_avals)
+        # each signature's (replayed function, out tree); the first the trace given
+        self._runs = {signature: (jax.extend.core.jaxpr_as_fun(self.closed), out_tree)}
         self._mesh = jax.sharding.get_abstract_mesh()  # the trace's (none, outside shard_map)
         self.__name__ = self.__qualname__ = name
 
     def __call__(self, *args):
         flat, tree = jax.tree_util.tree_flatten((args, {}))
-        same = (
-            tree == self._in_tree
-            and [(np.shape(x), jax.numpy.result_type(x)) for x in flat] == self._in
-        )
-        if not same or jax.sharding.get_abstract_mesh() != self._mesh:
+        if tree != self._in_tree or jax.sharding.get_abstract_mesh() != self._mesh:
             return self.fn(*args)
-        return jax.tree_util.tree_unflatten(self._out_tree, self._run(*flat))
+        signature = tuple((np.shape(x), jax.numpy.result_type(x)) for x in flat)
+        entry = self._runs.get(signature)
+        if entry is None and self.per_signature:
+            entry = self._runs[signature] = self._traced_at(args)
+        if entry is None:
+            return self.fn(*args)
+        run, out_tree = entry
+        return jax.tree_util.tree_unflatten(out_tree, run(*flat))
+
+    def _traced_at(self, args):
+        """``fn`` traced alone at ``args``' shapes and types: its replayed function and out tree."""
+        specs = jax.tree_util.tree_map(
+            lambda x: jax.ShapeDtypeStruct(np.shape(x), jax.numpy.result_type(x)), args
+        )
+        traced = jax.jit(lambda *a: self.fn(*a)).trace(*specs)
+        closed = jax.extend.core.ClosedJaxpr(traced.jaxpr.jaxpr, numpy_consts(traced.jaxpr.consts))
+        return jax.extend.core.jaxpr_as_fun(closed), traced.out_tree
 
 
 def replay(traced, fn) -> Replay:

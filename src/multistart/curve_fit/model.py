@@ -69,8 +69,12 @@ class _Traced(Replay):
     """``f`` traced once at ``(x, *scalars)``: the shape it returns (``shape``, ``None`` for no
     array), and, called as ``f`` is, its recorded operations replayed (a
     :class:`multistart.common.digest.Replay`), so the covariance program, the spreads and the
-    search's step all derive from this one trace of the user's Python. Hashed and compared as
-    ``f`` itself, so curve_fit's programs stay keyed by the user's function."""
+    search's step all derive from this one trace of the user's Python; a float32 search's
+    refinement in float64 (on a chip) traces ``f`` once more, at float64, and replays that
+    (:attr:`~multistart.common.digest.Replay.per_signature`). Hashed and compared as ``f``
+    itself, so curve_fit's programs stay keyed by the user's function."""
+
+    per_signature = True
 
     def __init__(self, f, x, names):
         args = [jax.ShapeDtypeStruct((), jnp.float64) for _ in names]
