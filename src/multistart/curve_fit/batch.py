@@ -144,7 +144,7 @@ def _fit_batch(args: _Args, resume: bool, hold: dict, starts_per_fit, /, **kw):
         )
         model, starts = _model_and_starts(batch, first, search)
         ahead = batch.compile_ahead()
-        return batch.fits(_run(search, model, starts, resume, batch), ahead=ahead)
+        return batch.fits(_run(search, model, starts, resume, batch, ahead), ahead=ahead)
 
 
 def _starts_per_fit(k) -> int:
@@ -200,10 +200,11 @@ def _model_and_starts(batch: _Batch, first: np.ndarray, search):
     return model, starts
 
 
-def _run(search, model, starts, resume: bool, batch: _Batch) -> Result:
+def _run(search, model, starts, resume: bool, batch: _Batch, ahead=None) -> Result:
     """The search's Result; stopped by Ctrl-C or SIGTERM, its
     :class:`multistart.SearchInterrupted` carries the fits so far (``.fits``: those that
-    ended, and those still running marked ``interrupted``, with their best so far)."""
+    ended, and those still running marked ``interrupted``, with their best so far; their
+    covariance by ``ahead``, the program compiled while the search ran, where it was)."""
     try:
         with progress.fits_of(batch.starts_per_fit):
             return search.fit(model, starts=starts, resume=resume)
@@ -211,7 +212,7 @@ def _run(search, model, starts, resume: bool, batch: _Batch) -> Result:
         if e.result is not None:
             with warnings.catch_warnings():  # the fits so far: no warning about them now
                 warnings.simplefilter("ignore", OptimizeWarning)
-                e.fits = batch.fits(e.result, warn=False)[2]
+                e.fits = batch.fits(e.result, warn=False, ahead=ahead)[2]
         raise
 
 
