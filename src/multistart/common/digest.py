@@ -71,12 +71,12 @@ class Replay:
     per_signature = False
 
     def __init__(self, closed, in_tree, out_tree, fn, name: str):
-        self.closed = jax.extend.core.ClosedJaxpr(closed.jaxpr, numpy_consts(closed.consts))
+        self.closed, run = _runner(closed)
         self.fn = fn
         self._in_tree = in_tree  # the in tree: (args, {})
         signature = tuple((a.shape, a.dtype) for a in closed.in_avals)
         # each signature's (replayed function, out tree); the first the trace given
-        self._runs = {signature: (jax.extend.core.jaxpr_as_fun(self.closed), out_tree)}
+        self._runs = {signature: (run, out_tree)}
         self._mesh = jax.sharding.get_abstract_mesh()  # the trace's (none, outside shard_map)
         self.__name__ = self.__qualname__ = name
 
@@ -99,8 +99,14 @@ class Replay:
             lambda x: jax.ShapeDtypeStruct(np.shape(x), jax.numpy.result_type(x)), args
         )
         traced = jax.jit(lambda *a: self.fn(*a)).trace(*specs)
-        closed = jax.extend.core.ClosedJaxpr(traced.jaxpr.jaxpr, numpy_consts(traced.jaxpr.consts))
-        return jax.extend.core.jaxpr_as_fun(closed), traced.out_tree
+        return _runner(traced.jaxpr)[1], traced.out_tree
+
+
+def _runner(closed):
+    """``(closed, run)``: ``closed`` with its captured arrays as NumPy, and the function that
+    evaluates it."""
+    closed = jax.extend.core.ClosedJaxpr(closed.jaxpr, numpy_consts(closed.consts))
+    return closed, jax.extend.core.jaxpr_as_fun(closed)
 
 
 def replay(traced, fn) -> Replay:

@@ -32,7 +32,7 @@ from .arguments import STEPS_PER_PARAMETER, _Args, _bounds, _precision
 from .covariance import _batch_covariances, compile_ahead
 from .hold import _Held, _hold, _warn_if_tied_outside
 from .model import _check_output, _CurveModel
-from .starts import _inside, _space, _spreads, _stack_p0
+from .starts import _inside, _space, _spread_by_curvature, _spreads, _stack_p0
 
 #: Options a batch sets itself: each fit draws its own starts, with no filter, and one row of
 #: history (every step of every row would be ``n_steps x n_fits x n_starts`` floats).
@@ -91,8 +91,8 @@ class _Batch:
         compiled in a thread beside the fit made a cold batch of 2,000 fits slower (1.44 s ->
         1.50 s: both compiles and both traces contend for two cores and one interpreter;
         profiling/HISTORY.md "Compiling two programs at once")."""
-        lower, upper = self.bounds[0][self.held.keep], self.bounds[1][self.held.keep]
-        spread = np.any(np.isinf(lower) & np.isinf(upper))
+        keep = self.held.keep
+        spread = _spread_by_curvature(self.bounds[0][keep], self.bounds[1][keep])
         if not xla.on_chip() or (spread and not self.refine):
             return None
         x64 = True if self.refine else None

@@ -117,8 +117,8 @@ def _curvature_at(f, names, data, points, *, stacked: bool, box=None, ahead=None
     ``stacked``: ``data`` has a leading axis of fits; ``box``: ``(lower, upper)`` to refine
     the points in first, on :func:`multistart.common.xla.refine_device` (a chip without float64
     arithmetic refines a few fits on its host's CPU, from the data as given, on the host).
-    ``ahead``: a Future of that program compiled for these arguments' types
-    (:func:`compile_ahead`), called in place of the program where they match."""
+    ``ahead``: a Future of that program's compile for these arguments' types
+    (:func:`compile_ahead`), waited for first."""
     points = np.asarray(points, dtype=np.float64)
     if box is None:
         # the data's device copy the search made, where it was kept (a batch's)
@@ -145,16 +145,11 @@ def _refining(n_fits: int):
 
 
 def _call(ahead: Future | None, program, *args):
-    """``program(*args)``, by the executable ``ahead`` compiled for them where it did."""
-    compiled = None
+    """``program(*args)``, once the compile ``ahead`` of it (:func:`compile_ahead`) ended:
+    JAX keeps that lowering's executable for the program's own call, which then compiles
+    nothing; where it failed, the call compiles as it would without it."""
     if ahead is not None:
-        with contextlib.suppress(Exception):  # (its own error: the program's call says it)
-            compiled = ahead.result()
-    if compiled is not None:
-        try:
-            return compiled(*args)
-        except TypeError:  # arguments of other types than foreseen: the program's own call
-            pass
+        ahead.exception()  # waits; its error, if any, is the call's to meet again
     return program(*args)
 
 
@@ -167,8 +162,9 @@ def compile_ahead(f, names, data, n_fits: int, *, box=None, x64: bool | None = N
     thread, while the search runs: on a chip its compile (about 4 s for 200,000 fits on a TPU
     v5e) is then paid beside the search's, on the host's other cores, not after it. Made in the
     caller's float type, or with float64 on or off (``x64``) as :meth:`_Batch.fits` will call
-    it; the caller's default device. Its result is the compiled executable, or the exception
-    that stopped it (the program then compiles when called, as without it)."""
+    it; the caller's default device. JAX keeps the executable for the jitted program's own
+    call with arguments of those types (a test checks that it compiles once, on the worker);
+    an exception that stops it is the Future's, and the program then compiles when called."""
     enabled = jax.config.jax_enable_x64 if x64 is None else x64  # type: ignore[attr-defined]
     device = jax.config.jax_default_device  # type: ignore[attr-defined]
 

@@ -72,7 +72,7 @@ def _spreads(f, names, data, first, lower, upper, *, stacked: bool) -> np.ndarra
     decade) and at most ``max(|first|, 1)`` (where the residuals are 0 or blind to it too).
     A line centre at 6563 Å with a 2 Å width is drawn within Ångströms, not ±6563."""
     base = np.maximum(np.abs(first), 1.0)
-    if not np.any(np.isinf(lower) & np.isinf(upper)):
+    if not _spread_by_curvature(lower, upper):
         return base
     out = _curvature_at(f, names, data, first, stacked=stacked)
     ssr, norms = np.asarray(out.ssr, np.float64), np.asarray(out.norms, np.float64)
@@ -80,6 +80,11 @@ def _spreads(f, names, data, first, lower, upper, *, stacked: bool) -> np.ndarra
         scale = np.sqrt(ssr)[:, None] / norms
         decade = 10.0 ** np.ceil(np.log10(scale))
     return np.where(np.isfinite(decade) & (decade > 0), np.minimum(decade, base), base)
+
+
+def _spread_by_curvature(lower, upper) -> bool:
+    """Whether :func:`_spreads` reads the curvature at p0: a parameter unbounded on both sides."""
+    return bool(np.any(np.isinf(lower) & np.isinf(upper)))
 
 
 def _stack_p0(p0, n_fits: int, names, lower, upper, keep) -> np.ndarray:
