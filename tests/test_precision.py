@@ -263,3 +263,42 @@ def test_on_a_chip_f_is_traced_once_for_its_steps_and_once_for_its_refinement(
     again, _ = ms.curve_fit(decaying, T, Y, **kw)
     assert calls == ["float32"]
     np.testing.assert_array_equal(again, popt)
+
+
+def test_on_a_chip_a_covariance_compile_that_fails_on_its_worker_is_compiled_after_the_search(
+    a_chip_without_float64, monkeypatch
+):
+    """A compile ahead that fails on its worker thread (here: the arguments' types cannot be
+    read) is not the batch's failure: the program compiles when the search has ended, on the
+    caller's thread, and the answers are those of a batch whose compile ahead succeeded."""
+    import threading
+
+    from multistart.curve_fit import covariance
+
+    def fresh():  # a model of its own: its programs are compiled in this test
+        def model(x, a, tau, c):
+            return a * jnp.exp(-x / tau) + c
+
+        return model
+
+    ys = np.stack([decay(T, a, 1.3, 0.2) + 0.01 * np.sin(7 * T + a) for a in (1.0, 2.0)])
+    kw = dict(p0=[1.0, 1.0, 0.0], bounds=([0, 0.1, -1], [5, 10, 1]), batched=True, **QUIET)
+    ahead = ms.curve_fit(fresh(), T, ys, **kw)
+    where = []
+
+    def listen(event, duration, **info):
+        if event.endswith("backend_compile_duration") and "curvature" in info.get("fun_name", ""):
+            where.append(threading.current_thread().name)
+
+    def broken(data):
+        raise RuntimeError("no types here")
+
+    monkeypatch.setattr(covariance, "_specs", broken)
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        after = ms.curve_fit(fresh(), T, ys, **kw)
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+    assert where == ["MainThread"]
+    for a, b in zip(after, ahead, strict=True):
+        np.testing.assert_array_equal(a, b)

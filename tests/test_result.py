@@ -290,6 +290,23 @@ def test_status_compares_and_prints_as_words():
     assert f"{ms.Status.NONFINITE}" == "nonfinite"
 
 
+def test_a_result_made_from_codes_or_words_holds_members_and_refuses_a_code_out_of_range():
+    """Statuses given as codes (what a search hands the Result) or as words give the same
+    members and codes; a code no status has is refused, naming the range."""
+    result = float32_result()
+    codes = result.status_codes
+    assert codes.tolist() == [ms.Status.CONVERGED.code] * 2 + [ms.Status.MAX_STEPS.code]
+    assert not codes.flags.writeable and not result.status.flags.writeable
+    for given in (codes.astype(np.int64), np.array(["converged", "converged", "max_steps"])):
+        again = result.replaced(status=given)
+        assert again.status.tolist() == result.status.tolist()
+        np.testing.assert_array_equal(again.status_codes, codes)
+        assert again.status[2] is ms.Status.MAX_STEPS
+    for bad in (np.array([0, 0, 99]), np.array([0, -1, 0])):
+        with pytest.raises(ValueError, match=r"status codes must lie in 0\.\.\d+"):
+            result.replaced(status=bad)
+
+
 def test_pickle_keeps_the_result_but_not_its_problem():
     import pickle
 
