@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 
 import jax
 import numpy as np
 from scipy.optimize import OptimizeWarning
 
-from ..common import xla
+from ..common import background, xla
 from ..device.placement import data_on_device
 from ..device.programs import programs_for
 from ..result import Result, Uncertainty
@@ -153,9 +153,6 @@ def _call(ahead: Future | None, program, *args):
     return program(*args)
 
 
-_worker: list[ThreadPoolExecutor] = []  # the one worker thread, made when first needed
-
-
 def compile_ahead(f, names, data, n_fits: int, *, box=None, x64: bool | None = None) -> Future:
     """A Future of the batch's covariance program (:func:`_curvature_at` for ``n_fits`` fits of
     the stacked ``data``, refined in ``box`` where given) lowered and compiled on a worker
@@ -178,9 +175,7 @@ def compile_ahead(f, names, data, n_fits: int, *, box=None, x64: bool | None = N
                     args.append((_spec((len(names),), np.float64),) * 2)
                 return program.lower(*args).compile()
 
-    if not _worker:
-        _worker.append(ThreadPoolExecutor(1, thread_name_prefix="multistart-covariance"))
-    return _worker[0].submit(compile_it)
+    return background.submit("covariance", compile_it)
 
 
 def _spec(shape, dtype) -> jax.ShapeDtypeStruct:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..common import xla
+from ..common import background, xla
 from ..common.digest import hash_array, trace_text
 from ..model.problem import datum
 from .config import SearchConfig
@@ -46,8 +46,6 @@ __all__ = [
 #: checkpoint, hashes them on a worker thread while it runs (hashlib lets go of the GIL): the
 #: data of 200,000 small fits took 61 ms to hash on a TPU VM's host, before the first step.
 HASH_LATER_BYTES = 8 << 20
-
-_worker: list[ThreadPoolExecutor] = []  # the one worker thread, made when first needed
 
 
 @dataclass(frozen=True)
@@ -135,9 +133,7 @@ def search_identity(
         }
 
     if later and sum(getattr(a, "nbytes", 0) for a in arrays) > HASH_LATER_BYTES:
-        if not _worker:
-            _worker.append(ThreadPoolExecutor(1, thread_name_prefix="multistart-identity"))
-        return SearchIdentity(_worker[0].submit(digests), program, values)
+        return SearchIdentity(background.submit("identity", digests), program, values)
     return SearchIdentity(digests(), program, values)
 
 
