@@ -99,3 +99,84 @@ def test_a_batch_covariance_reads_the_device_copy_its_search_sent(monkeypatch):
     for leaf in jax.tree_util.tree_leaves(given):
         assert isinstance(leaf, jax.Array) and any(leaf is s for s in search)
     assert len({id(s) for s in search}) == 3  # x, y and the weights, each sent once
+
+
+def test_sent_ahead_an_array_is_sent_on_a_worker_and_that_copy_is_the_one_data_on_device_gives(
+    monkeypatch,
+):
+    """Within keep_device_copies, a large leaf sent ahead goes to the device on the transfer
+    worker, once, in the type it would have had there (float32 where float64 is off, float64
+    where asked for): data_on_device then gives that copy; small and repeated leaves are left
+    to data_on_device; outside the context nothing is sent."""
+    import threading
+
+    monkeypatch.setattr(placement, "AHEAD_BYTES", 1000)
+    monkeypatch.setattr(placement, "BROADCAST_BYTES", 1000)
+    big, small = np.random.default_rng(0).normal(size=(300, 4)), np.arange(3.0)
+    repeated = np.broadcast_to(np.arange(60.0), (300, 60))
+    threads = []
+    real = jax.device_put
+
+    def spy(a, *r, **k):
+        threads.append((threading.current_thread().name, getattr(a, "shape", None)))
+        return real(a, *r, **k)
+
+    monkeypatch.setattr(jax, "device_put", spy)
+    data = {"big": big, "small": small, "x": repeated}
+    placement.send_ahead(data)
+    assert threads == []  # outside the context: nothing
+    with jax.enable_x64(False), placement.keep_device_copies():
+        placement.send_ahead(data)
+        placement.send_ahead(data, x64=True)
+        out = placement.data_on_device(data)
+        with jax.enable_x64(True):
+            wide = placement.data_on_device(data)
+    ahead = [t for t in threads if t[0].startswith("multistart-transfer")]
+    assert ahead == [(ahead[0][0], (300, 4))] * 2  # big, in float32 and float64, ahead alone
+    assert all(not name.startswith("multistart") for name, _ in threads if _ != (300, 4))
+    assert out["big"].dtype == np.float32 and wide["big"].dtype == np.float64
+    np.testing.assert_array_equal(np.asarray(out["big"]), big.astype(np.float32))
+    np.testing.assert_array_equal(np.asarray(wide["big"]), big)
+    np.testing.assert_array_equal(np.asarray(out["x"]), repeated.astype(np.float32))
+
+
+def test_on_a_chip_a_batch_sends_its_data_ahead_and_answers_the_same(monkeypatch):
+    """On a chip (the platform injected) a batch's data are sent on the transfer worker
+    before its search, and again in float64 for its refinement; the search and the
+    covariance send them no more, and popt and pcov are those of the batch that sends
+    nothing ahead, bit for bit."""
+    import threading
+
+    from multistart.common import xla
+    from multistart.curve_fit import batch as batch_module
+
+    monkeypatch.setattr(xla, "platform", lambda: "tpu")
+    monkeypatch.setattr(xla, "REFINE_ON_HOST_FITS", 0)  # the refinement on the "chip"
+    monkeypatch.setattr(placement, "AHEAD_BYTES", 1000)
+    x = np.linspace(0.0, 4.0, 40)
+    ys = np.stack([2.0 * np.exp(-x / t) + 0.01 * np.sin(5 * x + t) for t in np.linspace(1, 2, 8)])
+
+    def decay(x, a, tau):
+        return a * jnp.exp(-x / tau)
+
+    kw = dict(p0=[1.0, 1.0], batched=True, n_starts=2, log_every=0, progress=False)
+    with monkeypatch.context() as m:
+        m.setattr(batch_module._Batch, "send_ahead", lambda self: None)
+        plain = ms.curve_fit(decay, x, ys, **kw)
+    sent = []
+    real = jax.device_put
+
+    def spy(a, *r, **k):
+        if getattr(a, "shape", None) == ys.shape:
+            sent.append((threading.current_thread().name, jnp.result_type(a).name))
+        return real(a, *r, **k)
+
+    monkeypatch.setattr(jax, "device_put", spy)
+    ahead = ms.curve_fit(decay, x, ys, **kw)
+    # x, y and the weights (all of ydata's shape, none repeated at this size), in float32
+    # for the search and float64 for the refinement, each on the worker and nowhere else
+    assert [(name.split("_")[0], t) for name, t in sent] == [
+        ("multistart-transfer", "float32")
+    ] * 3 + [("multistart-transfer", "float64")] * 3
+    for a, b in zip(ahead, plain, strict=True):
+        np.testing.assert_array_equal(a, b)

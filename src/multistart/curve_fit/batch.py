@@ -16,7 +16,7 @@ from scipy.optimize import OptimizeWarning
 
 from ..common import status, xla
 from ..common.status import Status
-from ..device.placement import keep_device_copies
+from ..device.placement import keep_device_copies, send_ahead
 from ..device.programs import forget_other_float_types
 from ..host import progress
 from ..host.checkpoint import SearchInterrupted
@@ -100,6 +100,17 @@ class _Batch:
             self.model, self.names, self.data, len(self.points), box=self.box, x64=x64
         )
 
+    def send_ahead(self) -> None:
+        """On a chip, the data sent to it on a worker thread while the starts and the search
+        are planned (:func:`multistart.device.placement.send_ahead`), and where the answers
+        are refined, sent again in float64 for the refinement while the search runs."""
+        if not xla.on_chip():
+            return
+        send_ahead(self.data)
+        if self.refine:
+            with jax.default_device(xla.refine_device(len(self.points))):
+                send_ahead(self.data, x64=True)
+
     def fits(self, result: Result, *, warn: bool = True, ahead: Future | None = None):
         """``(popt, pcov, BatchFits, fvec, (names, at_bound))`` of the search's ``result``;
         ``ahead``: the covariance's program compiled while it ran (:meth:`compile_ahead`)."""
@@ -137,6 +148,7 @@ def _fit_batch(args: _Args, resume: bool, hold: dict, starts_per_fit, /, **kw):
     with xla.precision(step), keep_device_copies():  # the covariance reads the search's data
         forget_other_float_types(step)
         batch, first = _read(args, hold, starts_per_fit, refine)
+        batch.send_ahead()
         options = {"n_steps": STEPS_PER_PARAMETER * len(batch.names), **options}
         n = len(first) * starts_per_fit  # the search's n_starts
         search = MultiStartLeastSquares(
