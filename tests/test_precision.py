@@ -302,3 +302,40 @@ def test_on_a_chip_a_covariance_compile_that_fails_on_its_worker_is_compiled_aft
     assert where == ["MainThread"]
     for a, b in zip(after, ahead, strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def test_on_a_chip_a_refinement_takes_float32_jacobians_and_ends_at_the_float64_answer(
+    a_chip_without_float64,
+):
+    """On a chip without float64 a refinement step's Jacobian is taken in float32 (the
+    residuals, their sums of squares and the last step in float64): from a float32 answer
+    3e-6 away it ends within 2e-8 of the float64 minimum (scipy's, converged), as the
+    all-float64 refinement does. (Residuals this large make Gauss-Newton converge only
+    linearly: neither reaches float64's last digits in the chip's 4 steps.)"""
+    from scipy.optimize import least_squares
+
+    from multistart.result import laplace
+
+    seen = []
+
+    def res(v, data):
+        seen.append(jnp.result_type(v).name)
+        return (v[0] * jnp.exp(-data[0] / v[1]) + v[2] - data[1]) / 0.01
+
+    data = np.stack([T, Y])
+    with jax.enable_x64(True):
+        exact = least_squares(lambda v: np.asarray(res(v, data)), [2.0, 1.3, 0.2], xtol=1e-15,
+                              ftol=1e-15, gtol=1e-15).x  # fmt: skip
+        start = (exact * (1 + 3e-6)).astype(np.float32).astype(np.float64)
+        box = (np.array([0.0, 0.1, -1.0]), np.array([5.0, 10.0, 1.0]))
+        plain = jax.jit(lambda v: laplace._refined(lambda u: res(u, data), v, box))
+        seen.clear()
+        data32 = data.astype(np.float32)
+        mixed = jax.jit(lambda v: laplace._refined(
+            lambda u: res(u, data), v, box, lambda u: res(u, data32)))  # fmt: skip
+        out = np.asarray(mixed(start))
+        assert "float32" in seen and "float64" in seen  # its Jacobians in float32, not all
+        both = np.asarray(plain(start))
+    np.testing.assert_allclose(out, exact, rtol=2e-8)  # (measured: 3.8e-9)
+    np.testing.assert_allclose(both, exact, rtol=2e-8)  # (5e-10)
+    assert np.max(np.abs(start / exact - 1)) > 1e-6  # the start itself was not that close

@@ -290,8 +290,9 @@ class Curvature(NamedTuple):
 
 
 #: Gauss-Newton steps a refinement takes on a chip (:func:`residual_curvature`, in its
-#: emulated float64): from a float32 answer (about 7 digits) a step doubles the digits where
-#: the residuals are small, so three reach float64's and one more confirms it. Where they are
+#: emulated float64; on a chip without float64 every one but the last with a float32
+#: Jacobian): from a float32 answer (about 7 digits) a step doubles the digits where the
+#: residuals are small, so three reach float64's and one more confirms it. Where they are
 #: not small a step gains only a fraction: a tied fit's float32 answer 3.5e-5 away was still
 #: 2.9e-6 away after 4 steps, 6e-9 after 20. ``None``: as on a CPU.
 REFINE_STEPS: int | None = 4
@@ -325,7 +326,11 @@ def residual_curvature(residuals, *, stacked: bool, kind: str = "gauss-newton"):
 
     def one(vec, data, box):
         if box is not None:
-            vec = _refined(lambda v: residuals(v, data), vec, box)
+            low = None
+            if not xla.native_float64():  # the steps' Jacobians in float32 (see _refined)
+                data32 = jax.tree_util.tree_map(_as_float32, data)
+                low = lambda v: residuals(v, data32)  # noqa: E731
+            vec = _refined(lambda v: residuals(v, data), vec, box, low)
         r, jac, _ = linearize(lambda v: residuals(v, data), vec)
         ssr = jnp.vdot(r, r)
         norms = jnp.sqrt(jnp.sum(jac * jac, axis=0))
@@ -342,7 +347,7 @@ def residual_curvature(residuals, *, stacked: bool, kind: str = "gauss-newton"):
     return xla.jit(multistart_curvature)
 
 
-def _refined(residuals, vec, box):
+def _refined(residuals, vec, box, low=None):
     """``vec`` after Gauss-Newton steps of ``residuals`` in the ``box`` (:data:`REFINE_STEPS`
     on a chip; on a CPU until no fit moves, at most :data:`REFINE_MAX_STEPS`), each taken
     only where it lowers ``‖r‖²`` and moves no coordinate by more than
@@ -351,45 +356,40 @@ def _refined(residuals, vec, box):
     amplitude is on 0), not a better answer. A coordinate the step would take out of the box
     is held on its bound and the step solved again for the others (a projected Gauss-Newton
     step): a float32 answer on a bound (as near as float32 gets) moves onto it, and the
-    others to their optimum with it there."""
-    lower, upper = box
-    n = vec.shape[0]
-    eye = jnp.eye(n, dtype=vec.dtype)
-    span = jnp.where(jnp.isfinite(upper - lower), upper - lower, 1.0)
-    bound = jnp.where(jnp.isfinite(lower), jnp.abs(lower), jnp.abs(upper))
-    scale = jnp.where(jnp.isfinite(upper - lower), span, jnp.maximum(bound, 1.0))
-    reach = ON_BOUND * float(np.finfo(np.float32).eps) * scale  # float32's nearest to a bound
+    others to their optimum with it there.
 
-    def step(_, x, first: bool = False):
+    ``low``: the residuals in float32 (the data as float32), given on a chip without float64
+    arithmetic: there every step but the last takes its Jacobian in float32, the residuals
+    and sums of squares staying in (emulated) float64 and a trial's residuals carried as
+    the next step's (mixed-precision iterative refinement, about a fifth of a float64 step's
+    work). Those steps end where ``J₃₂ᵀ r = 0``, near float64's ``Jᵀ r = 0`` by float32's
+    error in ``J`` times the residuals; the last step, in float64, takes the answer there."""
+
+    def exact(_, x, first: bool = False):
         r, jac, _ = linearize(residuals, x)
-        a, g = small.normal_equations(jac, r)
-        a = a + jnp.finfo(x.dtype).eps * jnp.maximum(jnp.max(jnp.diagonal(a)), 1.0) * eye
-        full = x + small.cho_solve(a, -g)
-        held = (full < lower) | (full > upper)
-        delta = jnp.where(held, jnp.clip(full, lower, upper) - x, 0.0)
-        both = ~held[:, None] & ~held[None, :]
-        reduced = jnp.where(both, a, 0.0) + jnp.where(held, 1.0, 0.0) * eye
-        rhs = jnp.where(held, delta, -g - small.matvec(a, delta))
-        # the projected step, and the answer moved onto the bounds float32 left it next to
-        # (alone: with a peak's amplitude on 0 its centre's step is long and means nothing)
-        onto = jnp.where((x - lower <= reach) & (g > 0), lower, x)
-        onto = jnp.where((upper - x <= reach) & (g < 0), upper, onto)
-        best, best_cost = x, jnp.vdot(r, r)
-        trials = [jnp.clip(x + small.cho_solve(reduced, rhs), lower, upper)]
-        # onto the bounds float32 left it next to: the first step's fallback (after it, an
-        # answer on a bound stays there, and one off it was not that near)
-        trials += [onto] if first else []
-        for trial in trials:
-            rt = residuals(trial)
-            cost = jnp.vdot(rt, rt)
-            near = jnp.abs(trial - x) <= REFINE_REACH * jnp.maximum(jnp.abs(x), 1.0)
-            ok = jnp.isfinite(cost) & (cost < best_cost) & jnp.all(near & jnp.isfinite(trial))
-            best, best_cost = jnp.where(ok, trial, best), jnp.where(ok, cost, best_cost)
-        return best
+        return _better(residuals, box, x, r, jac, first)[0]
 
-    first = step(0, vec, first=True)
-    if xla.on_chip() and REFINE_STEPS is not None:
-        return jax.lax.fori_loop(1, REFINE_STEPS, step, first)
+    if low is None:
+        steps = REFINE_STEPS if xla.on_chip() else None
+        return _stepped(exact, vec, vec, steps, lambda x: x)
+
+    def mixed(_, carry, first: bool = False):
+        x, r = carry
+        _, jac, _ = linearize(low, x.astype(jnp.float32))
+        return _better(residuals, box, x, r, jac.astype(x.dtype), first)
+
+    # a chip without float64: float32 Jacobians, the residuals carried, then one step in float64
+    steps = None if REFINE_STEPS is None else max(REFINE_STEPS - 1, 1)
+    return exact(0, _stepped(mixed, vec, (vec, residuals(vec)), steps, lambda c: c[0]))
+
+
+def _stepped(step, vec, start, steps: int | None, x_of):
+    """``step`` (``(i, carry, first) -> carry``) from ``start`` (``vec``'s carry), ``steps``
+    times, or until no fit moves (at most :data:`REFINE_MAX_STEPS`) where ``None``; the point
+    (``x_of(carry)``) where they end."""
+    first = step(0, start, first=True)
+    if steps is not None:
+        return x_of(jax.lax.fori_loop(1, steps, step, first))
 
     def more(carry):
         i, _, moved = carry
@@ -398,9 +398,51 @@ def _refined(residuals, vec, box):
     def next_step(carry):
         i, x, _ = carry
         new = step(i, x)
-        return i + 1, new, jnp.any(new != x)
+        return i + 1, new, jnp.any(x_of(new) != x_of(x))
 
-    return jax.lax.while_loop(more, next_step, (1, first, jnp.any(first != vec)))[1]
+    return x_of(jax.lax.while_loop(more, next_step, (1, first, jnp.any(x_of(first) != vec)))[1])
+
+
+def _better(residuals, box, x, r, jac, first: bool):
+    """A refinement step (:func:`_refined`) from ``x`` (residuals ``r``, Jacobian ``jac``):
+    the best of its trials and ``x`` itself, with its residuals."""
+    lower, upper = box
+    eye = jnp.eye(x.shape[0], dtype=x.dtype)
+    span = jnp.where(jnp.isfinite(upper - lower), upper - lower, 1.0)
+    bound = jnp.where(jnp.isfinite(lower), jnp.abs(lower), jnp.abs(upper))
+    scale = jnp.where(jnp.isfinite(upper - lower), span, jnp.maximum(bound, 1.0))
+    reach = ON_BOUND * float(np.finfo(np.float32).eps) * scale  # float32's nearest to a bound
+    a, g = small.normal_equations(jac, r)
+    a = a + jnp.finfo(x.dtype).eps * jnp.maximum(jnp.max(jnp.diagonal(a)), 1.0) * eye
+    full = x + small.cho_solve(a, -g)
+    held = (full < lower) | (full > upper)
+    delta = jnp.where(held, jnp.clip(full, lower, upper) - x, 0.0)
+    both = ~held[:, None] & ~held[None, :]
+    reduced = jnp.where(both, a, 0.0) + jnp.where(held, 1.0, 0.0) * eye
+    rhs = jnp.where(held, delta, -g - small.matvec(a, delta))
+    # the projected step, and the answer moved onto the bounds float32 left it next to
+    # (alone: with a peak's amplitude on 0 its centre's step is long and means nothing)
+    onto = jnp.where((x - lower <= reach) & (g > 0), lower, x)
+    onto = jnp.where((upper - x <= reach) & (g < 0), upper, onto)
+    best, best_r, best_cost = x, r, jnp.vdot(r, r)
+    trials = [jnp.clip(x + small.cho_solve(reduced, rhs), lower, upper)]
+    # onto the bounds float32 left it next to: the first step's fallback (after it, an
+    # answer on a bound stays there, and one off it was not that near)
+    trials += [onto] if first else []
+    for trial in trials:
+        rt = residuals(trial)
+        cost = jnp.vdot(rt, rt)
+        near = jnp.abs(trial - x) <= REFINE_REACH * jnp.maximum(jnp.abs(x), 1.0)
+        ok = jnp.isfinite(cost) & (cost < best_cost) & jnp.all(near & jnp.isfinite(trial))
+        best, best_r = jnp.where(ok, trial, best), jnp.where(ok, rt, best_r)
+        best_cost = jnp.where(ok, cost, best_cost)
+    return best, best_r
+
+
+def _as_float32(a):
+    """A floating leaf as float32 (the others as they are)."""
+    a = jnp.asarray(a)
+    return a.astype(jnp.float32) if jnp.issubdtype(a.dtype, jnp.floating) else a
 
 
 def settle_inverses(curvature: Curvature) -> tuple[np.ndarray, np.ndarray]:
