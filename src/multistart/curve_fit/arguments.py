@@ -438,6 +438,8 @@ def _is_positive_definite(a: np.ndarray) -> bool:
 
 def _finite_by_fit(name: str, a: np.ndarray) -> None:
     """Refuse non-finite values, naming the first fit (leading axis) that holds one."""
+    if np.isfinite(a).all():  # (the fits' own flags only where one is not: 2.5x the time)
+        return
     bad = ~np.isfinite(a).reshape(len(a), -1).all(axis=1)
     if bad.any():
         first, more = int(np.argmax(bad)), int(bad.sum()) - 1
