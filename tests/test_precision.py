@@ -307,8 +307,8 @@ def test_on_a_chip_a_covariance_compile_that_fails_on_its_worker_is_compiled_aft
 def test_on_a_chip_a_refinement_takes_float32_jacobians_and_ends_at_the_float64_answer(
     a_chip_without_float64,
 ):
-    """On a chip without float64 a refinement step's Jacobian is taken in float32 (the
-    residuals, their sums of squares and the last step in float64): from a float32 answer
+    """On a chip without float64 a refinement step's normal equations are solved in float32
+    (the residuals, their sums of squares and the last step in float64): from a float32 answer
     3e-6 away it ends within 2e-8 of the float64 minimum (scipy's, converged), as the
     all-float64 refinement does. (Residuals this large make Gauss-Newton converge only
     linearly: neither reaches float64's last digits in the chip's 4 steps.)"""
