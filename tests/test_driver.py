@@ -105,6 +105,7 @@ def test_near_bound_names_the_elements():
     flags, names = space.near_bound(params)
     assert flags.tolist() == [True, False]
     assert names == {0: ["a[1]"]}  # only the starts at a bound
+    assert space.at_bound(params).tolist() == flags.tolist()  # the flags alone
 
 
 def test_one_bound_test_a_space_applies_in_each_priors_uniform_coordinate():

@@ -43,9 +43,9 @@ def _forward_fill(history: np.ndarray) -> np.ndarray:
     return out
 
 
-def records(setup: Setup, engine: Engine, state: RunState) -> tuple[dict[str, Any], dict]:
+def records(setup: Setup, engine: Engine, state: RunState) -> dict[str, Any]:
     """Every start's record (the Result's per-start fields; refilled slots' earlier starts
-    folded in), and each start's parameters at a bound, by name."""
+    folded in)."""
     writable = lambda tree: jax.tree_util.tree_map(np.array, tree)  # noqa: E731
     n, lineage = engine.n, state.lineage  # the population's rows past n pad it for a mesh
     stride = engine.options.history_stride
@@ -79,9 +79,9 @@ def records(setup: Setup, engine: Engine, state: RunState) -> tuple[dict[str, An
     if engine.refiller is not None and lineage is not None:
         rec, incarnations = engine.refiller.fold(rec, lineage)
         rec.update(incarnations=incarnations, resurrections=lineage.count.copy())
-    rec["at_bound"], bound_names = setup.problem.space.near_bound(rec["params"])
+    rec["at_bound"] = setup.problem.space.at_bound(rec["params"])
     rec["rung"] = None if state.rungs is None else state.rungs.rung_of()[:n]
-    return rec, bound_names
+    return rec
 
 
 def _warn_if_none_finite(foms: np.ndarray, name: str) -> None:
@@ -187,7 +187,7 @@ def assemble(
     """The fit's Result (its problem attached, for the lazy covariance), made whole: nothing
     changes it afterwards."""
     loop_s = time.perf_counter() - setup.t_start
-    rec, bound_names = records(setup, engine, state)
+    rec = records(setup, engine, state)
     _warn_if_none_finite(rec["foms"], setup.problem.name)
     result = Result.of(
         **rec,
@@ -201,11 +201,13 @@ def assemble(
     result = result.with_stats(n_distinct_minima=len(result.distinct_minima()))
     best = result.best_index
     if best >= 0 and np.asarray(result.at_bound)[best]:
+        one = jax.tree_util.tree_map(lambda a: np.asarray(a)[best : best + 1], result.params)
+        bound_names = setup.problem.space.near_bound(one)[1][0]
         log.logger.log(
             log.bound_level(),
             "the best fit has %s at a bound of its prior: the optimum may lie outside the "
             "prior (widen it), or the start stopped where the bound flattens the gradient",
-            ", ".join(bound_names[best]),
+            ", ".join(bound_names),
         )
     warn_if_no_start_improved(result)
     # for the lazy covariance (computes nothing): the problem, and its Hessian's function kept
