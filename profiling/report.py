@@ -41,7 +41,14 @@ INDEX = re.compile(r"(<!-- records-index -->\n)(?P<body>.*?)(<!-- /records-index
 
 
 def number(value) -> str:
-    """A figure as the page prints it: counts with thousands separators, others to 3-4 digits."""
+    """A figure as the page prints it: counts with thousands separators, others to 3-4 digits;
+    a list of figures (the runs a median was taken of) each so, in order.
+
+    >>> number([4.753, 4.534, 12000])
+    '4.75, 4.53, 12,000'
+    """
+    if isinstance(value, list | tuple):
+        return ", ".join(number(v) for v in value)
     if value is None or isinstance(value, bool):
         return str(value)
     if isinstance(value, str):
