@@ -307,6 +307,20 @@ def test_a_result_made_from_codes_or_words_holds_members_and_refuses_a_code_out_
             result.replaced(status=bad)
 
 
+def test_an_unpickled_result_keeps_its_statuses_read_only():
+    """A Result that crossed a process (a part from Ray, Dask or a pool) is as it was made:
+    its statuses and their codes read-only, the same values."""
+    import pickle
+
+    result = float32_result()
+    again = pickle.loads(pickle.dumps(result))
+    assert again.status.tolist() == result.status.tolist()
+    np.testing.assert_array_equal(again.status_codes, result.status_codes)
+    assert not again.status.flags.writeable and not again.status_codes.flags.writeable
+    with pytest.raises(ValueError, match="read-only"):
+        again.status[0] = ms.Status.MAX_STEPS
+
+
 def test_pickle_keeps_the_result_but_not_its_problem():
     import pickle
 

@@ -189,6 +189,14 @@ class Result:
         normalise("status", members)
         normalise("_status_codes", codes)
 
+    def __setstate__(self, state: dict) -> None:
+        """Unpickled (a part returned by Ray, Dask or a process pool), as made: its statuses
+        read-only (NumPy's pickle gives an array back writable)."""
+        self.__dict__.update(state)
+        for name in ("status", "_status_codes"):
+            if isinstance(state.get(name), np.ndarray):
+                state[name].flags.writeable = False
+
     @classmethod
     def of(cls, *, foms: np.ndarray, params, **records) -> Result:
         """The Result of these per-start records, its best fit chosen: the lowest finite
