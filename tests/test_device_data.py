@@ -180,3 +180,35 @@ def test_on_a_chip_a_batch_sends_its_data_ahead_and_answers_the_same(monkeypatch
     ] * 3 + [("multistart-transfer", "float64")] * 3
     for a, b in zip(ahead, plain, strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def test_on_a_chip_a_float64_copy_too_large_for_its_share_is_sent_after_the_search(monkeypatch):
+    """The float64 copy a refinement needs is sent ahead only where it takes at most
+    REFINE_AHEAD_SHARE of the device's free memory (the search's width does not count it);
+    a larger one is sent by the covariance after the search, on the caller's thread."""
+    import threading
+
+    from multistart.common import xla
+    from multistart.curve_fit import batch as batch_module
+
+    monkeypatch.setattr(xla, "platform", lambda: "tpu")
+    monkeypatch.setattr(xla, "REFINE_ON_HOST_FITS", 0)
+    monkeypatch.setattr(placement, "AHEAD_BYTES", 1000)
+    monkeypatch.setattr(batch_module, "REFINE_AHEAD_SHARE", 1e-15)  # no copy is that small
+    x = np.linspace(0.0, 4.0, 40)
+    ys = np.stack([2.0 * np.exp(-x / t) + 0.01 * np.sin(5 * x + t) for t in np.linspace(1, 2, 8)])
+
+    def decay(x, a, tau):
+        return a * jnp.exp(-x / tau)
+
+    sent = []
+    real = jax.device_put
+
+    def spy(a, *r, **k):
+        if getattr(a, "shape", None) == ys.shape:
+            sent.append((threading.current_thread().name.split("_")[0], jnp.result_type(a).name))
+        return real(a, *r, **k)
+
+    monkeypatch.setattr(jax, "device_put", spy)
+    ms.curve_fit(decay, x, ys, p0=[1.0, 1.0], batched=True, log_every=0, progress=False)
+    assert sent == [("multistart-transfer", "float32")] * 3 + [("MainThread", "float64")] * 3

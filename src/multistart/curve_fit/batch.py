@@ -27,6 +27,7 @@ from ..result.batch import BatchFits, bound_summary
 from ..result.merge import best_rows
 from ..search.least_squares import MultiStartLeastSquares
 from ..starts.strategies import stack_starts
+from ..width.machine import device_free_memory
 from . import missing
 from .arguments import STEPS_PER_PARAMETER, _Args, _bounds, _precision
 from .covariance import _batch_covariances, compile_ahead
@@ -103,13 +104,19 @@ class _Batch:
     def send_ahead(self) -> None:
         """On a chip, the data sent to it on a worker thread while the starts and the search
         are planned (:func:`multistart.device.placement.send_ahead`), and where the answers
-        are refined, sent again in float64 for the refinement while the search runs."""
+        are refined, sent again in float64 for the refinement while the search runs, where
+        that copy takes at most :data:`REFINE_AHEAD_SHARE` of its device's free memory (the
+        search's width did not count it: a larger one is sent after the search)."""
         if not xla.on_chip():
             return
         send_ahead(self.data)
         if self.refine:
-            with jax.default_device(xla.refine_device(len(self.points))):
-                send_ahead(self.data, x64=True)
+            device = xla.refine_device(len(self.points))
+            bytes64 = sum(8 * np.size(a) for a in jax.tree_util.tree_leaves(self.data))
+            free, _ = device_free_memory(device or jax.devices()[0])
+            if free is not None and bytes64 <= REFINE_AHEAD_SHARE * free:
+                with jax.default_device(device):
+                    send_ahead(self.data, x64=True)
 
     def fits(self, result: Result, *, warn: bool = True, ahead: Future | None = None):
         """``(popt, pcov, BatchFits, fvec, (names, at_bound))`` of the search's ``result``;
@@ -138,6 +145,12 @@ class _Batch:
         record = (self.held, popt, pcov, rows, self.bounds, self.points, self.starts_per_fit)
         fits = _batch_fits(result, *record, warn=warn)
         return popt, pcov, fits, fvec, (fits.names, fits.at_bound)
+
+
+#: The most of a device's free memory a batch's float64 copy of its data, sent for its
+#: refinement while the search runs (:meth:`_Batch.send_ahead`), may take: 200,000 fits of 60
+#: points are 96 MB of a TPU v5e's 15.7 GB.
+REFINE_AHEAD_SHARE = 1 / 16
 
 
 def _fit_batch(args: _Args, resume: bool, hold: dict, starts_per_fit, /, **kw):
