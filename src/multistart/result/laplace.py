@@ -290,8 +290,8 @@ class Curvature(NamedTuple):
 
 
 #: Gauss-Newton steps a refinement takes on a chip (:func:`residual_curvature`, in its
-#: emulated float64; on a chip without float64 every one but the last with a float32
-#: Jacobian): from a float32 answer (about 7 digits) a step doubles the digits where the
+#: emulated float64; on a chip without float64 every one but the last with float32 normal
+#: equations): from a float32 answer (about 7 digits) a step doubles the digits where the
 #: residuals are small, so three reach float64's and one more confirms it. Where they are
 #: not small a step gains only a fraction: a tied fit's float32 answer 3.5e-5 away was still
 #: 2.9e-6 away after 4 steps, 6e-9 after 20. ``None``: as on a CPU.
@@ -368,9 +368,11 @@ def _refined(residuals, vec, box, low=None):
     ``J₃₂ᵀ r₃₂ = 0``, near float64's ``Jᵀ r = 0`` by float32's rounding of both times the
     residuals; the last step, in float64, takes the answer there."""
 
+    reach = _reach(box)  # (once: the steps' loop only reads it)
+
     def exact(_, x, first: bool = False):
         r, jac, _ = linearize(residuals, x)
-        return _better(residuals, box, x, r, small.normal_equations(jac, r), first)[0]
+        return _better(residuals, box, reach, x, r, small.normal_equations(jac, r), first)[0]
 
     if low is None:
         steps = REFINE_STEPS if xla.on_chip() else None
@@ -380,7 +382,8 @@ def _refined(residuals, vec, box, low=None):
         x, r = carry
         _, jac, _ = linearize(low, x.astype(jnp.float32))
         a, g = small.normal_equations(jac, r.astype(jnp.float32))
-        return _better(residuals, box, x, r, (a.astype(x.dtype), g.astype(x.dtype)), first)
+        normal = (a.astype(x.dtype), g.astype(x.dtype))
+        return _better(residuals, box, reach, x, r, normal, first)
 
     # a chip without float64: float32 normal equations, the residuals carried, then one step in
     # float64. (The covariance then linearises where it ends: taking the last step's Jacobian,
@@ -410,15 +413,22 @@ def _stepped(step, vec, start, steps: int | None, x_of):
     return x_of(jax.lax.while_loop(more, next_step, (1, first, jnp.any(x_of(first) != vec)))[1])
 
 
-def _better(residuals, box, x, r, normal, first: bool):
-    """A refinement step (:func:`_refined`) from ``x`` (residuals ``r``, the normal equations
-    ``(JᵀJ, Jᵀr)``): the best of its trials and ``x`` itself, with its residuals."""
+def _reach(box):
+    """How near a bound of ``box`` float32 gets: :data:`ON_BOUND` float32 epsilons of the
+    box's width, or of ``max(|bound|, 1)`` for a one-sided bound (once a refinement)."""
     lower, upper = box
-    eye = jnp.eye(x.shape[0], dtype=x.dtype)
     span = jnp.where(jnp.isfinite(upper - lower), upper - lower, 1.0)
     bound = jnp.where(jnp.isfinite(lower), jnp.abs(lower), jnp.abs(upper))
     scale = jnp.where(jnp.isfinite(upper - lower), span, jnp.maximum(bound, 1.0))
-    reach = ON_BOUND * float(np.finfo(np.float32).eps) * scale  # float32's nearest to a bound
+    return ON_BOUND * float(np.finfo(np.float32).eps) * scale
+
+
+def _better(residuals, box, reach, x, r, normal, first: bool):
+    """A refinement step (:func:`_refined`) from ``x`` (residuals ``r``, the normal equations
+    ``(JᵀJ, Jᵀr)``): the best of its trials and ``x`` itself, with its residuals; ``reach``:
+    :func:`_reach` of ``box``."""
+    lower, upper = box
+    eye = jnp.eye(x.shape[0], dtype=x.dtype)
     a, g = normal
     a = a + jnp.finfo(x.dtype).eps * jnp.maximum(jnp.max(jnp.diagonal(a)), 1.0) * eye
     full = x + small.cho_solve(a, -g)
