@@ -42,6 +42,22 @@ def test_a_search_steps_in_the_dtype_it_is_given_whatever_the_process_default(dt
         assert result.config["dtype"] == want
 
 
+def test_a_float64_fit_after_float32_fits_of_the_same_globals_while_their_results_live():
+    """The residuals capture module-level NumPy arrays (T, Y): JAX's float32 copy of them, made
+    by float32 fits (in either process default), is not served to a float64 fit's trace while
+    those fits' Results (which keep their traces) live: the float64 fit is float64's."""
+    kept = []
+    for x64 in (False, True):
+        with jax.enable_x64(x64):
+            kept.append(_search(dtype="float32").fit(residuals, SPACE))
+    with jax.enable_x64(False):
+        wide = _search(dtype="float64").fit(residuals, SPACE)
+    assert wide.fit_dtype == np.float64 and all(r.fit_dtype == np.float32 for r in kept)
+    with jax.enable_x64(True):
+        alone = _search().fit(residuals, SPACE)
+    np.testing.assert_array_equal(wide.foms, alone.foms)
+
+
 def test_float64_given_is_the_float64_fit_bit_for_bit():
     with jax.enable_x64(True):
         default = _search().fit(residuals, SPACE)

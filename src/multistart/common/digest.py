@@ -37,8 +37,19 @@ def numpy_consts(consts) -> list:
     """A trace's captured arrays as NumPy. Kept for a refit, a captured ``jax.Array`` JAX made
     from a NumPy array while tracing would be served to later traces of that NumPy source, even
     after ``jax_enable_x64`` changed (a float64 constant in a float32 fit), for as long as it
-    lives."""
-    return [np.asarray(c) if isinstance(c, jax.Array) else c for c in consts]
+    lives. The same holds for the typed NumPy copy JAX made of a NumPy source (its
+    ``TypedNdArray``, a subclass of ``numpy.ndarray``): kept as it is, a float32 fit's copy of
+    a global ``ydata`` was served to a later float64 fit's trace while the first fit's Result
+    lived (a float32 constant under a float64 operation, which does not trace); a copy of it
+    is kept instead, of its own type, which JAX does not serve to other traces."""
+    return [
+        np.asarray(c)
+        if isinstance(c, jax.Array)
+        else c.copy()
+        if isinstance(c, np.ndarray) and type(c) is not np.ndarray
+        else c
+        for c in consts
+    ]
 
 
 def trace_text(fn, *args, keep: bool = False):
