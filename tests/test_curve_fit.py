@@ -201,6 +201,23 @@ def test_p0_on_a_bound_starts_just_inside_it_and_a_list_xdata_is_an_array():
     np.testing.assert_allclose(popt, expected, rtol=1e-5)
 
 
+def test_a_start_on_a_bound_moves_inside_by_a_margin_of_the_box_or_of_itself():
+    """``_inside`` (column by column) moves a start on a bound inside by ``4 BOUND_MARGIN`` of
+    the box's width, or of ``max(|p0|, 1)`` on a one-sided bound, and leaves the rest: the
+    elementwise form's values, for one fit and a stack of fits."""
+    from multistart.curve_fit.starts import BOUND_MARGIN, _inside
+
+    lower = np.array([0.0, 1.0, -np.inf, -np.inf, 2.0])
+    upper = np.array([10.0, np.inf, 5.0, np.inf, 2.5])
+    p0 = np.array([[0.0, 1.0, 5.0, -7.0, 2.5], [3.0, 400.0, -2.0, 0.0, 2.2]])
+    span = np.where(np.isfinite(upper - lower), upper - lower, np.maximum(np.abs(p0), 1.0))
+    expected = np.clip(p0, lower + 4 * BOUND_MARGIN * span, upper - 4 * BOUND_MARGIN * span)
+    assert _inside(p0, lower, upper).tolist() == expected.tolist()
+    assert _inside(p0[0], lower, upper).tolist() == expected[0].tolist()  # one fit
+    moved = expected != p0
+    assert moved.tolist() == [[True, True, True, False, True], [False] * 5]
+
+
 def test_pcov_of_an_ill_conditioned_fit_is_the_exact_inverse():
     x = np.linspace(1000.0, 1001.0, 20)  # J's columns 1, x, x² nearly parallel: cond ~ 5e7
 

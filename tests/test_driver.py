@@ -135,6 +135,25 @@ def test_one_bound_test_a_space_applies_in_each_priors_uniform_coordinate():
     ]
 
 
+def test_near_bounds_shortcuts_flag_what_its_elementwise_form_flags():
+    """near_bound decides a scalar box's cases once and takes a box per column column by
+    column: the flags are those of its elementwise form (bounds shaped ``(1, m)`` take it), for
+    two-sided, one-sided, open and empty boxes, at, near and off each bound, nan and inf."""
+    from multistart.model.priors import near_bound
+
+    lower = np.array([0.0, 0.0, -np.inf, 1.0, -np.inf, 5.0])
+    upper = np.array([10.0, np.inf, 10.0, 20.0, np.inf, 5.0])
+    column = np.array([0.0, 5e-4, 9.9995, 10.0, 19.9999, 5.0, 1.0, np.nan, np.inf, -np.inf, 3.0])
+    x = np.repeat(column[:, None], lower.size, axis=1)
+    x[:, 1] = column * 100  # a one-sided bound in max(|bound|, 1): 0.0 and 0.05 are near
+    elementwise = near_bound(x, lower[None, :], upper[None, :])
+    assert elementwise.any() and not elementwise.all()
+    assert elementwise.tolist() == near_bound(x, lower, upper).tolist()  # a box per column
+    for j in range(lower.size):  # a scalar box
+        assert near_bound(x[:, j], lower[j], upper[j]).tolist() == elementwise[:, j].tolist()
+    assert not near_bound(x[:, 4], lower[4], upper[4]).any()  # no bound: never near one
+
+
 def test_progress_bar_is_off_when_output_is_not_a_terminal(capsys):
     ms.MultiStartAdam(**ADAM).fit(parabola, PARABOLA_SPACE)
     assert "step/s" not in capsys.readouterr().err

@@ -40,9 +40,18 @@ def _check_p0(p0, lower, upper, names) -> None:
 
 def _inside(p0, lower, upper) -> np.ndarray:
     """``p0`` moved just inside a bound it sits on, as scipy's trf makes its start strictly
-    feasible (a start on a bound never moves: its coordinate there is infinite)."""
-    span = np.where(np.isfinite(upper - lower), upper - lower, np.maximum(np.abs(p0), 1.0))
-    return np.clip(p0, lower + 4 * BOUND_MARGIN * span, upper - 4 * BOUND_MARGIN * span)
+    feasible (a start on a bound never moves: its coordinate there is infinite). Column by
+    column (a parameter's bounds are numbers there; NumPy broadcasting a short last axis runs
+    a loop of its length): a margin of the box's width, or of ``max(|p0|, 1)`` without one."""
+    p0 = np.asarray(p0)
+    out = np.empty(p0.shape, np.result_type(p0, lower, upper))
+    for j in range(p0.shape[-1]):
+        lo, hi, x = lower[j], upper[j], p0[..., j]
+        width = hi - lo
+        span = width if np.isfinite(width) else np.maximum(np.abs(x), 1.0)
+        x = np.maximum(x, lo + 4 * BOUND_MARGIN * span) if np.isfinite(lo) else x
+        out[..., j] = np.minimum(x, hi - 4 * BOUND_MARGIN * span) if np.isfinite(hi) else x
+    return out
 
 
 def _space(names, first, lower, upper, spread=None) -> dict[str, Any]:
