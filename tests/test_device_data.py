@@ -11,6 +11,15 @@ import multistart as ms
 from multistart.device import placement
 
 
+def _sent(a):
+    """What a ``device_put`` was given: an array's shape, or a list of row blocks' count,
+    joined shape and type."""
+    if isinstance(a, list) and a and all(isinstance(b, np.ndarray) for b in a):
+        joined = (sum(len(b) for b in a), *a[0].shape[1:])
+        return ("blocks", len(a), joined, a[0].dtype.name)
+    return getattr(a, "shape", None)
+
+
 def test_a_large_broadcast_leaf_is_sent_as_one_row_and_repeated_with_the_same_values(
     monkeypatch,
 ):
@@ -105,9 +114,10 @@ def test_sent_ahead_an_array_is_sent_on_a_worker_and_that_copy_is_the_one_data_o
     monkeypatch,
 ):
     """Within keep_device_copies, a large leaf sent ahead goes to the device on the transfer
-    worker, once, in the type it would have had there (float32 where float64 is off, float64
-    where asked for): data_on_device then gives that copy; small and repeated leaves are left
-    to data_on_device; outside the context nothing is sent."""
+    worker, once, as it is in AHEAD_BLOCKS blocks of rows joined there in the type it would
+    have had (float32 where float64 is off, float64 where asked for; the values NumPy's
+    conversion gives): data_on_device then gives that copy; small and repeated leaves are
+    left to data_on_device; outside the context nothing is sent."""
     import threading
 
     monkeypatch.setattr(placement, "AHEAD_BYTES", 1000)
@@ -118,7 +128,7 @@ def test_sent_ahead_an_array_is_sent_on_a_worker_and_that_copy_is_the_one_data_o
     real = jax.device_put
 
     def spy(a, *r, **k):
-        threads.append((threading.current_thread().name, getattr(a, "shape", None)))
+        threads.append((threading.current_thread().name, _sent(a)))
         return real(a, *r, **k)
 
     monkeypatch.setattr(jax, "device_put", spy)
@@ -132,8 +142,9 @@ def test_sent_ahead_an_array_is_sent_on_a_worker_and_that_copy_is_the_one_data_o
         with jax.enable_x64(True):
             wide = placement.data_on_device(data)
     ahead = [t for t in threads if t[0].startswith("multistart-transfer")]
-    assert ahead == [(ahead[0][0], (300, 4))] * 2  # big, in float32 and float64, ahead alone
-    assert all(not name.startswith("multistart") for name, _ in threads if _ != (300, 4))
+    blocks = ("blocks", placement.AHEAD_BLOCKS, (300, 4), "float64")
+    assert ahead == [(ahead[0][0], blocks)] * 2  # big, for float32 and float64, ahead alone
+    assert all(not name.startswith("multistart") for name, _ in threads if _ != blocks)
     assert out["big"].dtype == np.float32 and wide["big"].dtype == np.float64
     np.testing.assert_array_equal(np.asarray(out["big"]), big.astype(np.float32))
     np.testing.assert_array_equal(np.asarray(wide["big"]), big)
@@ -145,7 +156,6 @@ def test_on_a_chip_a_batch_sends_its_data_ahead_and_answers_the_same(monkeypatch
     before its search, and again in float64 for its refinement; the search and the
     covariance send them no more, and popt and pcov are those of the batch that sends
     nothing ahead, bit for bit."""
-    import threading
 
     from multistart.common import xla
     from multistart.curve_fit import batch as batch_module
@@ -163,21 +173,14 @@ def test_on_a_chip_a_batch_sends_its_data_ahead_and_answers_the_same(monkeypatch
     with monkeypatch.context() as m:
         m.setattr(batch_module._Batch, "send_ahead", lambda self: None)
         plain = ms.curve_fit(decay, x, ys, **kw)
-    sent = []
-    real = jax.device_put
-
-    def spy(a, *r, **k):
-        if getattr(a, "shape", None) == ys.shape:
-            sent.append((threading.current_thread().name, jnp.result_type(a).name))
-        return real(a, *r, **k)
-
-    monkeypatch.setattr(jax, "device_put", spy)
+    sent = _spy_sends(monkeypatch, ys.shape)
     ahead = ms.curve_fit(decay, x, ys, **kw)
-    # x, y and the weights (all of ydata's shape, none repeated at this size), in float32
-    # for the search and float64 for the refinement, each on the worker and nowhere else
-    assert [(name.split("_")[0], t) for name, t in sent] == [
-        ("multistart-transfer", "float32")
-    ] * 3 + [("multistart-transfer", "float64")] * 3
+    # x, y and the weights (all of ydata's shape, none repeated at this size), sent as they
+    # are and joined as float32 for the search and float64 for the refinement, each on the
+    # worker and nowhere else
+    assert (
+        sent == [("multistart-transfer", "float32")] * 3 + [("multistart-transfer", "float64")] * 3
+    )
     for a, b in zip(ahead, plain, strict=True):
         np.testing.assert_array_equal(a, b)
 
@@ -186,7 +189,6 @@ def test_on_a_chip_a_float64_copy_too_large_for_its_share_is_sent_after_the_sear
     """The float64 copy a refinement needs is sent ahead only where it takes at most
     REFINE_AHEAD_SHARE of the device's free memory (the search's width does not count it);
     a larger one is sent by the covariance after the search, on the caller's thread."""
-    import threading
 
     from multistart.common import xla
     from multistart.curve_fit import batch as batch_module
@@ -201,14 +203,99 @@ def test_on_a_chip_a_float64_copy_too_large_for_its_share_is_sent_after_the_sear
     def decay(x, a, tau):
         return a * jnp.exp(-x / tau)
 
-    sent = []
-    real = jax.device_put
-
-    def spy(a, *r, **k):
-        if getattr(a, "shape", None) == ys.shape:
-            sent.append((threading.current_thread().name.split("_")[0], jnp.result_type(a).name))
-        return real(a, *r, **k)
-
-    monkeypatch.setattr(jax, "device_put", spy)
+    sent = _spy_sends(monkeypatch, ys.shape)
     ms.curve_fit(decay, x, ys, p0=[1.0, 1.0], batched=True, log_every=0, progress=False)
     assert sent == [("multistart-transfer", "float32")] * 3 + [("MainThread", "float64")] * 3
+
+
+def test_on_a_chip_the_population_is_made_on_the_device_with_only_its_starts_sent(monkeypatch):
+    """A chip's initial population (the platform injected) is made by one program there: the
+    starts and statuses are the only leaves sent, and every leaf is the host's population's
+    (values, types, shapes; u, best_u and good_u each its own buffer, as the population is
+    donated). The search from it is the CPU's, bit for bit."""
+    from conftest import PARABOLA_SPACE, parabola, same_result
+
+    from multistart.common import xla
+    from multistart.device import step
+
+    made = []
+
+    def spied(*args):  # read before the search's first call takes (donates) it
+        pop = step.device_population(*args)
+        s = pop.starts
+        pointers = {a.unsafe_buffer_pointer() for a in (s.u, s.best_u, s.good_u)}
+        leaves = [
+            (type(a), a.shape, a.dtype, np.asarray(a)) for a in jax.tree_util.tree_leaves(pop)
+        ]
+        made.append(
+            (step.host_population(*args), leaves, pointers, jax.tree_util.tree_structure(pop))
+        )
+        return pop
+
+    monkeypatch.setattr("multistart.host.engine.device_population", spied)
+    kw = dict(n_starts=6, n_steps=12, seed=0, convergence=None, log_every=0, batch_size=6)
+    cpu = ms.MultiStartAdam(**kw).fit(parabola, PARABOLA_SPACE)
+    monkeypatch.setattr(xla, "platform", lambda: "tpu")
+    sent = []
+    real_put = jax.device_put
+    monkeypatch.setattr(
+        jax, "device_put", lambda a, *r, **k: sent.append(a) or real_put(a, *r, **k)
+    )
+    chip = ms.MultiStartAdam(**kw).fit(parabola, PARABOLA_SPACE)
+    assert len(made) == 1
+    host, leaves, pointers, structure = made[0]
+    assert jax.tree_util.tree_structure(host) == structure
+    host_leaves = jax.tree_util.tree_leaves(host)
+    for h, (kind, shape, dtype, values) in zip(host_leaves, leaves, strict=True):
+        assert issubclass(kind, jax.Array) and shape == h.shape and dtype == h.dtype
+        np.testing.assert_array_equal(values, h)
+    assert len(pointers) == 3
+    # the population's own sends: u, best_u, good_u and the statuses, nothing of its zeros
+    population = [a for a in sent if isinstance(a, tuple) and len(a) == 4]
+    assert len(population) == 1 and population[0][3].dtype == np.int8
+    assert same_result(chip, cpu)
+
+
+def test_index_tables_put_together_go_to_the_device_in_one_transfer(monkeypatch):
+    """``put_rows_each`` (a sweep's chunk calls' gather and scatter tables, and a refill's new
+    starts) sends them in one ``device_put``, not two or three a chunk, each its own array."""
+    from multistart.device.placement import OneDevice
+
+    sent = []
+    real_put = jax.device_put
+    monkeypatch.setattr(
+        jax, "device_put", lambda a, *r, **k: sent.append(a) or real_put(a, *r, **k)
+    )
+    place = OneDevice(10)
+    tables = [[np.arange(4) + 10 * i] for i in range(5)]
+    placed = place.put_rows_each(tables)
+    assert len(sent) == 1 and len(placed) == 5
+    for table, one in zip(tables, placed, strict=True):
+        assert isinstance(one, jax.Array)
+        np.testing.assert_array_equal(np.asarray(one), table[0])
+
+
+def _spy_sends(monkeypatch, shape) -> list:
+    """The sends of arrays of ``shape``, as ``(thread, type on the device)``: one sent whole,
+    in the type it is sent in; one sent ahead in blocks, in the type they are joined in."""
+    import threading
+
+    sent = []
+    real_put, real_joined = jax.device_put, placement._joined
+
+    def thread() -> str:
+        return threading.current_thread().name.split("_")[0]
+
+    def put(a, *r, **k):
+        if getattr(a, "shape", None) == shape:
+            sent.append((thread(), jnp.result_type(a).name))
+        return real_put(a, *r, **k)
+
+    def joined(blocks, dtype):
+        if sum(len(b) for b in blocks) == shape[0] and blocks[0].shape[1:] == shape[1:]:
+            sent.append((thread(), dtype))
+        return real_joined(blocks, dtype)
+
+    monkeypatch.setattr(jax, "device_put", put)
+    monkeypatch.setattr(placement, "_joined", joined)
+    return sent

@@ -998,6 +998,55 @@ def test_a_refill_write_out_of_memory_backs_off_until_the_write_itself_fits(monk
     assert identical(result, reference)
 
 
+def test_the_back_off_copy_is_made_before_the_steps_it_precedes_none_after_the_last_sync(
+    monkeypatch,
+):
+    """A sync after 16 steps asks for a copy of the population (the point a back-off restarts
+    from); the next call makes it, before its steps: three calls of 16 steps copy before each
+    (the first, and after each sync that is followed by steps), not after the last sync."""
+    from multistart.device import sweeper
+
+    copies = []
+
+    def counted(tree):
+        copies.append(jax.tree_util.tree_leaves(tree)[0].shape)
+        return sweeper_copy(tree)
+
+    sweeper_copy = sweeper.copy_tree
+    monkeypatch.setattr(sweeper, "copy_tree", counted)
+    result = fit(n_steps=48, steps_per_call=16, batch_size=12)
+    assert result.stats["n_chunk_calls"] == 3
+    assert len(copies) == 3  # before the calls at steps 0, 16 and 32; none at step 48
+    copies.clear()
+    fit(n_steps=48, steps_per_call=8, batch_size=12)  # syncs at 8, 16 (a copy due), 24, ...
+    assert len(copies) == 3  # before the calls at steps 0, 16 and 32
+
+
+def test_on_a_chip_a_back_off_before_the_first_copy_restarts_from_the_population_made_again(
+    monkeypatch, x64, width_two_fit
+):
+    """On a chip (the platform injected) the initial population is made there by a program,
+    and made again for a back-off instead of copied before the first step: a back-off in the
+    first 16 steps (before any copy) gives the result of never failing, and the copies made
+    are the syncs' alone."""
+    from multistart.common import xla
+    from multistart.device import sweeper
+
+    reference = width_two_fit("loop")
+    monkeypatch.setattr(xla, "platform", lambda: "tpu")
+    copies = []
+    real_copy = sweeper.copy_tree
+    monkeypatch.setattr(sweeper, "copy_tree", lambda tree: copies.append(1) or real_copy(tree))
+    inject_oom(monkeypatch, fits=2, after_calls=3)  # two calls a step: in step 2
+    result = fit(multimodal, MULTIMODAL_SPACE, batch_size=8, steps_per_call=1, **RAGGED_CONVERGING)
+    backoffs = result.stats["backoffs"]
+    assert [(b["from"], b["to"]) for b in backoffs] == [(8, 4), (4, 2)]
+    assert backoffs[0]["step"] < sweeper.BACKOFF_COPY_STEPS  # before the first copy
+    assert identical(result, reference)
+    steps = result.stats["n_steps_run"]
+    assert 0 < len(copies) <= steps // sweeper.BACKOFF_COPY_STEPS  # none before the first step
+
+
 def test_out_of_memory_at_width_one_is_a_clear_error(monkeypatch):
     inject_oom(monkeypatch, fits=0)
     with pytest.raises(RuntimeError, match="ran out of memory even at batch_size 1") as info:

@@ -285,16 +285,17 @@ class LoopBackend(Backend):
                 for u in self.placement.split_values(rows, u_new)
             ]
         idle = (np.zeros(width, np.int32), np.full(width, self.n_local, np.int32))
-        calls = []
+        tables = []  # each call's gathers, scatters (and new starts), sent together
         for i in range(n_calls):
             pairs = [c[i] if i < len(c) else idle for c in per]
-            gathers = self.placement.put_rows([g for g, _ in pairs])
-            scatters = self.placement.put_rows([s for _, s in pairs])
-            new = (
-                self._idle_new(width)
-                if news is None
-                else self.placement.put_rows([chunks[i] for chunks in news])
-            )
+            tables += [[g for g, _ in pairs], [s for _, s in pairs]]
+            if news is not None:
+                tables.append([chunks[i] for chunks in news])
+        placed = iter(self.placement.put_rows_each(tables))
+        calls = []
+        for _ in range(n_calls):
+            gathers, scatters = next(placed), next(placed)
+            new = self._idle_new(width) if news is None else next(placed)
             calls.append((gathers, scatters, new))
         return calls, calls
 

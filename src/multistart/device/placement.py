@@ -110,6 +110,10 @@ class Placement:
         """One count per device (a scan's chunks this call)."""
         raise NotImplementedError
 
+    def put_rows_each(self, each: Sequence[Sequence[Any]]) -> list:
+        """:meth:`put_rows` of each entry of ``each``, a list of what it was given."""
+        return [self.put_rows(tables) for tables in each]
+
 
 class OneDevice(Placement):
     """Everything on JAX's default device: the plain compiled program."""
@@ -128,6 +132,11 @@ class OneDevice(Placement):
 
     def put_rows(self, tables):
         return jax.device_put(tables[0])
+
+    def put_rows_each(self, each):
+        # one transfer of them all: a chip takes a fraction of a millisecond a transfer, and
+        # 200,000 fits in 13 chunks sent 26 index tables one by one (issue 70)
+        return jax.device_put([tables[0] for tables in each])
 
     def put_counts(self, counts):
         return np.int32(counts[0])
@@ -259,11 +268,30 @@ def send_ahead(data, *, x64: bool | None = None) -> None:
             copies[key] = (a, background.submit("transfer", _put, a, enabled, device))
 
 
+#: A floating leaf sent ahead goes as this many blocks of rows in one transfer, as it is
+#: (float64 too), and is joined and converted to the type the device holds there: a TPU's host
+#: sends blocks side by side, and its conversion to float32 allocated the float32 copy, whose
+#: new pages cost it about 50 ms of 55 for 200,000 fits' ``ydata`` (issue 70; 80 ms to convert
+#: and send, 17 ms in blocks joined there: ``profiling/experiments/transfers.py``).
+AHEAD_BLOCKS = 8
+
+
 def _put(a: np.ndarray, enabled: bool, device):
     """``jax.device_put(a)`` with float64 on or off (``enabled``) and ``device`` the default
-    device, as the caller of :func:`send_ahead` had them."""
+    device, as the caller of :func:`send_ahead` had them: a floating leaf of at least
+    :data:`AHEAD_BLOCKS` rows in blocks, joined and converted on the device."""
     with jax.enable_x64(enabled), jax.default_device(device):
-        return jax.device_put(a)
+        held = jax.dtypes.canonicalize_dtype(a.dtype)  # the type the device holds it in
+        if a.ndim == 0 or len(a) < AHEAD_BLOCKS or not np.issubdtype(a.dtype, np.floating):
+            return jax.device_put(a)
+    with jax.enable_x64(True), jax.default_device(device):
+        return _joined(jax.device_put(np.array_split(a, AHEAD_BLOCKS)), held.name)
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def _joined(blocks, dtype: str):
+    """Row blocks joined, in ``dtype``."""
+    return jnp.concatenate(blocks).astype(dtype)
 
 
 def _key(a: np.ndarray) -> tuple:

@@ -27,10 +27,13 @@ from .step import clock
 
 __all__ = ["Sweeper", "Synced", "BACKOFF_COPY_STEPS"]
 
-# The population is copied at a host sync once this many steps have run since the last copy:
-# a copy is one dispatch, as dear as a step of a cheap objective, so copying at every sync
-# would slow such a fit down (profiling/README.md, "Batch width"). A back-off replays at most
-# this many steps (or one sync interval).
+# The population is copied after a host sync once this many steps have run since the last
+# copy: a copy is one dispatch, as dear as a step of a cheap objective, so copying at every
+# sync would slow such a fit down (profiling/README.md, "Batch width"). A back-off replays at
+# most this many steps (or one sync interval). The copy is made when the sweep next steps (or
+# writes), not at the sync itself: a search's last sync is followed by no step, and its copy
+# would be a dispatch and the population's size in device memory for nothing (issue 70: 6 ms
+# of a warm call of 200,000 small fits on a TPU).
 BACKOFF_COPY_STEPS = 16
 
 
@@ -50,7 +53,9 @@ class Sweeper:
     repacks, backs off. The only object that steps the population.
 
     Made for the width a search chose (:func:`multistart.width.resolve_width`); see the module
-    doc for the copy a back-off restarts from.
+    doc for the copy a back-off restarts from. ``remake()``, where given, makes the initial
+    population again: a back-off before the first copy restarts from it, and the first step
+    makes no copy.
 
     Attributes:
       backend: the :class:`~multistart.device.backends.Backend` it steps with.
@@ -63,14 +68,18 @@ class Sweeper:
       narrowed: one record per narrowing to a search's tail (:meth:`narrow`).
     """
 
-    def __init__(self, backend: Backend, width: int):
+    def __init__(self, backend: Backend, width: int, remake: Callable[[], Any] | None = None):
         self.backend = backend
         self.rows = backend.rows
         self.chunks: list = []
         self.compile_s = 0.0
         self.backoffs: list[dict[str, Any]] = []
         self.narrowed: list[dict[str, int]] = []
-        self._saved = None  # the population at a recent host sync
+        # the population at a recent host sync; at first, where the search can make its
+        # initial population again (``remake``, on a chip: a program there), that recipe
+        # instead of a copy (a copy is a dispatch, and on a TPU 5 ms for 200,000 small fits)
+        self._saved: Any = remake
+        self._copy_due = False  # a sync asked for a new copy: the next step or write makes it
         # since the copy: (clock, rows) of each call, and the writes between them
         self._replay: list[tuple[np.ndarray, np.ndarray] | Callable[[Any], Any]] = []
         self._n_steps = 0
@@ -125,8 +134,8 @@ class Sweeper:
         population was last saved are run again from that copy, at half the width.
         """
         pop = self.backend.place(pop)
-        if self._saved is None:
-            self._saved = copy_tree(pop)
+        if self._saved is None or self._copy_due:
+            self._save(pop)
         steps = clock(step, n, until_end)
         self._replay.append((steps, self.rows))
         self._n_steps += n
@@ -142,6 +151,8 @@ class Sweeper:
         step at the current width, taking no step; see
         :meth:`Backend.write <multistart.device.backends.Backend.write>`)."""
         pop = self.backend.place(pop)
+        if self._copy_due:
+            self._save(pop)
 
         def write(pop):
             return self.backend.write(self.compiled, pop, rows, u_new, self.width)
@@ -163,16 +174,29 @@ class Sweeper:
         The read waits for the steps so far, so it is where an asynchronous failure shows.
         After it, once :data:`BACKOFF_COPY_STEPS` steps have run since the last copy, the
         population is copied (one device program, never per chunk) as the point a later
-        back-off restarts from.
+        back-off restarts from: by the next :meth:`sweep` or :meth:`write`, before it acts
+        (until then a back-off restarts from the copy before, replaying the steps since).
         """
 
         read = self._read
         synced = read[1] if read is not None and read[0] is pop else self.peek(pop)
         self._read = None
         if self._steps_since_copy() >= BACKOFF_COPY_STEPS:
-            self._saved = copy_tree(synced.pop)
-            self._replay.clear()
+            self._copy_due = True
         return synced
+
+    def done(self) -> None:
+        """The search stopped stepping: the copy a back-off would restart from and the calls
+        since are dropped, and their device memory with them (a later sweep copies again)."""
+        self._saved, self._copy_due = None, False
+        self._replay.clear()
+
+    def _save(self, pop) -> None:
+        """Copy ``pop`` as the point a back-off restarts from: every call and write before
+        it is in the copy, so none is replayed."""
+        self._saved = copy_tree(pop)
+        self._replay.clear()
+        self._copy_due = False
 
     def peek(self, pop) -> Synced:
         """The read of :meth:`sync` alone (no copy): the next :meth:`sync` of ``pop`` reuses it."""
@@ -211,8 +235,7 @@ class Sweeper:
     def rebase(self, pop) -> None:
         """``pop`` changed outside the sweep (rows replaced, a checkpoint restored): make it
         the point a later back-off restarts from, as replaying steps over it would undo it."""
-        self._saved = copy_tree(self.backend.place(pop))
-        self._replay.clear()
+        self._save(self.backend.place(pop))
 
     def _run(self, pop, steps: np.ndarray):
         """Replay one call: a call to the first step where a start ends, now over several
@@ -262,7 +285,7 @@ class Sweeper:
         current = self.rows  # the rows to sweep afterwards (a failed replay may move them)
 
         def replay():
-            pop = copy_tree(self._saved)
+            pop = self._saved() if callable(self._saved) else copy_tree(self._saved)
             self._replaying = True
             try:
                 for entry in self._replay:  # each call with the rows it swept, each write

@@ -17,14 +17,14 @@ from typing import Any
 import jax
 import numpy as np
 
-from ..common import log
+from ..common import log, xla
 from ..common.digest import starts_hash
 from ..common.status import Status
 from ..device.backends import BACKENDS, Backend
 from ..device.chunking import pad_rows
 from ..device.layout import Layout, physical_map
 from ..device.programs import Programs
-from ..device.step import PopState, host_population
+from ..device.step import PopState, device_population, host_population
 from ..device.sweeper import Sweeper
 from ..model.problem import Problem
 from ..result.minima import default_tolerances
@@ -157,9 +157,9 @@ def build(setup: Setup, start_plan: StartPlan, traced: Traced) -> tuple[Engine, 
     empty = empty_rows(setup.problem)
     if empty is not None:  # a stack's fits with no data: never started, and said so
         status0 = np.where(empty, Status.NO_DATA.code, status0)
-    pop, backend = _population(setup, traced, u0, status0)
+    pop, backend, remake = _population(setup, traced, u0, status0)
     choice = _width(setup, backend, pop, traced, n, identity.program)
-    sweeper = Sweeper(backend, choice.width)
+    sweeper = Sweeper(backend, choice.width, remake=remake)
     _log_start(setup, n, choice, sweeper)
     points = None
     if start_plan.evaluator is not None:  # its map of rows evaluates on the steps' data copy
@@ -215,8 +215,12 @@ def _rules(
     )
 
 
-def _population(setup: Setup, traced: Traced, u0, status0) -> tuple[PopState, Backend]:
-    """The initial population on the search's devices, and its backend (no width yet).
+def _population(
+    setup: Setup, traced: Traced, u0, status0
+) -> tuple[PopState, Backend, Callable[[], PopState] | None]:
+    """The initial population on the search's devices, its backend (no width yet), and where
+    the population is made on a chip, how to make it again (a back-off before the first
+    copy restarts from it: :class:`~multistart.device.sweeper.Sweeper`'s ``remake``).
 
     On several devices each holds an equal block of rows: the population is padded with inert
     rows (never started, never in the Result).
@@ -229,10 +233,20 @@ def _population(setup: Setup, traced: Traced, u0, status0) -> tuple[PopState, Ba
     status = np.concatenate([status0, np.full(n_pop - n, Status.UNSTARTED.code)]).astype(np.int8)
     n_rows = math.ceil(options.steps / options.history_stride)  # of history
 
-    # made on the host, no program: each running row's state is set by its first chunk call
-    pop = host_population(traced.one_start.opt_state, u0, n_rows, options.window, status)
-    if n_dev == 1:  # (a mesh's backend places it)
-        pop = jax.device_put(pop)
+    # each running row's state is set by its first chunk call: made on the host, no program,
+    # or on a chip by one program of its own there (only the starts sent)
+    opt_state, window = traced.one_start.opt_state, options.window
+    remake = None
+    if n_dev > 1:  # (a mesh's backend places it)
+        pop = host_population(opt_state, u0, n_rows, window, status)
+    elif xla.on_chip():
+
+        def remake() -> PopState:
+            return device_population(opt_state, u0, n_rows, window, status)
+
+        pop = remake()
+    else:
+        pop = jax.device_put(host_population(opt_state, u0, n_rows, window, status))
     backend = BACKENDS[options.backend](
         traced.chunk_step,
         n_total=n_pop,
@@ -242,7 +256,7 @@ def _population(setup: Setup, traced: Traced, u0, status0) -> tuple[PopState, Ba
         devices=setup.devices if n_dev > 1 else None,
         programs=setup.programs,
     )
-    return backend.place(pop), backend
+    return backend.place(pop), backend, remake
 
 
 def _width(

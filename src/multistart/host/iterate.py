@@ -108,6 +108,7 @@ def iterate(
     finally:
         display.close()
     jax.block_until_ready(state.pop)
+    engine.sweeper.done()  # no back-off after the loop: its copy's device memory goes now
     return state if state.stop is not None else state._replace(stop=StopReason.N_STEPS)
 
 
