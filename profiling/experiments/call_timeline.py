@@ -14,11 +14,8 @@ cost); its gaps, not its total, are the figure. An experiment: nothing imports i
 from __future__ import annotations
 
 import argparse
-import glob
 import os
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 os.environ.setdefault("MULTISTART_LOG_LEVEL", "WARNING")
@@ -43,15 +40,9 @@ MIN_MS = 0.3
 
 def timeline(fn, label: str) -> None:
     """Trace ``fn()`` and print the library's functions and the device's programs by start."""
-    folder = tempfile.mkdtemp(prefix="timeline-")
-    jax.profiler.start_trace(folder)
-    t0 = time.perf_counter()
-    fn()
-    wall = time.perf_counter() - t0
-    jax.profiler.stop_trace()
-    path = glob.glob(f"{folder}/**/*.xplane.pb", recursive=True)[0]
+    wall, profile, _ = wmp.traced(fn, "timeline-")
     rows = []
-    for plane in jax.profiler.ProfileData.from_file(path).planes:
+    for plane in profile.planes:
         for line in plane.lines:
             if plane.name.startswith("/device") and line.name == "XLA Modules":
                 rows += [(e.start_ns, e.duration_ns, "DEVICE " + e.name[:60]) for e in line.events]

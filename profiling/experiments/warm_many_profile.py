@@ -70,21 +70,28 @@ def compile_table(fn, top: int):
     return out
 
 
-def device_trace(fn, top: int) -> None:
-    """JAX's profiler over ``fn()``: each device plane's lines, their events' total time by
-    name (the chip's own op timings)."""
-    import collections
+def traced(fn, prefix: str = "trace-"):
+    """``(seconds, profile, path)``: ``fn()`` under JAX's profiler, its wall and its trace
+    (a ``jax.profiler.ProfileData``, read from ``path``)."""
     import glob
 
-    folder = tempfile.mkdtemp(prefix="trace-")
+    folder = tempfile.mkdtemp(prefix=prefix)
     jax.profiler.start_trace(folder)
     t0 = time.perf_counter()
     fn()
     wall = time.perf_counter() - t0
     jax.profiler.stop_trace()
-    files = glob.glob(f"{folder}/**/*.xplane.pb", recursive=True)
-    print(f"--- device trace ({wall:.3f} s traced call; {files})")
-    data = jax.profiler.ProfileData.from_file(files[0])
+    path = glob.glob(f"{folder}/**/*.xplane.pb", recursive=True)[0]
+    return wall, jax.profiler.ProfileData.from_file(path), path
+
+
+def device_trace(fn, top: int) -> None:
+    """JAX's profiler over ``fn()``: each device plane's lines, their events' total time by
+    name (the chip's own op timings)."""
+    import collections
+
+    wall, data, path = traced(fn)
+    print(f"--- device trace ({wall:.3f} s traced call; {path})")
     print("planes:", [p.name for p in data.planes])
     for plane in data.planes:
         host = "host" in plane.name.lower() and "/device" not in plane.name
