@@ -299,3 +299,25 @@ def _spy_sends(monkeypatch, shape) -> list:
     monkeypatch.setattr(jax, "device_put", put)
     monkeypatch.setattr(placement, "_joined", joined)
     return sent
+
+
+def test_a_leaf_past_the_join_bound_is_sent_whole_in_the_type_the_device_holds(monkeypatch):
+    """A floating leaf sent ahead goes in row blocks joined on the device only up to
+    AHEAD_JOIN_BYTES (the blocks and the joined copy are held there together); past it, and
+    for a leaf of fewer rows than AHEAD_BLOCKS or not floating, it is sent whole, converted
+    on the host: the same values either way."""
+    sent = []
+    real = jax.device_put
+    monkeypatch.setattr(jax, "device_put", lambda a, *r, **k: sent.append(_sent(a)) or real(a))
+    big = np.random.default_rng(1).normal(size=(40, 3))
+    with jax.enable_x64(False):
+        joined = placement._put(big, False, None)
+        monkeypatch.setattr(placement, "AHEAD_JOIN_BYTES", big.nbytes - 1)
+        whole = placement._put(big, False, None)
+        few = placement._put(big[: placement.AHEAD_BLOCKS - 1], False, None)
+        ints = placement._put(np.arange(40), False, None)
+    blocks = ("blocks", placement.AHEAD_BLOCKS, (40, 3), "float64")
+    assert sent == [blocks, (40, 3), (placement.AHEAD_BLOCKS - 1, 3), (40,)]
+    assert joined.dtype == whole.dtype == few.dtype == np.float32 and ints.dtype == np.int32
+    np.testing.assert_array_equal(np.asarray(joined), np.asarray(whole))
+    np.testing.assert_array_equal(np.asarray(whole), big.astype(np.float32))

@@ -274,15 +274,20 @@ def send_ahead(data, *, x64: bool | None = None) -> None:
 #: new pages cost it about 50 ms of 55 for 200,000 fits' ``ydata`` (issue 70; 80 ms to convert
 #: and send, 17 ms in blocks joined there: ``profiling/experiments/transfers.py``).
 AHEAD_BLOCKS = 8
+#: ...where the leaf, as it is, takes at most this many bytes: on the device the blocks and the
+#: joined copy are held together for a moment, and a larger leaf is converted on the host.
+AHEAD_JOIN_BYTES = 1 << 30
 
 
 def _put(a: np.ndarray, enabled: bool, device):
     """``jax.device_put(a)`` with float64 on or off (``enabled``) and ``device`` the default
     device, as the caller of :func:`send_ahead` had them: a floating leaf of at least
-    :data:`AHEAD_BLOCKS` rows in blocks, joined and converted on the device."""
+    :data:`AHEAD_BLOCKS` rows and at most :data:`AHEAD_JOIN_BYTES` in blocks, joined and
+    converted on the device."""
     with jax.enable_x64(enabled), jax.default_device(device):
         held = jax.dtypes.canonicalize_dtype(a.dtype)  # the type the device holds it in
-        if a.ndim == 0 or len(a) < AHEAD_BLOCKS or not np.issubdtype(a.dtype, np.floating):
+        floating = np.issubdtype(a.dtype, np.floating)
+        if not floating or a.ndim == 0 or len(a) < AHEAD_BLOCKS or a.nbytes > AHEAD_JOIN_BYTES:
             return jax.device_put(a)
     with jax.enable_x64(True), jax.default_device(device):
         return _joined(jax.device_put(np.array_split(a, AHEAD_BLOCKS)), held.name)
