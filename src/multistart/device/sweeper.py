@@ -33,7 +33,8 @@ __all__ = ["Sweeper", "Synced", "BACKOFF_COPY_STEPS"]
 # most this many steps (or one sync interval). The copy is made when the sweep next steps (or
 # writes), not at the sync itself: a search's last sync is followed by no step, and its copy
 # would be a dispatch and the population's size in device memory for nothing (issue 70: 6 ms
-# of a warm call of 200,000 small fits on a TPU).
+# of the host's in a warm call of 200,000 small fits on a TPU, profiling/experiments/
+# call_timeline.py).
 BACKOFF_COPY_STEPS = 16
 
 
@@ -77,7 +78,8 @@ class Sweeper:
         self.narrowed: list[dict[str, int]] = []
         # the population at a recent host sync; at first, where the search can make its
         # initial population again (``remake``, on a chip: a program there), that recipe
-        # instead of a copy (a copy is a dispatch, and on a TPU 5 ms for 200,000 small fits)
+        # instead of a copy (a copy is a dispatch, and on a TPU about 5 ms of its DMA for
+        # 200,000 small fits' 48 MB, in an ad-hoc check)
         self._saved: Any = remake
         self._copy_due = False  # a sync asked for a new copy: the next step or write makes it
         # since the copy: (clock, rows) of each call, and the writes between them
