@@ -233,6 +233,7 @@ def test_on_a_chip_the_population_is_made_on_the_device_with_only_its_starts_sen
         return pop
 
     monkeypatch.setattr("multistart.host.engine.device_population", spied)
+    monkeypatch.setattr("multistart.host.engine.DEVICE_POPULATION_BYTES", 0)  # tiny here
     kw = dict(n_starts=6, n_steps=12, seed=0, convergence=None, log_every=0, batch_size=6)
     cpu = ms.MultiStartAdam(**kw).fit(parabola, PARABOLA_SPACE)
     monkeypatch.setattr(xla, "platform", lambda: "tpu")
@@ -321,3 +322,37 @@ def test_a_leaf_past_the_join_bound_is_sent_whole_in_the_type_the_device_holds(m
     assert joined.dtype == whole.dtype == few.dtype == np.float32 and ints.dtype == np.int32
     np.testing.assert_array_equal(np.asarray(joined), np.asarray(whole))
     np.testing.assert_array_equal(np.asarray(whole), big.astype(np.float32))
+
+
+def test_on_a_chip_a_small_population_is_made_on_the_host_as_on_the_cpu(monkeypatch):
+    """Below DEVICE_POPULATION_BYTES (the README's fits) a chip's population is made on the
+    host, as a CPU's: no program of its own for a first fit to compile."""
+    from conftest import PARABOLA_SPACE, parabola
+
+    from multistart.common import xla
+    from multistart.device import step
+
+    made = []
+    real = step.device_population
+    monkeypatch.setattr(
+        "multistart.host.engine.device_population", lambda *a: made.append(1) or real(*a)
+    )
+    monkeypatch.setattr(xla, "platform", lambda: "tpu")
+    kw = dict(n_starts=6, n_steps=4, seed=0, convergence=None, log_every=0, batch_size=6)
+    ms.MultiStartAdam(**kw).fit(parabola, PARABOLA_SPACE)
+    assert made == []
+    monkeypatch.setattr("multistart.host.engine.DEVICE_POPULATION_BYTES", 1)
+    ms.MultiStartAdam(**kw).fit(parabola, PARABOLA_SPACE)
+    assert made == [1]
+
+
+def test_made_on_device_bytes_are_the_population_less_its_starts_and_statuses():
+    from multistart.device import step
+
+    opt = {"a": jax.ShapeDtypeStruct((3, 2), np.float32), "k": jax.ShapeDtypeStruct((), np.int32)}
+    u0 = {"x": np.zeros((7, 2), np.float32)}
+    pop = step.host_population(opt, u0, 5, 4, np.ones(7, np.int8))
+    s = pop.starts
+    sent = sum(a.nbytes for a in jax.tree_util.tree_leaves((s.u, s.best_u, s.good_u, s.status)))
+    total = sum(a.nbytes for a in jax.tree_util.tree_leaves(pop))
+    assert step.made_on_device_bytes(opt, 7, 5, 4, np.float32) == total - sent

@@ -1034,6 +1034,7 @@ def test_on_a_chip_a_back_off_before_the_first_copy_restarts_from_the_population
 
     reference = width_two_fit("loop")
     monkeypatch.setattr(xla, "platform", lambda: "tpu")
+    monkeypatch.setattr("multistart.host.engine.DEVICE_POPULATION_BYTES", 0)  # 11 starts
     copies = []
     real_copy = sweeper.copy_tree
     monkeypatch.setattr(sweeper, "copy_tree", lambda tree: copies.append(1) or real_copy(tree))

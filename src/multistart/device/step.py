@@ -49,6 +49,8 @@ __all__ = [
     "init_rows",
     "host_population",
     "device_population",
+    "made_on_device_bytes",
+    "DEVICE_POPULATION_BYTES",
 ]
 
 _RUNNING, _CONVERGED, _NONFINITE = Status.RUNNING.code, Status.CONVERGED.code, Status.NONFINITE.code
@@ -553,6 +555,26 @@ def host_population(opt_state, u0, n_steps: int, window: int, status) -> PopStat
     )
     history: Any = np.full((n_steps, n), np.nan, dtype)
     return PopState(StartState(**fields), history)
+
+
+#: A chip's initial population is made there (:func:`device_population`) where what that makes
+#: takes at least this many bytes: below it the host's zeros cross the link in under a
+#: millisecond (48 MB took 14 ms on a TPU v5e, ``profiling/experiments/transfers.py``), and a
+#: first fit would compile the population's program for nothing (the README's fits' are a few
+#: kB; 20,000 small fits' 3.8 MB, 200,000's 38 MB are made there).
+DEVICE_POPULATION_BYTES = 1 << 21
+
+
+def made_on_device_bytes(opt_state, n: int, n_steps: int, window: int, dtype) -> int:
+    """The bytes :func:`device_population` makes on the device for ``n`` starts: everything
+    but the starts and their statuses."""
+    itemsize = np.dtype(dtype).itemsize
+    state = sum(
+        int(np.prod(a.shape)) * np.dtype(a.dtype).itemsize
+        for a in jax.tree_util.tree_leaves(opt_state)
+    )
+    per_start = state + (3 + window + n_steps) * itemsize + 4 * 4  # fom.., ring, history; ints
+    return n * per_start
 
 
 def device_population(opt_state, u0, n_steps: int, window: int, status) -> PopState:

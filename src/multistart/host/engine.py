@@ -24,7 +24,13 @@ from ..device.backends import BACKENDS, Backend
 from ..device.chunking import pad_rows
 from ..device.layout import Layout, physical_map
 from ..device.programs import Programs
-from ..device.step import PopState, device_population, host_population
+from ..device.step import (
+    DEVICE_POPULATION_BYTES,
+    PopState,
+    device_population,
+    host_population,
+    made_on_device_bytes,
+)
 from ..device.sweeper import Sweeper
 from ..model.problem import Problem
 from ..result.minima import default_tolerances
@@ -234,12 +240,14 @@ def _population(
     n_rows = math.ceil(options.steps / options.history_stride)  # of history
 
     # each running row's state is set by its first chunk call: made on the host, no program,
-    # or on a chip by one program of its own there (only the starts sent)
+    # or on a chip, where that is large, by one program of its own there (only the starts sent)
     opt_state, window = traced.one_start.opt_state, options.window
+    dtype = jax.tree_util.tree_leaves(u0)[0].dtype
+    large = made_on_device_bytes(opt_state, n_pop, n_rows, window, dtype) >= DEVICE_POPULATION_BYTES
     remake = None
     if n_dev > 1:  # (a mesh's backend places it)
         pop = host_population(opt_state, u0, n_rows, window, status)
-    elif xla.on_chip():
+    elif xla.on_chip() and large:
 
         def remake() -> PopState:
             return device_population(opt_state, u0, n_rows, window, status)
