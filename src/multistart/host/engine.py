@@ -242,12 +242,10 @@ def _population(
     # each running row's state is set by its first chunk call: made on the host, no program,
     # or on a chip, where that is large, by one program of its own there (only the starts sent)
     opt_state, window = traced.one_start.opt_state, options.window
-    dtype = jax.tree_util.tree_leaves(u0)[0].dtype
-    large = made_on_device_bytes(opt_state, n_pop, n_rows, window, dtype) >= DEVICE_POPULATION_BYTES
     remake = None
     if n_dev > 1:  # (a mesh's backend places it)
         pop = host_population(opt_state, u0, n_rows, window, status)
-    elif xla.on_chip() and large:
+    elif xla.on_chip() and _large(opt_state, u0, n_rows, window):
 
         def remake() -> PopState:
             return device_population(opt_state, u0, n_rows, window, status)
@@ -265,6 +263,14 @@ def _population(
         programs=setup.programs,
     )
     return backend.place(pop), backend, remake
+
+
+def _large(opt_state, u0, n_rows: int, window: int) -> bool:
+    """Is what a chip would make of the population itself worth its program
+    (:data:`~multistart.device.step.DEVICE_POPULATION_BYTES`)?"""
+    leaf = jax.tree_util.tree_leaves(u0)[0]
+    made = made_on_device_bytes(opt_state, len(leaf), n_rows, window, leaf.dtype)
+    return made >= DEVICE_POPULATION_BYTES
 
 
 def _width(
