@@ -440,8 +440,43 @@ def test_auto_width_takes_a_refused_compile_as_too_wide(monkeypatch):
         checkpoint_bytes=0,
     )
     assert bound.width == 16
-    assert compiled == [64, 1, 32, 16]  # the cap (refused), width 1, then halving
-    assert [e.source for e in bound.estimates][:2] == ["compile refused", "memory_analysis"]
+    # the cap and 32 refused, halved to 16, which fits: width 1 (which would only have drawn
+    # a line through a refused width) is never compiled
+    assert compiled == [64, 32, 16]
+    sources = [e.source for e in bound.estimates]
+    assert sources == ["compile refused", "compile refused", "memory_analysis"]
+    assert bound.estimate == "memory_analysis" and bound.per_start_bytes is None
+
+
+def test_after_a_refused_compile_width_1_draws_the_line_only_where_one_is_needed(monkeypatch):
+    """The cap refused, its half compiles but misses the budget: width 1 is compiled then, and
+    the line through it and the half gives the width (checked)."""
+    monkeypatch.setenv(m.ENV_BUDGET_GB, str(10_000 / GiB))  # 10 000 bytes
+    compile_at, compiled = _refusing(limit=32)
+    bound = m.auto_width(
+        compile_at,
+        starts_per_device=64,
+        device=_gpu(80 * GiB, 0),
+        start_bytes=8,
+        checkpoint_bytes=500,
+    )
+    # 32 needs 1000 + 500 + 32 000: over; the line through 1 and 32 says 8, which fits
+    assert compiled == [64, 32, 1, 8] and bound.width == 8
+    assert bound.fixed_bytes == pytest.approx(1500) and bound.per_start_bytes == pytest.approx(1000)
+
+
+def test_a_tpu_budget_is_most_of_its_free_memory_and_a_gpu_keeps_half(monkeypatch):
+    """A TPU's compiler refuses what its memory cannot hold: its budget is MEMORY_FRACTIONS'
+    share (0.9), where half turned away widths that ran; a GPU (unmeasured) keeps half."""
+    monkeypatch.delenv(m.ENV_BUDGET_GB, raising=False)
+    tpu = SimpleNamespace(
+        platform="tpu",
+        device_kind="TPU v5 lite",
+        memory_stats=lambda: {"bytes_limit": 16 * GiB, "bytes_in_use": 1 * GiB},
+    )
+    budget = m.memory_budget(tpu)
+    assert budget.nbytes == int(0.9 * 15 * GiB) and budget.source.startswith("0.9 of tpu")
+    assert m.memory_budget(_gpu(16 * GiB, 1 * GiB)).nbytes == int(0.5 * 15 * GiB)
 
 
 def test_a_refusal_that_is_not_for_memory_is_raised():

@@ -66,6 +66,7 @@ from __future__ import annotations
 
 from ..device.oom import is_out_of_memory as is_out_of_memory
 from .budget import MEMORY_FRACTION as MEMORY_FRACTION
+from .budget import MEMORY_FRACTIONS as MEMORY_FRACTIONS
 from .budget import Budget as Budget
 from .budget import StepMemory as StepMemory
 from .budget import WidthBound as WidthBound
@@ -130,6 +131,7 @@ __all__ = [
     "GB",
     "Gate",
     "MEMORY_FRACTION",
+    "MEMORY_FRACTIONS",
     "PRIOR_DECADES",
     "PRIOR_GAINS",
     "StepMemory",

@@ -23,6 +23,7 @@ from .widths import balanced_width, cap_width, count_cap, linear_fit, width_for_
 
 __all__ = [
     "MEMORY_FRACTION",
+    "MEMORY_FRACTIONS",
     "Budget",
     "StepMemory",
     "WidthBound",
@@ -38,6 +39,13 @@ logger = logging.getLogger("multistart")  # the package logger (multistart.commo
 # Share of the free memory a search's chunk step may use: the rest is headroom for the
 # allocator's fragmentation, XLA's own buffers and whatever else the process or device runs.
 MEMORY_FRACTION = 0.5
+#: ...and where a platform's memory is known better, its own share. A TPU's compiler assigns a
+#: program's buffers before it runs and refuses one its memory cannot hold, and the free figure
+#: (``memory_stats``' limit less what is in use) already leaves out what the runtime keeps, so
+#: half of it turned away widths that run (issue 70: 16,384 L-BFGS starts of an image fit on
+#: 512², ``"auto"`` took 5,462 where 8,192 compiled and ran). A GPU's allocator pools and
+#: fragments its buffers, and no GPU has been measured: it keeps the default.
+MEMORY_FRACTIONS = {"tpu": 0.9}
 
 
 @dataclass(frozen=True)
@@ -51,17 +59,19 @@ class Budget:
 
 
 def memory_budget(device) -> Budget:
-    """The chunk step's memory budget on ``device``: a share of its free memory, split
-    between devices that share one RAM, capped by ``MULTISTART_MEMORY_BUDGET_GB``."""
+    """The chunk step's memory budget on ``device``: a share of its free memory
+    (:data:`MEMORY_FRACTIONS` for its platform, else :data:`MEMORY_FRACTION`), split between
+    devices that share one RAM, capped by ``MULTISTART_MEMORY_BUDGET_GB``."""
     capped = env.budget_from_env()
     free, source = machine.device_free_memory(device)
     shared = machine.shared_ram_device_count() if device.platform == "cpu" else 1
-    nbytes = None if free is None else int(MEMORY_FRACTION * free / shared)
+    fraction = MEMORY_FRACTIONS.get(device.platform, MEMORY_FRACTION)
+    nbytes = None if free is None else int(fraction * free / shared)
     if capped is not None and (nbytes is None or capped < nbytes):
         return Budget(capped, env.ENV_BUDGET_GB, free, shared)
     if nbytes is None:
         return Budget(None, source, free, shared)
-    share = f"{MEMORY_FRACTION:g} of {source}"
+    share = f"{fraction:g} of {source}"
     return Budget(nbytes, share if shared == 1 else f"{share} / {shared} devices", free, shared)
 
 
@@ -218,19 +228,29 @@ def auto_width(
 
 
 def _narrow(estimate, starts_per_device: int, upper: int, top_need, budget: Budget, estimates):
-    """``upper`` does not fit: width 1's estimate and ``upper``'s give a line; the widest width
-    under the budget on it is compiled and checked, narrowed until one fits (or width 1)."""
+    """``upper`` does not fit: the widest width under the budget on a line through width 1's
+    estimate and ``upper``'s is compiled and checked, narrowed until one fits (or width 1).
+    Where the compiler refused ``upper`` (no estimate to draw a line through) it is halved,
+    and width 1 is compiled only if a line is needed after all: a chip's first narrower width
+    usually fits, and a compile of width 1 (seconds there) would only have drawn the line."""
     assert budget.nbytes is not None  # a width is narrowed only against a known budget
-    one, one_need = estimate(1)
-    estimates.append(one)
+    ones: list[tuple[StepMemory, float]] = []  # width 1's estimate, once compiled
+
+    def one_need() -> float:
+        if not ones:
+            ones.append(estimate(1))
+            estimates.append(ones[0][0])
+        return ones[0][1]
+
     hi = upper  # the narrowest width known not to fit
+    fixed: float | None = None
+    per: float | None = None
     if math.isfinite(top_need):
-        fixed, per = linear_fit(1, one_need, upper, top_need)
+        fixed, per = linear_fit(1, one_need(), upper, top_need)
         width = balanced_width(
             starts_per_device, width_for_budget(fixed, per, budget.nbytes, upper - 1)
         )
     else:  # the compile refused it: no estimate to draw a line through; halve
-        fixed, per = one_need, 0.0
         width = balanced_width(starts_per_device, max(1, upper // 2))
     while width > 1:
         est, w_need = estimate(width)
@@ -238,16 +258,19 @@ def _narrow(estimate, starts_per_device: int, upper: int, top_need, budget: Budg
         if w_need <= budget.nbytes:
             break
         hi = width
-        if math.isfinite(w_need):
-            fixed, per = linear_fit(1, one_need, width, w_need)
         # with no usable slope (XLA's estimate is not monotone in width, or the compile refused
         # the width) halve instead of creeping down one width and one compile at a time
-        usable = math.isfinite(w_need) and per > 0
-        fit = width_for_budget(fixed, per, budget.nbytes, hi - 1) if usable else hi // 2
+        fit = hi // 2
+        if math.isfinite(w_need):
+            fixed, per = linear_fit(1, one_need(), width, w_need)
+            if per > 0:
+                fit = width_for_budget(fixed, per, budget.nbytes, hi - 1)
         width = balanced_width(starts_per_device, max(1, fit))
-    if width == 1 and one_need > budget.nbytes:
-        _warn_over_budget(one_need, budget)
-    return WidthBound(width, upper, one.source, budget, fixed, per, estimates)
+    if width == 1 and one_need() > budget.nbytes:
+        _warn_over_budget(one_need(), budget)
+    known = [e.source for e in estimates if e.source != "compile refused"]
+    source = known[-1] if known else "compile refused"
+    return WidthBound(width, upper, source, budget, fixed, per, estimates)
 
 
 def _warn_over_budget(nbytes: float, budget: Budget) -> None:
