@@ -18,6 +18,7 @@ MODULES = [
     "device.distributed",
     "host.config",
     "host.decide",
+    "host.iterate",
     "model.graph",
     "model.priors",
     "result.batch",

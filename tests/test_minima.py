@@ -44,6 +44,12 @@ def test_result_distinct_minima_of_a_multimodal_search(x64):
     for m in minima:  # every start of a minimum really is close to its best one
         n = result.params["n"][list(m.starts)]
         assert np.all(np.abs(n - m.params["n"]) <= 1e-3 * np.maximum(1, abs(m.params["n"])))
+    # the count alone (what the fit records) is the list's length, whatever the arguments
+    assert result.stats["n_distinct_minima"] == len(result.distinct_minima()) >= 2
+    for kw in (dict(xtol=1e-3, ftol=1e-4), dict(xtol=10.0, ftol=10.0), dict(xtol=0.0, ftol=0.0),
+               dict(include_unconverged=True), dict(include_nonfinite=True)):  # fmt: skip
+        assert result.n_distinct_minima(**kw) == len(result.distinct_minima(**kw)), kw
+    assert result.n_distinct_minima(xtol=10.0, ftol=10.0) == 1
 
 
 def peak_fit():

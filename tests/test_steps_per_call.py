@@ -205,3 +205,64 @@ def test_auto_steps_grow_while_a_calls_own_cost_is_a_fair_share_of_it():
     assert _calls_reached(0.0003, 0.050) == 2
     assert _calls_reached(0.0003, 0.300) == 1
     assert _calls_reached(0.0002, 0.00001) == iterate.AUTO_MAX_STEPS
+
+
+def _auto_calls(learned=None, steps=10_000, k="auto"):
+    from types import SimpleNamespace
+
+    from multistart.host.iterate import Calls
+
+    options = SimpleNamespace(
+        steps_per_call=k, halving=None, target_fom=None, max_evals=None, sync_every=1,
+        steps=steps, log_every=0, rediscoveries=None, checkpoint_every=None,
+    )  # fmt: skip
+    sweeper = SimpleNamespace(width=8, chunks=[0], n_devices=1)
+    engine = SimpleNamespace(
+        options=options, together=False, sweeper=sweeper, refiller=None, checkpoints=None,
+        rules=SimpleNamespace(tail=None),
+    )  # fmt: skip
+    return Calls(engine, learned)  # type: ignore[arg-type]
+
+
+def _run_calls(calls, steps: int, cost) -> list[int]:
+    """The steps of each call of a search of ``steps`` steps, a call of ``k`` costing
+    ``cost(i, k)`` seconds (``i``: the call's index)."""
+    done, taken = 0, []
+    while done < steps:
+        asked, _ = calls.next(done)
+        calls.took(asked, asked, cost(len(taken), asked), synced=True)
+        taken.append(asked)
+        done += asked
+    return taken
+
+
+def test_a_refit_weighs_its_first_call_and_may_double_where_a_noisy_fit_stopped():
+    """An image fit on a chip (4.5 ms a call, 2.5 ms a step): a first fit's call of 32 steps
+    slowed by 6 ms does not pay its doubling and stops there; the next fit of the model starts
+    at 32, weighs its first call against the share at 16 the first fit measured, and doubles."""
+    learned: dict = {}
+
+    def noisy(i, k):
+        return 0.0045 + 0.0025 * k + (0.006 if k == 32 else 0.0)
+
+    first = _auto_calls(learned, steps=100)
+    _run_calls(first, 100, noisy)
+    assert first.k == 32 and learned[(8, 1)][0] == 32
+    second = _auto_calls(learned, steps=100)
+    taken = _run_calls(second, 100, lambda i, k: 0.0045 + 0.0025 * k)
+    assert taken[0] == 32 and second.k == 64
+    assert taken == [32, 68]  # the second call takes the 68 left (at most 1.5 k): no third
+
+
+def test_auto_takes_a_short_last_call_into_the_one_before_and_a_fixed_k_does_not():
+    def steps_of(calls) -> list[int]:
+        done, steps = 0, []
+        while done < 100:
+            n, _ = calls.next(done)
+            steps.append(n)
+            done += n
+        return steps
+
+    learned = {(8, 1): (32, (16, 1.0))}  # a fit before reached 32 steps a call
+    assert steps_of(_auto_calls(learned, steps=100)) == [32, 32, 36]  # not 32, 32, 32 and 4
+    assert steps_of(_auto_calls(steps=100, k=32)) == [32, 32, 32, 4]

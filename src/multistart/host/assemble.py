@@ -206,7 +206,7 @@ def assemble(
     if setup.problem.rows_per_datum is not None:  # a stack of independent fits
         # minima across datasets mean nothing, nor one covariance of them all
         return result.with_stats(rows_per_datum=setup.problem.rows_per_datum)
-    result = result.with_stats(n_distinct_minima=len(result.distinct_minima()))
+    result = result.with_stats(n_distinct_minima=result.n_distinct_minima())
     best = result.best_index
     if best >= 0 and np.asarray(result.at_bound)[best]:
         one = jax.tree_util.tree_map(lambda a: np.asarray(a)[best : best + 1], result.params)

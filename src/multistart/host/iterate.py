@@ -150,13 +150,16 @@ class Calls:
     without refills. In between it takes ``k`` steps: the option's, or under ``"auto"``
     from 1, doubled after each call that took under :data:`AUTO_CALL_S` with its sync (at the
     pace of ``k`` steps), or while doubling pays (:data:`AUTO_GAIN`, :data:`AUTO_LATENCY_S`),
-    to at most :data:`AUTO_MAX_STEPS`. Where the calls end changes no
-    result (an ended start is frozen, and a call's body is the one step), only when the host
-    learns of it.
+    to at most :data:`AUTO_MAX_STEPS`, and a call that would leave a short one (at most half
+    ``k``) before the next end takes those steps too (:func:`_absorbed`). Where the calls end
+    changes no result (an ended start is frozen, and a call's body is the one step), only when
+    the host learns of it.
 
     ``learned`` (a dict kept with the model's programs, :func:`multistart.device.programs.
     programs_for`): a fit of the same model at the same width and chunks starts from the ``k``
-    the fits before it reached, not from 1 again (the same program at the same pace).
+    the fits before it reached, not from 1 again (the same program at the same pace), and
+    weighs its first call against the step's share at half that ``k``, so it may double again
+    where a fit before it stopped (a noisy call had stopped an image fit's at 32 steps).
     """
 
     def __init__(self, engine: Engine, learned: dict | None = None):
@@ -167,8 +170,10 @@ class Calls:
         # what sets a call's pace: its width and how many chunks a step runs
         self._pace = (engine.sweeper.width, len(engine.sweeper.chunks))
         self._last: tuple[int, float] | None = None  # the last call's ``k`` and step's share
-        if self._learned is not None:
-            self.k = self._learned.get(self._pace, self.k)
+        if self._learned is not None and self._pace in self._learned:
+            # the k reached, and the step's share of the call at half of it, which the first
+            # call here is weighed against (a fit of the model may double again)
+            self.k, self._last = self._learned[self._pace]
         others = options.halving is not None or engine.together
         others = others or options.target_fom is not None or options.max_evals is not None
         # Refills alone, at every step: a call of one chunk on one device ends at the first
@@ -193,6 +198,8 @@ class Calls:
         first step where one of its starts ends."""
         periods = self.periods + [TAIL_EVERY] * self._narrows()
         n = min([self.k] + [p - step % p for p in periods])
+        if self.auto:  # a short call left before the next end is taken in this one
+            n = _absorbed(n, self.k, min(p - step % p for p in periods))
         if self._queue is None or self._queue.available() == 0:
             return n, False  # no refill to act on (none, or none left): k steps a call
         one = len(self._sweeper.chunks) == 1 and self._sweeper.n_devices == 1
@@ -216,7 +223,22 @@ class Calls:
         if cheap or (paying and 2 * self.k * share <= AUTO_LATENCY_S):
             self.k = min(2 * self.k, AUTO_MAX_STEPS)
             if self._learned is not None:
-                self._learned[self._pace] = self.k
+                self._learned[self._pace] = (self.k, self._last)
+
+
+def _absorbed(n: int, k: int, to_end: int) -> int:
+    """The steps of a call under ``steps_per_call="auto"`` that would take ``n`` of its ``k``
+    with ``to_end`` left before the next step where the host must look: all of them where the
+    call after it would take at most half of ``k``. A call's own cost (a sync, the chip idle
+    between calls) is paid once, not again for a few steps: 1,024 L-BFGS starts of an image fit
+    on a TPU ran 100 steps as calls of 32, 32, 32 and 4, each call about 4.5 ms of the host's
+    with the chip idle (issue 70, profiling/experiments/call_timeline.py). At most 1.5 ``k``
+    steps, within :data:`AUTO_LATENCY_S` as ``k`` is.
+
+    >>> _absorbed(32, 32, 36), _absorbed(32, 32, 49), _absorbed(4, 32, 4), _absorbed(1, 1, 2)
+    (36, 32, 4, 1)
+    """
+    return to_end if n == k and to_end <= k + k // 2 else n
 
 
 def _narrows(engine: Engine) -> bool:

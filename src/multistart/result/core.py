@@ -326,12 +326,7 @@ class Result:
         Returns:
           A list of :class:`Minimum` (fom, params, starts), sorted by figure of merit.
         """
-        dx, df = default_tolerances(self.fit_dtype, self.config.get("convergence"))
-        xtol, ftol = dx if xtol is None else xtol, df if ftol is None else ftol
-        leaves = jax.tree_util.tree_leaves(self.params)
-        x = np.concatenate([np.asarray(v).reshape(self.n_starts, -1) for v in leaves], axis=1)
-        f = self._grouped_foms(include_nonfinite, include_unconverged)
-        labels = cluster_minima(x, f, xtol=xtol, ftol=ftol)
+        f, labels = self._minimum_labels(xtol, ftol, include_nonfinite, include_unconverged)
         order = np.lexsort((np.arange(f.size), f, labels))
         order = order[labels[order] >= 0]
         bounds = np.flatnonzero(np.diff(labels[order])) + 1
@@ -345,6 +340,29 @@ class Result:
             fit = self._uncertainty.at(params) if errors else None
             minima.append(Minimum(Fom(f[head], dtype), params, tuple(members.tolist()), fit))
         return minima
+
+    def n_distinct_minima(
+        self,
+        xtol: float | None = None,
+        ftol: float | None = None,
+        *,
+        include_nonfinite: bool = False,
+        include_unconverged: bool | None = None,
+    ) -> int:
+        """How many minima :meth:`distinct_minima` groups the starts into (the same arguments),
+        without making them (a fit records it in ``stats["n_distinct_minima"]``)."""
+        labels = self._minimum_labels(xtol, ftol, include_nonfinite, include_unconverged)[1]
+        return int(labels.max(initial=-1)) + 1  # a minimum's label is its rank, from 0
+
+    def _minimum_labels(self, xtol, ftol, include_nonfinite: bool, include_unconverged):
+        """``(f, labels)``: the figures of merit grouped (``inf`` for the starts left out) and
+        each start's minimum (:func:`multistart.result.minima.cluster_minima`)."""
+        dx, df = default_tolerances(self.fit_dtype, self.config.get("convergence"))
+        xtol, ftol = dx if xtol is None else xtol, df if ftol is None else ftol
+        leaves = jax.tree_util.tree_leaves(self.params)
+        x = np.concatenate([np.asarray(v).reshape(self.n_starts, -1) for v in leaves], axis=1)
+        f = self._grouped_foms(include_nonfinite, include_unconverged)
+        return f, cluster_minima(x, f, xtol=xtol, ftol=ftol)
 
     def _grouped_foms(self, include_nonfinite: bool, include_unconverged: bool | None):
         """Every start's figure of merit, ``inf`` for the starts left out of the grouping."""

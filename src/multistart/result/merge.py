@@ -93,7 +93,7 @@ def merge(cls, parts) -> Any:
         config=dict(first.config),
         uncertainty=None if holder is None else copy.copy(holder._uncertainty),
     )
-    return result.with_stats(n_distinct_minima=len(result.distinct_minima()))  # the whole run's
+    return result.with_stats(n_distinct_minima=result.n_distinct_minima())  # the whole run's
 
 
 def _load(cls, parts) -> list:
