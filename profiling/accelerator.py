@@ -446,6 +446,9 @@ def memory(size, cpu, record) -> list[dict]:
         if "width" in r:
             record.figure(f"memory: {r['arm']} width", r["width"])
             record.figure(f"memory: {r['arm']} wall s", r["wall_s"])
+    if all("wall_s" in r for r in rows):  # each arm a cold fit of its model
+        walls = [f"memory: {r['arm']} wall s" for r in rows]
+        record.ratio("memory: auto / explicit width, wall", *walls)
     return rows
 
 
