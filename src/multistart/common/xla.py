@@ -74,14 +74,18 @@ def native_float64() -> bool:
 
 
 #: The most fits a float64 refinement runs on the host's CPU where the chip has no float64
-#: arithmetic (:func:`refine_device`). On a TPU v5e the README peak's refinement compiled in
-#: about 30 s (emulated float64) against under a second on its host, while a refined fit cost
-#: about 14 us on that host against 6.5 us on the chip (20,000 fits: 0.28 s against 0.13 s,
-#: ``python -m profiling.accelerator --only first,float64``): a single fit or a small batch is
-#: all compile, a large one is mostly work, its compile paid once a shape (and kept in the
-#: persistent compilation cache). (Since the chip's refinement solves all but its last step in
-#: float32, 20,000 fits refine there in about 20 ms; the bound was not measured again.)
-REFINE_ON_HOST_FITS = 1000
+#: arithmetic (:func:`refine_device`). A chip compiles its refinement (float32 steps, the last
+#: step and the covariance in emulated float64) in about 80 s on a TPU v5e, its host in about
+#: a second; a refined fit costs the host a little more than the chip. A batch's first call
+#: of 1,000 fits took 11.9 s refined on the host against 92.6 s on the chip, and 5,000 fits
+#: 13.2 s against 99.2 s; their warm calls 0.071 s against 0.042 s and 0.166 s against
+#: 0.066 s (``python -m profiling.experiments.refine_where``, each arm a fresh process): at
+#: 5,000 fits the chip repays its compile after about 800 calls of that shape (it is kept in
+#: the persistent compilation cache), so up to here a batch refines on the host. (1,000
+#: before, set when the chip refined in float64 throughout. Past 5,000 one figure: 20,000
+#: fits' warm call refined on the host took 2.25 s, where the chip's took 0.21 s in another
+#: run, the accelerator benchmark's ``float64`` section; why the host's grew so, not found.)
+REFINE_ON_HOST_FITS = 5000
 
 
 def refine_device(n_fits: int = 1):
