@@ -381,8 +381,10 @@ def _refined(residuals, vec, box, low=None):
     def mixed(_, carry, first: bool = False):
         x, r = carry
         _, jac, _ = linearize(low, x.astype(jnp.float32))
-        a, g = small.normal_equations(jac, r.astype(jnp.float32))
-        normal = (a.astype(x.dtype), g.astype(x.dtype))
+        # the normal equations solved in float32 too (the correction of iterative refinement
+        # in the low precision): a chip emulates every float64 operation of the written-out
+        # solves, most of the program's (python -m profiling.experiments.refine_program)
+        normal = small.normal_equations(jac, r.astype(jnp.float32))
         return _better(residuals, box, reach, x, r, normal, first)
 
     # a chip without float64: float32 normal equations, the residuals carried, then one step in
@@ -425,15 +427,16 @@ def _reach(box):
 
 def _better(residuals, box, reach, x, r, normal, first: bool):
     """A refinement step (:func:`_refined`) from ``x`` (residuals ``r``, the normal equations
-    ``(JᵀJ, Jᵀr)``): the best of its trials and ``x`` itself, with its residuals; ``reach``:
-    :func:`_reach` of ``box``."""
+    ``(JᵀJ, Jᵀr)``, solved in their own float type: ``x``'s, or float32 in a mixed step): the
+    best of its trials and ``x`` itself, with its residuals; ``reach``: :func:`_reach` of
+    ``box``."""
     lower, upper = box
-    eye = jnp.eye(x.shape[0], dtype=x.dtype)
     a, g = normal
-    a = a + jnp.finfo(x.dtype).eps * jnp.maximum(jnp.max(jnp.diagonal(a)), 1.0) * eye
-    full = x + small.cho_solve(a, -g)
+    eye = jnp.eye(x.shape[0], dtype=a.dtype)
+    a = a + jnp.finfo(a.dtype).eps * jnp.maximum(jnp.max(jnp.diagonal(a)), 1.0) * eye
+    full = x + small.cho_solve(a, -g).astype(x.dtype)
     held = (full < lower) | (full > upper)
-    delta = jnp.where(held, jnp.clip(full, lower, upper) - x, 0.0)
+    delta = jnp.where(held, jnp.clip(full, lower, upper) - x, 0.0).astype(a.dtype)
     both = ~held[:, None] & ~held[None, :]
     reduced = jnp.where(both, a, 0.0) + jnp.where(held, 1.0, 0.0) * eye
     rhs = jnp.where(held, delta, -g - small.matvec(a, delta))
@@ -442,7 +445,7 @@ def _better(residuals, box, reach, x, r, normal, first: bool):
     onto = jnp.where((x - lower <= reach) & (g > 0), lower, x)
     onto = jnp.where((upper - x <= reach) & (g < 0), upper, onto)
     best, best_r, best_cost = x, r, jnp.vdot(r, r)
-    trials = [jnp.clip(x + small.cho_solve(reduced, rhs), lower, upper)]
+    trials = [jnp.clip(x + small.cho_solve(reduced, rhs).astype(x.dtype), lower, upper)]
     # onto the bounds float32 left it next to: the first step's fallback (after it, an
     # answer on a bound stays there, and one off it was not that near)
     trials += [onto] if first else []
