@@ -305,6 +305,18 @@ def _compiler(fixed, per, analysis=True):
     return compile_at, compiled
 
 
+def _auto(compile_at, *, start_bytes=8, checkpoint_bytes=0):
+    """:func:`auto_width` of 64 starts on a fake device of 80 GiB free (the budget is the
+    test's ``MULTISTART_MEMORY_BUDGET_GB``)."""
+    return m.auto_width(
+        compile_at,
+        starts_per_device=64,
+        device=_gpu(80 * GiB, 0),
+        start_bytes=start_bytes,
+        checkpoint_bytes=checkpoint_bytes,
+    )
+
+
 def test_step_memory_reads_xla_then_falls_back_to_sizes():
     est = m.step_memory(_FakeCompiled(4, 100, 50), 4, start_bytes=10)
     assert (est.resident, est.extra, est.source) == (1000, 300, "memory_analysis")
@@ -315,26 +327,14 @@ def test_step_memory_reads_xla_then_falls_back_to_sizes():
 def test_auto_width_fits_at_the_cap_with_one_compile(monkeypatch):
     monkeypatch.setenv(m.ENV_BUDGET_GB, "1")
     compile_at, compiled = _compiler(fixed=1000, per=1000)
-    bound = m.auto_width(
-        compile_at,
-        starts_per_device=64,
-        device=_gpu(80 * GiB, 0),
-        start_bytes=8,
-        checkpoint_bytes=0,
-    )
+    bound = _auto(compile_at)
     assert bound.width == 64 and compiled == [64] and bound.estimate == "memory_analysis"
 
 
 def test_auto_width_narrows_under_a_small_budget(monkeypatch):
     monkeypatch.setenv(m.ENV_BUDGET_GB, str(10_000 / GiB))  # 10 000 bytes
     compile_at, compiled = _compiler(fixed=1000, per=1000)
-    bound = m.auto_width(
-        compile_at,
-        starts_per_device=64,
-        device=_gpu(80 * GiB, 0),
-        start_bytes=8,
-        checkpoint_bytes=500,
-    )
+    bound = _auto(compile_at, checkpoint_bytes=500)
     # 1000 + 500 + 1000 w <= 10 000 -> w = 8 (8 divides 64: no rebalancing)
     assert bound.width == 8
     assert compiled == [64, 1, 8]  # the cap, width 1, and the chosen width (checked)
@@ -357,13 +357,7 @@ def test_auto_width_checks_its_choice_and_narrows_again(monkeypatch):
         compiled.append(width)
         return Jump(width, 1000, 1000)
 
-    bound = m.auto_width(
-        compile_at,
-        starts_per_device=64,
-        device=_gpu(80 * GiB, 0),
-        start_bytes=8,
-        checkpoint_bytes=0,
-    )
+    bound = _auto(compile_at)
     # the line through widths 1 and 64 says 7; 7 needs 28 000 bytes; the line through 1 and 7
     # says 2, which fits
     assert compiled == [64, 1, 7, 2] and bound.width == 2
@@ -385,26 +379,14 @@ def test_auto_width_is_capped_by_max_batch(monkeypatch):
     monkeypatch.setenv(m.ENV_BUDGET_GB, "1")
     monkeypatch.setenv(m.ENV_MAX_BATCH, "3")
     compile_at, compiled = _compiler(fixed=1000, per=1000)
-    bound = m.auto_width(
-        compile_at,
-        starts_per_device=64,
-        device=_gpu(80 * GiB, 0),
-        start_bytes=8,
-        checkpoint_bytes=0,
-    )
+    bound = _auto(compile_at)
     assert bound.width == 3 and compiled == [3]
 
 
 def test_auto_width_size_fallback_when_xla_has_no_analysis(monkeypatch):
     monkeypatch.setenv(m.ENV_BUDGET_GB, str(1000 / GiB))
     compile_at, compiled = _compiler(fixed=0, per=0, analysis=False)
-    bound = m.auto_width(
-        compile_at,
-        starts_per_device=64,
-        device=_gpu(80 * GiB, 0),
-        start_bytes=50,
-        checkpoint_bytes=0,
-    )
+    bound = _auto(compile_at, start_bytes=50)
     # the size fallback counts 2 * 50 bytes per start: 1000 bytes hold 10 starts
     assert bound.estimate == "io_sizes" and bound.width <= 10
     assert 2 * 50 * bound.width <= 1000
@@ -432,13 +414,7 @@ def test_auto_width_takes_a_refused_compile_as_too_wide(monkeypatch):
     the bound takes that width as too wide and halves down to one that compiles and fits."""
     monkeypatch.setenv(m.ENV_BUDGET_GB, "1")
     compile_at, compiled = _refusing(limit=16)
-    bound = m.auto_width(
-        compile_at,
-        starts_per_device=64,
-        device=_gpu(80 * GiB, 0),
-        start_bytes=8,
-        checkpoint_bytes=0,
-    )
+    bound = _auto(compile_at)
     assert bound.width == 16
     # the cap and 32 refused, halved to 16, which fits: width 1 (which would only have drawn
     # a line through a refused width) is never compiled
@@ -453,13 +429,7 @@ def test_after_a_refused_compile_width_1_draws_the_line_only_where_one_is_needed
     the line through it and the half gives the width (checked)."""
     monkeypatch.setenv(m.ENV_BUDGET_GB, str(10_000 / GiB))  # 10 000 bytes
     compile_at, compiled = _refusing(limit=32)
-    bound = m.auto_width(
-        compile_at,
-        starts_per_device=64,
-        device=_gpu(80 * GiB, 0),
-        start_bytes=8,
-        checkpoint_bytes=500,
-    )
+    bound = _auto(compile_at, checkpoint_bytes=500)
     # 32 needs 1000 + 500 + 32 000: over; the line through 1 and 32 says 8, which fits
     assert compiled == [64, 32, 1, 8] and bound.width == 8
     assert bound.fixed_bytes == pytest.approx(1500) and bound.per_start_bytes == pytest.approx(1000)

@@ -50,6 +50,10 @@ def test_result_distinct_minima_of_a_multimodal_search(x64):
                dict(include_unconverged=True), dict(include_nonfinite=True)):  # fmt: skip
         assert result.n_distinct_minima(**kw) == len(result.distinct_minima(**kw)), kw
     assert result.n_distinct_minima(xtol=10.0, ftol=10.0) == 1
+    for bad in (dict(xtol=-1.0), dict(ftol="a")):  # nonsense named, as distinct_minima's
+        name = next(iter(bad))
+        with pytest.raises(ValueError, match=f"{name} must be a number >= 0"):
+            result.n_distinct_minima(**bad)
 
 
 def peak_fit():
