@@ -400,3 +400,124 @@ def test_a_mixed_refinement_step_solves_in_float32_and_returns_a_float64_point()
     # goes to its optimum with it there
     np.testing.assert_allclose(step64, [held0, top], rtol=1e-12)
     np.testing.assert_allclose(step32, [held0, top], rtol=1e-6)
+
+
+def _decays(k: int, seed: int = 0):
+    """``(points, data, box)``: ``k`` decay fits' data ``(k, 2, 30)``, noisy enough that
+    Gauss-Newton converges only linearly, and starts 3e-4 off their optima (scipy's), each
+    fit's own: a refinement's fits stop after different numbers of steps (4 to 9 here)."""
+    from scipy.optimize import least_squares
+
+    rng = np.random.default_rng(seed)
+    a = rng.uniform(1.0, 3.0, k)
+    ys = a[:, None] * np.exp(-T / 1.3) + 0.2 + 0.3 * rng.standard_normal((k, T.size))
+    data = np.stack([np.broadcast_to(T, ys.shape), ys], axis=1)
+    with jax.enable_x64(True):
+        optima = [least_squares(lambda v, d=d: np.asarray(_decay_residuals(v, d)), [ai, 1.3, 0.2],
+                                xtol=1e-15, ftol=1e-15, gtol=1e-15).x
+                  for ai, d in zip(a, data, strict=True)]  # fmt: skip
+    points = np.array(optima) * (1 + 3e-4 * rng.standard_normal((k, 3)))
+    return points, data, (np.array([0.0, 0.1, -1.0]), np.array([5.0, 10.0, 1.0]))
+
+
+def _decay_residuals(v, data):
+    return (v[0] * jnp.exp(-data[0] / v[1]) + v[2] - data[1]) / 0.3
+
+
+def test_a_cpu_refinement_in_blocks_ends_where_one_program_of_the_batch_ends_fit_by_fit(
+    monkeypatch,
+):
+    """A stack of fits refined on a CPU in blocks (:func:`laplace.refine_in_blocks`: each fit
+    up to REFINE_STEPS steps, those still moving up to twice as many, ...) ends, fit by fit,
+    bit for bit where one program of the whole batch ends (every fit until no step moves it),
+    with fits that stop in the first round and fits that step past it, in blocks whose last
+    is padded; the block programs compile once for any number of fits."""
+    from multistart.result import laplace
+
+    monkeypatch.setattr(laplace, "REFINE_BLOCK", 8)
+    compiles = []
+
+    def listen(event, duration, **info):
+        if event.endswith("backend_compile_duration"):
+            compiles.append(info.get("fun_name", ""))
+
+    with jax.enable_x64(True):
+        first = laplace.residual_refinement(_decay_residuals, first=True)
+        more = laplace.residual_refinement(_decay_residuals, first=False)
+        whole = laplace.residual_curvature(_decay_residuals, stacked=True)
+        points, data, box = _decays(21)
+        steps = np.zeros(len(points), dtype=np.int32)
+        limit = np.int32(laplace.REFINE_STEPS)
+        moving = np.asarray(first(points[:8], data[:8], box, steps[:8], limit)[2])
+        assert moving.any() and not moving.all()  # some stop in the first round, some go on
+        jax.monitoring.register_event_duration_secs_listener(listen)
+        try:
+            blocks = laplace.refine_in_blocks(first, more, points, data, box)
+            again = laplace.refine_in_blocks(first, more, *_decays(13, seed=1)[:2], box)
+        finally:
+            jax.monitoring.unregister_event_duration_listener(listen)
+        one = np.asarray(whole(points, data, box).at)
+        ref = np.asarray(whole(*_decays(13, seed=1)[:2], box).at)
+    np.testing.assert_array_equal(blocks, one)
+    np.testing.assert_array_equal(again, ref)
+    assert not np.array_equal(blocks, points)  # (they moved)
+    # one compile in both calls, of 21 and 13 fits: the second round's program (the first
+    # round's was compiled above, for 8 fits), whatever the number of fits and blocks
+    assert [c for c in compiles if "refinement" in c] == ["jit(multistart_refinement)"]
+
+
+def _host_refines(device=None) -> str:
+    """A TPU's platform, the host's CPU where a refinement runs (``jax.default_device`` set
+    to it)."""
+    device = jax.config.jax_default_device
+    on_host = device is not None and getattr(device, "platform", device) == "cpu"
+    return "cpu" if on_host else "tpu"
+
+
+def test_on_a_chip_a_batch_refined_in_blocks_on_its_host_answers_as_one_program_compiled_ahead(
+    monkeypatch,
+):
+    """A chip's batch of more fits than REFINE_BLOCK, refined on its host's CPU: its popt,
+    pcov and residuals are bit for bit those of one program of the whole batch, and the
+    block programs and the curvature where they end are compiled on the covariance's worker
+    thread while the search runs, none after it."""
+    import threading
+
+    from multistart.result import laplace
+
+    def fresh():  # a model of its own: its programs are compiled in this test
+        def model(x, a, tau, c):
+            return a * jnp.exp(-x / tau) + c
+
+        return model
+
+    monkeypatch.setattr(xla, "platform", _host_refines)
+    rng = np.random.default_rng(0)
+    ys = np.stack([decay(T, a, 1.3, 0.2) + 0.3 * rng.standard_normal(T.size)
+                   for a in (1.0, 2.0, 3.0, 1.5, 2.5)])  # fmt: skip
+    kw = dict(p0=[1.0, 1.0, 0.0], bounds=([0, 0.1, -1], [5, 10, 1]), batched=True)
+    kw.update(full_output=True, **QUIET)
+    one = ms.curve_fit(fresh(), T, ys, **kw)
+    where = []
+
+    def listen(event, duration, **info):
+        name = info.get("fun_name", "")
+        ours = "curvature" in name or "refinement" in name
+        if event.endswith("backend_compile_duration") and ours:
+            where.append((name, threading.current_thread().name))
+
+    monkeypatch.setattr(laplace, "REFINE_BLOCK", 2)
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        blocks = ms.curve_fit(fresh(), T, ys, **kw)
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+    assert one[2]["fits"].result.fit_dtype == np.float32
+    for a, b in ((one[0], blocks[0]), (one[1], blocks[1]), (one[2]["fvec"], blocks[2]["fvec"])):
+        np.testing.assert_array_equal(a, b)
+    assert sorted(name for name, _ in where) == [
+        "jit(multistart_curvature)",
+        "jit(multistart_refinement)",
+        "jit(multistart_refinement)",
+    ]
+    assert all(thread.startswith("multistart-covariance") for _, thread in where)

@@ -13,8 +13,15 @@ from scipy.optimize import OptimizeWarning
 from ..common import background, xla
 from ..device.placement import data_on_device
 from ..device.programs import programs_for
-from ..result import Result, Uncertainty
-from ..result.laplace import Curvature, residual_curvature, residual_scale, settle_inverses
+from ..result import Result, Uncertainty, laplace
+from ..result.laplace import (
+    Curvature,
+    refine_in_blocks,
+    residual_curvature,
+    residual_refinement,
+    residual_scale,
+    settle_inverses,
+)
 from .model import _CurveModel, _model_key
 
 
@@ -128,16 +135,38 @@ def _curvature_at(f, names, data, points, *, stacked: bool, box=None, ahead=None
     lower, upper = (np.asarray(b, dtype=np.float64) for b in box)
     points = np.where(np.isfinite(points), points, lower)
     with _refining(len(points)):
-        curvature = _curvature_program(f, names, data, stacked)
         try:
-            return _call(ahead, curvature, points, data_on_device(data), (lower, upper))
+            return _refined_curvature(f, names, data, stacked, points, (lower, upper), ahead)
         except (TypeError, ValueError) as e:
             # f traced again in float64 after the float32 search: a NumPy array it captures is
             # served as the float32 copy JAX keeps of it (device/programs.forget_other_float_types)
             if "float32" not in str(e) and "compatible types" not in str(e):
                 raise
             jax.clear_caches()
-            return curvature(points, data_on_device(data), (lower, upper))
+            return _refined_curvature(f, names, data, stacked, points, (lower, upper), None)
+
+
+def _refined_curvature(f, names, data, stacked: bool, points, box, ahead) -> Curvature:
+    """The curvature at ``points`` refined in ``box`` first (:func:`_curvature_at`), in the
+    refinement's context: one program, or where :func:`_in_blocks`, the refinement's steps in
+    blocks (:func:`multistart.result.laplace.refine_in_blocks`) and then the curvature where
+    they end."""
+    curvature = _curvature_program(f, names, data, stacked)
+    if not _in_blocks(len(points), stacked):
+        return _call(ahead, curvature, points, data_on_device(data), box)
+    if ahead is not None:
+        ahead.exception()  # (waits: the programs below were compiled beside the search)
+    first, more = _refinement_programs(f, names, data)
+    points = refine_in_blocks(first, more, points, data, box)
+    return curvature(points, data_on_device(data))
+
+
+def _in_blocks(n_fits: int, stacked: bool) -> bool:
+    """Whether a refinement of ``n_fits`` stacked fits, in the context it runs in, takes its
+    steps in blocks: more than :data:`multistart.result.laplace.REFINE_BLOCK` fits, refined
+    on a CPU (:func:`multistart.result.laplace.refine_in_blocks`; a chip takes a fixed
+    number of steps, all fits in one program)."""
+    return stacked and n_fits > laplace.REFINE_BLOCK and xla.platform() == "cpu"
 
 
 def _refining(n_fits: int):
@@ -171,10 +200,19 @@ def compile_ahead(f, names, data, n_fits: int, *, box=None, x64: bool | None = N
             refine = _refining(n_fits) if box is not None else contextlib.nullcontext()
             with refine:
                 program = _curvature_program(f, names, data, stacked=True)
-                args = [_spec((n_fits, len(names)), np.float64), _specs(data)]
-                if box is not None:
-                    args.append((_spec((len(names),), np.float64),) * 2)
-                return program.lower(*args).compile()
+                points = _spec((n_fits, len(names)), np.float64)
+                bounds = (_spec((len(names),), np.float64),) * 2
+                if box is None:
+                    return program.lower(points, _specs(data)).compile()
+                if not _in_blocks(n_fits, stacked=True):
+                    return program.lower(points, _specs(data), bounds).compile()
+                # the refinement's two block programs, and the curvature where they end
+                program.lower(points, _specs(data)).compile()
+                block = _spec((laplace.REFINE_BLOCK, len(names)), np.float64)
+                rows = _specs(data, rows=laplace.REFINE_BLOCK)
+                counts = (_spec((laplace.REFINE_BLOCK,), np.int32), _spec((), np.int32))
+                for refine_program in _refinement_programs(f, names, data):
+                    refine_program.lower(block, rows, bounds, *counts).compile()
 
     return background.submit("covariance", compile_it)
 
@@ -185,10 +223,15 @@ def _spec(shape, dtype) -> jax.ShapeDtypeStruct:
     return jax.ShapeDtypeStruct(shape, jax.dtypes.canonicalize_dtype(dtype))
 
 
-def _specs(data):
+def _specs(data, rows: int | None = None):
     """The types of ``data``'s leaves as :func:`multistart.device.placement.data_on_device`
-    puts them."""
-    return jax.tree_util.tree_map(lambda a: _spec(np.shape(a), np.result_type(a)), data)
+    puts them; ``rows``: of that many of their rows (a block's)."""
+
+    def spec(a):
+        shape = np.shape(a) if rows is None else (rows, *np.shape(a)[1:])
+        return _spec(shape, np.result_type(a))
+
+    return jax.tree_util.tree_map(spec, data)
 
 
 def _curvature_program(f, names, data, stacked: bool):
@@ -199,9 +242,29 @@ def _curvature_program(f, names, data, stacked: bool):
     key = None
     if model is not None:
         key = (model, "covariance", stacked, treedef, shapes, xla.platform())
+    flat = _flat_residuals(f, names)
+    return programs_for(key).get("covariance", lambda: residual_curvature(flat, stacked=stacked))
+
+
+def _refinement_programs(f, names, data):
+    """The two block programs of a refinement
+    (:func:`multistart.result.laplace.residual_refinement`: the first steps and the rest) kept
+    for ``f``, the shapes of a fit's data and the platform: one pair whatever the number of
+    fits."""
+    model = _model_key(f, names)
+    leaves, treedef = jax.tree_util.tree_flatten(data)
+    shapes = tuple((np.shape(a)[1:], np.result_type(a).name) for a in leaves)
+    key = None if model is None else (model, "refinement", treedef, shapes, xla.platform())
+    kept, flat = programs_for(key), _flat_residuals(f, names)
+    first = kept.get("refine-first", lambda: residual_refinement(flat, first=True))
+    return first, kept.get("refine-more", lambda: residual_refinement(flat, first=False))
+
+
+def _flat_residuals(f, names):
+    """``f``'s weighted residuals of one parameter vector (in ``names``' order) and data."""
     residuals = _CurveModel.weighted(f, names)
 
     def flat(vec, data):
         return residuals({k: vec[i] for i, k in enumerate(names)}, data)
 
-    return programs_for(key).get("covariance", lambda: residual_curvature(flat, stacked=stacked))
+    return flat

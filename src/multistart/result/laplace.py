@@ -34,8 +34,11 @@ __all__ = [
     "Curvature",
     "residual_curvature",
     "settle_inverses",
+    "REFINE_BLOCK",
     "REFINE_MAX_STEPS",
     "REFINE_STEPS",
+    "refine_in_blocks",
+    "residual_refinement",
     "gram_inverse",
     "residual_scale",
     "laplace_problem",
@@ -369,10 +372,7 @@ def _refined(residuals, vec, box, low=None):
     residuals; the last step, in float64, takes the answer there."""
 
     reach = _reach(box)  # (once: the steps' loop only reads it)
-
-    def exact(_, x, first: bool = False):
-        r, jac, _ = linearize(residuals, x)
-        return _better(residuals, box, reach, x, r, small.normal_equations(jac, r), first)[0]
+    exact = _exact_step(residuals, box, reach)
 
     if low is None:
         steps = REFINE_STEPS if xla.on_chip() else None
@@ -395,6 +395,17 @@ def _refined(residuals, vec, box, low=None):
     return exact(0, _stepped(mixed, vec, (vec, residuals(vec)), steps, lambda c: c[0]))
 
 
+def _exact_step(residuals, box, reach):
+    """A refinement step in the residuals' own float type (:func:`_better` of a Gauss-Newton
+    step from ``x``): ``(i, x, first=False) -> x``."""
+
+    def exact(_, x, first: bool = False):
+        r, jac, _ = linearize(residuals, x)
+        return _better(residuals, box, reach, x, r, small.normal_equations(jac, r), first)[0]
+
+    return exact
+
+
 def _stepped(step, vec, start, steps: int | None, x_of):
     """``step`` (``(i, carry, first) -> carry``) from ``start`` (``vec``'s carry), ``steps``
     times, or until no fit moves (at most :data:`REFINE_MAX_STEPS`) where ``None``; the point
@@ -402,17 +413,94 @@ def _stepped(step, vec, start, steps: int | None, x_of):
     first = step(0, start, first=True)
     if steps is not None:
         return x_of(jax.lax.fori_loop(1, steps, step, first))
+    moved = jnp.any(x_of(first) != vec)
+    return x_of(_until_still(step, 1, first, moved, REFINE_MAX_STEPS, x_of)[1])
 
-    def more(carry):
-        i, _, moved = carry
-        return (i < REFINE_MAX_STEPS) & moved
 
-    def next_step(carry):
-        i, x, _ = carry
+def _until_still(step, i, carry, moved, limit, x_of):
+    """``(i, carry, moved)`` after ``step`` from ``carry`` (``i`` steps taken, ``moved`` by
+    the last) until a step moves nothing or ``limit`` steps are taken: a fit refined on a
+    CPU, whose lanes of a batch each stop on their own (JAX's batched ``while_loop`` holds a
+    finished lane as it is), so it ends where a fit refined alone would."""
+
+    def more(state):
+        i, _, moved = state
+        return (i < limit) & moved
+
+    def next_step(state):
+        i, x, _ = state
         new = step(i, x)
         return i + 1, new, jnp.any(x_of(new) != x_of(x))
 
-    return x_of(jax.lax.while_loop(more, next_step, (1, first, jnp.any(x_of(first) != vec)))[1])
+    return jax.lax.while_loop(more, next_step, (i, carry, moved))
+
+
+#: A batch of more fits than this refined on a CPU (a chip's host refining a chip's float32
+#: answers, or a float32 search on the CPU answered in float64) takes its refinement steps in
+#: blocks of this many fits (:func:`refine_in_blocks`), each block's fits only as long as one
+#: of them still moves: in one program of the whole batch every fit steps until the last one
+#: stops (a batch's lanes step together), and a TPU's float32 answers of 20,000 peaks kept
+#: it stepping to :data:`REFINE_MAX_STEPS` (2.2 s on its host, against 0.35 s for 4 steps).
+REFINE_BLOCK = 1024
+
+
+def residual_refinement(residuals, *, first: bool):
+    """``jit((points, data, box, steps, limit) -> (points, steps, moving))``: each of a stack
+    of fits (``points`` ``(k, n)``, ``data`` with a leading axis of ``k``) refined as
+    :func:`residual_curvature` refines it on a CPU (its float type's exact Gauss-Newton steps
+    in ``box``), from ``steps`` ``(k,)`` steps taken, until a step moves it no more or it has
+    taken ``limit`` (a scalar); ``moving``: whether its last step moved it (it would take
+    another). ``first``: the points are the search's answers, not yet stepped (the first
+    step tries the bounds too, :func:`_better`); else each moved on its last step.
+    :func:`refine_in_blocks` runs it."""
+
+    def one(vec, data, box, i, limit):
+        exact = _exact_step(lambda v: residuals(v, data), box, _reach(box))
+        if first:
+            start = exact(0, vec, first=True)
+            i, moved = jnp.ones_like(i), jnp.any(start != vec)
+        else:
+            start, moved = vec, jnp.asarray(True)
+        i, x, moved = _until_still(exact, i, start, moved, limit, lambda x: x)
+        return x, i, moved
+
+    def multistart_refinement(points, data, box, steps, limit):
+        return jax.vmap(one, in_axes=(0, 0, None, 0, None))(points, data, box, steps, limit)
+
+    return xla.jit(multistart_refinement)
+
+
+def refine_in_blocks(first, more, points, data, box) -> np.ndarray:
+    """``points`` ``(k, n)`` refined as :func:`residual_curvature` refines a stack of fits on
+    a CPU, fit by fit the same steps to the same point, but in blocks of
+    :data:`REFINE_BLOCK` fits (the last padded) that leave the batch's still fits behind:
+    every fit takes up to :data:`REFINE_STEPS` steps, those still moving up to twice as many,
+    and so on to :data:`REFINE_MAX_STEPS`. ``first``, ``more``: :func:`residual_refinement`
+    with ``first`` true and false; ``data``: NumPy leaves with a leading axis of ``k``, read a
+    block's rows at a time. One program a block's shape, whatever ``k``."""
+    x = np.array(points, dtype=np.float64)
+    steps = np.zeros(len(x), dtype=np.int32)
+    active, limit, program = np.arange(len(x)), REFINE_STEPS or REFINE_MAX_STEPS, first
+    while active.size:
+        blocks = [active[i : i + REFINE_BLOCK] for i in range(0, active.size, REFINE_BLOCK)]
+        outs = [_refine_block(program, x, steps, data, box, rows, limit) for rows in blocks]
+        still = []
+        for rows, (at, taken, moving) in zip(blocks, outs, strict=True):
+            x[rows] = np.asarray(at)[: rows.size]
+            steps[rows] = np.asarray(taken)[: rows.size]
+            still.append(rows[np.asarray(moving)[: rows.size]])
+        if limit >= REFINE_MAX_STEPS:
+            break
+        active, limit, program = np.concatenate(still), min(2 * limit, REFINE_MAX_STEPS), more
+    return x
+
+
+def _refine_block(program, x, steps, data, box, rows, limit):
+    """``program`` (:func:`residual_refinement`) dispatched on the fits ``rows``, padded to
+    :data:`REFINE_BLOCK` with the first's copies."""
+    padded = np.concatenate([rows, np.full(REFINE_BLOCK - rows.size, rows[0])])
+    block = jax.tree_util.tree_map(lambda a: np.asarray(a)[padded], data)
+    return program(x[padded], block, box, steps[padded], np.int32(limit))
 
 
 def _reach(box):
