@@ -82,9 +82,10 @@ def native_float64() -> bool:
 #: 0.066 s (``python -m profiling.experiments.refine_where``, each arm a fresh process): at
 #: 5,000 fits the chip repays its compile after about 800 calls of that shape (it is kept in
 #: the persistent compilation cache), so up to here a batch refines on the host. (1,000
-#: before, set when the chip refined in float64 throughout. Past 5,000 one figure: 20,000
-#: fits' warm call refined on the host took 2.25 s, where the chip's took 0.21 s in another
-#: run, the accelerator benchmark's ``float64`` section; why the host's grew so, not found.)
+#: before, set when the chip refined in float64 throughout. Past it: 20,000 fits' first call
+#: took 95.1 s refined on the chip, its warm calls 0.156 s; refined on the host, in blocks
+#: (:data:`multistart.result.laplace.REFINE_BLOCK`), 16.9 s and 0.45-0.49 s, 2.3x the float32
+#: call where the chip's is 1.1x.)
 REFINE_ON_HOST_FITS = 5000
 
 
