@@ -476,9 +476,11 @@ def refine_in_blocks(first, more, points, data, box) -> np.ndarray:
     :data:`REFINE_BLOCK` fits (the last padded) that leave the batch's still fits behind:
     every fit takes up to :data:`REFINE_STEPS` steps, those still moving up to twice as many,
     and so on to :data:`REFINE_MAX_STEPS`. ``first``, ``more``: :func:`residual_refinement`
-    with ``first`` true and false; ``data``: NumPy leaves with a leading axis of ``k``, read a
-    block's rows at a time. One program a block's shape, whatever ``k``."""
+    with ``first`` true and false; ``data``: leaves with a leading axis of ``k``, read on the
+    host once and sent a block's rows at a time. One program a block's shape, whatever
+    ``k``."""
     x = np.array(points, dtype=np.float64)
+    data = jax.tree_util.tree_map(np.asarray, data)  # (once: a device array read one time)
     steps = np.zeros(len(x), dtype=np.int32)
     active, limit, program = np.arange(len(x)), REFINE_STEPS or REFINE_MAX_STEPS, first
     while active.size:
@@ -499,7 +501,7 @@ def _refine_block(program, x, steps, data, box, rows, limit):
     """``program`` (:func:`residual_refinement`) dispatched on the fits ``rows``, padded to
     :data:`REFINE_BLOCK` with the first's copies."""
     padded = np.concatenate([rows, np.full(REFINE_BLOCK - rows.size, rows[0])])
-    block = jax.tree_util.tree_map(lambda a: np.asarray(a)[padded], data)
+    block = jax.tree_util.tree_map(lambda a: a[padded], data)
     return program(x[padded], block, box, steps[padded], np.int32(limit))
 
 
