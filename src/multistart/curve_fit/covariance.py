@@ -154,10 +154,8 @@ def _refined_curvature(f, names, data, stacked: bool, points, box, ahead) -> Cur
     curvature = _curvature_program(f, names, data, stacked)
     if not _in_blocks(len(points), stacked):
         return _call(ahead, curvature, points, data_on_device(data), box)
-    if ahead is not None:
-        ahead.exception()  # (waits: the programs below were compiled beside the search)
-    first, more = _refinement_programs(f, names, data)
-    points = refine_in_blocks(first, more, points, data, box)
+    first, more = _refinement_programs(f, names, data)  # (compiled beside the search: ahead)
+    points = _call(ahead, refine_in_blocks, first, more, points, data, box)
     return curvature(points, data_on_device(data))
 
 
@@ -236,14 +234,9 @@ def _specs(data, rows: int | None = None):
 
 def _curvature_program(f, names, data, stacked: bool):
     """The curvature program kept for ``f``, the data's shapes and the platform it runs on."""
-    model = _model_key(f, names)
-    leaves, treedef = jax.tree_util.tree_flatten(data)
-    shapes = tuple((np.shape(a), np.result_type(a).name) for a in leaves)
-    key = None
-    if model is not None:
-        key = (model, "covariance", stacked, treedef, shapes, xla.platform())
     flat = _flat_residuals(f, names)
-    return programs_for(key).get("covariance", lambda: residual_curvature(flat, stacked=stacked))
+    kept = _kept(f, names, data, ("covariance", stacked))
+    return kept.get("covariance", lambda: residual_curvature(flat, stacked=stacked))
 
 
 def _refinement_programs(f, names, data):
@@ -251,13 +244,23 @@ def _refinement_programs(f, names, data):
     (:func:`multistart.result.laplace.residual_refinement`: the first steps and the rest) kept
     for ``f``, the shapes of a fit's data and the platform: one pair whatever the number of
     fits."""
-    model = _model_key(f, names)
-    leaves, treedef = jax.tree_util.tree_flatten(data)
-    shapes = tuple((np.shape(a)[1:], np.result_type(a).name) for a in leaves)
-    key = None if model is None else (model, "refinement", treedef, shapes, xla.platform())
-    kept, flat = programs_for(key), _flat_residuals(f, names)
+    kept, flat = _kept(f, names, data, ("refinement",), per_fit=True), _flat_residuals(f, names)
     first = kept.get("refine-first", lambda: residual_refinement(flat, first=True))
     return first, kept.get("refine-more", lambda: residual_refinement(flat, first=False))
+
+
+def _kept(f, names, data, what: tuple, *, per_fit: bool = False):
+    """The :func:`~multistart.device.programs.programs_for` of ``f``'s programs ``what`` for
+    the shapes of ``data``'s leaves (``per_fit``: of one fit's, without the leading axis) and
+    the platform they run on; a fresh one, kept nowhere, where ``f`` cannot key them."""
+    model = _model_key(f, names)
+    if model is None:
+        return programs_for(None)
+    leaves, treedef = jax.tree_util.tree_flatten(data)
+    shapes = tuple(
+        (np.shape(a)[1:] if per_fit else np.shape(a), np.result_type(a).name) for a in leaves
+    )
+    return programs_for((model, *what, treedef, shapes, xla.platform()))
 
 
 def _flat_residuals(f, names):

@@ -435,12 +435,13 @@ def _until_still(step, i, carry, moved, limit, x_of):
     return jax.lax.while_loop(more, next_step, (i, carry, moved))
 
 
-#: A batch of more fits than this refined on a CPU (a chip's host refining a chip's float32
-#: answers, or a float32 search on the CPU answered in float64) takes its refinement steps in
-#: blocks of this many fits (:func:`refine_in_blocks`), each block's fits only as long as one
-#: of them still moves: in one program of the whole batch every fit steps until the last one
-#: stops (a batch's lanes step together), and a TPU's float32 answers of 20,000 peaks kept
-#: it stepping to :data:`REFINE_MAX_STEPS` (2.2 s on its host, against 0.35 s for 4 steps).
+#: A batch of more fits than this refined on a CPU (a chip's host refining the chip's float32
+#: answers; a CPU's own search answers in float64 and refines nothing) takes its refinement
+#: steps in blocks of this many fits (:func:`refine_in_blocks`), each block's fits only as
+#: long as one of them still moves: in one program of the whole batch every fit steps until
+#: the last one stops (a batch's lanes step together), and a TPU's float32 answers of 20,000
+#: peaks kept it stepping to :data:`REFINE_MAX_STEPS` (2.2 s on its host, against 0.35 s for
+#: 4 steps).
 REFINE_BLOCK = 1024
 
 
