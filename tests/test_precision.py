@@ -478,15 +478,19 @@ def test_on_a_chip_a_batch_refined_in_blocks_on_its_host_answers_as_one_program_
     monkeypatch,
 ):
     """A chip's batch of more fits than REFINE_BLOCK, refined on its host's CPU: its popt,
-    pcov and residuals are bit for bit those of one program of the whole batch, and the
-    block programs and the curvature where they end are compiled on the covariance's worker
-    thread while the search runs, none after it."""
+    pcov and residuals are bit for bit those of one program of the whole batch, ``f`` is
+    traced as often (once a float type), and the block programs and the curvature where they
+    end are compiled on the covariance's worker thread while the search runs, none after
+    it."""
     import threading
 
     from multistart.result import laplace
 
+    traced = []
+
     def fresh():  # a model of its own: its programs are compiled in this test
         def model(x, a, tau, c):
+            traced.append(jnp.result_type(a).name)
             return a * jnp.exp(-x / tau) + c
 
         return model
@@ -507,11 +511,15 @@ def test_on_a_chip_a_batch_refined_in_blocks_on_its_host_answers_as_one_program_
             where.append((name, threading.current_thread().name))
 
     monkeypatch.setattr(laplace, "REFINE_BLOCK", 2)
+    traced.clear()
     jax.monitoring.register_event_duration_secs_listener(listen)
     try:
         blocks = ms.curve_fit(fresh(), T, ys, **kw)
     finally:
         jax.monitoring.unregister_event_duration_listener(listen)
+    # f traced once for the search and once for the refinement, replayed by the block
+    # programs and the curvature as by the one program
+    assert traced == ["float32", "float64"]
     assert one[2]["fits"].result.fit_dtype == np.float32
     for a, b in ((one[0], blocks[0]), (one[1], blocks[1]), (one[2]["fvec"], blocks[2]["fvec"])):
         np.testing.assert_array_equal(a, b)

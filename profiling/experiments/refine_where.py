@@ -75,14 +75,18 @@ def main(argv=None) -> None:
         child(a.child[0], int(a.child[1]))
         return
     arms = [arm for arm in ARMS if a.one_program or arm != "host-one"]
-    print(f"{'fits':>8} {'arm':>8} {'first_s':>8} {'warm_s':>8}  refined on")
+    print(f"{'fits':>8} {'arm':>8} {'first_s':>8} {'warm_s':>8} {'first/host':>10} "
+          f"{'warm/host':>9}  refined on")  # fmt: skip
     for n in (int(k) for k in a.fits.split(",")):
+        host = None
         for arm in arms:
             env = {"MULTISTART_CACHE_DIR": tempfile.mkdtemp(prefix="refine-where-")}
             out = harness.fresh_process(str(HERE), "--child", arm, str(n), env=env)
             assert out is not None  # (required: a failed child raises)
-            print(f"{n:>8} {arm:>8} {out['first_s']:>8.3f} {out['warm_s']:>8.4f}  "
-                  f"{out['device']}", flush=True)  # fmt: skip
+            host = host or out  # (the host's blocks, the first arm: the ratios' peer)
+            ratios = (out["first_s"] / host["first_s"], out["warm_s"] / host["warm_s"])
+            print(f"{n:>8} {arm:>8} {out['first_s']:>8.3f} {out['warm_s']:>8.4f} "
+                  f"{ratios[0]:>10.2f} {ratios[1]:>9.2f}  {out['device']}", flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":
